@@ -1,0 +1,1 @@
+"""MQTT bus adapter (aiomqtt 2.x): schema-checked payloads, reconnects, per-agent credentials."""

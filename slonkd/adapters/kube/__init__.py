@@ -1,0 +1,1 @@
+"""Kubernetes adapter (kubernetes_asyncio): watches, ownership-marked changes, leader election."""

@@ -1,0 +1,1 @@
+"""SLURM adapter: scontrol/sinfo (and optionally pyslurm) behind a typed interface."""

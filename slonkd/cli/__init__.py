@@ -1,0 +1,1 @@
+"""Entry points: the ``slonkd`` command and its subcommands."""

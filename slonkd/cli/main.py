@@ -1,0 +1,66 @@
+"""The ``slonkd`` command: parses arguments and hands over to one subcommand.
+
+Subcommands arrive with their issues (``agent``, ``prestop``, ``coordinator``, ``status``);
+until then only ``sandbox`` exists, and the parser says so rather than pretending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from slonkd import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slonkd",
+        description="Keeps SLURM and Kubernetes in agreement on every node of a GPU cluster.",
+    )
+    parser.add_argument("--version", action="version", version=f"slonkd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sandbox = sub.add_parser(
+        "sandbox",
+        help="run a local sandbox cluster with real SLURM, mosquitto and Kubernetes",
+        description="Bring up real SLURM, mosquitto and a Kubernetes control plane with "
+        "kwok nodes on loopback, with a worker StatefulSet bound to slurmd, and hold.",
+    )
+    sandbox.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(
+            os.environ.get("SLONKD_SANDBOX_DIR", Path(tempfile.gettempdir()) / "slonkd-sandbox")
+        ),
+        help="where every service keeps its files (default: %(default)s)",
+    )
+    sandbox.add_argument("--workers", type=int, default=4, help="worker pods / SLURM nodes")
+    sandbox.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="tear down after this long (default: hold until Ctrl-C)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``slonkd`` command line; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "sandbox":
+        if args.workers < 1:
+            parser.error("--workers must be at least 1")
+        from slonkd.testing.sandbox import run_sandbox
+
+        return run_sandbox(args.dir, workers=args.workers, hold_s=args.hold)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

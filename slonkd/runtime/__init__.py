@@ -1,0 +1,1 @@
+"""Runtime: the de-duplicating work queue, reconcile loops, one root TaskGroup, shutdown."""

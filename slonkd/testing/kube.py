@@ -1,0 +1,542 @@
+"""A real Kubernetes control plane on loopback, in one private directory.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes whose
+pods become Running).
+
+Binaries come from :mod:`slonkd.testing.toolchain` (built once, cached by version). The
+apiserver uses token auth and RBAC, a serving certificate from the harness's own CA, and a
+service-account key pair, so TokenRequest (including pod-bound tokens) and TokenReview work
+as in a real cluster. Nothing listens anywhere but 127.0.0.1.
+
+Fake nodes are plain Node objects with the annotation ``kwok.x-k8s.io/node: fake``. Pods of
+such nodes become Running and Ready at once; a deleted pod vanishes at once too, unless it
+carries the label ``slonk.dev/kubelet: standin`` (see :mod:`slonkd.testing.kubelet`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from slonkd.testing import procs
+from slonkd.testing.kubeapi import ApiError, KubeApi
+from slonkd.testing.procs import HarnessError
+from slonkd.testing.toolchain import Tools, ensure_tools
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+STANDIN_LABEL = "slonk.dev/kubelet"
+
+
+@dataclass(slots=True)
+class _Service:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass(slots=True)
+class KubeCluster:
+    """Handle on a running control plane; use as a context manager or start()/stop()."""
+
+    root: Path
+    node_monitor_grace_period: str = "40s"
+    tools: Tools | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    admin_token: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    _services: dict[str, _Service] = field(default_factory=dict)
+
+    # -- paths and clients -------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """An admin kubeconfig (system:masters) for kubectl and kubernetes_asyncio."""
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the apiserver's serving certificate."""
+        return self.root / "pki" / "ca.crt"
+
+    @property
+    def server(self) -> str:
+        """The apiserver's URL."""
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def api(self) -> KubeApi:
+        """A stdlib REST client with admin rights."""
+        return KubeApi(
+            host="127.0.0.1",
+            port=self.ports["apiserver"],
+            ca_file=self.ca_file,
+            token=self.admin_token,
+        )
+
+    @property
+    def kubectl_path(self) -> Path:
+        """The kubectl binary (for PATH)."""
+        return self._tools.kubectl
+
+    def kubectl(
+        self, *args: str, check: bool = True, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster as admin."""
+        proc = subprocess.run(
+            [str(self._tools.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise HarnessError(f"kubectl {' '.join(args)} failed: {proc.stderr[-1500:]}")
+        return proc
+
+    @property
+    def _tools(self) -> Tools:
+        if self.tools is None:
+            raise HarnessError("the control plane was not started")
+        return self.tools
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> KubeCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, *, timeout_s: float = 120.0) -> None:
+        """Build/find the binaries, then start etcd, apiserver, kcm, scheduler and kwok."""
+        begun = time.monotonic()
+        self.tools = self.tools or ensure_tools()
+        self.timings["tools_s"] = time.monotonic() - begun
+        self.root.mkdir(parents=True, exist_ok=True)
+        names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok_node", "kwok_server"]
+        self.ports = dict(zip(names, procs.free_ports(len(names)), strict=True))
+        self._pki()
+        t0 = time.monotonic()
+        self.start_etcd(timeout_s=timeout_s)
+        self.start_apiserver(timeout_s=timeout_s)
+        self.timings["etcd_apiserver_ready_s"] = time.monotonic() - t0
+        self._write_kubeconfig()
+        self._start_kcm(timeout_s=timeout_s)
+        self._start_scheduler(timeout_s=timeout_s)
+        self._start_kwok()
+        self.timings["control_plane_ready_s"] = time.monotonic() - t0
+        self.timings["total_s"] = time.monotonic() - begun
+
+    def stop(self) -> None:
+        """Stop everything. The apiserver is SIGKILLed: it drains watches for 60 s on TERM."""
+        for name in ("kwok", "scheduler", "kcm", "apiserver", "etcd"):
+            svc = self._services.pop(name, None)
+            if svc is None:
+                continue
+            if name == "apiserver":
+                procs.stop(svc.proc, grace_s=0.5, sig=signal.SIGKILL)
+            else:
+                procs.stop(svc.proc, grace_s=5)
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL the apiserver (etcd keeps the state)."""
+        svc = self._services.pop("apiserver", None)
+        if svc is not None:
+            procs.stop(svc.proc, grace_s=0.5, sig=signal.SIGKILL)
+
+    def pids(self) -> dict[str, int]:
+        """Pids of the running services, for leak checks."""
+        return {n: s.proc.pid for n, s in self._services.items() if s.proc.poll() is None}
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> _Service:
+        log = self.root / "log" / f"{name}.log"
+        svc = _Service(name=name, proc=procs.spawn(argv, log=log), log=log)
+        self._services[name] = svc
+        return svc
+
+    def start_etcd(self, *, timeout_s: float = 60.0) -> None:
+        """Start etcd on its data dir (kept across restarts)."""
+        client = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer = f"http://127.0.0.1:{self.ports['etcd_peer']}"
+        svc = self._spawn(
+            "etcd",
+            [
+                str(self._tools.etcd),
+                "--name=n0",
+                f"--data-dir={self.root / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=n0={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:  # noqa: S310
+                return bool(json.load(resp).get("health") == "true")
+
+        procs.wait_for("etcd", healthy, timeout_s=timeout_s, alive=procs.exited(svc.proc, svc.log))
+
+    def start_apiserver(self, *, timeout_s: float = 60.0) -> None:
+        """Start kube-apiserver and wait for /readyz."""
+        pki = self.root / "pki"
+        svc = self._spawn(
+            "apiserver",
+            [
+                str(self._tools.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports['apiserver']}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={self.root / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        api = self.api
+
+        def ready() -> bool:
+            api.request("GET", "/readyz")
+            return True
+
+        procs.wait_for(
+            "kube-apiserver",
+            ready,
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            alive=procs.exited(svc.proc, svc.log),
+        )
+
+    def _component_health(self, name: str, port: int, timeout_s: float) -> None:
+        import ssl
+
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the component's self-signed serving cert
+
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, timeout=1, context=ctx) as resp:
+                return bool(resp.status == 200)
+
+        svc = self._services[name]
+        procs.wait_for(name, healthy, timeout_s=timeout_s, alive=procs.exited(svc.proc, svc.log))
+
+    def _start_kcm(self, *, timeout_s: float) -> None:
+        pki = self.root / "pki"
+        self._spawn(
+            "kcm",
+            [
+                str(self._tools.kube_controller_manager),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports['kcm']}",
+                f"--cert-dir={self.root / 'kcm-pki'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+                f"--node-monitor-grace-period={self.node_monitor_grace_period}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+                "--v=1",
+            ],
+        )
+        self._component_health("kcm", self.ports["kcm"], timeout_s)
+
+    def _start_scheduler(self, *, timeout_s: float) -> None:
+        self._spawn(
+            "scheduler",
+            [
+                str(self._tools.kube_scheduler),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports['scheduler']}",
+                f"--cert-dir={self.root / 'scheduler-pki'}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--v=1",
+            ],
+        )
+        self._component_health("scheduler", self.ports["scheduler"], timeout_s)
+
+    def _start_kwok(self) -> None:
+        stages = self.root / "kwok-stages.yaml"
+        docs = []
+        stage_dir = resources.files("slonkd.testing").joinpath("stages")
+        for res in sorted(stage_dir.iterdir(), key=lambda r: r.name):
+            if res.name.endswith(".yaml"):
+                docs.append(res.read_text())
+        stages.write_text("\n---\n".join(docs))
+        svc = self._spawn(
+            "kwok",
+            [
+                str(self._tools.kwok),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={stages}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                "--node-ip=127.0.0.1",
+                f"--node-port={self.ports['kwok_node']}",
+                f"--server-address=127.0.0.1:{self.ports['kwok_server']}",
+                "--node-lease-duration-seconds=40",
+                "--v=INFO",
+            ],
+        )
+
+        def serving() -> bool:
+            url = f"http://127.0.0.1:{self.ports['kwok_server']}/healthz"
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return bool(resp.status == 200)
+
+        procs.wait_for("kwok", serving, timeout_s=30, alive=procs.exited(svc.proc, svc.log))
+
+    # -- pki and kubeconfig -----------------------------------------------------------------
+
+    def _pki(self) -> None:
+        pki = self.root / "pki"
+        pki.mkdir(parents=True, exist_ok=True)
+        tokens = self.root / "tokens.csv"
+        if not self.admin_token:
+            self.admin_token = secrets.token_hex(24)
+        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
+        tokens.chmod(0o600)
+        if (pki / "apiserver.crt").exists():
+            return
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+        openssl(
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            str(pki / "sa.key"),
+        )
+        openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=slonkd-harness-ca",
+            "-keyout",
+            str(pki / "ca.key"),
+            "-out",
+            str(pki / "ca.crt"),
+        )
+        ext = pki / "san.ext"
+        ext.write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+            "extendedKeyUsage=serverAuth\n"
+        )
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=kube-apiserver",
+            "-keyout",
+            str(pki / "apiserver.key"),
+            "-out",
+            str(pki / "apiserver.csr"),
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(pki / "apiserver.csr"),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-extfile",
+            str(ext),
+            "-out",
+            str(pki / "apiserver.crt"),
+        )
+
+    def _write_kubeconfig(self) -> None:
+        self.kubeconfig.write_text(self.kubeconfig_for(self.admin_token, user="admin"))
+        self.kubeconfig.chmod(0o600)
+
+    def kubeconfig_for(self, token: str, *, user: str, namespace: str = "default") -> str:
+        """A kubeconfig (JSON, which is YAML) that authenticates with ``token``."""
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "harness",
+                    "cluster": {"server": self.server, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "harness",
+                    "context": {"cluster": "harness", "user": user, "namespace": namespace},
+                }
+            ],
+            "current-context": "harness",
+        }
+        return json.dumps(config, indent=2)
+
+    # -- helpers for tests ------------------------------------------------------------------
+
+    def create_namespace(self, name: str, *, timeout_s: float = 30.0) -> None:
+        """Create a namespace and wait until its default ServiceAccount exists."""
+        self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+
+        def has_sa() -> bool:
+            self.api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return True
+
+        procs.wait_for(f"namespace {name} ready", has_sa, timeout_s=timeout_s)
+
+    def add_fake_nodes(
+        self,
+        names: Iterable[str],
+        *,
+        labels: Mapping[str, str] | None = None,
+        capacity: Mapping[str, str] | None = None,
+        wait_ready_s: float | None = 60.0,
+    ) -> list[str]:
+        """Create kwok-managed Node objects; optionally wait until all are Ready."""
+        created = []
+        cap = dict(capacity or {"cpu": "32", "memory": "256Gi", "pods": "110"})
+        for name in names:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_ANNOTATION: "fake"},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "type": "kwok",
+                        **(labels or {}),
+                    },
+                },
+                "spec": {},
+                "status": {"capacity": cap, "allocatable": cap},
+            }
+            self.api.request("POST", "/api/v1/nodes", body)
+            created.append(name)
+        if wait_ready_s is not None:
+            self.wait_nodes_ready(created, timeout_s=wait_ready_s)
+        return created
+
+    def wait_nodes_ready(self, names: Sequence[str], *, timeout_s: float = 60.0) -> float:
+        """Wait until every named node has condition Ready=True."""
+        wanted = set(names)
+
+        def all_ready() -> bool:
+            items = self.api.request("GET", "/api/v1/nodes")["items"]
+            ready = {
+                n["metadata"]["name"]
+                for n in items
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                )
+            }
+            return wanted <= ready
+
+        return procs.wait_for(
+            f"{len(wanted)} nodes Ready", all_ready, timeout_s=timeout_s, interval_s=0.2
+        )
+
+    def create_token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        bound_pod: tuple[str, str] | None = None,
+        audiences: Sequence[str] = (),
+        expiration_s: int = 3600,
+    ) -> str:
+        """Mint a ServiceAccount token by TokenRequest; ``bound_pod=(name, uid)`` binds it."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_s}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        if bound_pod is not None:
+            spec["boundObjectRef"] = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": bound_pod[0],
+                "uid": bound_pod[1],
+            }
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        return str(self.api.request("POST", path, body)["status"]["token"])
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (the apiserver's resourceVersions come from it)."""
+        return int(
+            self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"][
+                "revision"
+            ]
+        )
+
+    def compact_etcd(self) -> int:
+        """Compact etcd up to its current revision, so older resourceVersions give 410 Gone."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.ports['etcd']}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+            return json.load(resp)
+
+
+__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster"]

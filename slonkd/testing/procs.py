@@ -1,0 +1,150 @@
+"""Process plumbing shared by the harness services: free ports, readiness polls, children.
+
+Every child the harness starts gets ``PR_SET_PDEATHSIG=SIGKILL`` so that it dies with the
+process that started it, even when that process is SIGKILLed: a crashed test run leaves no
+daemon behind. Children are started from argv lists, never through a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class HarnessError(RuntimeError):
+    """A real service could not be started, reached or stopped."""
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL the calling process when its parent exits (preexec_fn)."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port_range(count: int, *, start: int = 20000, stop: int = 60000) -> int:
+    """Return the first port of ``count`` consecutive ports that are all free now.
+
+    slurm.conf gives slurmd a ``Port=[a-b]`` range, so its ports must be consecutive.
+    The start is randomised so that runs side by side rarely probe the same range.
+    """
+    rng = int.from_bytes(os.urandom(2), "big")
+    base = start + (rng * 7) % (stop - start - count)
+    for offset in range(0, stop - start, count + 1):
+        first = start + (base - start + offset) % (stop - start - count)
+        if all(_port_free(p) for p in range(first, first + count)):
+            return first
+    raise HarnessError(f"no {count} consecutive free ports")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(
+    what: str,
+    probe: Callable[[], bool],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.05,
+    alive: Callable[[], str | None] | None = None,
+) -> float:
+    """Poll ``probe`` until it is true; return the seconds it took.
+
+    ``alive`` returns an error text when the service died meanwhile, so a crashed daemon
+    fails fast with its reason instead of a timeout.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        try:
+            if probe():
+                return time.monotonic() - started
+        except Exception:  # noqa: S110 - a probe that raises means "not ready yet"
+            pass
+        if alive is not None:
+            problem = alive()
+            if problem:
+                raise HarnessError(f"{what}: {problem}")
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{what}: not ready after {timeout_s:.0f} s")
+        time.sleep(interval_s)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: int | None = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start a daemon with stdout+stderr to ``log``; it dies when this process dies."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            preexec_fn=die_with_parent,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen[bytes], *, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig``, wait up to ``grace_s``, then SIGKILL; always reaps the child."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def exited(proc: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+    """An ``alive`` callback for :func:`wait_for` that reports an early exit with its log."""
+
+    def check() -> str | None:
+        if proc.poll() is None:
+            return None
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        return f"exited with {proc.returncode}; log tail:\n{tail}"
+
+    return check
+
+
+def tail(path: Path, limit: int = 2000) -> str:
+    """Last ``limit`` characters of a log file, for error messages."""
+    return path.read_text(errors="replace")[-limit:] if path.exists() else "(no log)"

@@ -1,0 +1,331 @@
+"""A real SLURM 22.05 cluster on one host: munged + slurmctld + N slurmd, in a private dir.
+
+Everything lives under one directory (config, state, spool, logs, munge key and socket) with
+free high ports, so clusters can run side by side. The whole cluster runs in a PID
+namespace whose init is :mod:`slonkd.testing.slurm_supervisor`; killing it (or the process
+that started it) leaves no daemon or job step behind.
+
+Optionally thousands of extra nodes are declared without a slurmd (they stay ``unknown*``
+but accept ``scontrol update``): scale tests use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slonkd.testing import procs
+from slonkd.testing.procs import HarnessError
+
+CLIENT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmLayout:
+    """What the cluster declares: slurmd-backed nodes and slurmd-less declared nodes."""
+
+    nodes: tuple[str, ...] = ("n1", "n2", "n3", "n4")
+    autostart: bool = True
+    extra_prefix: str = "x"
+    extra_nodes: int = 0
+    cpus: int = 2
+    real_memory_mb: int = 1000
+    features: tuple[str, ...] = ("f_a", "f_b")
+    slurmd_timeout_s: int = 10
+
+
+@dataclass(slots=True)
+class SlurmCluster:
+    """Handle on a running cluster; use as a context manager or call start()/stop()."""
+
+    root: Path
+    layout: SlurmLayout = field(default_factory=SlurmLayout)
+    ctld_port: int = 0
+    slurmd_port: int = 0
+    _supervisor: subprocess.Popen[bytes] | None = None
+    started_s: float = 0.0
+
+    @property
+    def conf(self) -> Path:
+        """Path of slurm.conf; clients need it as ``SLURM_CONF``."""
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """An environment for SLURM clients (``scontrol``, ``sbatch`` ...) of this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def socket_path(self) -> Path:
+        """The supervisor's control socket."""
+        return self.root / "run" / "supervisor.sock"
+
+    @property
+    def extra_node_names(self) -> list[str]:
+        """Names of the declared nodes that have no slurmd."""
+        return [f"{self.layout.extra_prefix}{i}" for i in range(1, self.layout.extra_nodes + 1)]
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> SlurmCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, *, timeout_s: float = 60.0) -> None:
+        """Write the config, start every daemon and wait until all slurmd nodes are idle."""
+        for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
+            if shutil.which(tool) is None:
+                raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
+        begun = time.monotonic()
+        spec = self._prepare()
+        log = self.root / "log" / "supervisor.log"
+        self._supervisor = procs.spawn(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child=SIGKILL",
+                sys.executable,
+                "-m",
+                "slonkd.testing.slurm_supervisor",
+                str(spec),
+            ],
+            log=log,
+            stdin=subprocess.PIPE,
+        )
+        alive = procs.exited(self._supervisor, log)
+        procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
+        procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
+        if self.layout.autostart:
+            self.wait_idle(self.layout.nodes, timeout_s=timeout_s)
+        self.started_s = time.monotonic() - begun
+
+    def stop(self) -> None:
+        """Stop the whole cluster: the PID namespace takes every daemon and job with it."""
+        sup = self._supervisor
+        if sup is None:
+            return
+        self._supervisor = None
+        if sup.poll() is None:
+            with contextlib.suppress(OSError, HarnessError):
+                self.control({"op": "shutdown"}, timeout_s=2)
+            try:
+                sup.wait(timeout=6)
+            except subprocess.TimeoutExpired:
+                sup.send_signal(signal.SIGKILL)
+                sup.wait(timeout=10)
+        if sup.stdin is not None:
+            sup.stdin.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the supervisor (and so the namespace) is alive."""
+        return self._supervisor is not None and self._supervisor.poll() is None
+
+    # -- control ---------------------------------------------------------------------------
+
+    def control(self, request: dict[str, Any], *, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Send one request to the supervisor and return its reply (raises on ``ok: false``)."""
+        return control(self.socket_path, request, timeout_s=timeout_s)
+
+    def start_slurmd(self, node: str) -> None:
+        """Start the slurmd of ``node`` (no-op when it runs)."""
+        self.control({"op": "start_slurmd", "node": node})
+
+    def stop_slurmd(self, node: str, *, grace_s: float = 5.0) -> str:
+        """Stop ``node``'s slurmd like a kubelet: SIGTERM, SIGKILL after ``grace_s``."""
+        return str(self.control({"op": "stop_slurmd", "node": node, "grace_s": grace_s})["how"])
+
+    def slurmd_running(self, node: str) -> bool:
+        """Whether the supervisor has a live slurmd for ``node``."""
+        return f"slurmd-{node}" in self.control({"op": "status"})["running"]
+
+    def kill_slurmctld(self) -> None:
+        """SIGKILL slurmctld (its state stays in StateSaveLocation)."""
+        self.control({"op": "kill_slurmctld"})
+
+    def start_slurmctld(self, *, timeout_s: float = 30.0) -> None:
+        """Start slurmctld again and wait until it answers ``scontrol ping``."""
+        self.control({"op": "start_slurmctld"})
+        procs.wait_for("slurmctld restart", self._pings, timeout_s=timeout_s, interval_s=0.1)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a SLURM client (``scontrol``, ``sinfo``, ``sbatch`` ...) against this cluster."""
+        proc = subprocess.run(
+            list(argv),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_TIMEOUT_S,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise HarnessError(
+                f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-1000:]}"
+            )
+        return proc
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: state}`` from ``sinfo -N``, e.g. ``idle``, ``drained``, ``down*``."""
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
+        return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+
+    def wait_idle(self, nodes: Sequence[str], *, timeout_s: float = 60.0) -> float:
+        """Wait until every node in ``nodes`` reads ``idle``; return the seconds it took."""
+
+        def all_idle() -> bool:
+            states = self.node_states()
+            return all(states.get(n) == "idle" for n in nodes)
+
+        return procs.wait_for(f"slurm nodes {list(nodes)} idle", all_idle, timeout_s=timeout_s)
+
+    def _pings(self) -> bool:
+        return self.run("scontrol", "ping", check=False).returncode == 0
+
+    # -- config ----------------------------------------------------------------------------
+
+    def _prepare(self) -> Path:
+        root = self.root
+        for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "munge").chmod(0o755)
+        key = root / "munge" / "munge.key"
+        if not key.exists():
+            subprocess.run(
+                ["mungekey", "--create", f"--keyfile={key}"],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+            key.chmod(0o600)
+        n = len(self.layout.nodes)
+        self.ctld_port = procs.free_ports(1)[0] if not self.ctld_port else self.ctld_port
+        self.slurmd_port = (
+            procs.free_port_range(max(n, 1)) if not self.slurmd_port else self.slurmd_port
+        )
+        reboot = root / "bin" / "reboot"
+        reboot.write_text(
+            '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
+        )
+        reboot.chmod(0o755)
+        (root / "etc" / "plugstack.conf").write_text("")
+        self.conf.write_text(render_slurm_conf(self))
+        munge_socket = root / "munge" / "munge.sock"
+        spec = {
+            "root": str(root),
+            "slurm_conf": str(self.conf),
+            "socket": str(self.socket_path),
+            "munge_socket": str(munge_socket),
+            "nodes": list(self.layout.nodes),
+            "autostart": list(self.layout.nodes) if self.layout.autostart else [],
+            "munged_argv": [
+                "munged",
+                "-F",
+                "--force",
+                f"--socket={munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={root / 'run' / 'munged.pid'}",
+                f"--log-file={root / 'log' / 'munged.log'}",
+                f"--seed-file={root / 'munge' / 'munge.seed'}",
+            ],
+            "slurmctld_argv": ["slurmctld", "-D", "-f", str(self.conf)],
+            "slurmd_argv": ["slurmd", "-D", "-f", str(self.conf)],
+        }
+        path = root / "run" / "spec.json"
+        path.write_text(json.dumps(spec, indent=2))
+        return path
+
+
+def control(sock_path: Path, request: dict[str, Any], *, timeout_s: float = 60.0) -> dict[str, Any]:
+    """One request/reply on a supervisor's control socket (usable from any process)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        sock.connect(str(sock_path))
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    reply: dict[str, Any] = json.loads(data)
+    if not reply.get("ok"):
+        raise HarnessError(f"supervisor refused {request}: {reply.get('error')}")
+    return reply
+
+
+def short_hostname() -> str:
+    """The machine's short hostname: slurmctld insists SlurmctldHost is exactly this."""
+    return socket.gethostname().split(".")[0]
+
+
+def render_slurm_conf(cluster: SlurmCluster) -> str:
+    """slurm.conf for ``cluster``: every path under its root, every port its own."""
+    d = cluster.root
+    lay = cluster.layout
+    host = short_hostname()
+    lines = [
+        "ClusterName=lab",
+        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldPort={cluster.ctld_port}",
+        f"SlurmdPort={cluster.slurmd_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={d}/munge/munge.sock",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={d}/state",
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={d}/run/slurmctld.pid",
+        f"SlurmdPidFile={d}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={d}/log/slurmctld.log",
+        f"SlurmdLogFile={d}/log/slurmd-%n.log",
+        f"PlugStackConfig={d}/etc/plugstack.conf",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/none",
+        "MpiDefault=none",
+        "SwitchType=switch/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "ReturnToService=1",
+        f"SlurmdTimeout={lay.slurmd_timeout_s}",
+        "MessageTimeout=10",
+        "KillWait=5",
+        "MailProg=/bin/true",
+        f"RebootProgram={d}/bin/reboot",
+        "ResumeTimeout=60",
+    ]
+    features = ",".join(lay.features)
+    common = f"CPUs={lay.cpus} RealMemory={lay.real_memory_mb} Feature={features} State=UNKNOWN"
+    for i, node in enumerate(lay.nodes):
+        lines.append(
+            f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 "
+            f"Port={cluster.slurmd_port + i} {common}"
+        )
+    if lay.extra_nodes:
+        lines.append(
+            f"NodeName={lay.extra_prefix}[1-{lay.extra_nodes}] NodeHostname={host} "
+            f"NodeAddr=127.0.0.1 {common}"
+        )
+    lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"

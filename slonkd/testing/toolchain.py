@@ -1,0 +1,252 @@
+"""Build (or find in the cache) the Go-built binaries of the Kubernetes harness.
+
+kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm are
+built from Go modules through the Go module proxy, with the recipe measured in
+shared/REAL_SERVICES.md. Each tool lands in ``$HOME/.cache/slonkd/tools/<tool>-<version>/``
+(override with ``SLONKD_TOOLS_CACHE``), so a warm start builds nothing. A cold build takes
+about 13 minutes on 2 cores and prints every step with its duration.
+
+This module only builds; starting the services is ``slonkd.testing.kube``'s job.
+
+Run ``python -m slonkd.testing.toolchain`` to build everything ahead of time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from slonkd.testing import versions
+
+BUILD_TIMEOUT_S = 3600.0
+"""Upper bound for any single go command; a cold kube build takes about 6 minutes."""
+
+
+class ToolchainError(RuntimeError):
+    """A tool could not be built or found."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tools:
+    """Paths of every built binary, plus kwok's directory of stage files."""
+
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    etcd: Path
+    kwok: Path
+    helm: Path
+
+
+def cache_root() -> Path:
+    """Where built tools live, keyed by version below it."""
+    override = os.environ.get("SLONKD_TOOLS_CACHE")
+    if override:
+        return Path(override)
+    return Path.home() / ".cache" / "slonkd" / "tools"
+
+
+def _log(message: str) -> None:
+    print(f"[toolchain] {message}", file=sys.stderr, flush=True)
+
+
+def _run(argv: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+    started = time.monotonic()
+    _log(f"$ {' '.join(argv)}")
+    proc = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        env={**os.environ, "CGO_ENABLED": "0", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-4000:]
+        raise ToolchainError(f"{argv[0]} {argv[1]} failed (rc {proc.returncode}): {tail}")
+    _log(f"  done in {time.monotonic() - started:.1f} s")
+    return proc.stdout
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise builds of one tool across processes (parallel test runs share the cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ready(directory: Path, names: Sequence[str]) -> bool:
+    return (directory / ".complete").exists() and all((directory / n).exists() for n in names)
+
+
+def _finish(directory: Path, started: float, what: str) -> None:
+    (directory / ".complete").write_text(f"{time.time()}\n")
+    _log(f"{what} built in {time.monotonic() - started:.0f} s -> {directory}")
+
+
+def _kube_ldflags(version: str) -> str:
+    major, minor, _patch = version.split(".")
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion=v{version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+_STAGING_RE = re.compile(r"^\s*(k8s\.io/[\w.\-/]+)\s+v0\.0\.0\s*$", re.MULTILINE)
+
+
+def _build_kube(out: Path) -> None:
+    """kube-apiserver, controller-manager, scheduler and kubectl in one scratch module."""
+    version = versions.KUBERNETES
+    staging_version = "v0." + version.split(".", 1)[1]
+    work = out.parent / f".build-kube-{version}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.monotonic()
+    _run(["go", "mod", "init", "slonkd.local/kubebuild"], cwd=work)
+    info = json.loads(
+        _run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"], cwd=work)
+    )
+    gomod = Path(info["GoMod"]).read_text()
+    staging = sorted(set(_STAGING_RE.findall(gomod)))
+    if not staging:
+        raise ToolchainError("no k8s.io staging requirements found in kubernetes' go.mod")
+    cmds = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"]
+    edit = ["go", "mod", "edit", f"-require=k8s.io/kubernetes@v{version}"]
+    edit += [f"-replace={m}={m}@{staging_version}" for m in staging]
+    edit += [f"-tool=k8s.io/kubernetes/cmd/{c}" for c in cmds]
+    _run(edit, cwd=work)
+    _run(["go", "mod", "tidy"], cwd=work)
+    out.mkdir(parents=True, exist_ok=True)
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{out}/"]
+        + [f"k8s.io/kubernetes/cmd/{c}" for c in cmds],
+        cwd=work,
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    _finish(out, started, f"kubernetes {version}")
+
+
+def _build_etcd(out: Path) -> None:
+    version = versions.ETCD
+    work = out.parent / f".build-etcd-{version}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.monotonic()
+    _run(["go", "mod", "init", "slonkd.local/etcdbuild"], cwd=work)
+    pkg = "go.etcd.io/etcd/server/v3"
+    _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
+    _run(["go", "mod", "tidy"], cwd=work)
+    out.mkdir(parents=True, exist_ok=True)
+    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pkg], cwd=work)
+    shutil.rmtree(work, ignore_errors=True)
+    _finish(out, started, f"etcd {version}")
+
+
+def _go_install(out: Path, module_cmd: str, version: str, what: str, ldflags: str = "") -> None:
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    _run(
+        [
+            "go",
+            "install",
+            "-trimpath",
+            "-ldflags",
+            f"-s -w {ldflags}".strip(),
+            f"{module_cmd}@v{version}",
+        ],
+        cwd=out,
+        env={"GOBIN": str(out)},
+    )
+    _finish(out, started, what)
+
+
+def ensure_tools() -> Tools:
+    """Return the tools, building whatever the cache lacks (idempotent, process-safe)."""
+    root = cache_root()
+    kube = root / f"kubernetes-{versions.KUBERNETES}"
+    etcd = root / f"etcd-{versions.ETCD}"
+    kwok = root / f"kwok-{versions.KWOK}"
+    helm = root / f"helm-{versions.HELM}"
+    plan = [
+        (
+            kube,
+            ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"],
+            _build_kube,
+        ),
+        (etcd, ["etcd"], _build_etcd),
+        (
+            kwok,
+            ["kwok"],
+            lambda o: _go_install(o, "sigs.k8s.io/kwok/cmd/kwok", versions.KWOK, "kwok"),
+        ),
+        (
+            helm,
+            ["helm"],
+            lambda o: _go_install(
+                o,
+                "helm.sh/helm/v4/cmd/helm",
+                versions.HELM,
+                "helm",
+                # helm reports only major.minor unless told its full version at link time
+                f"-X helm.sh/helm/v4/internal/version.version=v{versions.HELM}",
+            ),
+        ),
+    ]
+    for directory, names, build in plan:
+        with _locked(root / f".{directory.name}.lock"):
+            if _ready(directory, names):
+                continue
+            if shutil.which("go") is None:
+                raise ToolchainError("go is not installed; it is needed to build the harness")
+            _log(f"building {directory.name} (cold; cached afterwards)")
+            build(directory)
+    return Tools(
+        kube_apiserver=kube / "kube-apiserver",
+        kube_controller_manager=kube / "kube-controller-manager",
+        kube_scheduler=kube / "kube-scheduler",
+        kubectl=kube / "kubectl",
+        etcd=etcd / "etcd",
+        kwok=kwok / "kwok",
+        helm=helm / "helm",
+    )
+
+
+def main() -> int:
+    """Build every tool and print where they are."""
+    started = time.monotonic()
+    try:
+        tools = ensure_tools()
+    except ToolchainError as exc:
+        _log(f"error: {exc}")
+        return 1
+    for field in Tools.__dataclass_fields__:
+        _log(f"{field}: {getattr(tools, field)}")
+    _log(f"all tools ready in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

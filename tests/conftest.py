@@ -1,0 +1,112 @@
+"""Fixtures that start the real services of :mod:`slonkd.testing`.
+
+One Kubernetes control plane for the whole session (tests isolate themselves by namespace
+and node names); SLURM clusters and brokers are cheap (about a second) and are started per
+test, each in its own directory with its own ports. After the session, a check fails the
+run if any process of the harness outlived it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+
+HARNESS_PREFIX = "slonkd-test-"
+
+
+def _short_tmp(tag: str) -> Path:
+    # Unix socket paths are limited to 108 bytes: keep service roots short.
+    return Path(tempfile.mkdtemp(prefix=f"{HARNESS_PREFIX}{tag}-", dir="/tmp"))
+
+
+def _harness_processes(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if marker in line and "ps -eo" not in line]
+
+
+@pytest.fixture(scope="session")
+def session_root() -> Iterator[Path]:
+    """A private directory for this session's services; checked for leftovers at the end."""
+    root = _short_tmp("s")
+    yield root
+    left = _harness_processes(str(root))
+    if left:
+        pytest.fail("harness processes outlived the session:\n" + "\n".join(left))
+    if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kube(session_root: Path) -> Iterator[KubeCluster]:
+    """The session's real control plane (etcd, apiserver, kcm, scheduler, kwok)."""
+    cluster = KubeCluster(session_root / "kube")
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def namespace(kube: KubeCluster) -> Iterator[str]:
+    """A fresh namespace with its default ServiceAccount, deleted afterwards."""
+    name = f"t-{secrets.token_hex(4)}"
+    kube.create_namespace(name)
+    yield name
+    kube.api.request("DELETE", f"/api/v1/namespaces/{name}", ok=(200, 202, 404))
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Unique, DNS-safe names for objects that are not namespaced (nodes)."""
+    tag = secrets.token_hex(3)
+    return lambda base: f"{base}-{tag}"
+
+
+@pytest.fixture
+def slurm_factory(session_root: Path) -> Iterator[Callable[..., SlurmCluster]]:
+    """Start SLURM clusters with a chosen layout; all are stopped after the test."""
+    started: list[SlurmCluster] = []
+
+    def make(layout: SlurmLayout | None = None) -> SlurmCluster:
+        root = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_root))
+        cluster = SlurmCluster(root, layout or SlurmLayout())
+        started.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
+    """A real SLURM 22.05 cluster: munged, slurmctld and four idle slurmd (n1..n4)."""
+    return slurm_factory()
+
+
+@pytest.fixture
+def mosquitto(session_root: Path) -> Iterator[Mosquitto]:
+    """A real mosquitto with password and ACL files: ``agent-a`` may write only its topics."""
+    root = Path(tempfile.mkdtemp(prefix="mqtt-", dir=session_root))
+    broker = Mosquitto(
+        root,
+        users={
+            "watcher": MqttUser(password="watcher-pw", acl=("topic read slonk/#",)),
+            "agent-a": MqttUser(password="agent-a-pw", acl=()),
+        },
+        patterns=("pattern write slonk/v1/+/nodes/%u/#",),
+    )
+    broker.start()
+    yield broker
+    broker.stop()

@@ -1,0 +1,106 @@
+"""The SLURM harness is real: node updates round-trip, jobs run, nothing outlives it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slonkd.testing.procs import wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+
+pytestmark = pytest.mark.slurm
+
+
+def test_drain_round_trips_through_show_node_and_sinfo_json(slurm: SlurmCluster) -> None:
+    """A drain with a reason shows in ``scontrol -o show node`` and in ``sinfo --json``."""
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=slonkd:test round trip")
+    text = slurm.run("scontrol", "-o", "show", "node", "n2").stdout
+    assert "State=IDLE+DRAIN " in text
+    assert "Reason=slonkd:test round trip [root@" in text
+    nodes = json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]
+    (n2,) = [n for n in nodes if n["name"] == "n2"]
+    assert n2["state"] == "idle"
+    assert "DRAIN" in n2["state_flags"]
+    assert n2["reason"] == "slonkd:test round trip"
+    others = [n for n in nodes if n["name"] != "n2"]
+    assert all("DRAIN" not in n["state_flags"] for n in others)
+    slurm.run("scontrol", "update", "nodename=n2", "state=resume")
+    wait_for("n2 idle again", lambda: slurm.node_states()["n2"] == "idle", timeout_s=30)
+
+
+def test_sbatch_job_runs_on_a_slurmd(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """A batch job submitted with sbatch runs on one of the cluster's slurmd and completes."""
+    out = tmp_path / "job.out"
+    submitted = slurm.run(
+        "sbatch", "--parsable", "-o", str(out), "--wrap", "echo ran on $SLURMD_NODENAME"
+    )
+    job_id = submitted.stdout.strip().split(";")[0]
+    wait_for("job output", lambda: out.exists() and "ran on n" in out.read_text(), timeout_s=60)
+    wait_for(
+        "job gone from squeue",
+        lambda: job_id not in slurm.run("squeue", "-h", "-o", "%i").stdout,
+        timeout_s=30,
+    )
+    assert out.read_text().strip() in {f"ran on n{i}" for i in range(1, 5)}
+
+
+def test_declared_nodes_without_slurmd_accept_updates(
+    slurm_factory: Callable[..., SlurmCluster],
+) -> None:
+    """Scale layouts declare nodes with no slurmd; they stay unknown but take scontrol updates."""
+    cluster = slurm_factory(SlurmLayout(nodes=("n1",), extra_nodes=500))
+    states = cluster.node_states()
+    assert len(states) == 501
+    assert states["x500"].startswith("unknown")
+    cluster.run("scontrol", "update", "nodename=x[10-20]", "state=drain", "reason=scale")
+    assert cluster.node_states()["x15"].startswith("drain")
+
+
+def test_stopping_a_slurmd_kills_its_job_steps(slurm_factory: Callable[..., SlurmCluster]) -> None:
+    """Stopping a node's slurmd (as a kubelet stops a container) takes its jobs' processes too."""
+    cluster = slurm_factory(SlurmLayout(nodes=("n1",)))
+    cluster.run("sbatch", "-o", "/dev/null", "--wrap", "sleep 4141")
+    wait_for("job step running", lambda: bool(_procs_matching("sleep 4141")), timeout_s=30)
+    assert cluster.stop_slurmd("n1", grace_s=3) in {"terminated", "killed"}
+    wait_for("job step gone", lambda: not _procs_matching("sleep 4141"), timeout_s=10)
+    assert not cluster.slurmd_running("n1")
+    cluster.start_slurmd("n1")
+    assert cluster.slurmd_running("n1")
+
+
+def test_slurmctld_restart_keeps_drain_state(slurm: SlurmCluster) -> None:
+    """slurmctld SIGKILLed and restarted keeps drains (state lives in StateSaveLocation)."""
+    slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=kept")
+    slurm.kill_slurmctld()
+    assert slurm.run("scontrol", "ping", check=False).returncode != 0
+    slurm.start_slurmctld()
+    wait_for(
+        "n3 drained after restart", lambda: slurm.node_states().get("n3") == "drained", timeout_s=30
+    )
+
+
+def _procs_matching(text: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if line.strip() == text]
+
+
+def test_stopping_the_cluster_leaves_no_process(slurm_factory: Callable[..., SlurmCluster]) -> None:
+    """stop() ends munged, slurmctld, every slurmd and every job step: nothing is left."""
+    cluster = slurm_factory()
+    cluster.run("sbatch", "-o", "/dev/null", "--wrap", "sleep 4242")
+    wait_for("job step running", lambda: bool(_procs_matching("sleep 4242")), timeout_s=30)
+    root = str(cluster.root)
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert sum(root in line for line in out.splitlines()) >= 6  # munged, ctld, 4 slurmd
+    began = time.monotonic()
+    cluster.stop()
+    took = time.monotonic() - began
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert [line for line in out.splitlines() if root in line] == []
+    assert not _procs_matching("sleep 4242")
+    assert took < 10

@@ -1,0 +1,47 @@
+"""Pure parts of the harness: slurm.conf rendering and the toolchain's go.mod reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slonkd.testing import toolchain
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout, render_slurm_conf
+
+
+def test_slurm_conf_keeps_every_path_under_the_root_and_ports_distinct() -> None:
+    """Each slurmd gets its own port, extra nodes are declared in one range, paths stay private."""
+    cluster = SlurmCluster(
+        Path("/srv/x"),
+        SlurmLayout(nodes=("a-0", "a-1"), extra_nodes=3),
+        ctld_port=100,
+        slurmd_port=200,
+    )
+    conf = render_slurm_conf(cluster)
+    lines = conf.splitlines()
+    assert "SlurmctldPort=100" in lines
+    node_lines = [line for line in lines if line.startswith("NodeName=")]
+    assert node_lines[0].startswith("NodeName=a-0 ")
+    assert " Port=200 " in node_lines[0]
+    assert node_lines[1].startswith("NodeName=a-1 ")
+    assert " Port=201 " in node_lines[1]
+    assert node_lines[2].startswith("NodeName=x[1-3] ")
+    assert " Port=" not in node_lines[2]
+    for line in lines:
+        for word in line.split():
+            value = word.split("=", 1)[-1]
+            if value.startswith("/") and not value.startswith("/bin/"):
+                assert value.startswith("/srv/x/"), line
+    assert "ReturnToService=1" in lines
+
+
+def test_staging_modules_are_read_from_kubernetes_go_mod() -> None:
+    """Only k8s.io requirements at exactly v0.0.0 are staging modules; pseudo-versions are not."""
+    gomod = (
+        "require (\n"
+        "\tk8s.io/api v0.0.0\n"
+        "\tk8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912\n"
+        "\tk8s.io/client-go v0.0.0\n"
+        "\tk8s.io/utils v0.0.0-20250820121507-0af2bda4dd1d\n"
+        ")\n"
+    )
+    assert sorted(toolchain._STAGING_RE.findall(gomod)) == ["k8s.io/api", "k8s.io/client-go"]
