@@ -156,8 +156,16 @@ class SlurmCluster:
         return f"slurmd-{node}" in self.control({"op": "status"})["running"]
 
     def kill_slurmctld(self) -> None:
-        """SIGKILL slurmctld (its state stays in StateSaveLocation)."""
+        """SIGKILL slurmctld.
+
+        slurmctld writes its state files in the background: what changed in the last moments
+        before a SIGKILL can be lost (seen with a drain killed within milliseconds).
+        """
         self.control({"op": "kill_slurmctld"})
+
+    def stop_slurmctld(self, *, grace_s: float = 10.0) -> None:
+        """SIGTERM slurmctld; it saves its state before exiting."""
+        self.control({"op": "stop_slurmctld", "grace_s": grace_s})
 
     def start_slurmctld(self, *, timeout_s: float = 30.0) -> None:
         """Start slurmctld again and wait until it answers ``scontrol ping``."""

@@ -173,21 +173,23 @@ def main() -> int:
     for node in _spec["autostart"]:
         _spawn(f"slurmd-{node}", _slurmd_argv(node))
     server = _Server(_spec["socket"], _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     threading.Thread(target=_watch_stdin, daemon=True).start()
     print("supervisor ready", flush=True)
     _done.wait()
     server.shutdown()
+    # The cluster is thrown away: give daemons a moment, then exit; as the namespace's init
+    # exits, the kernel SIGKILLs whatever is left.
     with _lock:
         for proc in _procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 0.5
         for proc in _procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
     return 0
 
 

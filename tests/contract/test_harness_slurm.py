@@ -74,9 +74,9 @@ def test_stopping_a_slurmd_kills_its_job_steps(slurm_factory: Callable[..., Slur
 
 
 def test_slurmctld_restart_keeps_drain_state(slurm: SlurmCluster) -> None:
-    """slurmctld SIGKILLed and restarted keeps drains (state lives in StateSaveLocation)."""
+    """slurmctld stopped and started again keeps drains (state lives in StateSaveLocation)."""
     slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=kept")
-    slurm.kill_slurmctld()
+    slurm.stop_slurmctld()
     assert slurm.run("scontrol", "ping", check=False).returncode != 0
     slurm.start_slurmctld()
     wait_for(

@@ -1,0 +1,1 @@
+"""Benchmarks against the real services: a table for people, then one JSON line."""
