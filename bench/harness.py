@@ -26,7 +26,9 @@ RUNS = 3
 
 def _rss_mb(marker: str) -> float:
     """Total RSS of processes whose command line contains ``marker``."""
-    out = subprocess.run(["ps", "-eo", "rss,args"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "rss,args"], capture_output=True, text=True, check=True
+    )
     total_kb = 0
     for line in out.stdout.splitlines()[1:]:
         rss, _, args = line.strip().partition(" ")

@@ -31,7 +31,9 @@ def _short_tmp(tag: str) -> Path:
 
 
 def _harness_processes(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True
+    )
     return [line for line in out.stdout.splitlines() if marker in line and "ps -eo" not in line]
 
 

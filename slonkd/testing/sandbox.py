@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import shlex
+import shutil
 import signal
 import threading
 import time
@@ -34,7 +35,9 @@ def _say(message: str) -> None:
 
 
 def run_sandbox(root: Path, *, workers: int = 4, hold_s: float = 0.0) -> int:
-    """Bring everything up under ``root``, print how to reach it, hold, tear down."""
+    """Bring everything up under ``root`` (wiped first), print how to reach it, hold, stop."""
+    if (root / "env.sh").exists():  # only ever wipe a directory that a sandbox made
+        shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     names = tuple(f"worker-{i}" for i in range(workers))
     stop = threading.Event()

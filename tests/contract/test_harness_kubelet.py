@@ -43,7 +43,9 @@ def _kinds(standin: KubeletStandIn, uid: str) -> list[str]:
 
 
 def _ps() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True
+    ).stdout
     return [line.strip() for line in out.splitlines()]
 
 

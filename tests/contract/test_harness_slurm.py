@@ -85,7 +85,9 @@ def test_slurmctld_restart_keeps_drain_state(slurm: SlurmCluster) -> None:
 
 
 def _procs_matching(text: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True
+    ).stdout
     return [line for line in out.splitlines() if line.strip() == text]
 
 
@@ -95,12 +97,16 @@ def test_stopping_the_cluster_leaves_no_process(slurm_factory: Callable[..., Slu
     cluster.run("sbatch", "-o", "/dev/null", "--wrap", "sleep 4242")
     wait_for("job step running", lambda: bool(_procs_matching("sleep 4242")), timeout_s=30)
     root = str(cluster.root)
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True
+    ).stdout
     assert sum(root in line for line in out.splitlines()) >= 6  # munged, ctld, 4 slurmd
     began = time.monotonic()
     cluster.stop()
     took = time.monotonic() - began
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True
+    ).stdout
     assert [line for line in out.splitlines() if root in line] == []
     assert not _procs_matching("sleep 4242")
     assert took < 10
