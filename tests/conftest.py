@@ -17,12 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 
 HARNESS_PREFIX = "slonkd-test-"
+
+# Wall-clock deadlines per example fail on a loaded 2-core machine: correctness only here.
+settings.register_profile("slonkd", deadline=None, print_blob=True)
+settings.load_profile("slonkd")
 
 
 def _short_tmp(tag: str) -> Path:
