@@ -1,0 +1,181 @@
+"""One MQTT 5 connection (aiomqtt 2.x) with reconnects, persistent session and a last will.
+
+The :class:`Bus` owns the connection loop: connect (clean_start off, a session expiry, so a
+QoS 1 message published while this client is away is kept by the broker and delivered when
+it is back), subscribe, read messages, and on any connection error reconnect with jittered
+exponential backoff. Every received message is validated by :mod:`slonkd.core.messages`;
+malformed, forged or oversized ones are dropped, counted by reason and logged, never handed
+on. aiomqtt objects and exceptions stop here: callers see core payloads and slonkd errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import aiomqtt
+import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from slonkd.core.errors import ParseError, TransientError
+from slonkd.core.messages import MAX_PAYLOAD_BYTES, Payload, Topic, decode, encode, parse_topic
+
+log = structlog.get_logger("slonkd.bus")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BusSettings:
+    """Where and who: broker address, credentials and this client's stable identity."""
+
+    host: str
+    port: int
+    username: str
+    password: str
+    client_id: str
+    keepalive_s: int = 30
+    session_expiry_s: int = 7 * 24 * 3600
+    """How long the broker keeps this client's session (and queued QoS 1 messages)."""
+    connect_timeout_s: float = 5.0
+    reconnect_min_s: float = 0.1
+    reconnect_max_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Received:
+    """A validated message: its parsed topic, payload and whether it was retained."""
+
+    topic: Topic
+    payload: Payload
+    retained: bool
+
+
+class Bus:
+    """A reconnecting MQTT client; run :meth:`run` in the root TaskGroup."""
+
+    def __init__(
+        self,
+        settings: BusSettings,
+        *,
+        subscriptions: Sequence[str] = (),
+        will: tuple[Topic, Payload] | None = None,
+        queue_size: int = 10_000,
+    ) -> None:
+        self._settings = settings
+        self._subscriptions = tuple(subscriptions)
+        self._will = will
+        self._client: aiomqtt.Client | None = None
+        self._connected = asyncio.Event()
+        self._inbox: asyncio.Queue[Received] = asyncio.Queue(maxsize=queue_size)
+        self.dropped: Counter[str] = Counter()
+        """Messages refused at the boundary, by reason (for metrics and tests)."""
+        self.connects = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is up right now."""
+        return self._connected.is_set()
+
+    async def wait_connected(self, timeout_s: float) -> None:
+        """Wait until connected; raise TransientError after ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._connected.wait()
+        except TimeoutError as exc:
+            raise TransientError(f"not connected to the broker after {timeout_s} s") from exc
+
+    def _make_client(self) -> aiomqtt.Client:
+        s = self._settings
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
+        props.SessionExpiryInterval = s.session_expiry_s
+        will = None
+        if self._will is not None:
+            topic, payload = self._will
+            will = aiomqtt.Will(str(topic), encode(payload), qos=1, retain=True)
+        return aiomqtt.Client(
+            s.host,
+            s.port,
+            username=s.username,
+            password=s.password,
+            identifier=s.client_id,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=False,
+            properties=props,
+            keepalive=s.keepalive_s,
+            timeout=s.connect_timeout_s,
+            will=will,
+        )
+
+    async def run(self) -> None:
+        """Connect, read and reconnect until cancelled."""
+        attempt = 0
+        while True:
+            try:
+                async with self._make_client() as client:
+                    self._client = client
+                    for sub in self._subscriptions:
+                        await client.subscribe(sub, qos=1)
+                    self.connects += 1
+                    attempt = 0
+                    self._connected.set()
+                    log.info("bus.connected", client_id=self._settings.client_id,
+                             connects=self.connects)  # fmt: skip
+                    async for message in client.messages:
+                        self._accept(message)
+            except aiomqtt.MqttError as exc:
+                self._connected.clear()
+                self._client = None
+                attempt += 1
+                delay = min(self._settings.reconnect_max_s,
+                            self._settings.reconnect_min_s * 2 ** min(attempt, 10))  # fmt: skip
+                delay *= random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
+                log.warning("bus.reconnecting", error=str(exc)[:200], attempt=attempt,
+                            delay_s=round(delay, 3))  # fmt: skip
+                await asyncio.sleep(delay)
+            finally:
+                self._connected.clear()
+                self._client = None
+
+    def _accept(self, message: aiomqtt.Message) -> None:
+        raw = message.payload
+        if not isinstance(raw, bytes | bytearray):
+            self._drop("not-bytes", str(message.topic))
+            return
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            self._drop("oversized", str(message.topic))
+            return
+        try:
+            topic = parse_topic(str(message.topic))
+            payload = decode(topic, bytes(raw))
+        except ParseError as exc:
+            self._drop("invalid", str(message.topic), error=str(exc)[:200])
+            return
+        try:
+            self._inbox.put_nowait(Received(topic=topic, payload=payload, retained=message.retain))
+        except asyncio.QueueFull:
+            self._drop("inbox-full", str(message.topic))
+
+    def _drop(self, reason: str, topic: str, **extra: str) -> None:
+        self.dropped[reason] += 1
+        log.warning("bus.message_dropped", reason=reason, topic=topic[:200], **extra)
+
+    async def messages(self) -> AsyncIterator[Received]:
+        """Validated messages, in arrival order, across reconnects."""
+        while True:
+            yield await self._inbox.get()
+
+    async def publish(self, topic: Topic, payload: Payload, *, retain: bool = False,
+                      timeout_s: float = 10.0) -> None:  # fmt: skip
+        """Publish at QoS 1 once connected; TransientError if that cannot happen in time."""
+        raw = encode(payload)
+        await self.wait_connected(timeout_s)
+        client = self._client
+        if client is None:
+            raise TransientError("connection lost before publishing")
+        try:
+            await client.publish(str(topic), raw, qos=1, retain=retain, timeout=timeout_s)
+        except aiomqtt.MqttError as exc:
+            raise TransientError(f"publish to {topic} failed: {exc}") from exc
