@@ -1,0 +1,122 @@
+"""Per-agent MQTT credentials through mosquitto's dynamic-security plugin.
+
+A StatefulSet cannot mount one Secret per pod, so the coordinator issues each agent its own
+client at start (after checking the agent's pod-bound ServiceAccount token): a role that
+may publish only its own node's ``status`` and ``events`` topics and subscribe only to its
+own ``commands``, and a fresh random password, replaced on every issue (a restarted pod
+gets a new one; the old one stops working). Only the coordinator's admin client talks to
+``$CONTROL/dynamic-security/v1``; nothing here builds a topic from unchecked text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiomqtt
+import structlog
+
+from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.messages import Channel, check_name, node_topic
+
+log = structlog.get_logger("slonkd.bus.dynsec")
+
+CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
+RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentCredentials:
+    """What an agent needs to connect: its username and password."""
+
+    username: str
+    password: str
+
+
+def agent_username(node: str) -> str:
+    """The MQTT username of ``node``'s agent."""
+    return f"agent-{check_name(node, 'node')}"
+
+
+def agent_role(cluster: str, node: str) -> dict[str, Any]:
+    """The dynsec role of ``node``'s agent: its own topics and nothing else."""
+    own = {
+        ch: str(node_topic(cluster, node, ch)) for ch in Channel if ch is not Channel.COORDINATOR
+    }
+    return {
+        "rolename": f"slonk-{agent_username(node)}",
+        "acls": [
+            {"acltype": "publishClientSend", "topic": own[Channel.STATUS], "allow": True},
+            {"acltype": "publishClientSend", "topic": own[Channel.EVENTS], "allow": True},
+            {"acltype": "subscribeLiteral", "topic": own[Channel.COMMANDS], "allow": True},
+            {"acltype": "publishClientReceive", "topic": own[Channel.COMMANDS], "allow": True},
+            {"acltype": "subscribeLiteral", "topic": f"slonk/v1/{cluster}/coordinator/status",
+             "allow": True},
+            {"acltype": "publishClientReceive", "topic": f"slonk/v1/{cluster}/coordinator/status",
+             "allow": True},
+        ],
+    }  # fmt: skip
+
+
+class DynSecAdmin:
+    """Issues and revokes agent credentials as the broker's dynsec admin."""
+
+    def __init__(self, *, host: str, port: int, username: str, password: str,
+                 timeout_s: float = 10.0) -> None:  # fmt: skip
+        self._args = {"hostname": host, "port": port, "username": username, "password": password}
+        self._timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+
+    async def _call(self, commands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send one batch of commands and return the broker's responses, in order."""
+        async with self._lock:
+            try:
+                async with (
+                    asyncio.timeout(self._timeout_s),
+                    aiomqtt.Client(**self._args, protocol=aiomqtt.ProtocolVersion.V5) as client,  # type: ignore[arg-type]
+                ):
+                    await client.subscribe(RESPONSE_TOPIC, qos=1)
+                    await client.publish(
+                        CONTROL_TOPIC, json.dumps({"commands": list(commands)}), qos=1
+                    )
+                    async for message in client.messages:
+                        if not isinstance(message.payload, bytes):
+                            continue
+                        responses = json.loads(message.payload).get("responses", [])
+                        if isinstance(responses, list):
+                            return [r for r in responses if isinstance(r, dict)]
+            except TimeoutError as exc:
+                raise TransientError("no answer from the dynamic-security plugin") from exc
+            except aiomqtt.MqttError as exc:
+                if "authorized" in str(exc).lower():
+                    raise TerminalError(f"the broker refused the dynsec admin: {exc}") from exc
+                raise TransientError(f"dynsec call failed: {exc}") from exc
+        raise TransientError("the broker closed the dynsec response stream")
+
+    async def issue(self, cluster: str, node: str) -> AgentCredentials:
+        """Create (or re-key) ``node``'s agent client and role; return the new password."""
+        username = agent_username(node)
+        role = agent_role(cluster, node)
+        password = secrets.token_urlsafe(24)
+        responses = await self._call([
+            {"command": "deleteRole", "rolename": role["rolename"]},
+            {"command": "createRole", **role},
+            {"command": "deleteClient", "username": username},
+            {"command": "createClient", "username": username, "password": password,
+             "roles": [{"rolename": role["rolename"]}]},
+        ])  # fmt: skip
+        errors = [r.get("error") for r in responses[1::2] if r.get("error")]
+        if len(responses) != 4 or errors:
+            raise TerminalError(f"dynsec refused the credentials of {node}: {errors or responses}")
+        log.info("bus.agent_credentials_issued", node=node, username=username)
+        return AgentCredentials(username=username, password=password)
+
+    async def revoke(self, node: str) -> None:
+        """Delete ``node``'s agent client (its connection is closed by the broker)."""
+        username = agent_username(node)
+        await self._call([{"command": "deleteClient", "username": username}])
+        log.info("bus.agent_credentials_revoked", node=node, username=username)

@@ -1,0 +1,98 @@
+"""Per-agent credentials through mosquitto's dynamic-security plugin, on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin
+from slonkd.core.errors import ParseError
+from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
+from slonkd.testing.mosquitto import Mosquitto
+
+pytestmark = pytest.mark.mqtt
+
+
+@pytest.fixture
+async def dynsec_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
+    """A broker with the dynamic-security plugin and only its admin client."""
+    root = Path(tempfile.mkdtemp(prefix="dynsec-", dir=session_root))
+    broker = Mosquitto(root, dynamic_security=True)
+    await asyncio.to_thread(broker.start)
+    yield broker
+    await asyncio.to_thread(broker.stop)
+
+
+def _admin(b: Mosquitto) -> DynSecAdmin:
+    return DynSecAdmin(host=b.host, port=b.port, username=b.admin_user, password=b.admin_password)
+
+
+def _client(b: Mosquitto, creds: AgentCredentials) -> aiomqtt.Client:
+    return aiomqtt.Client(b.host, b.port, username=creds.username, password=creds.password,
+                          protocol=aiomqtt.ProtocolVersion.V5, timeout=5)  # fmt: skip
+
+
+async def test_issued_agent_writes_only_its_own_topics(dynsec_broker: Mosquitto) -> None:
+    """An issued agent publishes its own status; its publish on another node's topic is dropped."""
+    b = dynsec_broker
+    creds = await _admin(b).issue("lab", "n1")
+    assert creds.username == "agent-n1"
+    async with aiomqtt.Client(b.host, b.port, username=b.admin_user, password=b.admin_password,
+                              protocol=aiomqtt.ProtocolVersion.V5) as watcher:  # fmt: skip
+        await watcher.subscribe("slonk/#", qos=1)
+        async with _client(b, creds) as agent:
+            forged = AgentStatus(node="n2", online=False)
+            await agent.publish(str(node_topic("lab", "n2", Channel.STATUS)), encode(forged), qos=1)
+            mine = AgentStatus(node="n1", online=True)
+            await agent.publish(str(node_topic("lab", "n1", Channel.STATUS)), encode(mine), qos=1)
+        async with asyncio.timeout(10):
+            message = await anext(aiter(watcher.messages))
+    assert str(message.topic) == "slonk/v1/lab/nodes/n1/status"
+
+
+async def test_agent_can_subscribe_to_its_commands_but_not_anothers(
+    dynsec_broker: Mosquitto,
+) -> None:
+    """Subscribing to its own commands is granted; to another node's commands it is refused."""
+    b = dynsec_broker
+    creds = await _admin(b).issue("lab", "n1")
+    async with _client(b, creds) as agent:
+        own = await agent.subscribe(str(node_topic("lab", "n1", Channel.COMMANDS)), qos=1)
+        other = await agent.subscribe(str(node_topic("lab", "n2", Channel.COMMANDS)), qos=1)
+        everything = await agent.subscribe("slonk/#", qos=1)
+    assert [int(c.value) for c in own] == [1]  # type: ignore[union-attr]
+    assert all(int(c.value) >= 0x80 for c in other)  # type: ignore[union-attr]
+    assert all(int(c.value) >= 0x80 for c in everything)  # type: ignore[union-attr]
+
+
+async def test_reissue_rotates_the_password_and_revoke_locks_out(dynsec_broker: Mosquitto) -> None:
+    """A second issue (pod restart) invalidates the old password; revoke removes the client."""
+    b = dynsec_broker
+    admin = _admin(b)
+    first = await admin.issue("lab", "n1")
+    second = await admin.issue("lab", "n1")
+    assert first.password != second.password
+    with pytest.raises(aiomqtt.MqttError):
+        async with _client(b, first):
+            pass
+    async with _client(b, second):
+        pass
+    await admin.revoke("n1")
+    with pytest.raises(aiomqtt.MqttError):
+        async with _client(b, second):
+            pass
+
+
+async def test_hostile_node_names_are_refused_before_reaching_the_broker(
+    dynsec_broker: Mosquitto,
+) -> None:
+    """A node name with wildcards or slashes is refused; no role or client is created."""
+    admin = _admin(dynsec_broker)
+    for name in ("n1/#", "+", "../n2", "", "a" * 200):
+        with pytest.raises(ParseError):
+            await admin.issue("lab", name)
