@@ -47,9 +47,18 @@ def main() -> int:
     t0 = time.monotonic()
     ensure_tools()
     tools_s = time.monotonic() - t0
-    results: dict[str, list[float]] = {k: [] for k in (
-        "etcd_apiserver_ready_s", "kube_all_ready_s", "slurm_all_idle_s", "mosquitto_up_s",
-        "kube_rss_mb", "slurm_rss_mb", "mosquitto_rss_mb")}  # fmt: skip
+    results: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "etcd_apiserver_ready_s",
+            "kube_all_ready_s",
+            "slurm_all_idle_s",
+            "mosquitto_up_s",
+            "kube_rss_mb",
+            "slurm_rss_mb",
+            "mosquitto_rss_mb",
+        )
+    }
     for _ in range(RUNS):
         root = Path(tempfile.mkdtemp(prefix="slonkd-bench-"))
         with KubeCluster(root / "kube") as kube:

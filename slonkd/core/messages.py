@@ -68,8 +68,9 @@ def node_topic(cluster: str, node: str, channel: Channel) -> Topic:
     """The topic of ``channel`` for ``node``; names are validated."""
     if channel is Channel.COORDINATOR:
         raise ValueError("the coordinator channel has no node")
-    return Topic(cluster=check_name(cluster, "cluster"), channel=channel,
-                 node=check_name(node, "node"))  # fmt: skip
+    return Topic(
+        cluster=check_name(cluster, "cluster"), channel=channel, node=check_name(node, "node")
+    )
 
 
 def coordinator_topic(cluster: str) -> Topic:
@@ -150,15 +151,37 @@ _KIND: Final[dict[Channel, tuple[str, type[Payload]]]] = {
 
 # field -> (type, required); str fields are bounded by MAX_TEXT, names checked separately.
 _FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
-    AgentStatus: {"node": (str, True), "online": (bool, True), "pod": (str, False),
-                  "slurm_state": (str, False), "health": (dict, False), "at": (float, False)},
-    AgentEvent: {"node": (str, True), "event": (str, True), "cause": (str, False),
-                 "detail": (str, False), "at": (float, False)},
-    Command: {"id": (str, True), "node": (str, True), "action": (str, True), "cause": (str, True),
-              "fencing_token": (int, True), "detail": (str, False), "at": (float, False)},
-    CoordinatorStatus: {"online": (bool, True), "leader": (str, False),
-                        "fencing_token": (int, False), "at": (float, False)},
-}  # fmt: skip
+    AgentStatus: {
+        "node": (str, True),
+        "online": (bool, True),
+        "pod": (str, False),
+        "slurm_state": (str, False),
+        "health": (dict, False),
+        "at": (float, False),
+    },
+    AgentEvent: {
+        "node": (str, True),
+        "event": (str, True),
+        "cause": (str, False),
+        "detail": (str, False),
+        "at": (float, False),
+    },
+    Command: {
+        "id": (str, True),
+        "node": (str, True),
+        "action": (str, True),
+        "cause": (str, True),
+        "fencing_token": (int, True),
+        "detail": (str, False),
+        "at": (float, False),
+    },
+    CoordinatorStatus: {
+        "online": (bool, True),
+        "leader": (str, False),
+        "fencing_token": (int, False),
+        "at": (float, False),
+    },
+}
 
 
 def encode(payload: Payload) -> bytes:

@@ -54,9 +54,15 @@ def broker(session_root: Path) -> Iterator[Mosquitto]:
 
 
 def _settings(b: Mosquitto, user: str, client_id: str | None = None) -> BusSettings:
-    return BusSettings(host=b.host, port=b.port, username=user, password=f"{user}-pw",
-                       client_id=client_id or f"slonkd-{user}", reconnect_min_s=0.05,
-                       reconnect_max_s=0.5)  # fmt: skip
+    return BusSettings(
+        host=b.host,
+        port=b.port,
+        username=user,
+        password=f"{user}-pw",
+        client_id=client_id or f"slonkd-{user}",
+        reconnect_min_s=0.05,
+        reconnect_max_s=0.5,
+    )
 
 
 @asynccontextmanager
@@ -128,10 +134,16 @@ async def test_forged_and_malformed_commands_are_dropped_and_counted(broker: Mos
     future = json.loads(encode(_cmd(3)))
     future["v"] = 99
     async with running(agent):
-        async with aiomqtt.Client(broker.host, broker.port, username="coordinator",
-                                  password="coordinator-pw") as raw:  # fmt: skip
-            for payload in (b"garbage", json.dumps(forged).encode(), json.dumps(future).encode(),
-                            b"{" + b" " * 20000 + b"}", encode(_cmd(4))):  # fmt: skip
+        async with aiomqtt.Client(
+            broker.host, broker.port, username="coordinator", password="coordinator-pw"
+        ) as raw:
+            for payload in (
+                b"garbage",
+                json.dumps(forged).encode(),
+                json.dumps(future).encode(),
+                b"{" + b" " * 20000 + b"}",
+                encode(_cmd(4)),
+            ):
                 await raw.publish(topic, payload, qos=1)
         got = await _next(agent)
     assert got.payload == _cmd(4)

@@ -33,8 +33,14 @@ def _admin(b: Mosquitto) -> DynSecAdmin:
 
 
 def _client(b: Mosquitto, creds: AgentCredentials) -> aiomqtt.Client:
-    return aiomqtt.Client(b.host, b.port, username=creds.username, password=creds.password,
-                          protocol=aiomqtt.ProtocolVersion.V5, timeout=5)  # fmt: skip
+    return aiomqtt.Client(
+        b.host,
+        b.port,
+        username=creds.username,
+        password=creds.password,
+        protocol=aiomqtt.ProtocolVersion.V5,
+        timeout=5,
+    )
 
 
 async def test_issued_agent_writes_only_its_own_topics(dynsec_broker: Mosquitto) -> None:
@@ -42,8 +48,13 @@ async def test_issued_agent_writes_only_its_own_topics(dynsec_broker: Mosquitto)
     b = dynsec_broker
     creds = await _admin(b).issue("lab", "n1")
     assert creds.username == "agent-n1"
-    async with aiomqtt.Client(b.host, b.port, username=b.admin_user, password=b.admin_password,
-                              protocol=aiomqtt.ProtocolVersion.V5) as watcher:  # fmt: skip
+    async with aiomqtt.Client(
+        b.host,
+        b.port,
+        username=b.admin_user,
+        password=b.admin_password,
+        protocol=aiomqtt.ProtocolVersion.V5,
+    ) as watcher:
         await watcher.subscribe("slonk/#", qos=1)
         async with _client(b, creds) as agent:
             forged = AgentStatus(node="n2", online=False)

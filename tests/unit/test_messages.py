@@ -25,8 +25,15 @@ from slonkd.core.messages import (
     parse_topic,
 )
 
-CMD = Command(id="c0ffee00c0ffee00", node="n1", action="drain", cause="k8s-cordoned",
-              fencing_token=7, detail="node kn-1 cordoned", at=1.5)  # fmt: skip
+CMD = Command(
+    id="c0ffee00c0ffee00",
+    node="n1",
+    action="drain",
+    cause="k8s-cordoned",
+    fencing_token=7,
+    detail="node kn-1 cordoned",
+    at=1.5,
+)
 STATUS_T = node_topic("lab", "n1", Channel.STATUS)
 CMD_T = node_topic("lab", "n1", Channel.COMMANDS)
 
@@ -141,9 +148,15 @@ json_values = st.recursive(
 )
 
 
-@given(st.dictionaries(st.sampled_from(["v", "kind", "id", "node", "action", "cause",
-                                        "fencing_token", "detail", "at", "extra"]),
-                       json_values, max_size=10))  # fmt: skip
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["v", "kind", "id", "node", "action", "cause", "fencing_token", "detail", "at", "extra"]
+        ),
+        json_values,
+        max_size=10,
+    )
+)
 def test_arbitrary_json_objects_never_crash_the_decoder(body: dict[str, Any]) -> None:
     """Any JSON object either is a well-formed command for n1 or raises ParseError."""
     try:

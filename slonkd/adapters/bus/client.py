@@ -121,19 +121,26 @@ class Bus:
                     self.connects += 1
                     attempt = 0
                     self._connected.set()
-                    log.info("bus.connected", client_id=self._settings.client_id,
-                             connects=self.connects)  # fmt: skip
+                    log.info(
+                        "bus.connected", client_id=self._settings.client_id, connects=self.connects
+                    )
                     async for message in client.messages:
                         self._accept(message)
             except aiomqtt.MqttError as exc:
                 self._connected.clear()
                 self._client = None
                 attempt += 1
-                delay = min(self._settings.reconnect_max_s,
-                            self._settings.reconnect_min_s * 2 ** min(attempt, 10))  # fmt: skip
+                delay = min(
+                    self._settings.reconnect_max_s,
+                    self._settings.reconnect_min_s * 2 ** min(attempt, 10),
+                )
                 delay *= random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
-                log.warning("bus.reconnecting", error=str(exc)[:200], attempt=attempt,
-                            delay_s=round(delay, 3))  # fmt: skip
+                log.warning(
+                    "bus.reconnecting",
+                    error=str(exc)[:200],
+                    attempt=attempt,
+                    delay_s=round(delay, 3),
+                )
                 await asyncio.sleep(delay)
             finally:
                 self._connected.clear()
@@ -167,8 +174,9 @@ class Bus:
         while True:
             yield await self._inbox.get()
 
-    async def publish(self, topic: Topic, payload: Payload, *, retain: bool = False,
-                      timeout_s: float = 10.0) -> None:  # fmt: skip
+    async def publish(
+        self, topic: Topic, payload: Payload, *, retain: bool = False, timeout_s: float = 10.0
+    ) -> None:
         """Publish at QoS 1 once connected; TransientError if that cannot happen in time."""
         raw = encode(payload)
         await self.wait_connected(timeout_s)

@@ -54,19 +54,26 @@ def agent_role(cluster: str, node: str) -> dict[str, Any]:
             {"acltype": "publishClientSend", "topic": own[Channel.EVENTS], "allow": True},
             {"acltype": "subscribeLiteral", "topic": own[Channel.COMMANDS], "allow": True},
             {"acltype": "publishClientReceive", "topic": own[Channel.COMMANDS], "allow": True},
-            {"acltype": "subscribeLiteral", "topic": f"slonk/v1/{cluster}/coordinator/status",
-             "allow": True},
-            {"acltype": "publishClientReceive", "topic": f"slonk/v1/{cluster}/coordinator/status",
-             "allow": True},
+            {
+                "acltype": "subscribeLiteral",
+                "topic": f"slonk/v1/{cluster}/coordinator/status",
+                "allow": True,
+            },
+            {
+                "acltype": "publishClientReceive",
+                "topic": f"slonk/v1/{cluster}/coordinator/status",
+                "allow": True,
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
-    def __init__(self, *, host: str, port: int, username: str, password: str,
-                 timeout_s: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, *, host: str, port: int, username: str, password: str, timeout_s: float = 10.0
+    ) -> None:
         self._args = {"hostname": host, "port": port, "username": username, "password": password}
         self._timeout_s = timeout_s
         self._lock = asyncio.Lock()
@@ -102,13 +109,19 @@ class DynSecAdmin:
         username = agent_username(node)
         role = agent_role(cluster, node)
         password = secrets.token_urlsafe(24)
-        responses = await self._call([
-            {"command": "deleteRole", "rolename": role["rolename"]},
-            {"command": "createRole", **role},
-            {"command": "deleteClient", "username": username},
-            {"command": "createClient", "username": username, "password": password,
-             "roles": [{"rolename": role["rolename"]}]},
-        ])  # fmt: skip
+        responses = await self._call(
+            [
+                {"command": "deleteRole", "rolename": role["rolename"]},
+                {"command": "createRole", **role},
+                {"command": "deleteClient", "username": username},
+                {
+                    "command": "createClient",
+                    "username": username,
+                    "password": password,
+                    "roles": [{"rolename": role["rolename"]}],
+                },
+            ]
+        )
         errors = [r.get("error") for r in responses[1::2] if r.get("error")]
         if len(responses) != 4 or errors:
             raise TerminalError(f"dynsec refused the credentials of {node}: {errors or responses}")

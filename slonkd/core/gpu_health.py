@@ -1,0 +1,259 @@
+"""GPU health parsers: ``nvidia-smi --query-gpu`` CSV, its failure texts, and Xid kernel messages.
+
+Pure functions from a tool's output (and thresholds) to :class:`~slonkd.core.health.CheckResult`.
+The query is asked with a header (``--format=csv,nounits``) and parsed by column name, so
+the column order and the renames between driver versions (``clocks_throttle_reasons`` ->
+``clocks_event_reasons``) do not matter. Values such as ``[N/A]`` or ``[Not Supported]``
+are "no information", never zero; ``[Unknown Error]`` and ``[GPU is lost]`` mean the GPU
+fell off the bus.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from slonkd.core.health import CheckResult, Remediation, fail, ok, unknown, warn, worst
+
+NVIDIA_SMI_FIELDS: Final = (
+    "index",
+    "pci.bus_id",
+    "uuid",
+    "name",
+    "temperature.gpu",
+    "power.draw",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "clocks_event_reasons.hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown",
+)
+"""What the runner asks for; a driver that lacks a field answers ``[N/A]`` or an error."""
+
+_NO_INFO: Final = {"[N/A]", "[Not Supported]", "N/A", "[Unknown]", ""}
+_LOST: Final = {"[Unknown Error]", "[GPU is lost]", "[GPU requires reset]"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuThresholds:
+    """Limits for the nvidia-smi check (settings)."""
+
+    expected_gpus: int = 8
+    max_uncorrected_volatile: int = 0
+    max_uncorrected_aggregate: int = 10
+    max_temperature_c: float = 87.0
+
+
+def _header_name(raw: str) -> str:
+    return re.sub(r"\s*\[.*\]\s*$", "", raw.strip())
+
+
+def _int(value: str) -> int | None:
+    value = value.strip()
+    if value in _NO_INFO:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi(stdout: str, stderr: str, rc: int, limits: GpuThresholds) -> CheckResult:
+    """Judge one ``nvidia-smi --query-gpu=... --format=csv,nounits`` run."""
+    name = "nvidia-smi"
+    text = f"{stdout}\n{stderr}"
+    if "couldn't communicate with the NVIDIA driver" in text:
+        return fail(name, "gpu-driver", Remediation.REBOOT, _first_line(text, "NVIDIA driver"))
+    if "Unable to determine the device handle" in text or "GPU is lost" in text:
+        return fail(
+            name,
+            "gpu-fell-off-bus",
+            Remediation.REBOOT,
+            _first_line(text, "device handle") or _first_line(text, "GPU is lost"),
+        )
+    if "No devices were found" in text:
+        if limits.expected_gpus > 0:
+            return fail(
+                name,
+                "gpu-count",
+                Remediation.REBOOT,
+                f"no GPU found, {limits.expected_gpus} expected",
+            )
+        return ok(name, "no GPU expected, none found")
+    if rc != 0:
+        return unknown(name, "nvidia-smi-error", f"rc {rc}: {stderr.strip()[:300]}")
+    rows = list(csv.reader(io.StringIO(stdout.strip())))
+    if not rows:
+        return unknown(name, "nvidia-smi-empty", "no output")
+    header = [_header_name(h) for h in rows[0]]
+    if "index" not in header:
+        return unknown(name, "nvidia-smi-unparsable", f"header: {rows[0][:5]}")
+    gpus: list[dict[str, str]] = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            return unknown(name, "nvidia-smi-unparsable", f"row of {len(row)} fields")
+        gpus.append({h: v.strip() for h, v in zip(header, row, strict=True)})
+    findings = [_judge_gpu(g, limits) for g in gpus]
+    if len(gpus) != limits.expected_gpus:
+        findings.append(
+            fail(
+                name,
+                "gpu-count",
+                Remediation.REBOOT,
+                f"{len(gpus)} GPUs visible, {limits.expected_gpus} expected",
+            )
+        )
+    result = worst(name, findings)
+    if result.verdict.value == "ok":
+        return ok(name, f"{len(gpus)} GPUs healthy")
+    return result
+
+
+def _judge_gpu(gpu: Mapping[str, str], limits: GpuThresholds) -> CheckResult:
+    name = "nvidia-smi"
+    where = f"GPU {gpu.get('index', '?')} ({gpu.get('pci.bus_id', '?')})"
+    if any(v in _LOST for v in gpu.values()):
+        return fail(name, "gpu-fell-off-bus", Remediation.REBOOT, f"{where}: GPU lost")
+    found: list[CheckResult] = []
+    volatile = _int(gpu.get("ecc.errors.uncorrected.volatile.total", ""))
+    if volatile is not None and volatile > limits.max_uncorrected_volatile:
+        found.append(
+            fail(
+                name,
+                "ecc-uncorrectable",
+                Remediation.REBOOT,
+                f"{where}: {volatile} uncorrected ECC errors since boot",
+            )
+        )
+    aggregate = _int(gpu.get("ecc.errors.uncorrected.aggregate.total", ""))
+    if aggregate is not None and aggregate > limits.max_uncorrected_aggregate:
+        found.append(
+            fail(
+                name,
+                "ecc-uncorrectable-lifetime",
+                Remediation.MANUAL,
+                f"{where}: {aggregate} uncorrected ECC errors in its lifetime",
+            )
+        )
+    if gpu.get("remapped_rows.failure", "").lower() == "yes":
+        found.append(
+            fail(name, "row-remap-failed", Remediation.MANUAL, f"{where}: row remapping failed")
+        )
+    if gpu.get("remapped_rows.pending", "").lower() == "yes":
+        found.append(
+            fail(
+                name,
+                "row-remap-pending",
+                Remediation.REBOOT,
+                f"{where}: row remap pending (needs a GPU reset)",
+            )
+        )
+    if gpu.get("retired_pages.pending", "").lower() == "yes":
+        found.append(
+            fail(
+                name,
+                "retired-pages-pending",
+                Remediation.REBOOT,
+                f"{where}: page retirement pending",
+            )
+        )
+    temp = _int(gpu.get("temperature.gpu", ""))
+    if temp is not None and temp > limits.max_temperature_c:
+        found.append(warn(name, "gpu-hot", f"{where}: {temp} C"))
+    for key, cause in (
+        ("clocks_event_reasons.hw_thermal_slowdown", "gpu-thermal-throttle"),
+        ("clocks_event_reasons.hw_power_brake_slowdown", "gpu-power-brake"),
+    ):
+        if gpu.get(key, "").lower() == "active":
+            found.append(warn(name, cause, f"{where}: {key.split('.')[-1]} active"))
+    return worst(name, found)
+
+
+def _first_line(text: str, needle: str) -> str:
+    return next((line.strip() for line in text.splitlines() if needle in line), "")[:300]
+
+
+# --- Xid ---------------------------------------------------------------------------------
+
+_XID_RE: Final = re.compile(r"NVRM: Xid \((?P<dev>[^)]{1,40})\): (?P<xid>\d{1,4})\b(?P<rest>.*)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidPolicy:
+    """Which Xids take a node out, and how it is repaired (settings; NVIDIA's Xid catalogue)."""
+
+    fatal: Mapping[int, Remediation] = field(
+        default_factory=lambda: {
+            48: Remediation.REBOOT,  # double-bit ECC error
+            61: Remediation.REBOOT,  # internal micro-controller breakpoint
+            62: Remediation.REBOOT,  # internal micro-controller halt
+            63: Remediation.REBOOT,  # ECC page retirement / row remap pending
+            64: Remediation.MANUAL,  # ECC page retirement / row remap failure
+            74: Remediation.REBOOT,  # NVLink error
+            79: Remediation.REBOOT,  # GPU has fallen off the bus
+            92: Remediation.REBOOT,  # high single-bit ECC error rate
+            94: Remediation.RESTART_POD,  # contained ECC error: the application must restart
+            95: Remediation.REBOOT,  # uncontained ECC error
+            119: Remediation.REBOOT,  # GSP RPC timeout
+            120: Remediation.REBOOT,  # GSP error
+        }
+    )
+    informational: frozenset[int] = frozenset({13, 31, 43, 45, 68})
+    """Usually the application's fault (exceptions, MMU faults, preemptive cleanup)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidEvent:
+    """One Xid message: device, number and the rest of the line."""
+
+    device: str
+    xid: int
+    text: str
+
+
+def parse_kmsg_record(line: str) -> str:
+    """The message of one ``/dev/kmsg`` record (``pri,seq,ts,flags;message``) or dmesg line."""
+    head, sep, message = line.partition(";")
+    if sep and head.count(",") >= 2 and head.split(",", 1)[0].isdigit():
+        return message
+    return re.sub(r"^\[\s*\d+\.\d+\]\s*", "", line)
+
+
+def find_xids(lines: Iterable[str]) -> list[XidEvent]:
+    """Every Xid message among kernel log lines (kmsg records or dmesg text)."""
+    events = []
+    for line in lines:
+        match = _XID_RE.search(parse_kmsg_record(line))
+        if match:
+            events.append(
+                XidEvent(
+                    device=match["dev"], xid=int(match["xid"]), text=match["rest"].strip(" ,")[:200]
+                )
+            )
+    return events
+
+
+def judge_xids(events: Iterable[XidEvent], policy: XidPolicy) -> CheckResult:
+    """Fail on a fatal Xid (the worst remediation wins), warn on others."""
+    name = "xid"
+    found = []
+    for ev in events:
+        where = f"Xid {ev.xid} on {ev.device}: {ev.text}"
+        if ev.xid in policy.fatal:
+            found.append(fail(name, f"gpu-xid-{ev.xid}", policy.fatal[ev.xid], where))
+        elif ev.xid not in policy.informational:
+            found.append(warn(name, f"gpu-xid-{ev.xid}", where))
+    if not found:
+        return ok(name)
+    ladder = [Remediation.NONE, Remediation.RESTART_POD, Remediation.REBOOT, Remediation.MANUAL]
+    fails = [r for r in found if r.verdict.value == "fail"]
+    if fails:
+        top = max(fails, key=lambda r: ladder.index(r.remediation))
+        return fail(name, top.cause, top.remediation, "; ".join(r.evidence for r in fails))
+    return worst(name, found)
