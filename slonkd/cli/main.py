@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands arrive with their issues (``agent``, ``prestop``, ``coordinator``, ``status``);
-until then only ``sandbox`` exists, and the parser says so rather than pretending.
+until then only ``sandbox`` and ``check`` exist, and the parser says so rather than pretending.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonkd import __version__
+from slonkd.cli import check
+from slonkd.runtime.logging import configure_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="tear down after this long (default: hold until Ctrl-C)",
     )
+    check.add_parser(sub)
     return parser
 
 
@@ -58,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from slonkd.testing.sandbox import run_sandbox
 
         return run_sandbox(args.dir, workers=args.workers, hold_s=args.hold)
+    if args.command == "check":
+        configure_logging()
+        return check.main(args)
     parser.print_help(sys.stderr)
     return 2
 

@@ -23,5 +23,6 @@ DEBIAN_PACKAGES = (
     "openssl",
     "util-linux",
     "procps",
+    "iputils-ping",
 )
 """Debian packages the harness needs (SLURM 22.05 on bookworm, mosquitto 2.0)."""

@@ -1,0 +1,236 @@
+"""The health checks: each one a runner (probe with a deadline) plus a pure parser from the core.
+
+A :class:`Check` keeps what it needs between runs (previous counter readings, the kernel
+log position) and returns one :class:`~slonkd.core.health.CheckResult` per run. A tool that
+is missing or late gives ``unknown``, never ``ok``. :func:`build_checks` makes the set that
+:class:`HealthSettings` asks for; ``slonkd check`` runs them once, the agent on schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.health import probes
+from slonkd.core import gpu_health, node_health
+from slonkd.core.health import CheckResult, unknown
+
+Runner = Callable[[], Coroutine[Any, Any, CheckResult]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthSettings:
+    """Which checks run, with their thresholds, deadlines and periods (seconds)."""
+
+    expected_gpus: int = 0
+    gpu: gpu_health.GpuThresholds | None = None
+    xid: gpu_health.XidPolicy = field(default_factory=gpu_health.XidPolicy)
+    disk_paths: Sequence[str] = ("/",)
+    disk: node_health.DiskThresholds = field(default_factory=node_health.DiskThresholds)
+    mounts: Sequence[str] = ()
+    slurmd_port: int | None = None
+    peers: Sequence[str] = ()
+    nic_interfaces: Sequence[str] = ()
+    ib_expected_ports: int = 0
+    ib: node_health.IbThresholds = field(default_factory=node_health.IbThresholds)
+    pcie_vendors: Sequence[str] = ("0x10de", "0x15b3")
+    """PCI vendor ids whose links are checked (NVIDIA GPUs, Mellanox/NVIDIA NICs)."""
+    sysfs_root: str = "/sys"
+    kmsg_path: str = "/dev/kmsg"
+    timeout_s: float = 10.0
+    mount_timeout_s: float = 5.0
+    fast_period_s: float = 30.0
+    slow_period_s: float = 300.0
+
+
+@dataclass(slots=True)
+class Check:
+    """One named check with its period and runner."""
+
+    name: str
+    period_s: float
+    run: Runner
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def read_ib_ports(root: Path) -> list[node_health.IbPort]:
+    """Every port under ``<root>/class/infiniband`` with state, rate and error counters."""
+    ports = []
+    base = root / "class" / "infiniband"
+    for dev in sorted(base.iterdir()) if base.is_dir() else []:
+        for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
+            counters = {
+                c: _int(_read(port / "counters" / c))
+                for c in node_health.IB_ERROR_COUNTERS
+                if (port / "counters" / c).exists()
+            }
+            ports.append(
+                node_health.IbPort(
+                    name=f"{dev.name}/{port.name}",
+                    state=_read(port / "state"),
+                    phys_state=_read(port / "phys_state"),
+                    rate=_read(port / "rate"),
+                    counters=counters,
+                )
+            )
+    return ports
+
+
+def read_carrier(root: Path, interfaces: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """``{iface: (operstate, carrier_changes)}`` for the interfaces that exist."""
+    out = {}
+    for iface in interfaces:
+        d = root / "class" / "net" / iface
+        if d.is_dir():
+            out[iface] = (_read(d / "operstate"), _int(_read(d / "carrier_changes")))
+    return out
+
+
+def read_pcie(root: Path, vendors: Sequence[str]) -> list[node_health.PcieLink]:
+    """Links of PCI devices from the given vendors that report link width and speed."""
+    links = []
+    base = root / "bus" / "pci" / "devices"
+    for dev in sorted(base.iterdir()) if base.is_dir() else []:
+        if _read(dev / "vendor") not in vendors or not (dev / "max_link_width").exists():
+            continue
+        links.append(
+            node_health.PcieLink(
+                address=dev.name,
+                current_width=_int(_read(dev / "current_link_width")),
+                max_width=_int(_read(dev / "max_link_width")),
+                current_speed=_read(dev / "current_link_speed"),
+                max_speed=_read(dev / "max_link_speed"),
+            )
+        )
+    return links
+
+
+def build_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check]:
+    """The checks ``s`` asks for (GPU checks only when GPUs are expected)."""
+    checks: list[Check] = []
+    sysfs = Path(s.sysfs_root)
+
+    if s.expected_gpus > 0:
+        limits = s.gpu or gpu_health.GpuThresholds(expected_gpus=s.expected_gpus)
+        query = ",".join(gpu_health.NVIDIA_SMI_FIELDS)
+
+        async def nvidia_smi() -> CheckResult:
+            out = await probes.run_command(
+                "nvidia-smi",
+                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,nounits"],
+                timeout_s=s.timeout_s,
+                guard=guard,
+            )
+            if out.missing:
+                return unknown("nvidia-smi", "tool-missing", "nvidia-smi not found")
+            if out.timed_out:
+                return unknown(
+                    "nvidia-smi", "nvidia-smi-hung", "no answer before the deadline", timed_out=True
+                )
+            return gpu_health.parse_nvidia_smi(out.stdout, out.stderr, out.rc or 0, limits)
+
+        checks.append(Check(name="nvidia-smi", period_s=s.fast_period_s, run=nvidia_smi))
+        reader = probes.KmsgReader(s.kmsg_path)
+
+        async def xid() -> CheckResult:
+            try:
+                records = await asyncio.to_thread(reader.read_new)
+            except OSError as exc:
+                return unknown("xid", "kmsg-unreadable", f"{s.kmsg_path}: {exc.strerror}")
+            return gpu_health.judge_xids(gpu_health.find_xids(records), s.xid)
+
+        checks.append(Check(name="xid", period_s=s.fast_period_s, run=xid))
+
+    for path in s.disk_paths:
+
+        async def disk(path: str = path) -> CheckResult:
+            try:
+                st = await asyncio.to_thread(os.statvfs, path)
+            except OSError as exc:
+                return unknown("disk", "disk-unreadable", f"{path}: {exc.strerror}")
+            return node_health.judge_disk(
+                path,
+                free_bytes=st.f_bavail * st.f_frsize,
+                total_bytes=st.f_blocks * st.f_frsize,
+                limits=s.disk,
+            )
+
+        checks.append(Check(name=f"disk:{path}", period_s=s.fast_period_s, run=disk))
+
+    for mount in s.mounts:
+
+        async def mount_check(mount: str = mount) -> CheckResult:
+            got = await probes.probe_path(mount, timeout_s=s.mount_timeout_s, guard=guard)
+            return node_health.judge_mount(
+                mount, responded=got.responded, is_mount=got.is_mount, error=got.error
+            )
+
+        checks.append(Check(name=f"mount:{mount}", period_s=s.fast_period_s, run=mount_check))
+
+    if s.slurmd_port is not None:
+        port = s.slurmd_port
+
+        async def slurmd() -> CheckResult:
+            up, why = await probes.tcp_listening("127.0.0.1", port, timeout_s=s.timeout_s)
+            return node_health.judge_slurmd(port, listening=up, error=why)
+
+        checks.append(Check(name="slurmd", period_s=s.fast_period_s, run=slurmd))
+
+    if s.peers:
+
+        async def peers() -> CheckResult:
+            answers = await asyncio.gather(
+                *(probes.ping(p, timeout_s=2, guard=guard) for p in s.peers)
+            )
+            return node_health.judge_peers(dict(zip(s.peers, answers, strict=True)))
+
+        checks.append(Check(name="peers", period_s=s.fast_period_s, run=peers))
+
+    if s.nic_interfaces:
+        last_nic: dict[str, tuple[str, int]] = {}
+
+        async def nic() -> CheckResult:
+            now = await asyncio.to_thread(read_carrier, sysfs, s.nic_interfaces)
+            result = node_health.judge_carrier(now, last_nic, interfaces=s.nic_interfaces)
+            last_nic.clear()
+            last_nic.update(now)
+            return result
+
+        checks.append(Check(name="nic", period_s=s.fast_period_s, run=nic))
+
+    if s.ib_expected_ports:
+        last_ib: dict[str, node_health.IbPort] = {}
+
+        async def infiniband() -> CheckResult:
+            ports = await asyncio.to_thread(read_ib_ports, sysfs)
+            result = node_health.judge_ib(ports, last_ib, s.ib, expected=s.ib_expected_ports)
+            last_ib.clear()
+            last_ib.update({p.name: p for p in ports})
+            return result
+
+        checks.append(Check(name="infiniband", period_s=s.fast_period_s, run=infiniband))
+
+    if s.pcie_vendors and (s.expected_gpus or s.ib_expected_ports):
+
+        async def pcie() -> CheckResult:
+            return node_health.judge_pcie(await asyncio.to_thread(read_pcie, sysfs, s.pcie_vendors))
+
+        checks.append(Check(name="pcie", period_s=s.slow_period_s, run=pcie))
+    return checks
