@@ -110,7 +110,7 @@ class _StandIn:
     def control(self, request: dict[str, Any], *, pod: str) -> dict[str, Any] | None:
         try:
             return control(self.socket, request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded in the journal; the loop goes on
             self.note("slurmd.control_failed", pod=pod, request=request, error=str(exc)[:300])
             return None
 

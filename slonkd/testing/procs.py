@@ -87,7 +87,7 @@ def wait_for(
         try:
             if probe():
                 return time.monotonic() - started
-        except Exception:  # noqa: S110 - a probe that raises means "not ready yet"
+        except Exception:  # noqa: BLE001, S110 - a probe that raises means "not ready yet"
             pass
         if alive is not None:
             problem = alive()

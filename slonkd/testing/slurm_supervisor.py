@@ -140,7 +140,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 if not isinstance(request, dict):
                     raise ValueError("request must be an object")
                 reply = _handle(request)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             self.wfile.write(json.dumps(reply).encode() + b"\n")
             self.wfile.flush()
