@@ -43,6 +43,8 @@ class SlurmLayout:
     real_memory_mb: int = 1000
     features: tuple[str, ...] = ("f_a", "f_b")
     slurmd_timeout_s: int = 10
+    topology_plugin: str | None = None
+    """e.g. ``topology/tree``: then ``topology.conf`` starts with all nodes on one switch."""
 
 
 @dataclass(slots=True)
@@ -60,6 +62,11 @@ class SlurmCluster:
     def conf(self) -> Path:
         """Path of slurm.conf; clients need it as ``SLURM_CONF``."""
         return self.root / "etc" / "slurm.conf"
+
+    @property
+    def topology_conf(self) -> Path:
+        """topology.conf, which SLURM reads from slurm.conf's directory."""
+        return self.root / "etc" / "topology.conf"
 
     @property
     def env(self) -> dict[str, str]:
@@ -235,6 +242,9 @@ class SlurmCluster:
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
         self.conf.write_text(render_slurm_conf(self))
+        if self.layout.topology_plugin and not self.topology_conf.exists():
+            every = ",".join([*self.layout.nodes, *self.extra_node_names])
+            self.topology_conf.write_text(f"SwitchName=harness Nodes={every}\n")
         munge_socket = root / "munge" / "munge.sock"
         spec = {
             "root": str(root),
@@ -335,5 +345,7 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
             f"NodeName={lay.extra_prefix}[1-{lay.extra_nodes}] NodeHostname={host} "
             f"NodeAddr=127.0.0.1 {common}"
         )
+    if lay.topology_plugin:
+        lines.append(f"TopologyPlugin={lay.topology_plugin}")
     lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
