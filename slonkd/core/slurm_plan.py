@@ -61,6 +61,8 @@ class SkipReason(StrEnum):
     ALREADY_HELD = "already-held"
     NOT_HELD = "not-held"
     """Release of a node slonkd does not hold (no reason, or not drained)."""
+    REFUSED = "refused-by-slurm"
+    """slurmctld rejected the update for this node (its state changed under us)."""
     OTHER_CAUSES = "other-causes"
     """Release removed this cause, but other slonkd causes still hold the node."""
 

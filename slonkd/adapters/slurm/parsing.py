@@ -52,6 +52,14 @@ class AmbiguousOutput(ParseError):
     """Text output whose fields cannot be split in only one way; read JSON instead."""
 
 
+class ReportedErrors(ParseError):
+    """JSON output whose ``errors`` list is not empty.
+
+    With slurmctld down, 22.05's ``sinfo --json`` exits 0 with ``"errors": [{"error":
+    "Unspecified error"}]`` and an empty node list: that is no answer, not "no nodes".
+    """
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasonGroup:
     """One line of ``sinfo -R``: nodes sharing a reason, its setter and time."""
@@ -169,7 +177,7 @@ def _load_json(text: str) -> Mapping[str, Any]:
         raise ParseError("JSON output is not an object")
     errors = doc.get("errors")
     if errors:
-        raise ParseError(f"SLURM reported errors: {str(errors)[:200]}")
+        raise ReportedErrors(f"SLURM reported errors: {str(errors)[:200]}")
     return doc
 
 
