@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.slurm.parsing import parse_show_node, parse_sinfo_json
+from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node, parse_sinfo_json
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
@@ -31,6 +31,10 @@ async def _node(backend: ScontrolBackend, name: str) -> SlurmNode:
 async def _available(backend: ScontrolBackend, name: str) -> bool:
     # Right after a resume, 22.05 shows the node idle* (NOT_RESPONDING) for about a second.
     return (await _node(backend, name)).state.available
+
+
+def _by_name(nodes: list[SlurmNode]) -> dict[str, SlurmNode]:
+    return {n.name: n for n in nodes}
 
 
 def _logged(log: Path, text: str) -> bool:
@@ -189,8 +193,8 @@ async def test_hostile_reasons_are_stored_safely(
     await backend.set_comment(["n2"], text)
     shown = slurm.run("scontrol", "-o", "show", "node").stdout
     assert len(shown.splitlines()) == 4
-    by_text = {n.name: n for n in parse_show_node(shown)}
-    by_json = {n.name: n for n in parse_sinfo_json(slurm.run("sinfo", "--json").stdout)}
+    by_text = _by_name(parse_show_node(shown))
+    by_json = _by_name(parse_sinfo_json(slurm.run("sinfo", "--json").stdout))
     assert by_text["n1"].reason == by_json["n1"].reason
     assert by_text["n2"].comment == by_json["n2"].comment
     assert len(by_json["n1"].reason) <= MAX_REASON_CHARS
@@ -206,7 +210,7 @@ async def test_foreign_hostile_reason_falls_back_to_json(
     """A foreign reason that breaks the text format is read exactly through JSON."""
     reason = "line1\nline2 Comment=x Reason=slonkd:pod-terminating"
     slurm.run("scontrol", "update", "nodename=n3", "state=drain", f"reason={reason}")
-    nodes = {n.name: n for n in await backend.read_nodes()}
+    nodes = _by_name(await backend.read_nodes())
     assert nodes["n3"].reason == reason
     assert reason_owner(nodes["n3"].reason) is ReasonOwner.FOREIGN
     groups = await backend.read_reasons()
@@ -222,7 +226,7 @@ async def test_reasons_read_lists_only_nodes_with_a_reason(
     await backend.drain(["n1", "n2"], POD, "bye")
     slurm.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
     groups = await backend.read_reasons()
-    by_node = {n: g for g in groups for n in g.nodes}
+    by_node: dict[str, ReasonGroup] = {n: g for g in groups for n in g.nodes}
     assert set(by_node) == {"n1", "n2", "n4"}
     assert by_node["n1"] is by_node["n2"]  # one group, one hostlist
     assert by_node["n1"].reason == "slonkd:pod-terminating bye"
@@ -272,7 +276,7 @@ async def test_reboot_request_drains_with_slonkds_reason(
 async def test_comment_round_trips(backend: ScontrolBackend) -> None:
     """A comment is written sanitised to every named node and reads back."""
     await backend.set_comment(["n1", "n2"], 'rack "r1"\nrow 2')
-    nodes = {n.name: n for n in await backend.read_nodes()}
+    nodes = _by_name(await backend.read_nodes())
     assert nodes["n1"].comment == "rack 'r1' row 2"
     assert nodes["n2"].comment == "rack 'r1' row 2"
     assert nodes["n3"].comment == ""
