@@ -1,0 +1,300 @@
+"""Pure parsers of SLURM 22.05 client output into core types (no I/O, no subprocess).
+
+- ``scontrol -o show node`` (text, one node per line): fast, but free-text fields
+  (``Reason``, ``Comment``, ``Extra``) are printed unquoted at the end of the line, and a
+  reason with a newline is printed with its ``[user@time]`` suffix in the middle. Whenever
+  the split into fields is not unique, :class:`AmbiguousOutput` is raised and the caller
+  reads ``sinfo --json`` instead: a guess could show a foreign reason as slonkd's.
+- ``sinfo --json`` (openapi v0.0.38): unambiguous, slower.
+- ``sinfo -R -h -o '%N|%T|%H|%U|%E'``: only the nodes that carry a reason, grouped.
+- ``squeue --json``: jobs and their nodes.
+
+Anything of the wrong shape raises :class:`slonkd.core.errors.ParseError`; nothing here
+ever returns a node whose state or reason it had to guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import hostlist
+
+from slonkd.core.errors import ParseError
+from slonkd.core.reasons import split_text_suffix
+from slonkd.core.slurm_job import JobId, JobState, SlurmJob
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+
+MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+_FREE_TEXT_KEYS = ("Reason", "Comment", "Extra")
+_FREE_MARKER = re.compile(r" (Reason|Comment|Extra)=")
+_HEAD_FIELD = re.compile(r"(?:^| )([A-Za-z_]+)=(\S*)")
+_REQUIRED_HEAD = ("NodeName", "State", "CPUAlloc", "CPUTot")
+_TAIL = re.compile(
+    r"(?: Reason=(?P<reason>.*?) \[(?P<user>[^\[\]@\s]+)@(?P<time>[0-9T:-]{19}|Unknown)\])?"
+    r"(?: Comment=(?P<comment>.*?))?"
+    r"(?: Extra=(?P<extra>.*?))?",
+    re.DOTALL,
+)
+_SUFFIX_AT_END = re.compile(r"\[[^\[\]@\s]+@[^\]]*\]\s*$")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_REASON_LINE = re.compile(
+    r"(?P<nodes>[A-Za-z0-9][A-Za-z0-9._,\[\]-]*)\|(?P<state>[a-z]+[*~#!%$@^+-]*)\|"
+    r"(?P<time>[0-9T:-]{19}|Unknown)\|(?P<user>[^|]*)\|(?P<reason>.*)"
+)
+
+
+class AmbiguousOutput(ParseError):
+    """Text output whose fields cannot be split in only one way; read JSON instead."""
+
+
+class ReportedErrors(ParseError):
+    """JSON output whose ``errors`` list is not empty.
+
+    With slurmctld down, 22.05's ``sinfo --json`` exits 0 with ``"errors": [{"error":
+    "Unspecified error"}]`` and an empty node list: that is no answer, not "no nodes".
+    """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasonGroup:
+    """One line of ``sinfo -R``: nodes sharing a reason, its setter and time."""
+
+    nodes: tuple[NodeName, ...]
+    state: str
+    """sinfo's compact state word, e.g. ``drained``, ``draining@``, ``down*``."""
+    reason: str
+    user: str
+    time: datetime | None
+
+
+def _check_size(data: str) -> None:
+    if len(data) > MAX_OUTPUT_BYTES:
+        raise ParseError(f"output of {len(data)} bytes is over the limit")
+
+
+def _node_name(raw: object) -> NodeName:
+    if not isinstance(raw, str) or _NODE_NAME.fullmatch(raw) is None:
+        raise ParseError(f"not a node name: {str(raw)[:80]!r}")
+    return NodeName(raw)
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(x for x in raw.split(",") if x and x != "(null)")
+
+
+def _int(raw: object, what: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ParseError(f"{what} is not an integer: {str(raw)[:40]!r}")
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ParseError(f"{what} is not an integer: {str(raw)[:40]!r}") from exc
+
+
+def _local_time(naive: datetime | None) -> datetime | None:
+    # The text format prints slurmctld's local time without a zone; we run beside it.
+    return naive.astimezone(UTC) if naive is not None else None
+
+
+def parse_show_node_line(line: str) -> SlurmNode:
+    """One line of ``scontrol -o show node``."""
+    marker = _FREE_MARKER.search(line)
+    head, tail = (line[: marker.start()], line[marker.start() :]) if marker else (line, "")
+    fields: dict[str, str] = {}
+    for key, value in _HEAD_FIELD.findall(head):
+        if key in fields:
+            raise AmbiguousOutput(f"field {key} twice in one node line")
+        fields[key] = value
+    missing = [k for k in _REQUIRED_HEAD if k not in fields]
+    if missing or not line.startswith("NodeName="):
+        raise ParseError(f"node line without {missing or 'NodeName first'}: {line[:80]!r}")
+    match = _TAIL.fullmatch(tail)
+    if match is None:
+        raise AmbiguousOutput(f"free-text fields of {fields['NodeName']} do not split")
+    present = [k for k in _FREE_TEXT_KEYS if match[k.lower()] is not None]
+    # A comment holding " Extra=..." on a node without extra cannot be told apart from a real
+    # extra. That is safe: slonkd's causes are the extra's plus the reason's own, so a fake
+    # extra can only keep a node held longer, never release one or claim a foreign one.
+    if len(_FREE_MARKER.findall(tail)) != len(present):
+        raise AmbiguousOutput(f"free-text fields of {fields['NodeName']} are ambiguous")
+    for key in ("comment", "extra"):
+        if match[key] is not None and _SUFFIX_AT_END.search(match[key]):
+            raise AmbiguousOutput(f"{key} of {fields['NodeName']} looks like a reason suffix")
+    base, *flags = fields["State"].split("+")
+    if not base:
+        raise ParseError(f"empty state of {fields['NodeName']}")
+    reason, user, when = "", None, None
+    if match["reason"] is not None:
+        stamp = match["time"]
+        reason, user, naive = split_text_suffix(f"{match['reason']} [{match['user']}@{stamp}]")
+        when = _local_time(naive)
+    return SlurmNode(
+        name=_node_name(fields["NodeName"]),
+        state=NodeState.from_tokens(base, flags),
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
+        comment=match["comment"] or "",
+        extra=match["extra"] or "",
+        features=_csv(fields.get("AvailableFeatures", "")),
+        active_features=_csv(fields.get("ActiveFeatures", "")),
+        cpus=_int(fields["CPUTot"], "CPUTot"),
+        alloc_cpus=_int(fields["CPUAlloc"], "CPUAlloc"),
+        partitions=_csv(fields.get("Partitions", "")),
+    )
+
+
+def parse_show_node(text: str) -> list[SlurmNode]:
+    """All of ``scontrol -o show node``; a cut-off or ambiguous output raises."""
+    _check_size(text)
+    if not text.strip():
+        return []
+    if not text.endswith("\n"):
+        raise ParseError("scontrol output does not end with a newline: cut off?")
+    nodes = [parse_show_node_line(line) for line in text.splitlines() if line.strip()]
+    _no_duplicates(nodes)
+    return nodes
+
+
+def _no_duplicates(nodes: list[SlurmNode]) -> None:
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise ParseError("the same node twice in one read")
+
+
+def _load_json(text: str) -> Mapping[str, Any]:
+    _check_size(text)
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ParseError("JSON output is not an object")
+    errors = doc.get("errors")
+    if errors:
+        raise ReportedErrors(f"SLURM reported errors: {str(errors)[:200]}")
+    return doc
+
+
+def _str(obj: Mapping[str, Any], key: str, *, nullable: bool = False) -> str:
+    value = obj.get(key)
+    if value is None and nullable:
+        return ""
+    if not isinstance(value, str):
+        raise ParseError(f"{key} is not a string: {str(value)[:40]!r}")
+    return value
+
+
+def _str_list(obj: Mapping[str, Any], key: str) -> list[str]:
+    value = obj.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ParseError(f"{key} is not a list of strings")
+    return value
+
+
+def parse_sinfo_json_node(raw: object) -> SlurmNode:
+    """One element of ``nodes`` in ``sinfo --json`` (openapi v0.0.38)."""
+    if not isinstance(raw, dict):
+        raise ParseError("node entry is not an object")
+    changed = _int(raw.get("reason_changed_at"), "reason_changed_at")
+    user = raw.get("reason_set_by_user")
+    if user is not None and not isinstance(user, str):
+        raise ParseError("reason_set_by_user is not a string")
+    return SlurmNode(
+        name=_node_name(raw.get("name")),
+        state=NodeState.from_tokens(_str(raw, "state"), _str_list(raw, "state_flags")),
+        reason=_str(raw, "reason"),
+        reason_user=user,
+        reason_time=datetime.fromtimestamp(changed, UTC) if changed > 0 else None,
+        comment=_str(raw, "comment"),
+        extra=_str(raw, "extra"),
+        features=_csv(_str(raw, "features")),
+        active_features=_csv(_str(raw, "active_features")),
+        cpus=_int(raw.get("cpus"), "cpus"),
+        alloc_cpus=_int(raw.get("alloc_cpus"), "alloc_cpus"),
+        partitions=tuple(_str_list(raw, "partitions")),
+    )
+
+
+def parse_sinfo_json(text: str) -> list[SlurmNode]:
+    """All nodes of ``sinfo --json`` (22.05 always prints every node: filter yourself)."""
+    doc = _load_json(text)
+    raw_nodes = doc.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise ParseError("sinfo --json has no node list")
+    nodes = [parse_sinfo_json_node(n) for n in raw_nodes]
+    _no_duplicates(nodes)
+    return nodes
+
+
+def expand_hostlist(text: str) -> tuple[NodeName, ...]:
+    """Node names of a SLURM hostlist expression such as ``n[1-3],x7``."""
+    if not text:
+        return ()
+    try:
+        names = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as exc:
+        raise ParseError(f"bad hostlist {text[:80]!r}: {exc}") from exc
+    if len(names) > 1_000_000:
+        raise ParseError("hostlist expands to too many names")
+    return tuple(_node_name(n) for n in names)
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """Jobs of ``squeue --json`` (openapi v0.0.38) with the nodes each holds."""
+    doc = _load_json(text)
+    raw_jobs = doc.get("jobs")
+    if not isinstance(raw_jobs, list):
+        raise ParseError("squeue --json has no job list")
+    jobs: list[SlurmJob] = []
+    for raw in raw_jobs:
+        if not isinstance(raw, dict):
+            raise ParseError("job entry is not an object")
+        batch, requeue = raw.get("batch_flag"), raw.get("requeue")
+        if not isinstance(batch, bool) or not isinstance(requeue, bool):
+            raise ParseError("batch_flag/requeue are not booleans")
+        state = _str(raw, "job_state")
+        jobs.append(
+            SlurmJob(
+                job_id=JobId(_int(raw.get("job_id"), "job_id")),
+                state=JobState.parse(state),
+                raw_state=state,
+                nodes=expand_hostlist(_str(raw, "nodes", nullable=True)),
+                batch=batch,
+                requeue=requeue,
+            )
+        )
+    return jobs
+
+
+def parse_sinfo_reasons(text: str) -> list[ReasonGroup]:
+    """``sinfo -R -h -o '%N|%T|%H|%U|%E'``; a reason with a newline is ambiguous."""
+    _check_size(text)
+    groups: list[ReasonGroup] = []
+    if text.strip() and not text.endswith("\n"):
+        raise ParseError("sinfo output does not end with a newline: cut off?")
+    for line in text.splitlines():
+        if not line:
+            continue
+        match = _REASON_LINE.fullmatch(line)
+        if match is None:
+            raise AmbiguousOutput(
+                f"sinfo -R line does not parse (reason with newline?): {line[:80]!r}"
+            )
+        stamp = match["time"]
+        naive = None if stamp == "Unknown" else datetime.fromisoformat(stamp)
+        groups.append(
+            ReasonGroup(
+                nodes=expand_hostlist(match["nodes"]),
+                state=match["state"],
+                reason=match["reason"],
+                user=match["user"],
+                time=_local_time(naive),
+            )
+        )
+    return groups

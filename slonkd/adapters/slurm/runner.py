@@ -1,0 +1,150 @@
+"""Runs SLURM client commands as subprocesses and translates their failures.
+
+Owns: the argv prefix (``chroot ROOT env SLURM_CONF=...`` for a SLURM in another root), the
+environment, a timeout on every call, the mapping of exit codes and stderr to
+:class:`TransientError` / :class:`TerminalError`, and tenacity retries of transient errors
+only. Never a shell: argv lists only. Knows nothing of node states (see ``scontrol.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from slonkd.core.errors import TerminalError, TransientError
+
+STDERR_LIMIT = 1000
+
+_TRANSIENT_MARKERS = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "zero bytes were transmitted",
+    "communication connection failure",
+    "slurm backup controller in standby mode",
+    "resource temporarily unavailable",
+    "transport endpoint is not connected",
+    "slurmctld is busy",
+    "try again",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmSettings:
+    """How slonkd reaches SLURM. Defaults suit a node with SLURM's clients on PATH."""
+
+    argv_prefix: tuple[str, ...] = ()
+    """Put before every command, e.g. ``("chroot", ROOT, "env", "SLURM_CONF=...")``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Added to this process's environment for every command (e.g. ``SLURM_CONF``)."""
+    timeout_s: float = 20.0
+    """Per call; slurmctld's clients give up after about MessageTimeout themselves."""
+    attempts: int = 3
+    retry_wait_min_s: float = 0.5
+    retry_wait_max_s: float = 5.0
+    retry_total_s: float = 60.0
+    max_hostlist_chars: int = 8192
+    """Longest compressed hostlist in one ``scontrol update`` (argv stays far below limits)."""
+
+
+class NodeNotFoundError(TerminalError):
+    """scontrol named a node slurmctld does not know."""
+
+
+class InvalidNodeStateError(TerminalError):
+    """slurmctld refused the state change (e.g. resume of a node that is not drained)."""
+
+
+class PermissionDeniedError(TerminalError):
+    """The caller may not do this (not SlurmUser/root/operator)."""
+
+
+@dataclass(slots=True)
+class CommandRunner:
+    """Runs one SLURM client per call; counts invocations for the benchmarks."""
+
+    settings: SlurmSettings = field(default_factory=SlurmSettings)
+    calls: int = 0
+
+    def argv(self, tool: str, *args: str) -> list[str]:
+        """The full argv for ``tool args...`` with the configured prefix."""
+        return [*self.settings.argv_prefix, tool, *args]
+
+    async def run(self, tool: str, *args: str, retry: bool = True) -> str:
+        """Run ``tool args...`` and return stdout; retries transient failures if ``retry``."""
+        if not retry:
+            return await self._once(tool, *args)
+        s = self.settings
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(TransientError),
+            stop=stop_after_attempt(max(1, s.attempts)) | stop_after_delay(s.retry_total_s),
+            wait=wait_exponential(min=s.retry_wait_min_s, max=s.retry_wait_max_s),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._once(tool, *args)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _once(self, tool: str, *args: str) -> str:
+        argv = self.argv(tool, *args)
+        env = {**os.environ, **self.settings.env} if self.settings.env else None
+        self.calls += 1
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
+        except OSError as exc:
+            raise TerminalError(f"cannot run {argv[0]}: {exc}") from exc
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.settings.timeout_s)
+        except TimeoutError as exc:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise TransientError(
+                f"{tool} {' '.join(args)[:200]} timed out after {self.settings.timeout_s} s"
+            ) from exc
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        if proc.returncode != 0:
+            # scontrol prints some refusals ("Node x not found") on stdout, not stderr.
+            said = err.decode(errors="replace").strip() or out.decode(errors="replace")[-2000:]
+            raise translate_failure(tool, args, proc.returncode, said)
+        return out.decode(errors="replace")
+
+
+def translate_failure(tool: str, args: tuple[str, ...], rc: int | None, stderr: str) -> Exception:
+    """The slonkd error for a failed SLURM client call (stderr truncated)."""
+    text = stderr.strip()[-STDERR_LIMIT:]
+    what = f"{tool} {' '.join(args)[:200]} failed ({rc}): {text}"
+    low = text.lower()
+    if any(marker in low for marker in _TRANSIENT_MARKERS):
+        return TransientError(what)
+    if "invalid node name" in low or ("node " in low and "not found" in low):
+        return NodeNotFoundError(what)
+    if "invalid node state" in low:
+        return InvalidNodeStateError(what)
+    if ("access" in low and "denied" in low) or "permission denied" in low:
+        return PermissionDeniedError(what)
+    if rc is not None and rc < 0:
+        return TransientError(what)  # killed by a signal: worth another try
+    return TerminalError(what)

@@ -1,0 +1,315 @@
+"""The scontrol/sinfo/squeue backend of the SLURM adapter: reads and compare-and-set writes.
+
+Every write re-reads the nodes it touches right before updating them, runs the pure
+decisions of :mod:`slonkd.core.slurm_plan` on that fresh read, and sends identical updates
+together as compressed hostlists (python-hostlist), chunked to ``max_hostlist_chars``.
+Results say which nodes changed and which were skipped, and why. A chunk that slurmctld
+refuses (a node vanished, a state changed under us) is retried node by node so one bad
+node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``runner.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import hostlist
+
+from slonkd.adapters.slurm.parsing import (
+    AmbiguousOutput,
+    ReasonGroup,
+    ReportedErrors,
+    parse_show_node,
+    parse_sinfo_json,
+    parse_sinfo_reasons,
+    parse_squeue_json,
+)
+from slonkd.adapters.slurm.runner import (
+    CommandRunner,
+    InvalidNodeStateError,
+    NodeNotFoundError,
+    SlurmSettings,
+)
+from slonkd.core.errors import TransientError
+from slonkd.core.reasons import Cause, format_reason, sanitise_text
+from slonkd.core.slurm_job import JobId, SlurmJob
+from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.core.slurm_plan import (
+    HoldState,
+    ReleaseState,
+    Skip,
+    SkipReason,
+    Update,
+    plan_hold,
+    plan_release,
+)
+
+REASONS_FORMAT = "%N|%T|%H|%U|%E"
+_Planner = Callable[[SlurmNode], Update | Skip]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateResult:
+    """What a bulk operation did: nodes changed, nodes skipped (with why), calls made."""
+
+    changed: tuple[NodeName, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+    calls: int = 0
+
+    def skipped_for(self, why: SkipReason) -> set[NodeName]:
+        """Names of the nodes skipped for ``why``."""
+        return {s.node for s in self.skipped if s.why is why}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequeueResult:
+    """Jobs of a node put back in the queue, and those that could not be."""
+
+    requeued: tuple[JobId, ...] = ()
+    not_requeueable: tuple[JobId, ...] = ()
+
+
+def compress(names: Iterable[str]) -> str:
+    """A SLURM hostlist expression for ``names`` (``n[1-3,7]``)."""
+    return str(hostlist.collect_hostlist(sorted(set(names))))
+
+
+def chunk_hostlists(names: Sequence[str], max_chars: int) -> list[str]:
+    """Compressed hostlists covering ``names``, each at most ``max_chars`` long."""
+    ordered = hostlist.numerically_sorted(sorted(set(names)))
+    chunks: list[str] = []
+    size = max(1, len(ordered))
+    start = 0
+    while start < len(ordered):
+        part = ordered[start : start + size]
+        expr = compress(part)
+        if len(expr) > max_chars and size > 1:
+            size = max(1, size // 2)
+            continue
+        chunks.append(expr)
+        start += len(part)
+    return chunks
+
+
+@dataclass(slots=True)
+class ScontrolBackend:
+    """SLURM through its command-line clients. Works with 22.05 on the host."""
+
+    settings: SlurmSettings = field(default_factory=SlurmSettings)
+    runner: CommandRunner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runner = CommandRunner(self.settings)
+
+    @property
+    def calls(self) -> int:
+        """SLURM client invocations so far (reads and writes)."""
+        return self.runner.calls
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
+        """All nodes (or ``names``, one hostlist call) in one read; JSON if text is ambiguous."""
+        args = ["-o", "show", "node"]
+        if names:
+            args.append(compress(names))
+        try:
+            text = await self.runner.run("scontrol", *args)
+            return parse_show_node(text)
+        except NodeNotFoundError:
+            if len(names) <= 1:
+                return []
+            return await self._read_json(names)  # some named nodes do not exist
+        except AmbiguousOutput:
+            return await self._read_json(names)
+
+    async def read_node(self, name: str) -> SlurmNode | None:
+        """One node, or None when slurmctld does not know it."""
+        nodes = await self.read_nodes([name])
+        return next((n for n in nodes if n.name == name), None)
+
+    async def _read_json(self, names: Sequence[str]) -> list[SlurmNode]:
+        try:
+            nodes = parse_sinfo_json(await self.runner.run("sinfo", "--json"))
+        except ReportedErrors as exc:
+            raise TransientError(f"sinfo --json: {exc}") from exc
+        wanted = set(names)
+        return [n for n in nodes if not wanted or n.name in wanted]
+
+    async def read_reasons(self) -> list[ReasonGroup]:
+        """Only the nodes that carry a reason, grouped by reason (``sinfo -R``): cheap."""
+        text = await self.runner.run("sinfo", "-R", "-h", "-o", REASONS_FORMAT)
+        try:
+            return parse_sinfo_reasons(text)
+        except AmbiguousOutput:
+            nodes = await self._read_json(())
+            return [
+                ReasonGroup(
+                    nodes=(n.name,),
+                    state=str(n.state).lower(),
+                    reason=n.reason,
+                    user=n.reason_user or "",
+                    time=n.reason_time,
+                )
+                for n in nodes
+                if n.reason
+            ]
+
+    async def jobs_on(self, name: str) -> list[SlurmJob]:
+        """Jobs holding resources on node ``name`` now, with their requeue-ability."""
+        try:
+            text = await self.runner.run("squeue", "--json", "-w", name)
+            jobs = parse_squeue_json(text)
+        except ReportedErrors as exc:
+            raise TransientError(f"squeue --json: {exc}") from exc
+        return [j for j in jobs if name in j.nodes and j.on_node]
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Drain ``names`` for ``cause``; foreign, SLURM-held and unknown nodes are skipped."""
+        return await self._hold(names, HoldState.DRAIN, cause, text)
+
+    async def down(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Mark ``names`` DOWN (running jobs are requeued by SLURM) under slonkd's reason."""
+        return await self._hold(names, HoldState.DOWN, cause, text)
+
+    async def fail(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Mark ``names`` FAIL under slonkd's reason."""
+        return await self._hold(names, HoldState.FAIL, cause, text)
+
+    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
+        """Release ``cause``; resume nodes slonkd holds for no other cause."""
+        return await self._release(names, ReleaseState.RESUME, cause)
+
+    async def undrain(self, names: Sequence[str], cause: Cause) -> UpdateResult:
+        """Like :meth:`resume` but only removes DRAIN (a DOWN node stays DOWN)."""
+        return await self._release(names, ReleaseState.UNDRAIN, cause)
+
+    async def request_reboot(
+        self, names: Sequence[str], cause: Cause, text: str = ""
+    ) -> UpdateResult:
+        """``scontrol reboot ASAP`` of the nodes slonkd may hold (drains them until reboot)."""
+        before = self.calls
+        nodes = await self._read_for_update(names)
+        plans = [
+            _plan_or_missing(nodes, n, lambda node: plan_hold(node, HoldState.DRAIN, cause))
+            for n in names
+        ]
+        todo = [p.node for p in plans if isinstance(p, Update)]
+        skipped = [p for p in plans if isinstance(p, Skip)]
+        reason = format_reason(cause, text)
+        for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
+            await self.runner.run("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
+        return UpdateResult(changed=tuple(todo), skipped=tuple(skipped), calls=self.calls - before)
+
+    async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
+        """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
+        before = self.calls
+        value = sanitise_text(comment)
+        for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
+            await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
+
+    async def requeue_jobs(self, name: str) -> RequeueResult:
+        """Requeue every requeueable job on node ``name``; report the others."""
+        jobs = await self.jobs_on(name)
+        can = [j.job_id for j in jobs if j.requeueable]
+        cannot = tuple(j.job_id for j in jobs if not j.requeueable)
+        if can:
+            await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))
+        return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
+
+    # -- compare-and-set machinery ---------------------------------------------------------
+
+    async def _read_for_update(self, names: Sequence[str]) -> dict[str, SlurmNode]:
+        # One node: read just it. Many: slurmctld packs its whole table either way, so read
+        # everything once (one call) rather than a long hostlist.
+        if len(set(names)) == 1:
+            nodes = await self.read_nodes(names)
+        else:
+            nodes = await self.read_nodes()
+        return {n.name: n for n in nodes}
+
+    async def _hold(
+        self, names: Sequence[str], how: HoldState, cause: Cause, text: str
+    ) -> UpdateResult:
+        before = self.calls
+        nodes = await self._read_for_update(names)
+        plans = [
+            _plan_or_missing(nodes, n, lambda node: plan_hold(node, how, cause, text))
+            for n in dict.fromkeys(names)
+        ]
+        return await self._apply(plans, before)
+
+    async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
+        before = self.calls
+        nodes = await self._read_for_update(names)
+        plans = [
+            _plan_or_missing(nodes, n, lambda node: plan_release(node, how, cause))
+            for n in dict.fromkeys(names)
+        ]
+        return await self._apply(plans, before)
+
+    async def _apply(self, plans: list[Update | Skip], before: int) -> UpdateResult:
+        skipped = [p for p in plans if isinstance(p, Skip)]
+        groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
+        for plan in plans:
+            if isinstance(plan, Update):
+                groups.setdefault(plan.group_key, []).append(plan)
+        changed: list[NodeName] = []
+        for (state, reason, extra), updates in groups.items():
+            names = [u.node for u in updates]
+            for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
+                done, refused = await self._update(expr, state, reason, extra)
+                changed.extend(done)
+                skipped.extend(refused)
+            skipped.extend(
+                Skip(node=u.node, why=SkipReason.OTHER_CAUSES, detail=u.still_held_by)
+                for u in updates
+                if u.still_held_by
+            )
+        held = {s.node for s in skipped if s.why is SkipReason.OTHER_CAUSES}
+        return UpdateResult(
+            changed=tuple(n for n in changed if n not in held),
+            skipped=tuple(skipped),
+            calls=self.calls - before,
+        )
+
+    async def _update(
+        self, expr: str, state: str | None, reason: str | None, extra: str | None
+    ) -> tuple[list[NodeName], list[Skip]]:
+        args = [f"nodename={expr}"]
+        if state is not None:
+            args.append(f"state={state}")
+        if reason is not None:
+            args.append(f"reason={reason}")
+        if extra is not None:
+            args.append(f"extra={extra}")
+        names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+        try:
+            await self.runner.run("scontrol", "update", *args)
+            return names, []
+        except (NodeNotFoundError, InvalidNodeStateError) as exc:
+            if len(names) == 1:
+                why = (
+                    SkipReason.NOT_FOUND
+                    if isinstance(exc, NodeNotFoundError)
+                    else SkipReason.REFUSED
+                )
+                return [], [Skip(node=names[0], why=why, detail=str(exc)[-200:])]
+        # slurmctld applies a bulk update to the nodes it could: find the refused one(s).
+        done: list[NodeName] = []
+        refused: list[Skip] = []
+        for name in names:
+            ok, bad = await self._update(name, state, reason, extra)
+            done.extend(ok)
+            refused.extend(bad)
+        return done, refused
+
+
+def _plan_or_missing(nodes: dict[str, SlurmNode], name: str, plan: _Planner) -> Update | Skip:
+    node = nodes.get(name)
+    if node is None:
+        return Skip(node=NodeName(name), why=SkipReason.NOT_FOUND)
+    return plan(node)

@@ -1,0 +1,203 @@
+"""The typed model of one SLURM node as slonkd sees it (pure; no I/O).
+
+SLURM describes a node by one base state (idle, mixed, allocated, down, ...) plus a set of
+flags (DRAIN, FAIL, NOT_RESPONDING, ...). There is no "drained" or "draining" state in
+SLURM's data: DRAIN on an idle/down node is drained, DRAIN on a node with work is draining.
+This module owns that derivation. Anything it does not recognise is kept verbatim in
+``unrecognised`` and makes the node neither drained nor available: unknown never means
+drained and never means healthy. Parsers (in the adapters) build these objects; the core
+decides on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import NewType
+
+NodeName = NewType("NodeName", str)
+
+
+class BaseState(StrEnum):
+    """SLURM's base node state (``node_state & NODE_STATE_BASE``), lower case."""
+
+    UNKNOWN = "unknown"
+    DOWN = "down"
+    IDLE = "idle"
+    ALLOCATED = "allocated"
+    ERROR = "error"
+    MIXED = "mixed"
+    FUTURE = "future"
+    UNRECOGNISED = "unrecognised"
+    """A base state this version of slonkd does not know; the raw token is kept."""
+
+
+class NodeFlag(StrEnum):
+    """Flags SLURM adds to the base state, spelled as SLURM 22.05 and 24.11 print them."""
+
+    DRAIN = "DRAIN"
+    FAIL = "FAIL"
+    NOT_RESPONDING = "NOT_RESPONDING"
+    COMPLETING = "COMPLETING"
+    REBOOT_REQUESTED = "REBOOT_REQUESTED"
+    REBOOT_ISSUED = "REBOOT_ISSUED"
+    MAINTENANCE = "MAINTENANCE"
+    RESERVED = "RESERVED"
+    CLOUD = "CLOUD"
+    POWER_DOWN = "POWER_DOWN"
+    POWERED_DOWN = "POWERED_DOWN"
+    POWERING_DOWN = "POWERING_DOWN"
+    POWERING_UP = "POWERING_UP"
+    POWER_UP = "POWER_UP"
+    PLANNED = "PLANNED"
+    DYNAMIC_FUTURE = "DYNAMIC_FUTURE"
+    DYNAMIC_NORM = "DYNAMIC_NORM"
+    INVALID_REG = "INVALID_REG"
+    PERFCTRS = "PERFCTRS"
+    BLOCKED = "BLOCKED"
+
+
+_FLAG_ALIASES = {"MAINT": NodeFlag.MAINTENANCE, "POWER": NodeFlag.POWERED_DOWN}
+
+# Flags that take a node out of service by themselves (beyond DRAIN and FAIL).
+_OUT_OF_SERVICE = frozenset(
+    {
+        NodeFlag.NOT_RESPONDING,
+        NodeFlag.REBOOT_REQUESTED,
+        NodeFlag.REBOOT_ISSUED,
+        NodeFlag.MAINTENANCE,
+        NodeFlag.POWER_DOWN,
+        NodeFlag.POWERED_DOWN,
+        NodeFlag.POWERING_DOWN,
+        NodeFlag.POWERING_UP,
+        NodeFlag.INVALID_REG,
+        NodeFlag.DYNAMIC_FUTURE,
+    }
+)
+_BUSY_BASES = frozenset({BaseState.ALLOCATED, BaseState.MIXED})
+_RESTING_BASES = frozenset({BaseState.IDLE, BaseState.DOWN, BaseState.UNKNOWN, BaseState.FUTURE})
+
+
+class DrainStatus(StrEnum):
+    """Derived drain status: SLURM prints no such word, slonkd derives it."""
+
+    NONE = "none"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    UNKNOWN = "unknown"
+    """The state holds something slonkd does not recognise: neither drained nor not."""
+
+
+def parse_base(token: str) -> BaseState:
+    """The :class:`BaseState` for one SLURM token (any case); UNRECOGNISED when unknown."""
+    try:
+        return BaseState(token.strip().lower())
+    except ValueError:
+        return BaseState.UNRECOGNISED
+
+
+def parse_flag(token: str) -> NodeFlag | None:
+    """The :class:`NodeFlag` for one SLURM token (any case), or None when unknown."""
+    up = token.strip().upper()
+    if up in _FLAG_ALIASES:
+        return _FLAG_ALIASES[up]
+    try:
+        return NodeFlag(up)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeState:
+    """Base state plus flags, with what was not recognised kept verbatim."""
+
+    base: BaseState
+    flags: frozenset[NodeFlag] = frozenset()
+    unrecognised: tuple[str, ...] = ()
+    """Raw tokens (base or flags) this version does not know, in the order read."""
+
+    @classmethod
+    def from_tokens(cls, base: str, flags: tuple[str, ...] | list[str]) -> NodeState:
+        """Build from SLURM's tokens, keeping unknown ones in ``unrecognised``."""
+        parsed_base = parse_base(base)
+        unknown: list[str] = [base] if parsed_base is BaseState.UNRECOGNISED else []
+        known: set[NodeFlag] = set()
+        for token in flags:
+            flag = parse_flag(token)
+            if flag is None:
+                unknown.append(token)
+            else:
+                known.add(flag)
+        return cls(base=parsed_base, flags=frozenset(known), unrecognised=tuple(unknown))
+
+    @property
+    def fully_recognised(self) -> bool:
+        """Whether every token of the state is known to slonkd."""
+        return not self.unrecognised and self.base is not BaseState.UNRECOGNISED
+
+    @property
+    def drain(self) -> DrainStatus:
+        """Drained (no work left), draining (work still running), none, or unknown."""
+        if not self.fully_recognised:
+            return DrainStatus.UNKNOWN
+        if NodeFlag.DRAIN not in self.flags:
+            return DrainStatus.NONE
+        if self.base in _BUSY_BASES or NodeFlag.COMPLETING in self.flags:
+            return DrainStatus.DRAINING
+        if self.base in _RESTING_BASES:
+            return DrainStatus.DRAINED
+        return DrainStatus.UNKNOWN
+
+    @property
+    def down(self) -> bool:
+        """Base state DOWN (admin down, or not responding long enough)."""
+        return self.base is BaseState.DOWN
+
+    @property
+    def failed(self) -> bool:
+        """FAIL flag set (``scontrol update state=fail``)."""
+        return NodeFlag.FAIL in self.flags
+
+    @property
+    def out_of_service(self) -> bool:
+        """Drained, draining, down, failed or otherwise withheld: not a healthy node."""
+        return not self.available
+
+    @property
+    def available(self) -> bool:
+        """Fully recognised, up, and carrying no flag that withholds it from jobs."""
+        return (
+            self.fully_recognised
+            and self.base in {BaseState.IDLE, BaseState.MIXED, BaseState.ALLOCATED}
+            and not self.flags & {NodeFlag.DRAIN, NodeFlag.FAIL}
+            and not self.flags & _OUT_OF_SERVICE
+        )
+
+    def __str__(self) -> str:
+        parts = [self.base.value.upper(), *sorted(f.value for f in self.flags)]
+        return "+".join([*parts, *self.unrecognised])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmNode:
+    """One node as read from slurmctld, in a single consistent read."""
+
+    name: NodeName
+    state: NodeState
+    reason: str = ""
+    """The reason text without the ``[user@time]`` suffix of the text format."""
+    reason_user: str | None = None
+    reason_time: datetime | None = None
+    comment: str = ""
+    extra: str = ""
+    features: tuple[str, ...] = ()
+    active_features: tuple[str, ...] = ()
+    cpus: int = 0
+    alloc_cpus: int = 0
+    partitions: tuple[str, ...] = field(default=())
+
+    @property
+    def busy(self) -> bool:
+        """Whether any CPU of the node is allocated to a job."""
+        return self.alloc_cpus > 0 or self.state.base in _BUSY_BASES

@@ -1,0 +1,191 @@
+"""Compare-and-set decisions for SLURM node updates (pure; no I/O).
+
+Given a node as just read from slurmctld, decide whether slonkd may hold it (drain, down,
+fail) or release it (resume, undrain) for one cause, and what exactly to write. The rules
+of ARCHITECTURE.md live here:
+
+- a node drained, down or failed under a reason that is not slonkd's is left alone (a new
+  reason would replace the operator's and steal the node);
+- a node slonkd already holds gets the new cause added to its set (``extra``) and the
+  reason shows the highest-priority cause;
+- release removes one cause; the node is resumed only when no slonkd cause is left and its
+  reason is still slonkd's (an operator who re-drained it owns it now);
+- a state slonkd does not recognise is never acted on.
+
+The adapter runs these against a fresh read and groups identical updates into hostlists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from slonkd.core.errors import ParseError
+from slonkd.core.reasons import (
+    Cause,
+    ReasonOwner,
+    decode_causes,
+    encode_causes,
+    format_reason,
+    highest,
+    parse_reason,
+)
+from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+
+
+class HoldState(StrEnum):
+    """States slonkd puts a node in; values are scontrol's ``state=`` words."""
+
+    DRAIN = "drain"
+    DOWN = "down"
+    FAIL = "fail"
+
+
+class ReleaseState(StrEnum):
+    """How slonkd lifts its hold: ``resume`` (any hold) or ``undrain`` (only DRAIN)."""
+
+    RESUME = "resume"
+    UNDRAIN = "undrain"
+
+
+class SkipReason(StrEnum):
+    """Why a node was left as it is."""
+
+    NOT_FOUND = "not-found"
+    UNRECOGNISED_STATE = "unrecognised-state"
+    FOREIGN_REASON = "foreign-reason"
+    SLURM_REASON = "slurm-reason"
+    FOREIGN_STATE = "foreign-state"
+    """Drained, down or failed with no reason at all: not slonkd's."""
+    FOREIGN_EXTRA = "foreign-extra"
+    ALREADY_HELD = "already-held"
+    NOT_HELD = "not-held"
+    """Release of a node slonkd does not hold (no reason, or not drained)."""
+    REFUSED = "refused-by-slurm"
+    """slurmctld rejected the update for this node (its state changed under us)."""
+    OTHER_CAUSES = "other-causes"
+    """Release removed this cause, but other slonkd causes still hold the node."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Update:
+    """One ``scontrol update`` slonkd may issue for a node."""
+
+    node: NodeName
+    state: str | None
+    reason: str | None = None
+    extra: str | None = None
+    still_held_by: str = ""
+    """For a release: the slonkd causes that keep the node held after this update."""
+
+    @property
+    def group_key(self) -> tuple[str | None, str | None, str | None]:
+        """Updates with equal keys go into one hostlist call."""
+        return (self.state, self.reason, self.extra)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Skip:
+    """A node left unchanged (or only re-annotated), with why."""
+
+    node: NodeName
+    why: SkipReason
+    detail: str = ""
+
+
+def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> Update | Skip:
+    """Decide a drain/down/fail of ``node`` for ``cause``."""
+    state = node.state
+    if not state.fully_recognised:
+        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
+    reason = parse_reason(node.reason)
+    if reason.owner is ReasonOwner.FOREIGN:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
+    if reason.owner is ReasonOwner.SLURM:
+        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    held = state.down or state.failed or state.drain is not DrainStatus.NONE
+    if reason.owner is ReasonOwner.NONE:
+        if held:
+            return Skip(node=node.name, why=SkipReason.FOREIGN_STATE, detail=str(state))
+        try:
+            extra = encode_causes(node.extra, frozenset({cause}))
+        except ParseError as exc:
+            return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
+        return Update(
+            node=node.name, state=how.value, reason=format_reason(cause, text), extra=extra
+        )
+    # slonkd holds it already: add the cause, show the highest one, keep the stronger state.
+    try:
+        causes = _held_causes(node)
+        new_causes = causes | {cause}
+        extra = encode_causes(node.extra, new_causes)
+    except ParseError as exc:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
+    target = _stronger(node, how)
+    top = highest(new_causes)
+    current_top = reason.cause
+    same_state = target == _current_hold(node)
+    if new_causes == causes and top == current_top and same_state:
+        return Skip(node=node.name, why=SkipReason.ALREADY_HELD, detail=str(top))
+    new_reason = node.reason if top == current_top else format_reason(top, text)
+    return Update(node=node.name, state=target.value, reason=new_reason, extra=extra)
+
+
+def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | Skip:
+    """Decide a resume/undrain of ``node`` for ``cause`` (compare-and-set on the reason)."""
+    state = node.state
+    if not state.fully_recognised:
+        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
+    reason = parse_reason(node.reason)
+    if reason.owner is ReasonOwner.FOREIGN:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
+    if reason.owner is ReasonOwner.SLURM:
+        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    if reason.owner is ReasonOwner.NONE:
+        return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
+    try:
+        causes = _held_causes(node)
+        remaining = causes - {cause}
+        extra = encode_causes(node.extra, remaining)
+    except ParseError as exc:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
+    if remaining:
+        names = ",".join(sorted(str(c) for c in remaining))
+        if cause not in causes:
+            return Skip(node=node.name, why=SkipReason.OTHER_CAUSES, detail=names)
+        top = highest(remaining)
+        return Update(
+            node=node.name,
+            state=_current_hold(node).value,
+            reason=format_reason(top, "held"),
+            extra=extra,
+            still_held_by=names,
+        )
+    if how is ReleaseState.UNDRAIN and state.drain is DrainStatus.NONE:
+        return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
+    return Update(node=node.name, state=how.value, extra=extra)
+
+
+def _held_causes(node: SlurmNode) -> frozenset[Cause]:
+    """slonkd's causes on a node whose reason is slonkd's: ``extra`` plus the reason's."""
+    shown = parse_reason(node.reason).cause
+    causes = decode_causes(node.extra)
+    return causes | {shown} if shown is not None else causes
+
+
+def _current_hold(node: SlurmNode) -> HoldState:
+    if node.state.down:
+        return HoldState.DOWN
+    if node.state.failed:
+        return HoldState.FAIL
+    return HoldState.DRAIN
+
+
+_STRENGTH = {HoldState.DRAIN: 0, HoldState.FAIL: 1, HoldState.DOWN: 2}
+
+
+def _stronger(node: SlurmNode, how: HoldState) -> HoldState:
+    current = _current_hold(node)
+    if not (node.state.down or node.state.failed or node.state.drain is not DrainStatus.NONE):
+        return how
+    return how if _STRENGTH[how] >= _STRENGTH[current] else current

@@ -1,0 +1,283 @@
+"""The scontrol backend against a real SLURM 22.05: every operation round-trips."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node, parse_sinfo_json
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
+from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
+from slonkd.core.slurm_plan import SkipReason
+from slonkd.testing.slurm import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+POD = Cause.parse("pod-terminating")
+HEALTH = Cause.parse("health:gpu-xid-79")
+
+
+async def _node(backend: ScontrolBackend, name: str) -> SlurmNode:
+    node = await backend.read_node(name)
+    assert node is not None
+    return node
+
+
+async def _available(backend: ScontrolBackend, name: str) -> bool:
+    # Right after a resume, 22.05 shows the node idle* (NOT_RESPONDING) for about a second.
+    return (await _node(backend, name)).state.available
+
+
+def _by_name(nodes: list[SlurmNode]) -> dict[str, SlurmNode]:
+    return {n.name: n for n in nodes}
+
+
+def _logged(log: Path, text: str) -> bool:
+    return log.exists() and text in log.read_text()
+
+
+async def _wait_for(what: str, probe: object, timeout_s: float = 60.0) -> None:
+    assert callable(probe)
+    deadline = time.monotonic() + timeout_s
+    while not await probe():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout_s} s"
+        await asyncio.sleep(0.2)
+
+
+async def test_reads_all_one_and_missing(backend: ScontrolBackend) -> None:
+    """All nodes come in one call, one node by name, and an unknown name reads as None."""
+    before = backend.calls
+    nodes = await backend.read_nodes()
+    assert backend.calls - before == 1
+    assert sorted(n.name for n in nodes) == ["n1", "n2", "n3", "n4"]
+    assert all(n.state.available for n in nodes)
+    n2 = await _node(backend, "n2")
+    assert n2.cpus == 2
+    assert n2.features == ("f_a", "f_b")
+    assert await backend.read_node("nope") is None
+
+
+async def test_drain_and_resume_round_trip(backend: ScontrolBackend, slurm: SlurmCluster) -> None:
+    """Drain writes slonkd's reason and cause set; resume lifts both and the node is idle."""
+    result = await backend.drain(["n1"], POD, "pod worker-1 deleted")
+    assert result.changed == ("n1",)
+    assert result.calls == 2  # one compare-and-set read, one update
+    n1 = await _node(backend, "n1")
+    assert n1.state.drain is DrainStatus.DRAINED
+    assert n1.reason == "slonkd:pod-terminating pod worker-1 deleted"
+    assert reason_owner(n1.reason) is ReasonOwner.SLONKD
+    assert decode_causes(n1.extra) == {POD}
+    assert n1.reason_user == "root"
+    result = await backend.resume(["n1"], POD)
+    assert result.changed == ("n1",)
+    n1 = await _node(backend, "n1")
+    assert (n1.reason, n1.extra) == ("", "")
+    assert n1.state.drain is DrainStatus.NONE
+    await _wait_for("n1 idle", lambda: _available(backend, "n1"))
+    assert slurm.node_states()["n1"] == "idle"
+
+
+async def test_down_fail_and_undrain_round_trip(backend: ScontrolBackend) -> None:
+    """down, fail and undrain each show in the next read and are undone by resume."""
+    assert (await backend.down(["n2"], POD)).changed == ("n2",)
+    assert (await _node(backend, "n2")).state.down
+    assert (await backend.resume(["n2"], POD)).changed == ("n2",)
+    assert (await backend.fail(["n3"], HEALTH)).changed == ("n3",)
+    assert (await _node(backend, "n3")).state.failed
+    assert (await backend.resume(["n3"], HEALTH)).changed == ("n3",)
+    assert (await backend.drain(["n4"], POD)).changed == ("n4",)
+    assert (await backend.undrain(["n4"], POD)).changed == ("n4",)
+
+    async def all_up() -> bool:
+        return all(n.state.available for n in await backend.read_nodes())
+
+    await _wait_for("n2..n4 back in service", all_up)
+
+
+async def test_second_cause_holds_the_node_until_both_are_released(
+    backend: ScontrolBackend,
+) -> None:
+    """Two slonkd causes: the reason shows the higher; one release keeps the drain."""
+    await backend.drain(["n1"], POD, "bye")
+    result = await backend.drain(["n1"], HEALTH, "xid 79")
+    assert result.changed == ("n1",)
+    n1 = await _node(backend, "n1")
+    assert n1.reason.startswith("slonkd:health:gpu-xid-79")
+    assert decode_causes(n1.extra) == {POD, HEALTH}
+    again = await backend.drain(["n1"], HEALTH, "xid 79")
+    assert again.skipped_for(SkipReason.ALREADY_HELD) == {"n1"}
+    result = await backend.resume(["n1"], HEALTH)
+    assert result.changed == ()
+    assert result.skipped_for(SkipReason.OTHER_CAUSES) == {"n1"}
+    n1 = await _node(backend, "n1")
+    assert n1.state.drain is DrainStatus.DRAINED
+    assert n1.reason.startswith("slonkd:pod-terminating")
+    assert decode_causes(n1.extra) == {POD}
+    assert (await backend.resume(["n1"], POD)).changed == ("n1",)
+    await _wait_for("n1 idle", lambda: _available(backend, "n1"))
+
+
+async def test_draining_with_a_job_then_drained(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """A node with a running job reads draining after the drain, drained when the job ends."""
+    slurm.run("sbatch", "-o", "/dev/null", "-w", "n2", "-n1", "--wrap", "sleep 4")
+
+    async def running() -> bool:
+        return bool(await backend.jobs_on("n2"))
+
+    await _wait_for("job running on n2", running)
+    await backend.drain(["n2"], POD)
+    n2 = await _node(backend, "n2")
+    assert n2.state.drain is DrainStatus.DRAINING
+    assert n2.busy
+
+    async def drained() -> bool:
+        return (await _node(backend, "n2")).state.drain is DrainStatus.DRAINED
+
+    await _wait_for("n2 drained after the job", drained)
+
+
+async def test_drain_never_replaces_a_foreign_reason(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """Nodes drained or down under an operator's reason are skipped and keep their reason."""
+    slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin maint")
+    slurm.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
+    result = await backend.drain(["n1", "n3", "n4", "ghost"], POD)
+    assert result.changed == ("n1",)
+    assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n3", "n4"}
+    assert result.skipped_for(SkipReason.NOT_FOUND) == {"ghost"}
+    assert (await _node(backend, "n3")).reason == "admin maint"
+    assert (await _node(backend, "n4")).reason == "cable swap"
+    down = await backend.down(["n3"], POD)
+    assert down.skipped_for(SkipReason.FOREIGN_REASON) == {"n3"}
+
+
+async def test_resume_refuses_foreign_and_redrained_nodes(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """Resume leaves a foreign drain, and a node an operator re-drained after slonkd, drained."""
+    slurm.run("scontrol", "update", "nodename=n1", "state=drain", "reason=admin maint")
+    await backend.drain(["n2"], POD)
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=operator took it")
+    result = await backend.resume(["n1", "n2"], POD)
+    assert result.changed == ()
+    assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n1", "n2"}
+    states = slurm.node_states()
+    assert (states["n1"], states["n2"]) == ("drained", "drained")
+    assert (await _node(backend, "n2")).reason == "operator took it"
+
+
+HOSTILE = [
+    "line1\nline2 State=IDLE",
+    "a=b c=d Reason=fake Comment=x",
+    "quote \" and ' and `",
+    "fake suffix [root@2026-01-01T00:00:00]",
+    "x" * 10_000,
+    "tab\tctl\x01\x7f nul-free",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+async def test_hostile_reasons_are_stored_safely(
+    backend: ScontrolBackend, slurm: SlurmCluster, text: str
+) -> None:
+    """Hostile text is sanitised: one line per node, same reason in text and JSON, bounded."""
+    await backend.drain(["n1"], POD, text)
+    await backend.set_comment(["n2"], text)
+    shown = slurm.run("scontrol", "-o", "show", "node").stdout
+    assert len(shown.splitlines()) == 4
+    by_text = _by_name(parse_show_node(shown))
+    by_json = _by_name(parse_sinfo_json(slurm.run("sinfo", "--json").stdout))
+    assert by_text["n1"].reason == by_json["n1"].reason
+    assert by_text["n2"].comment == by_json["n2"].comment
+    assert len(by_json["n1"].reason) <= MAX_REASON_CHARS
+    assert reason_owner(by_json["n1"].reason) is ReasonOwner.SLONKD
+    assert "\n" not in by_json["n1"].reason
+    assert by_json["n3"].state.available  # nothing leaked into another node or field
+    assert slurm.node_states()["n1"] == "drained"
+
+
+async def test_foreign_hostile_reason_falls_back_to_json(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """A foreign reason that breaks the text format is read exactly through JSON."""
+    reason = "line1\nline2 Comment=x Reason=slonkd:pod-terminating"
+    slurm.run("scontrol", "update", "nodename=n3", "state=drain", f"reason={reason}")
+    nodes = _by_name(await backend.read_nodes())
+    assert nodes["n3"].reason == reason
+    assert reason_owner(nodes["n3"].reason) is ReasonOwner.FOREIGN
+    groups = await backend.read_reasons()
+    assert [g.reason for g in groups if "n3" in g.nodes] == [reason]
+    result = await backend.resume(["n3"], POD)
+    assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n3"}
+
+
+async def test_reasons_read_lists_only_nodes_with_a_reason(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """The cheap read returns the nodes that carry a reason, with setter and time."""
+    await backend.drain(["n1", "n2"], POD, "bye")
+    slurm.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
+    groups = await backend.read_reasons()
+    by_node: dict[str, ReasonGroup] = {n: g for g in groups for n in g.nodes}
+    assert set(by_node) == {"n1", "n2", "n4"}
+    assert by_node["n1"] is by_node["n2"]  # one group, one hostlist
+    assert by_node["n1"].reason == "slonkd:pod-terminating bye"
+    assert by_node["n4"].state.startswith("down")
+    assert by_node["n4"].time is not None
+
+
+async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, slurm: SlurmCluster) -> None:
+    """Requeueable jobs of a node go back to the queue; a --no-requeue job is reported."""
+    slurm.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--wrap", "sleep 300")
+    slurm.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--no-requeue", "--wrap", "sleep 301")
+
+    async def two_running() -> bool:
+        return len(await backend.jobs_on("n4")) == 2
+
+    await _wait_for("two jobs on n4", two_running)
+    jobs = await backend.jobs_on("n4")
+    result = await backend.requeue_jobs("n4")
+    assert len(result.requeued) == 1
+    assert len(result.not_requeueable) == 1
+    assert {*result.requeued, *result.not_requeueable} == {j.job_id for j in jobs}
+    out = slurm.run("squeue", "-h", "-o", "%i %T", "-j", str(result.requeued[0])).stdout
+    assert out.split()[1] in {"COMPLETING", "PENDING", "REQUEUED", "CONFIGURING", "RUNNING"}
+    # The requeued job restarts later (BeginTime); it is no longer the original run.
+    assert str(result.not_requeueable[0]) in slurm.run("squeue", "-h", "-o", "%i").stdout
+
+
+async def test_reboot_request_drains_with_slonkds_reason(
+    backend: ScontrolBackend, slurm: SlurmCluster
+) -> None:
+    """A reboot request shows REBOOT_* flags with slonkd's reason; foreign nodes are skipped."""
+    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin maint")
+    result = await backend.request_reboot(["n1", "n2"], HEALTH, "xid 79")
+    assert result.changed == ("n1",)
+    assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n2"}
+    n1 = await _node(backend, "n1")
+    assert n1.state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}
+    assert n1.reason.startswith("slonkd:health:gpu-xid-79")
+    log = Path(slurm.root / "log" / "reboot.log")
+
+    async def rebooted() -> bool:
+        return await asyncio.to_thread(_logged, log, "reboot requested")
+
+    await _wait_for("RebootProgram ran for n1", rebooted, timeout_s=30)
+
+
+async def test_comment_round_trips(backend: ScontrolBackend) -> None:
+    """A comment is written sanitised to every named node and reads back."""
+    await backend.set_comment(["n1", "n2"], 'rack "r1"\nrow 2')
+    nodes = _by_name(await backend.read_nodes())
+    assert nodes["n1"].comment == "rack 'r1' row 2"
+    assert nodes["n2"].comment == "rack 'r1' row 2"
+    assert nodes["n3"].comment == ""
+    assert json.dumps(nodes["n1"].comment)

@@ -1,0 +1,92 @@
+"""Record real SLURM outputs for the parser tests: ``python tests/data/slurm/record.py``.
+
+Starts a cluster of the harness (SLURM 22.05 from Debian), puts its nodes in known states
+(idle, slonkd-drained, draining with a job, down, fail, reboot requested, hostile reasons),
+runs each read command slonkd uses and writes its output under ``tests/data/slurm/<version>/``
+with ``sources.json`` naming the command and the SLURM version that produced every file.
+The states set here are what ``tests/unit/test_slurm_parsing.py`` expects: change both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slonkd.testing.procs import wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+
+HERE = Path(__file__).resolve().parent
+
+COMMANDS = {
+    "scontrol_show_node.txt": ["scontrol", "-o", "show", "node"],
+    "scontrol_show_node_n2.txt": ["scontrol", "-o", "show", "node", "n2"],
+    "sinfo.json": ["sinfo", "--json"],
+    "sinfo_reasons.txt": ["sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E"],
+    "squeue.json": ["squeue", "--json"],
+    "squeue.txt": ["squeue", "-h", "-o", "%i|%T|%N|%r"],
+}
+
+
+def _setup(c: SlurmCluster) -> None:
+    def up(*args: str) -> None:
+        c.run("scontrol", "update", *args)
+
+    up("nodename=n1", "comment=hello world", 'extra={"rack":"r1"}')
+    up("nodename=n2", "state=drain", "reason=slonkd:pod-terminating bye")
+    up("nodename=n2", 'extra={"slonkd":["pod-terminating"]}')
+    c.run("sbatch", "-o", "/dev/null", "-w", "n3", "-n1", "--wrap", "sleep 300")
+    c.run("sbatch", "-o", "/dev/null", "-w", "n5", "-n1", "--wrap", "sleep 300")
+    c.run("sbatch", "-o", "/dev/null", "-w", "n5", "-n1", "--no-requeue", "--wrap", "sleep 301")
+    c.run("sbatch", "-o", "/dev/null", "-w", "x8", "-n1", "--wrap", "sleep 302")  # pending
+
+    def running() -> bool:
+        out = c.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split()
+        return len(out) == 3
+
+    wait_for("three jobs running", running, timeout_s=60)
+    up("nodename=n3", "state=drain", "reason=admin maint")
+    up("nodename=n4", "state=down", "reason=down it")
+    c.run("scontrol", "reboot", "ASAP", "reason=slonkd:health:gpu-xid-79 reboot", "n5")
+    up("nodename=x1", "state=fail", "reason=fail it")
+    up("nodename=x2", "state=drain", 'reason=line1\nline2 Comment=x "q"')
+    up("nodename=x3", "state=drain", "reason=Kill task failed")
+    up("nodename=x4", "state=drain", "reason=slonkd:health:gpu-xid-79 xid")
+    up("nodename=x4", 'extra={"slonkd":["health:gpu-xid-79","k8s-cordoned"]}')
+    time.sleep(1)
+
+
+def main() -> int:
+    """Record every command's output; print where it went."""
+    root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
+    cluster = SlurmCluster(root, SlurmLayout(nodes=("n1", "n2", "n3", "n4", "n5"), extra_nodes=8))
+    cluster.start()
+    try:
+        version = cluster.run("scontrol", "--version").stdout.split()[-1]
+        short = ".".join(version.split(".")[:2])
+        out_dir = HERE / short
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _setup(cluster)
+        sources: dict[str, object] = {}
+        for name, argv in COMMANDS.items():
+            proc = cluster.run(*argv)
+            (out_dir / name).write_text(proc.stdout)
+            sources[name] = {"command": argv, "slurm_version": version}
+        meta = {
+            "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "slurm_version": version,
+            "layout": "nodes n1-n5 with slurmd, x1-x8 declared without slurmd",
+            "files": sources,
+        }
+        (out_dir / "sources.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"recorded {len(COMMANDS)} outputs of SLURM {version} in {out_dir}")
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

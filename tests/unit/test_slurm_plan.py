@@ -1,0 +1,143 @@
+"""Compare-and-set decisions: slonkd never steals a foreign hold and never lifts one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slonkd.core.reasons import Cause
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.core.slurm_plan import (
+    HoldState,
+    ReleaseState,
+    Skip,
+    SkipReason,
+    Update,
+    plan_hold,
+    plan_release,
+)
+
+POD = Cause.parse("pod-terminating")
+HEALTH = Cause.parse("health:gpu-xid-79")
+
+
+def node(state: str, reason: str = "", extra: str = "") -> SlurmNode:
+    """A node in ``state`` (``BASE+FLAG...``) with a reason and extra."""
+    base, *flags = state.split("+")
+    return SlurmNode(
+        name=NodeName("n1"),
+        state=NodeState.from_tokens(base, flags),
+        reason=reason,
+        extra=extra,
+    )
+
+
+HOLD_SKIPS = [
+    (node("IDLE+DRAIN", "admin maint"), SkipReason.FOREIGN_REASON),
+    (node("MIXED+DRAIN", "admin maint"), SkipReason.FOREIGN_REASON),
+    (node("DOWN", "down it"), SkipReason.FOREIGN_REASON),
+    (node("IDLE+FAIL", "fail it"), SkipReason.FOREIGN_REASON),
+    (node("DOWN+NOT_RESPONDING", "Not responding"), SkipReason.SLURM_REASON),
+    (node("IDLE+DRAIN", "Kill task failed"), SkipReason.SLURM_REASON),
+    (node("DOWN"), SkipReason.FOREIGN_STATE),
+    (node("IDLE+DRAIN+NEW_FLAG", "slonkd:pod-terminating"), SkipReason.UNRECOGNISED_STATE),
+    (node("IDLE", extra="rack r1"), SkipReason.FOREIGN_EXTRA),
+    (node("IDLE+DRAIN", "slonkd:pod-terminating x"), SkipReason.ALREADY_HELD),
+]
+
+
+@pytest.mark.parametrize(("current", "why"), HOLD_SKIPS)
+def test_drain_skips_what_it_must_not_touch(current: SlurmNode, why: SkipReason) -> None:
+    """A drain leaves foreign, SLURM's, unknown and already-held nodes alone, saying why."""
+    result = plan_hold(current, HoldState.DRAIN, POD, "bye")
+    assert isinstance(result, Skip)
+    assert result.why is why
+
+
+def test_drain_of_an_idle_node_writes_reason_and_cause_set() -> None:
+    """A free node is drained with slonkd's reason and its cause recorded in extra."""
+    result = plan_hold(node("IDLE", extra='{"rack":"r1"}'), HoldState.DRAIN, POD, "bye")
+    assert isinstance(result, Update)
+    assert result.state == "drain"
+    assert result.reason == "slonkd:pod-terminating bye"
+    assert json.loads(result.extra or "") == {"rack": "r1", "slonkd": ["pod-terminating"]}
+
+
+def test_second_cause_is_added_and_the_higher_one_shown() -> None:
+    """A second, higher cause on a slonkd-held node joins the set and takes the reason."""
+    held = node("IDLE+DRAIN", "slonkd:pod-terminating bye", '{"slonkd":["pod-terminating"]}')
+    result = plan_hold(held, HoldState.DRAIN, HEALTH, "xid 79")
+    assert isinstance(result, Update)
+    assert result.reason == "slonkd:health:gpu-xid-79 xid 79"
+    assert json.loads(result.extra or "")["slonkd"] == ["health:gpu-xid-79", "pod-terminating"]
+
+
+def test_lower_cause_keeps_the_shown_reason() -> None:
+    """A lower cause joins the set without replacing the reason slonkd shows."""
+    held = node("IDLE+DRAIN", "slonkd:health:gpu-xid-79 xid", '{"slonkd":["health:gpu-xid-79"]}')
+    result = plan_hold(held, HoldState.DRAIN, POD, "bye")
+    assert isinstance(result, Update)
+    assert result.reason == "slonkd:health:gpu-xid-79 xid"
+    assert len(json.loads(result.extra or "")["slonkd"]) == 2
+
+
+def test_drain_of_a_slonkd_down_node_keeps_it_down() -> None:
+    """Adding a drain cause to a node slonkd holds DOWN never weakens it to a drain."""
+    held = node("DOWN", "slonkd:pod-terminating", '{"slonkd":["pod-terminating"]}')
+    result = plan_hold(held, HoldState.DRAIN, HEALTH)
+    assert isinstance(result, Update)
+    assert result.state == "down"
+
+
+RELEASE_SKIPS = [
+    (node("IDLE+DRAIN", "admin maint"), SkipReason.FOREIGN_REASON),
+    (node("DOWN+NOT_RESPONDING", "Not responding"), SkipReason.SLURM_REASON),
+    (node("IDLE"), SkipReason.NOT_HELD),
+    (node("IDLE+DRAIN"), SkipReason.NOT_HELD),
+    (node("IDLE+DRAIN", "slonkd:pod-terminating", '{"slonkd":5}'), SkipReason.FOREIGN_EXTRA),
+    (node("IDLE+DRAIN", "slonkd:health:x", '{"slonkd":["health:x"]}'), SkipReason.OTHER_CAUSES),
+    (node("SLEEPING+DRAIN", "slonkd:pod-terminating"), SkipReason.UNRECOGNISED_STATE),
+]
+
+
+@pytest.mark.parametrize(("current", "why"), RELEASE_SKIPS)
+def test_resume_refuses_what_slonkd_does_not_hold(current: SlurmNode, why: SkipReason) -> None:
+    """Resume refuses foreign/SLURM reasons, unheld nodes, tampered sets and other causes."""
+    result = plan_release(current, ReleaseState.RESUME, POD)
+    assert isinstance(result, Skip)
+    assert result.why is why
+
+
+def test_resume_lifts_the_last_cause() -> None:
+    """The last slonkd cause released resumes the node and clears slonkd's key in extra."""
+    held = node(
+        "IDLE+DRAIN", "slonkd:pod-terminating", '{"rack":"r1","slonkd":["pod-terminating"]}'
+    )
+    result = plan_release(held, ReleaseState.RESUME, POD)
+    assert isinstance(result, Update)
+    assert (result.state, result.reason, result.extra) == ("resume", None, '{"rack":"r1"}')
+
+
+def test_release_with_other_causes_keeps_the_node_held() -> None:
+    """Releasing one of two causes rewrites reason and set but keeps the drain."""
+    held = node(
+        "MIXED+DRAIN",
+        "slonkd:health:gpu-xid-79 xid",
+        '{"slonkd":["health:gpu-xid-79","pod-terminating"]}',
+    )
+    result = plan_release(held, ReleaseState.RESUME, HEALTH)
+    assert isinstance(result, Update)
+    assert result.state == "drain"
+    assert result.reason is not None
+    assert result.reason.startswith("slonkd:pod-terminating")
+    assert result.still_held_by == "pod-terminating"
+    assert json.loads(result.extra or "") == {"slonkd": ["pod-terminating"]}
+
+
+def test_undrain_of_a_node_without_drain_is_skipped() -> None:
+    """Undrain only removes DRAIN: a slonkd-DOWN node without DRAIN is not undrained."""
+    held = node("DOWN", "slonkd:pod-terminating")
+    result = plan_release(held, ReleaseState.UNDRAIN, POD)
+    assert isinstance(result, Skip)
+    assert result.why is SkipReason.NOT_HELD
