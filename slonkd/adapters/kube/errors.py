@@ -65,6 +65,10 @@ class KubeUnavailable(TransientError):
     """429 (not from an eviction), 5xx, timeouts and broken connections."""
 
 
+class KubeTooManyRequests(KubeUnavailable):
+    """429: throttled, or (from the Eviction API) a PodDisruptionBudget says "not now"."""
+
+
 def status_message(body: Any) -> str:
     """The ``message`` of a Status body (bytes, str or dict), shortened."""
     if isinstance(body, bytes | bytearray):
@@ -93,7 +97,9 @@ def error_for_status(status: int, body: Any, call: Call) -> SlonkdError:
         return KubeForbidden(f"{text}; missing RBAC rule: {call.rule}")
     if status == 401:
         return TerminalError(f"{text}; the credentials were rejected")
-    if status == 429 or status >= 500:
+    if status == 429:
+        return KubeTooManyRequests(text)
+    if status >= 500:
         return KubeUnavailable(text)
     return KubeInvalid(text)
 
