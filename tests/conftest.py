@@ -13,12 +13,13 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
@@ -117,3 +118,11 @@ def mosquitto(session_root: Path) -> Iterator[Mosquitto]:
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture
+async def kube_transport(kube: KubeCluster) -> AsyncIterator[KubeTransport]:
+    """The adapter's transport to the session's control plane, with admin rights."""
+    transport = await KubeTransport.from_kubeconfig(kube.kubeconfig)
+    yield transport
+    await transport.close()

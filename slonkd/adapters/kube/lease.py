@@ -1,0 +1,263 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with a fencing token and a validity clock.
+
+- Acquire: create the Lease, or take it over once the holder's lease has run out as measured
+  by *this* process's monotonic clock since it last saw the record change (clocks of
+  different machines are never compared). Writes use the resourceVersion as precondition,
+  so two candidates can never both win.
+- Fencing token: ``spec.leaseTransitions``, raised by one on every acquisition (also when a
+  candidate re-acquires after losing it), so commands carrying an older token can be refused.
+- Validity: :meth:`LeaderElector.is_valid` is true only while the last successful renewal,
+  timed from *before* its request was sent, is younger than the lease duration minus a
+  safety margin. A process paused (SIGSTOP, a long GC, a frozen VM) past its lease wakes up
+  invalid and must not write. Failing to renew within the renew deadline, or seeing another
+  holder, ends leadership at once: the work is cancelled before anything else happens.
+
+kubernetes_asyncio ships a LeaderElection with a LeaseLock, but it keeps no fencing token
+(leaseTransitions is never raised), measures time with the wall clock, cannot tell a caller
+whether its lease is still valid before a write, and runs the leader's work as a loose task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.errors import TerminalError, TransientError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSettings:
+    """The Lease and its timing (client-go's defaults: 15 s, 10 s, 2 s)."""
+
+    name: str
+    namespace: str
+    identity: str
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    safety_margin_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            raise ValueError("a candidate needs a unique identity")
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError("need retry_period_s < renew_deadline_s < lease_duration_s")
+        if not 0 < self.safety_margin_s < self.lease_duration_s:
+            raise ValueError("need 0 < safety_margin_s < lease_duration_s")
+
+
+def _micro_time() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Lost(Exception):
+    """Leadership ended (internal)."""
+
+
+class LeaderElector:
+    """One candidate for one Lease."""
+
+    def __init__(
+        self,
+        transport: KubeTransport,
+        settings: LeaseSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._transport = transport
+        self._s = settings
+        self._clock = clock
+        self._path = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}"
+        )
+        self._observed: tuple[str, str, str] | None = None
+        self._observed_at = 0.0
+        self._valid_until = 0.0
+        self._token: int | None = None
+
+    # -- what callers ask ------------------------------------------------------------------
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token while leading, else None."""
+        return self._token
+
+    def is_valid(self) -> bool:
+        """True if this candidate leads and its lease has not run out by the local clock."""
+        return self._token is not None and self._clock() < self._valid_until
+
+    def check_valid(self) -> int:
+        """The fencing token, or TerminalError if the lease is not valid right now."""
+        token = self._token
+        if token is None or not self.is_valid():
+            raise TerminalError(f"{self._s.identity}: lease {self._s.name} is not held")
+        return token
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self, work: Callable[[int], Coroutine[Any, Any, None]]) -> None:
+        """Campaign forever; while leading, run ``work(token)``, cancelled the moment it ends."""
+        while True:
+            token = await self._acquire()
+            log.info(
+                "kube.lease_acquired", lease=self._s.name, identity=self._s.identity, token=token
+            )
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._renew_until_lost())
+                    group.create_task(work(token))
+            except* _Lost:
+                pass
+            finally:
+                self._token = None
+            log.warning("kube.lease_lost", lease=self._s.name, identity=self._s.identity)
+
+    async def release(self) -> None:
+        """Give the lease up (graceful shutdown) so another candidate takes over at once."""
+        if self._token is None:
+            return
+        self._token = None
+        try:
+            lease = await self._get()
+            if lease is None or lease["spec"].get("holderIdentity") != self._s.identity:
+                return
+            lease["spec"]["holderIdentity"] = ""
+            lease["spec"]["leaseDurationSeconds"] = 1
+            await self._put(lease)
+        except (TransientError, KubeConflict) as exc:
+            log.warning("kube.lease_release_failed", lease=self._s.name, error=str(exc))
+
+    async def _acquire(self) -> int:
+        while True:
+            try:
+                token = await self._try_acquire()
+            except TransientError as exc:
+                log.warning("kube.lease_unreachable", lease=self._s.name, error=str(exc))
+                token = None
+            if token is not None:
+                return token
+            await asyncio.sleep(self._s.retry_period_s * random.uniform(1.0, 1.2))  # noqa: S311
+
+    async def _renew_until_lost(self) -> None:
+        last_ok = self._clock()
+        while True:
+            await asyncio.sleep(self._s.retry_period_s)
+            if not self.is_valid():
+                raise _Lost
+            try:
+                if await self._try_renew():
+                    last_ok = self._clock()
+                    continue
+                raise _Lost  # somebody else holds it
+            except TransientError as exc:
+                log.warning("kube.lease_renew_failed", lease=self._s.name, error=str(exc))
+            if self._clock() - last_ok > self._s.renew_deadline_s:
+                raise _Lost
+
+    # -- one attempt -----------------------------------------------------------------------
+
+    async def _get(self) -> dict[str, Any] | None:
+        call = Call(
+            verb="get",
+            group="coordination.k8s.io",
+            resource="leases",
+            namespace=self._s.namespace,
+            name=self._s.name,
+        )
+        try:
+            return await self._transport.request(call, "GET", self._path)
+        except KubeNotFound:
+            return None
+
+    async def _put(self, lease: dict[str, Any]) -> None:
+        call = Call(
+            verb="update",
+            group="coordination.k8s.io",
+            resource="leases",
+            namespace=self._s.namespace,
+            name=self._s.name,
+        )
+        await self._transport.request(call, "PUT", self._path, body=lease)
+
+    def _spec(self, transitions: int, acquire_time: str) -> dict[str, Any]:
+        now = _micro_time()
+        return {
+            "holderIdentity": self._s.identity,
+            "leaseDurationSeconds": max(1, round(self._s.lease_duration_s)),
+            "acquireTime": acquire_time or now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+
+    async def _try_acquire(self) -> int | None:
+        sent_at = self._clock()
+        lease = await self._get()
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self._s.name, "namespace": self._s.namespace},
+                "spec": self._spec(0, ""),
+            }
+            call = Call(
+                verb="create",
+                group="coordination.k8s.io",
+                resource="leases",
+                namespace=self._s.namespace,
+            )
+            path = self._path.rsplit("/", 1)[0]
+            try:
+                await self._transport.request(call, "POST", path, body=body)
+            except KubeConflict:
+                return None  # another candidate created it first
+            return self._won(0, sent_at)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, str(spec.get("renewTime")), lease["metadata"]["resourceVersion"])
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._clock()
+        duration = float(spec.get("leaseDurationSeconds") or self._s.lease_duration_s)
+        if holder and self._clock() < self._observed_at + duration:
+            return None  # held, and not yet expired by our clock
+        transitions = int(spec.get("leaseTransitions") or 0) + 1
+        lease["spec"] = self._spec(transitions, "")
+        try:
+            await self._put(lease)
+        except KubeConflict:
+            return None
+        return self._won(transitions, sent_at)
+
+    async def _try_renew(self) -> bool:
+        sent_at = self._clock()
+        lease = await self._get()
+        if lease is None:
+            return False
+        spec = lease.get("spec") or {}
+        token = self._token
+        if spec.get("holderIdentity") != self._s.identity or token is None:
+            return False
+        if int(spec.get("leaseTransitions") or 0) != token:
+            return False
+        lease["spec"] = self._spec(token, str(spec.get("acquireTime") or ""))
+        try:
+            await self._put(lease)
+        except KubeConflict:
+            return False
+        self._valid_until = sent_at + self._s.lease_duration_s - self._s.safety_margin_s
+        return True
+
+    def _won(self, token: int, sent_at: float) -> int:
+        self._token = token
+        self._valid_until = sent_at + self._s.lease_duration_s - self._s.safety_margin_s
+        return token

@@ -1,0 +1,251 @@
+"""slonkd's changes to Node objects, each idempotent and marked so it can be undone exactly.
+
+- Cordon sets ``spec.unschedulable`` and the annotation ``slonk.dev/cordoned-by``. Uncordon
+  lifts only a cordon slonkd made and nobody re-made since: the annotation must be there and
+  managedFields must show slonkd (its field manager) as the only owner of
+  ``spec.unschedulable``. An admin who uncordons and cordons again takes that field over, so
+  slonkd then drops its mark and leaves the node cordoned.
+- Taints: only keys under ``slonk.dev/`` are added or removed. The taints list is replaced
+  whole by every patch type, so each change is a read-modify-write with the node's
+  resourceVersion as precondition, retried on conflict, keeping everyone else's taints.
+- The ``SlurmHealthy`` condition goes to the status subresource by strategic merge (merged by
+  type, so other conditions stay); lastTransitionTime moves only when the status changes.
+- Labels and annotations: only ``slonk.dev/`` keys, merge patch (``None`` removes a key).
+
+This module decides nothing: callers say what they want; it reports a ChangeResult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
+from slonkd.adapters.kube.parsing import field_owners, taint_to_json
+from slonkd.adapters.kube.transport import MERGE_PATCH, STRATEGIC_PATCH, KubeTransport
+from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
+from slonkd.core.kube_objects import (
+    CORDONED_BY_ANNOTATION,
+    SLONK_PREFIX,
+    SLURM_HEALTHY,
+    Taint,
+    TaintEffect,
+)
+
+log = structlog.get_logger(__name__)
+
+Mutation = tuple[dict[str, Any] | None, ChangeResult]
+"""A patch to send (None: nothing to send) and the result to report once it is applied."""
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as the apiserver writes metav1.Time."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_ours(key: str) -> None:
+    if not key.startswith(SLONK_PREFIX):
+        raise TerminalError(f"slonkd writes only keys under {SLONK_PREFIX}, not {key!r}")
+
+
+class NodeWriter:
+    """Ownership-marked changes to Nodes."""
+
+    def __init__(self, transport: KubeTransport, *, conflict_retries: int = 8) -> None:
+        self._transport = transport
+        self._retries = conflict_retries
+
+    @property
+    def manager(self) -> str:
+        """The field manager slonkd's writes carry."""
+        return self._transport.field_manager
+
+    async def _rmw(
+        self,
+        name: str,
+        mutate: Callable[[dict[str, Any]], Mutation],
+        *,
+        subresource: str = "",
+        content_type: str = MERGE_PATCH,
+    ) -> ChangeResult:
+        get = Call(verb="get", resource="nodes", name=name)
+        patch_call = Call(verb="patch", resource="nodes", subresource=subresource, name=name)
+        path = f"/api/v1/nodes/{name}"
+        for _attempt in range(self._retries):
+            try:
+                node = await self._transport.request(get, "GET", path)
+            except KubeNotFound:
+                return ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
+            patch, result = mutate(node)
+            if patch is None:
+                return result
+            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"][
+                "resourceVersion"
+            ]
+            target = f"{path}/{subresource}" if subresource else path
+            try:
+                await self._transport.request(
+                    patch_call, "PATCH", target, body=patch, content_type=content_type
+                )
+            except KubeConflict:
+                log.info("kube.node_conflict", node=name, subresource=subresource)
+                continue
+            except KubeNotFound:
+                return ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
+            return result
+        raise TransientError(f"node {name}: still conflicting after {self._retries} attempts")
+
+    # -- cordon ----------------------------------------------------------------------------
+
+    async def cordon(self, name: str, *, cause: str) -> ChangeResult:
+        """Cordon the node and mark the cordon as slonkd's; a foreign cordon is left alone."""
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            annotations = node["metadata"].get("annotations") or {}
+            if node.get("spec", {}).get("unschedulable"):
+                if CORDONED_BY_ANNOTATION in annotations and self._owns_cordon(node):
+                    return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+                return None, ChangeResult(
+                    outcome=ChangeOutcome.FOREIGN, detail="already cordoned by someone else"
+                )
+            patch = {
+                "metadata": {"annotations": {CORDONED_BY_ANNOTATION: cause}},
+                "spec": {"unschedulable": True},
+            }
+            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED, detail=cause)
+
+        return await self._rmw(name, mutate)
+
+    async def uncordon(self, name: str) -> ChangeResult:
+        """Lift slonkd's own cordon; a cordon someone else made (or re-made) stays."""
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            annotations = node["metadata"].get("annotations") or {}
+            cordoned = bool(node.get("spec", {}).get("unschedulable"))
+            marked = CORDONED_BY_ANNOTATION in annotations
+            if not marked:
+                outcome = ChangeOutcome.FOREIGN if cordoned else ChangeOutcome.UNCHANGED
+                return None, ChangeResult(outcome=outcome)
+            unmark: dict[str, Any] = {"metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}}}
+            if not cordoned:
+                # Someone uncordoned already: only the stale mark goes.
+                return unmark, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+            if not self._owns_cordon(node):
+                return unmark, ChangeResult(
+                    outcome=ChangeOutcome.FOREIGN,
+                    detail="re-cordoned by someone else since slonkd cordoned; left cordoned",
+                )
+            unmark["spec"] = {"unschedulable": None}
+            return unmark, ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+        return await self._rmw(name, mutate)
+
+    def _owns_cordon(self, node: Mapping[str, Any]) -> bool:
+        return field_owners(node, "spec", "unschedulable") == {self.manager}
+
+    # -- taints ----------------------------------------------------------------------------
+
+    async def set_taint(
+        self, name: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> ChangeResult:
+        """Make slonkd's taint ``key`` present with this effect and value; others' stay."""
+        _check_ours(key)
+        wanted = Taint(key=key, effect=effect, value=value)
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            raw = node.get("spec", {}).get("taints") or []
+            mine = [r for r in raw if r.get("key") == key and r.get("effect") == effect]
+            if mine and (mine[0].get("value") or "") == value:
+                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+            taints = [r for r in raw if not (r.get("key") == key and r.get("effect") == effect)]
+            taints.append(taint_to_json(wanted))
+            return {"spec": {"taints": taints}}, ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+        return await self._rmw(name, mutate)
+
+    async def remove_taint(
+        self, name: str, key: str, effect: TaintEffect | None = None
+    ) -> ChangeResult:
+        """Remove slonkd's taint ``key`` (of one effect, or all); others' stay."""
+        _check_ours(key)
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            raw = node.get("spec", {}).get("taints") or []
+            taints = [
+                r
+                for r in raw
+                if not (r.get("key") == key and (effect is None or r.get("effect") == effect))
+            ]
+            if len(taints) == len(raw):
+                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+            return {"spec": {"taints": taints}}, ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+        return await self._rmw(name, mutate)
+
+    # -- condition -------------------------------------------------------------------------
+
+    async def set_slurm_healthy(
+        self, name: str, *, healthy: bool, reason: str, message: str = ""
+    ) -> ChangeResult:
+        """Set the node's ``SlurmHealthy`` condition; other conditions are not touched."""
+        status = "True" if healthy else "False"
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            conditions = node.get("status", {}).get("conditions") or []
+            old = next((c for c in conditions if c.get("type") == SLURM_HEALTHY), None)
+            if (
+                old is not None
+                and old.get("status") == status
+                and old.get("reason") == reason
+                and old.get("message", "") == message
+            ):
+                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+            now = now_rfc3339()
+            since = (
+                None
+                if old is None or old.get("status") != status
+                else old.get("lastTransitionTime")
+            )
+            condition = {
+                "type": SLURM_HEALTHY,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": since or now,
+            }
+            patch = {"status": {"conditions": [condition]}}
+            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED, detail=status)
+
+        return await self._rmw(name, mutate, subresource="status", content_type=STRATEGIC_PATCH)
+
+    # -- labels and annotations ------------------------------------------------------------
+
+    async def set_labels(self, name: str, labels: Mapping[str, str | None]) -> ChangeResult:
+        """Set (or with None remove) slonkd's labels on the node."""
+        return await self._set_meta(name, "labels", labels)
+
+    async def set_annotations(
+        self, name: str, annotations: Mapping[str, str | None]
+    ) -> ChangeResult:
+        """Set (or with None remove) slonkd's annotations on the node."""
+        return await self._set_meta(name, "annotations", annotations)
+
+    async def _set_meta(
+        self, name: str, field: str, values: Mapping[str, str | None]
+    ) -> ChangeResult:
+        for key in values:
+            _check_ours(key)
+
+        def mutate(node: dict[str, Any]) -> Mutation:
+            current = node["metadata"].get(field) or {}
+            if all(current.get(k) == v for k, v in values.items()):
+                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+            patch = {"metadata": {field: dict(values)}}
+            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+        return await self._rmw(name, mutate)

@@ -1,0 +1,89 @@
+"""The coordinator's persistent state in a ConfigMap, written with optimistic concurrency.
+
+Reads and writes the :class:`~slonkd.core.coordinator_state.CoordinatorState` of one
+ConfigMap. An update is a read-modify-write with the resourceVersion as precondition, retried
+on conflict; it is fenced: a writer whose token is older than the state's last writer gets a
+:class:`FencedError` and nothing is written, so an old leader that wakes up late cannot undo
+what the new one recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.errors import TerminalError, TransientError
+
+
+class FencedError(TerminalError):
+    """A newer leader has written the state: this writer must stop acting."""
+
+
+class StateStore:
+    """One ConfigMap holding the coordinator's state."""
+
+    def __init__(
+        self, transport: KubeTransport, namespace: str, name: str, *, conflict_retries: int = 8
+    ) -> None:
+        self._transport = transport
+        self._namespace = namespace
+        self._name = name
+        self._retries = conflict_retries
+        self._collection = f"/api/v1/namespaces/{namespace}/configmaps"
+
+    def _call(self, verb: str) -> Call:
+        return Call(verb=verb, resource="configmaps", namespace=self._namespace, name=self._name)
+
+    async def _read(self) -> dict[str, Any] | None:
+        try:
+            return await self._transport.request(
+                self._call("get"), "GET", f"{self._collection}/{self._name}"
+            )
+        except KubeNotFound:
+            return None
+
+    async def load(self) -> CoordinatorState:
+        """The stored state (the initial state if none was written yet)."""
+        obj = await self._read()
+        return CoordinatorState.from_data(obj.get("data") if obj else None)
+
+    async def update(
+        self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+    ) -> CoordinatorState:
+        """Apply ``change`` to the stored state as the leader holding ``token``."""
+        for _attempt in range(self._retries):
+            obj = await self._read()
+            state = CoordinatorState.from_data(obj.get("data") if obj else None)
+            if state.fencing_token > token:
+                raise FencedError(
+                    f"state {self._namespace}/{self._name} was written by a newer leader "
+                    f"(token {state.fencing_token} > {token})"
+                )
+            new = replace(change(state), fencing_token=token)
+            try:
+                if obj is None:
+                    body = {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": self._name, "namespace": self._namespace},
+                        "data": new.to_data(),
+                    }
+                    await self._transport.request(
+                        self._call("create"), "POST", self._collection, body=body
+                    )
+                else:
+                    obj["data"] = new.to_data()
+                    await self._transport.request(
+                        self._call("update"),
+                        "PUT",
+                        f"{self._collection}/{self._name}",
+                        body=obj,
+                    )
+            except KubeConflict:
+                continue
+            return new
+        raise TransientError(f"state {self._name}: still conflicting after {self._retries} tries")

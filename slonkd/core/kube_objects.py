@@ -1,0 +1,153 @@
+"""What slonkd knows of a Kubernetes Pod and Node: small, immutable, library-free values.
+
+The Kubernetes adapter builds these from the apiserver's raw JSON and keeps only the fields
+slonkd decides on; nothing here knows about HTTP, watches or client libraries, and no
+``V1Pod``/``V1Node`` ever travels past the adapter. Ownership marks (the ``slonk.dev/``
+prefix, the cordon annotation, the ``SlurmHealthy`` condition) are defined here so that the
+decision core and the adapter agree on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NewType
+
+PodName = NewType("PodName", str)
+KubeNodeName = NewType("KubeNodeName", str)
+
+SLONK_PREFIX = "slonk.dev/"
+"""Every label, annotation and taint key slonkd writes starts with this."""
+
+CORDONED_BY_ANNOTATION = "slonk.dev/cordoned-by"
+"""Set when slonkd cordoned a node; its value is slonkd's cause for the cordon."""
+
+HOLD_KEY = "slonk.dev/hold"
+"""Label or annotation by which an operator tells slonkd to leave a node alone."""
+
+SLURM_HEALTHY = "SlurmHealthy"
+"""The NodeCondition type slonkd owns on the Node status."""
+
+
+class PodPhase(StrEnum):
+    """The pod phases the apiserver reports."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class TaintEffect(StrEnum):
+    """What a taint does to pods that do not tolerate it."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerState:
+    """One container of a pod: is it ready, how often has it restarted."""
+
+    name: str
+    ready: bool
+    restart_count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pod:
+    """A worker pod as slonkd sees it."""
+
+    name: PodName
+    namespace: str
+    uid: str
+    resource_version: str
+    node_name: KubeNodeName | None
+    phase: PodPhase
+    ready: bool
+    deletion_timestamp: str | None = None
+    deletion_grace_s: int | None = None
+    termination_grace_s: int | None = None
+    containers: tuple[ContainerState, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def terminating(self) -> bool:
+        """True once the pod has been asked to go away."""
+        return self.deletion_timestamp is not None
+
+    @property
+    def restarts(self) -> int:
+        """Restarts summed over the pod's containers."""
+        return sum(c.restart_count for c in self.containers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Taint:
+    """A node taint; slonkd owns those whose key starts with :data:`SLONK_PREFIX`."""
+
+    key: str
+    effect: TaintEffect
+    value: str = ""
+    time_added: str | None = None
+
+    @property
+    def ours(self) -> bool:
+        """True if slonkd owns this taint."""
+        return self.key.startswith(SLONK_PREFIX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeCondition:
+    """One entry of a node's status.conditions."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A Kubernetes node as slonkd sees it."""
+
+    name: KubeNodeName
+    uid: str
+    resource_version: str
+    unschedulable: bool
+    taints: tuple[Taint, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    deletion_timestamp: str | None = None
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        """The condition of that type, if the node reports it."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    @property
+    def ready(self) -> bool | None:
+        """Ready=True -> True, False/Unknown -> False, no Ready condition -> None."""
+        cond = self.condition("Ready")
+        return None if cond is None else cond.status == "True"
+
+    @property
+    def slurm_healthy(self) -> bool | None:
+        """slonkd's own SlurmHealthy condition, None while slonkd has not set it."""
+        cond = self.condition(SLURM_HEALTHY)
+        return None if cond is None else cond.status == "True"
+
+    @property
+    def cordoned_by_slonkd(self) -> bool:
+        """True if the node carries slonkd's cordon mark (the adapter checks it still holds)."""
+        return CORDONED_BY_ANNOTATION in self.annotations
+
+    @property
+    def held(self) -> bool:
+        """True if an operator put the node on hold (label or annotation)."""
+        return HOLD_KEY in self.labels or HOLD_KEY in self.annotations

@@ -1,0 +1,221 @@
+"""Leader election on a real Lease: one leader, failover with a higher token, pause safety."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
+from slonkd.adapters.kube.state import FencedError, StateStore
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.procs import wait_for
+
+pytestmark = pytest.mark.kube
+
+REPO = Path(__file__).resolve().parents[2]
+DURATION_S, RETRY_S = 3.0, 0.5
+
+
+class Candidate:
+    """An elector process and the JSON lines it printed so far."""
+
+    def __init__(self, kube: KubeCluster, namespace: str, identity: str) -> None:
+        self.identity = identity
+        self.lines: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.contract.elector_main",
+                f"--kubeconfig={kube.kubeconfig}",
+                f"--namespace={namespace}",
+                "--lease=coordinator",
+                f"--identity={identity}",
+                "--state=slonkd-state",
+                f"--duration={DURATION_S}",
+                f"--retry={RETRY_S}",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(json.loads(line))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The lines of one event kind, in order."""
+        return [e for e in list(self.lines) if e["event"] == name]
+
+    def stop(self) -> None:
+        """SIGKILL (works on a stopped process too) and reap."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+@pytest.fixture
+def candidates(kube: KubeCluster, namespace: str) -> Iterator[Callable[[str], Candidate]]:
+    """Start elector processes; all are killed after the test."""
+    started: list[Candidate] = []
+
+    def start(identity: str) -> Candidate:
+        cand = Candidate(kube, namespace, identity)
+        started.append(cand)
+        return cand
+
+    yield start
+    for cand in started:
+        cand.stop()
+
+
+def _lease(kube: KubeCluster, ns: str) -> dict[str, Any]:
+    lease: dict[str, Any] = kube.api.request(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/coordinator"
+    )
+    return lease
+
+
+def test_two_electors_one_leader_and_failover_with_higher_token(
+    kube: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    """Of two candidates one leads; SIGKILL it and the other leads in time with a higher token."""
+    a = candidates("a")
+    wait_for("a leads", lambda: bool(a.events("leading")), timeout_s=30)
+    b = candidates("b")
+    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    time.sleep(DURATION_S + 1)
+    assert not b.events("leading"), "two leaders at once"
+    assert _lease(kube, namespace)["spec"]["holderIdentity"] == "a"
+    token_a = a.events("leading")[0]["token"]
+    killed = time.monotonic()
+    a.stop()
+    wait_for("b leads", lambda: bool(b.events("leading")), timeout_s=30)
+    took = b.events("leading")[0]["t"] - killed
+    assert took <= DURATION_S + 2 * RETRY_S * 1.2 + 1.0
+    assert b.events("leading")[0]["token"] > token_a
+    lease = _lease(kube, namespace)["spec"]
+    assert lease["holderIdentity"] == "b"
+    assert lease["leaseTransitions"] == b.events("leading")[0]["token"]
+
+
+def test_leader_paused_past_its_lease_is_invalid_before_any_write(
+    kube: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    """A leader SIGSTOPped past its lease wakes up invalid: no write after the pause."""
+    a = candidates("a")
+    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    b = candidates("b")
+    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    time.sleep(1.0)
+    stopped = time.monotonic()
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for("b leads", lambda: bool(b.events("wrote")), timeout_s=30)
+        time.sleep(0.5)
+        resumed = time.monotonic()
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    wait_for(
+        "a notices",
+        lambda: any(e["t"] > resumed for e in a.lines if e["event"] in ("check", "stopped")),
+        timeout_s=10,
+    )
+    time.sleep(1.0)
+    # A write in flight when the signal came may finish after it (its "sent" tells); every
+    # decision taken after the pause must be "invalid" or "stopped".
+    decided = [e for e in list(a.lines) if e["t"] > resumed and e["event"] in ("check", "stopped")]
+    assert decided, "a decided nothing after SIGCONT"
+    assert decided[0]["event"] == "stopped" or decided[0]["valid"] is False
+    assert not [e for e in a.lines if e["event"] == "check" and e["valid"] and e["t"] > stopped]
+    assert not [e for e in a.lines if e["event"] == "wrote" and e["sent"] > stopped]
+    state = CoordinatorState.from_data(
+        kube.api.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/slonkd-state")["data"]
+    )
+    assert state.fencing_token == b.events("leading")[0]["token"]
+
+
+async def test_state_written_by_one_coordinator_is_read_by_the_next_and_fenced(
+    kube_transport: KubeTransport, namespace: str
+) -> None:
+    """State survives a change of writer; a writer with an older token is refused."""
+    first = StateStore(kube_transport, namespace, "slonkd-state")
+    await first.update(
+        3,
+        lambda s: CoordinatorState(
+            nodes_out=frozenset({"gpu-1", "gpu-2"}),
+            breaker_open=True,
+            breaker_reason="mass NotReady",
+            remediation_attempts={"gpu-1": 2},
+        ),
+    )
+    second = StateStore(kube_transport, namespace, "slonkd-state")
+    state = await second.load()
+    assert state.nodes_out == {"gpu-1", "gpu-2"}
+    assert state.breaker_open
+    assert state.breaker_reason == "mass NotReady"
+    assert state.remediation_attempts == {"gpu-1": 2}
+    assert state.fencing_token == 3
+    with pytest.raises(FencedError):
+        await second.update(2, lambda s: CoordinatorState())
+    assert (await second.load()).nodes_out == {"gpu-1", "gpu-2"}
+
+
+async def test_elector_in_process_is_valid_only_while_leading(
+    kube_transport: KubeTransport, namespace: str
+) -> None:
+    """An elector is invalid before it leads, valid with a token while leading, and releases."""
+    elector = LeaderElector(
+        kube_transport,
+        LeaseSettings(
+            name="solo",
+            namespace=namespace,
+            identity="solo-1",
+            lease_duration_s=3,
+            renew_deadline_s=2,
+            retry_period_s=0.5,
+            safety_margin_s=0.5,
+        ),
+    )
+    assert not elector.is_valid()
+    seen: list[int] = []
+    leading = asyncio.Event()
+
+    async def work(token: int) -> None:
+        seen.append(elector.check_valid())
+        leading.set()
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(elector.run(work))
+    try:
+        async with asyncio.timeout(10):
+            await leading.wait()
+        await asyncio.sleep(DURATION_S + 0.5)  # renewals keep it valid past one duration
+        assert elector.is_valid()
+        assert seen == [0]
+        await elector.release()
+        assert not elector.is_valid()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,119 @@
+"""Evictions, deletions and Events against the real apiserver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.kube.events import EventRecorder, EventSettings
+from slonkd.adapters.kube.pods import PodWriter
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.procs import wait_for
+from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
+from tests.contract.kube_helpers import pending_pod
+
+pytestmark = pytest.mark.kube
+
+
+def _pods(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
+    return list(kube.api.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"])
+
+
+async def test_eviction_is_refused_under_a_pdb_then_allowed(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str, unique: Callable[[str], str]
+) -> None:
+    """Eviction answers REFUSED while a PDB forbids it and CHANGED once the PDB allows it."""
+    label = {"slonk.dev/test": namespace}
+    kube.add_fake_nodes([unique("ev-a"), unique("ev-b")], labels=label)
+    sts = worker_statefulset("w", replicas=2, node_selector=label, standin=False)
+    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+    wait_for(
+        "2 pods Running",
+        lambda: sum(p["status"].get("phase") == "Running" for p in _pods(kube, namespace)) == 2,
+        timeout_s=60,
+    )
+    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    pdb = pod_disruption_budget("w", selector={"slonk.dev/pool": "w"}, min_available=2)
+    kube.api.request("POST", pdb_path, pdb)
+    wait_for(
+        "PDB observed",
+        lambda: (
+            kube.api.request("GET", f"{pdb_path}/w").get("status", {}).get("currentHealthy") == 2
+        ),
+        timeout_s=30,
+    )
+    writer = PodWriter(kube_transport)
+    pod = next(p for p in _pods(kube, namespace) if p["metadata"]["name"] == "w-0")
+    uid = pod["metadata"]["uid"]
+    refused = await writer.evict(namespace, "w-0", uid=uid)
+    assert refused.outcome is ChangeOutcome.REFUSED
+    assert "disruption budget" in refused.detail
+    kube.api.request(
+        "PATCH",
+        f"{pdb_path}/w",
+        {"spec": {"minAvailable": 1}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        "PDB allows one",
+        lambda: kube.api.request("GET", f"{pdb_path}/w")["status"].get("disruptionsAllowed") == 1,
+        timeout_s=30,
+    )
+    assert (await writer.evict(namespace, "w-0", uid=uid)).outcome is ChangeOutcome.CHANGED
+    # The StatefulSet brings w-0 back with a new uid: the old decision must not hit it.
+    wait_for(
+        "w-0 replaced",
+        lambda: any(
+            p["metadata"]["name"] == "w-0" and p["metadata"]["uid"] != uid
+            for p in _pods(kube, namespace)
+        ),
+        timeout_s=30,
+    )
+    assert (await writer.evict(namespace, "w-0", uid=uid)).outcome is ChangeOutcome.GONE
+    assert (await writer.evict(namespace, "nope", uid="x")).outcome is ChangeOutcome.GONE
+
+
+async def test_delete_with_grace_then_gone(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """A pod deleted with a grace period is gone; deleting it again reports GONE."""
+    created = kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("d"))
+    writer = PodWriter(kube_transport)
+    uid = created["metadata"]["uid"]
+    assert (
+        await writer.delete(namespace, "d", uid=uid, grace_s=5)
+    ).outcome is ChangeOutcome.CHANGED
+    assert (await writer.delete(namespace, "d", uid=uid, grace_s=5)).outcome is ChangeOutcome.GONE
+
+
+async def test_events_are_aggregated_and_rate_limited(
+    kube: KubeCluster, kube_transport: KubeTransport, unique: Callable[[str], str]
+) -> None:
+    """A repeated Event bumps its count; past the burst, Events about that node are dropped."""
+    (node,) = kube.add_fake_nodes([unique("evnode")], wait_ready_s=None)
+    uid = kube.api.request("GET", f"/api/v1/nodes/{node}")["metadata"]["uid"]
+    recorder = EventRecorder(kube_transport, EventSettings(burst=3, refill_s=3600))
+    ref = ObjectRef(kind="Node", name=node, uid=uid)
+    first = await recorder.record(ref, type_="Warning", reason="SlurmDown", message="slurmd died")
+    assert first.outcome is ChangeOutcome.CHANGED
+    again = await recorder.record(ref, type_="Warning", reason="SlurmDown", message="slurmd died")
+    assert again.outcome is ChangeOutcome.UNCHANGED
+    other = await recorder.record(ref, type_="Normal", reason="Cordoned", message="by slonkd")
+    assert other.outcome is ChangeOutcome.CHANGED
+    dropped = await recorder.record(ref, type_="Normal", reason="Uncordoned", message="x")
+    assert dropped.outcome is ChangeOutcome.DROPPED
+    events = kube.api.request(
+        "GET",
+        "/api/v1/namespaces/default/events",
+        params={"fieldSelector": f"involvedObject.name={node}"},
+    )["items"]
+    ours = {e["reason"]: e for e in events if e["source"].get("component") == "slonkd"}
+    assert set(ours) == {"SlurmDown", "Cordoned"}
+    assert ours["SlurmDown"]["count"] == 2
+    assert ours["SlurmDown"]["type"] == "Warning"
+    assert ours["SlurmDown"]["involvedObject"]["uid"] == uid
+    kube.api.request("DELETE", f"/api/v1/nodes/{node}", ok=(200, 404))
