@@ -1,0 +1,364 @@
+"""The decision core: ``decide(view, policy) -> Plan`` for one node, pure and total.
+
+A :class:`NodeView` is a frozen snapshot of everything slonkd knows about one node: the
+worker pod, the Kubernetes node it runs on, the SLURM node, health verdicts, the operator's
+hold and pause, and remediation history. :func:`decide` returns the actions that make SLURM
+and Kubernetes agree, each with its cause, its writer (agent or coordinator, per the table
+in ARCHITECTURE.md) and whether it counts against the disruption budget. Callers execute
+only the actions of their own writer; the adapters re-check ownership right before writing
+(compare-and-set), so a stale view can at worst do nothing.
+
+The rules, highest priority first:
+
+1. An operator's hold on the node, or a global pause: no action at all.
+2. A SLURM state or reason that is not slonkd's (an operator's drain or down, SLURM's own
+   failure reason on a node slonkd does not hold): slonkd writes nothing to SLURM.
+   An operator's cordon is never undone.
+3. A SLURM-reported failure on a node whose pod has been Running and Ready past a grace
+   (lifecycle is not failure) -> cordon, taint, ``SlurmHealthy=False``, Event, remediation.
+4. A health verdict ``fail`` -> SLURM drain ``health:<cause>`` and the same K8s marks.
+5. Kubernetes maintenance (cordon by someone else, NoSchedule/NoExecute taints that are
+   not slonkd's, NotReady, deletion) -> drain (down when the node object is being deleted).
+6. Pod lifecycle: terminating -> drain (agent, not budgeted); absent, not ready or
+   restarting past a grace -> drain (coordinator).
+7. Healthy: every slonkd cause that no longer applies is released, each by its writer;
+   the node resumes only when none is left (the adapter's compare-and-set). slonkd's own
+   cordon, taints and condition are undone once no failure cause remains.
+
+No action ever kills a job: a ``Down`` is always preceded by a ``Requeue`` of the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from slonkd.core.errors import ParseError
+from slonkd.core.health import CheckResult, Remediation, Verdict
+from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
+from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
+from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+
+FAILURE_TAINT = "slonk.dev/unhealthy"
+"""The NoSchedule taint slonkd puts on a K8s node whose SLURM node failed."""
+REBOOT_TAINT = "slonk.dev/reboot-requested"
+
+# Causes each writer owns (ARCHITECTURE.md "Who writes what").
+AGENT_CAUSES = frozenset({"pod-terminating"})
+
+
+class Writer(StrEnum):
+    """Who executes an action."""
+
+    AGENT = "agent"
+    COORDINATOR = "coordinator"
+
+
+class Kind(StrEnum):
+    """What an action does."""
+
+    DRAIN = "drain"
+    DOWN = "down"
+    REQUEUE = "requeue"
+    RELEASE = "release"
+    """Remove one slonkd cause; the adapter resumes the node when none is left."""
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    TAINT = "taint"
+    UNTAINT = "untaint"
+    SET_CONDITION = "set-condition"
+    EVENT = "event"
+    EVICT = "evict"
+    REQUEST_REBOOT = "request-reboot"
+    MARK_MANUAL = "mark-manual"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """One change, with its cause, writer and budget accounting."""
+
+    kind: Kind
+    writer: Writer
+    cause: Cause
+    budgeted: bool = False
+    """Counts against the disruption budget (takes a node out automatically)."""
+    key: str = ""
+    """Taint key, condition status, or event reason, depending on ``kind``."""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """The actions for one node and the notes that explain what was left alone."""
+
+    node: NodeName
+    actions: tuple[Action, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def for_writer(self, writer: Writer) -> tuple[Action, ...]:
+        """The actions ``writer`` executes."""
+        return tuple(a for a in self.actions if a.writer is writer)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Remediations:
+    """What slonkd already tried on this K8s node (kept in Kubernetes, survives failover)."""
+
+    attempts: int = 0
+    last_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeView:
+    """Everything known about one node at one moment; ``None`` means not seen / unknown."""
+
+    node: NodeName
+    now: float
+    slurm: SlurmNode | None
+    pod: Pod | None
+    kube_node: Node | None
+    pod_ready_since: float | None = None
+    """When the pod last became Running and Ready (None: it is not)."""
+    pod_unready_since: float | None = None
+    """When the pod last stopped being Ready (None: it is Ready, or never was)."""
+    health: Mapping[str, CheckResult] = field(default_factory=dict)
+    paused: bool = False
+    remediation: Remediations = field(default_factory=Remediations)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Tunables of the rules (settings)."""
+
+    failure_grace_s: float = 120.0
+    """A pod must be Running and Ready this long before SLURM's failure counts as one."""
+    unready_grace_s: float = 60.0
+    """A pod absent or not Ready this long gets its node drained by the coordinator."""
+    remediation_cooldown_s: float = 900.0
+    remediate: bool = True
+
+
+def _c(name: str, detail: str = "") -> Cause:
+    return Cause(name=name, detail=detail[:64])
+
+
+def _writer_of(cause: Cause) -> Writer:
+    return Writer.AGENT if cause.name in AGENT_CAUSES else Writer.COORDINATOR
+
+
+def _held(slurm: SlurmNode) -> frozenset[Cause] | None:
+    """slonkd's causes on the node, or None when SLURM's state is not slonkd's to touch."""
+    reason = parse_reason(slurm.reason)
+    held = slurm.state.down or slurm.state.failed or slurm.state.drain is not DrainStatus.NONE
+    if reason.owner in (ReasonOwner.FOREIGN, ReasonOwner.SLURM):
+        return None
+    if reason.owner is ReasonOwner.NONE:
+        return None if held else frozenset()
+    try:
+        causes = decode_causes(slurm.extra)
+    except ParseError:
+        return None
+    return causes | {reason.cause} if reason.cause else causes
+
+
+def _slurm_failure(view: NodeView, policy: Policy) -> str | None:
+    """SLURM's own failure on a node whose pod is settled (lifecycle is not failure)."""
+    s = view.slurm
+    if s is None or view.pod is None or view.pod.terminating or not view.pod.ready:
+        return None
+    if view.pod_ready_since is None or view.now - view.pod_ready_since < policy.failure_grace_s:
+        return None
+    owner = parse_reason(s.reason).owner
+    if owner is ReasonOwner.SLURM:
+        return s.reason.split(" [")[0][:60] or "slurm-reported"
+    if owner is ReasonOwner.NONE and (s.state.failed or s.state.down):
+        return str(s.state)
+    return None
+
+
+def _maintenance(node: Node | None) -> Cause | None:
+    if node is None:
+        return None
+    if node.deletion_timestamp:
+        return _c("k8s-deleted")
+    if node.unschedulable and not node.cordoned_by_slonkd:
+        return _c("k8s-cordoned")
+    foreign = [
+        t
+        for t in node.taints
+        if not t.ours
+        and t.effect in (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
+        and not t.key.startswith("node.kubernetes.io/not-ready")
+        and not t.key.startswith("node.kubernetes.io/unreachable")
+        and t.key != "node.kubernetes.io/unschedulable"
+    ]
+    if foreign:
+        return _c("k8s-tainted", foreign[0].key.rsplit("/", 1)[-1])
+    if node.ready is False:
+        return _c("k8s-notready")
+    return None
+
+
+def _lifecycle(view: NodeView, policy: Policy) -> Cause | None:
+    pod = view.pod
+    if pod is not None and pod.terminating:
+        return _c("pod-terminating")
+    if pod is not None and pod.ready and pod.phase is PodPhase.RUNNING:
+        return None
+    if (
+        view.pod_unready_since is not None
+        and view.now - view.pod_unready_since >= policy.unready_grace_s
+    ):
+        return _c("pod-not-ready")
+    return None
+
+
+def decide(view: NodeView, policy: Policy) -> Plan:
+    """The plan for one node (see the module docstring for the rules)."""
+    notes: list[str] = []
+    kube = view.kube_node
+    if view.paused:
+        return Plan(node=view.node, notes=("slonkd is paused: no automated action",))
+    if kube is not None and kube.held:
+        return Plan(
+            node=view.node, notes=(f"K8s node {kube.name} is on hold: no automated action",)
+        )
+
+    failure: Cause | None = None
+    remediation = Remediation.NONE
+    slurm_failure = _slurm_failure(view, policy)
+    if slurm_failure:
+        failure, remediation = _c("slurm-failure"), Remediation.RESTART_POD
+        notes.append(f"SLURM reports a failure: {slurm_failure}")
+    health_fails = sorted(
+        (r for r in view.health.values() if r.verdict is Verdict.FAIL), key=lambda r: r.check
+    )
+    health_causes = {_c("health", r.cause or r.check) for r in health_fails}
+    if health_fails and failure is None:
+        top = health_fails[0]
+        failure, remediation = _c("health", top.cause or top.check), top.remediation
+
+    wanted: set[Cause] = set(health_causes)
+    maintenance = _maintenance(kube)
+    if maintenance is not None:
+        wanted.add(maintenance)
+    lifecycle = _lifecycle(view, policy)
+    if lifecycle is not None:
+        wanted.add(lifecycle)
+
+    actions: list[Action] = []
+    actions += _slurm_actions(view, wanted, notes)
+    actions += _kube_actions(view, failure, remediation, policy, notes)
+    return Plan(node=view.node, actions=tuple(actions), notes=tuple(notes))
+
+
+def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list[Action]:
+    s = view.slurm
+    if s is None:
+        notes.append("SLURM node not read: no SLURM action (unknown never means drained)")
+        return []
+    if not s.state.fully_recognised:
+        notes.append(f"SLURM state {s.state} not recognised: no SLURM action")
+        return []
+    held = _held(s)
+    if held is None:
+        notes.append(
+            f"SLURM state {s.state} / reason {s.reason[:80]!r} is not slonkd's: left alone"
+        )
+        return []
+    out: list[Action] = []
+    for cause in sorted(wanted - held):
+        writer = _writer_of(cause)
+        budgeted = cause.name != "pod-terminating"
+        if cause.name == "k8s-deleted":
+            out.append(Action(kind=Kind.REQUEUE, writer=writer, cause=cause, budgeted=budgeted))
+            out.append(Action(kind=Kind.DOWN, writer=writer, cause=cause, budgeted=budgeted))
+        else:
+            out.append(Action(kind=Kind.DRAIN, writer=writer, cause=cause, budgeted=budgeted))
+    for cause in sorted(held - wanted):
+        why_not = _cannot_release(view, cause)
+        if why_not:
+            notes.append(f"keeping {cause}: {why_not}")
+            continue
+        out.append(Action(kind=Kind.RELEASE, writer=_writer_of(cause), cause=cause))
+    return out
+
+
+def _cannot_release(view: NodeView, cause: Cause) -> str:
+    """Why a held cause must stay although nothing asks for it now (unknown is not healthy)."""
+    if cause.name == "health":
+        return "" if view.health else "no health verdicts known"
+    if cause.name.startswith("k8s-"):
+        return "" if view.kube_node is not None else "K8s node not seen"
+    if cause.name.startswith("pod-"):
+        pod = view.pod
+        settled = (
+            pod is not None and pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
+        )
+        return "" if settled else "pod not Running and Ready"
+    return "cause unknown to this version of slonkd"
+
+
+def _kube_actions(
+    view: NodeView,
+    failure: Cause | None,
+    remediation: Remediation,
+    policy: Policy,
+    notes: list[str],
+) -> list[Action]:
+    kube = view.kube_node
+    if kube is None:
+        return []
+    co = Writer.COORDINATOR
+    out: list[Action] = []
+    ours = {t.key for t in kube.taints if t.ours}
+    if failure is not None:
+        if not kube.unschedulable:
+            out.append(Action(kind=Kind.CORDON, writer=co, cause=failure, budgeted=True))
+        if FAILURE_TAINT not in ours:
+            out.append(Action(kind=Kind.TAINT, writer=co, cause=failure, key=FAILURE_TAINT))
+        if kube.slurm_healthy is not False:
+            out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=failure, key="False"))
+            out.append(Action(kind=Kind.EVENT, writer=co, cause=failure, key="SlurmUnhealthy"))
+        if policy.remediate:
+            out += _remediate(view, failure, remediation, policy, notes)
+        return out
+    if kube.unschedulable and kube.cordoned_by_slonkd:
+        out.append(Action(kind=Kind.UNCORDON, writer=co, cause=_c("healthy")))
+    elif kube.unschedulable:
+        notes.append(f"K8s node {kube.name} cordoned by someone else: never undone by slonkd")
+    for key in sorted(ours):
+        out.append(Action(kind=Kind.UNTAINT, writer=co, cause=_c("healthy"), key=key))
+    if kube.slurm_healthy is False:
+        out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=_c("healthy"), key="True"))
+    return out
+
+
+def _remediate(
+    view: NodeView, failure: Cause, remediation: Remediation, policy: Policy, notes: list[str]
+) -> list[Action]:
+    co = Writer.COORDINATOR
+    history = view.remediation
+    if history.attempts and view.now - history.last_at < policy.remediation_cooldown_s:
+        notes.append(f"remediation cooling down after {history.attempts} attempt(s)")
+        return []
+    step = {
+        Remediation.NONE: 99,
+        Remediation.RESTART_POD: 0,
+        Remediation.REBOOT: 1,
+        Remediation.MANUAL: 2,
+    }[remediation] + history.attempts
+    if remediation is Remediation.NONE:
+        return []
+    if step == 0 and view.pod is not None and not view.pod.terminating:
+        return [
+            Action(kind=Kind.EVICT, writer=co, cause=failure, budgeted=True, detail=view.pod.name)
+        ]
+    if step <= 1:
+        return [
+            Action(
+                kind=Kind.REQUEST_REBOOT, writer=co, cause=failure, budgeted=True, key=REBOOT_TAINT
+            )
+        ]
+    return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure)]
