@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
-Subcommands arrive with their issues (``agent``, ``prestop``, ``coordinator``, ``status``);
-until then only ``sandbox`` and ``check`` exist, and the parser says so rather than pretending.
+Subcommands arrive with their issues: ``sandbox``, ``check`` and ``prestop`` exist;
+``agent``, ``coordinator`` and ``status`` do not yet, and the parser says so.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonkd import __version__
-from slonkd.cli import check
+from slonkd.cli import check, prestop
 from slonkd.runtime.logging import configure_logging
 
 
@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         help="tear down after this long (default: hold until Ctrl-C)",
     )
     check.add_parser(sub)
+    prestop.add_parser(sub)
     return parser
 
 
@@ -64,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         configure_logging()
         return check.main(args)
+    if args.command == "prestop":
+        configure_logging()
+        return prestop.main(args)
     parser.print_help(sys.stderr)
     return 2
 

@@ -1,0 +1,72 @@
+"""``slonkd prestop``: the slurmd container's preStop hook (drain, wait, requeue, down).
+
+Identity and timing come from flags or the environment the chart sets: the SLURM node name
+(``--node``, ``SLONKD_NODE``, else the pod name from ``POD_NAME``), the pod's grace period
+(``--grace``, ``SLONKD_GRACE_S``) and the margin kept for the requeue and the DOWN. It exits
+0 whatever SLURM says (the pod is going anyway; what could not be done is logged), and 2
+with a one-line reason on bad settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from slonkd.runtime.prestop import PrestopSettings, run_prestop
+
+EXIT_BAD_SETTINGS = 2
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``prestop`` and its options."""
+    p = sub.add_parser(
+        "prestop", help="preStop hook: drain, wait for jobs, requeue, down", description=__doc__
+    )
+    p.add_argument(
+        "--node", default=None, help="SLURM node name (default: $SLONKD_NODE or $POD_NAME)"
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the pod's termination grace period (default: $SLONKD_GRACE_S or 30)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="time kept for requeue and DOWN at the end of the grace (default: 5)",
+    )
+    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS")
+
+
+def settings_from(args: argparse.Namespace) -> PrestopSettings:
+    """Validated settings, or ValueError with a one-line reason."""
+    node = args.node or os.environ.get("SLONKD_NODE") or os.environ.get("POD_NAME") or ""
+    if not node:
+        raise ValueError("no SLURM node name: pass --node or set SLONKD_NODE or POD_NAME")
+    raw_grace = args.grace if args.grace is not None else os.environ.get("SLONKD_GRACE_S", "30")
+    try:
+        grace = float(raw_grace)
+    except ValueError:
+        raise ValueError(f"grace period {raw_grace!r} is not a number of seconds") from None
+    if grace <= 0 or args.margin < 0 or args.poll <= 0:
+        raise ValueError("grace and poll must be positive and the margin not negative")
+    if args.margin >= grace:
+        raise ValueError(f"margin {args.margin} s leaves nothing of the {grace} s grace period")
+    return PrestopSettings(node=node, grace_s=grace, margin_s=args.margin, poll_s=args.poll)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``slonkd prestop``."""
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:
+        print(f"slonkd prestop: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    asyncio.run(run_prestop(settings))
+    return 0

@@ -1,0 +1,175 @@
+"""The preStop handshake: drain, wait for jobs, requeue what is left, mark the node DOWN.
+
+Run by the slurmd container's preStop hook (``slonkd prestop``) when the worker pod is being
+deleted, evicted or preempted. Within the pod's grace period minus a margin it:
+
+1. drains the SLURM node with ``slonkd:pod-terminating`` (a node someone else drained or
+   downed is left as it is: slonkd never steals it);
+2. waits for the node's running jobs to finish, polling ``squeue``;
+3. at the deadline requeues every requeueable job that is still there; a job that cannot be
+   requeued is reported loudly and left to SLURM's own handling (the node is then *not*
+   set DOWN, since that would kill it);
+4. sets the node DOWN with slonkd's reason, so slurmctld does not wait ``SlurmdTimeout``
+   for a slurmd that is about to die.
+
+It always exits in time, even when slurmctld is unreachable: each call is bounded by what
+is left of the deadline, and whatever could not be done is logged as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import structlog
+
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
+from slonkd.core.errors import SlonkdError
+from slonkd.core.reasons import Cause
+from slonkd.core.slurm_plan import SkipReason
+
+log = structlog.get_logger("slonkd.prestop")
+
+CAUSE = Cause(name="pod-terminating")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrestopSettings:
+    """Who and how long: the SLURM node, the pod's grace period and our safety margin."""
+
+    node: str
+    grace_s: float = 30.0
+    margin_s: float = 5.0
+    """Kept free at the end of the grace for the requeue and the DOWN."""
+    poll_s: float = 1.0
+    call_timeout_s: float = 5.0
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrestopOutcome:
+    """What happened, for the exit log line and the tests."""
+
+    drained: bool
+    left_alone: bool
+    jobs_finished: bool
+    requeued: tuple[int, ...] = ()
+    not_requeueable: tuple[int, ...] = ()
+    down: bool = False
+    failures: tuple[str, ...] = ()
+
+
+class _Clock:
+    def __init__(self, budget_s: float) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + budget_s
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.start) * 1000)
+
+
+async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
+    """Do the handshake for ``s.node``; never raises for SLURM trouble, never overstays."""
+    clock = _Clock(max(1.0, s.grace_s - s.margin_s))
+    bound = log.bind(node=s.node, cause=str(CAUSE), owner="slonkd")
+    failures: list[str] = []
+
+    def backend() -> ScontrolBackend:
+        per_call = max(0.5, min(s.call_timeout_s, clock.left()))
+        return ScontrolBackend(
+            replace(s.slurm, timeout_s=per_call, attempts=1, retry_total_s=per_call)
+        )
+
+    async def attempt(step: str, call: Awaitable[T]) -> T | None:
+        try:
+            async with asyncio.timeout(max(0.5, clock.left() + s.margin_s / 2)):
+                return await call
+        except (SlonkdError, TimeoutError, OSError) as exc:
+            failures.append(f"{step}: {type(exc).__name__}: {exc}"[:300])
+            bound.error(
+                "prestop.step_failed",
+                step=step,
+                error=str(exc)[:300],
+                elapsed_ms=clock.elapsed_ms(),
+            )
+            return None
+
+    drained = await attempt("drain", backend().drain([s.node], CAUSE, "pod is terminating"))
+    left_alone = False
+    if isinstance(drained, UpdateResult):
+        foreign = (
+            drained.skipped_for(SkipReason.FOREIGN_REASON)
+            | drained.skipped_for(SkipReason.SLURM_REASON)
+            | drained.skipped_for(SkipReason.FOREIGN_STATE)
+        )
+        left_alone = bool(foreign)
+        if left_alone:
+            bound.info("prestop.left_alone", reason="node held by someone else; not draining it")
+        else:
+            bound.info("slurm.node_drained", action="drain", elapsed_ms=clock.elapsed_ms())
+
+    jobs_finished = False
+    last_count = -1
+    while clock.left() > 0:
+        jobs = await attempt("list-jobs", backend().jobs_on(s.node))
+        if jobs is None:
+            break
+        if not jobs:
+            jobs_finished = True
+            break
+        if len(jobs) != last_count:
+            bound.info("prestop.waiting", jobs=len(jobs), left_s=round(clock.left(), 1))
+            last_count = len(jobs)
+        await asyncio.sleep(min(s.poll_s, max(0.0, clock.left())))
+
+    requeued: tuple[int, ...] = ()
+    stuck: tuple[int, ...] = ()
+    if not jobs_finished:
+        clock.deadline = time.monotonic() + s.margin_s * 0.6
+        result = await attempt("requeue", backend().requeue_jobs(s.node))
+        if result is not None:
+            requeued = tuple(int(j) for j in result.requeued)
+            stuck = tuple(int(j) for j in result.not_requeueable)
+            if requeued:
+                bound.info("slurm.jobs_requeued", action="requeue", jobs=list(requeued))
+            if stuck:
+                bound.error(
+                    "prestop.jobs_not_requeueable",
+                    jobs=list(stuck),
+                    detail="left to SLURM's own handling; the node is not set DOWN",
+                )
+
+    down = False
+    if not left_alone and not stuck and not failures:
+        clock.deadline = max(clock.deadline, time.monotonic() + s.margin_s * 0.3)
+        downed = await attempt("down", backend().down([s.node], CAUSE, "pod is terminating"))
+        down = downed is not None and s.node in downed.changed
+        if down:
+            bound.info("slurm.node_down", action="down", elapsed_ms=clock.elapsed_ms())
+    outcome = PrestopOutcome(
+        drained=isinstance(drained, UpdateResult) and not left_alone,
+        left_alone=left_alone,
+        jobs_finished=jobs_finished,
+        requeued=requeued,
+        not_requeueable=stuck,
+        down=down,
+        failures=tuple(failures),
+    )
+    bound.info(
+        "prestop.finished",
+        elapsed_ms=clock.elapsed_ms(),
+        drained=outcome.drained,
+        down=down,
+        jobs_finished=jobs_finished,
+        requeued=list(requeued),
+        failures=list(failures),
+    )
+    return outcome
