@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
-Subcommands arrive with their issues: ``sandbox``, ``check`` and ``prestop`` exist;
-``agent``, ``coordinator`` and ``status`` do not yet, and the parser says so.
+Subcommands arrive with their issues: ``sandbox``, ``agent``, ``prestop`` and ``check``
+exist; ``coordinator`` and ``status`` do not yet, and the parser says so.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonkd import __version__
-from slonkd.cli import check, prestop
+from slonkd.cli import agent, check, prestop
 from slonkd.runtime.logging import configure_logging
 
 
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="tear down after this long (default: hold until Ctrl-C)",
     )
+    agent.add_parser(sub)
     check.add_parser(sub)
     prestop.add_parser(sub)
     return parser
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         configure_logging()
         return check.main(args)
+    if args.command == "agent":
+        configure_logging()
+        return agent.main(args)
     if args.command == "prestop":
         configure_logging()
         return prestop.main(args)

@@ -1,0 +1,111 @@
+"""``slonkd agent``: the sidecar in every slurmd pod.
+
+Settings come from the environment the chart sets (the downward API gives ``POD_NAME``,
+``POD_NAMESPACE`` and ``NODE_NAME``), optionally overridden by a JSON file named in
+``SLONKD_CONFIG``. Keys: ``slurm_node`` (default: the pod name), ``kubeconfig`` (default:
+``$KUBECONFIG``, else the in-cluster ServiceAccount), ``resync_s``, ``ready_file``,
+``failure_grace_s``, ``unready_grace_s``. Bad settings exit 2 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.core.decide import Policy
+from slonkd.runtime.agent import AgentSettings, run_agent
+
+EXIT_BAD_SETTINGS = 2
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_KEYS = {
+    "slurm_node",
+    "kubeconfig",
+    "resync_s",
+    "ready_file",
+    "failure_grace_s",
+    "unready_grace_s",
+    "pod_name",
+    "namespace",
+    "kube_node",
+}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``agent``."""
+    sub.add_parser("agent", help="run the sidecar agent of one slurmd pod", description=__doc__)
+
+
+def load_settings(env: Mapping[str, str]) -> AgentSettings:
+    """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason."""
+    values: dict[str, Any] = {
+        "pod_name": env.get("POD_NAME", ""),
+        "namespace": env.get("POD_NAMESPACE", ""),
+        "kube_node": env.get("NODE_NAME", ""),
+        "slurm_node": env.get("SLONKD_SLURM_NODE", ""),
+        "kubeconfig": env.get("KUBECONFIG") or None,
+        "resync_s": env.get("SLONKD_RESYNC_S", "30"),
+        "ready_file": env.get("SLONKD_READY_FILE") or None,
+    }
+    path = env.get("SLONKD_CONFIG")
+    if path:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
+        if set(doc) - _KEYS:
+            raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - _KEYS)}")
+        values.update(doc)
+    for key, what in (
+        ("pod_name", "POD_NAME"),
+        ("namespace", "POD_NAMESPACE"),
+        ("kube_node", "NODE_NAME"),
+    ):
+        if not values[key]:
+            raise ValueError(f"{what} is not set (the chart passes it through the downward API)")
+        if not _NAME.fullmatch(str(values[key])):
+            raise ValueError(f"{what}={str(values[key])[:60]!r} is not a valid Kubernetes name")
+    slurm_node = str(values["slurm_node"] or values["pod_name"])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", slurm_node):
+        raise ValueError(f"SLURM node name {slurm_node[:60]!r} is not valid")
+    try:
+        resync = float(values["resync_s"])
+        policy = Policy(
+            failure_grace_s=float(values.get("failure_grace_s", 120)),
+            unready_grace_s=float(values.get("unready_grace_s", 60)),
+        )
+    except (TypeError, ValueError):
+        raise ValueError("resync_s and the grace periods must be numbers of seconds") from None
+    if resync <= 0:
+        raise ValueError("resync_s must be positive")
+    slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
+    return AgentSettings(
+        pod_name=str(values["pod_name"]),
+        namespace=str(values["namespace"]),
+        kube_node=str(values["kube_node"]),
+        slurm_node=slurm_node,
+        kubeconfig=values["kubeconfig"],
+        resync_s=resync,
+        ready_file=values["ready_file"],
+        policy=policy,
+        slurm=SlurmSettings(env=slurm_env),
+    )
+
+
+def main(_args: argparse.Namespace) -> int:
+    """Run ``slonkd agent``."""
+    try:
+        settings = load_settings(os.environ)
+    except ValueError as exc:
+        print(f"slonkd agent: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    return asyncio.run(run_agent(settings))

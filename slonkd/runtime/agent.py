@@ -1,0 +1,210 @@
+"""The sidecar agent: mirrors its own pod's lifecycle into its own SLURM node.
+
+It watches exactly its pod and its Kubernetes node (field selectors, first list from the
+watch cache), and on every change of either, and on a resync period, reconciles its SLURM
+node: read it fresh, build a :class:`~slonkd.core.decide.NodeView`, call ``decide`` and
+execute only the agent's actions (drain for ``pod-terminating``, release of that cause once
+the node's next pod is Ready). Everything else (cordons, health drains, evictions) is the
+coordinator's. The SLURM adapter re-checks ownership right before each write, so a restart
+or a stale event converges without a duplicate action, and a drain someone else made is
+never touched. One root TaskGroup owns every task; SIGTERM/SIGINT stop it with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from slonkd.adapters.kube.informer import CacheEvent
+from slonkd.adapters.kube.sources import agent_informers
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
+from slonkd.core.kube_objects import Node, Pod, PodPhase
+from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.reconcile import run_worker
+from slonkd.runtime.workqueue import WorkQueue
+
+log = structlog.get_logger("slonkd.agent")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSettings:
+    """Who the agent is (downward API) and how it reaches Kubernetes and SLURM."""
+
+    pod_name: str
+    namespace: str
+    kube_node: str
+    slurm_node: str
+    kubeconfig: str | None = None
+    """A kubeconfig path; None means the pod's in-cluster ServiceAccount."""
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    policy: Policy = field(default_factory=Policy)
+    resync_s: float = 30.0
+    shutdown_deadline_s: float = 5.0
+    ready_file: str | None = None
+    """Touched once the caches have synced and the first reconcile ran (readiness)."""
+
+
+@dataclass(slots=True)
+class _ReadyTracker:
+    """When the pod became Ready / stopped being Ready, as this agent observed it."""
+
+    uid: str = ""
+    ready_since: float | None = None
+    unready_since: float | None = None
+
+    def observe(self, pod: Pod | None, now: float) -> None:
+        ready = (
+            pod is not None and pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
+        )
+        uid = pod.uid if pod is not None else ""
+        if uid != self.uid:
+            self.uid, self.ready_since, self.unready_since = uid, None, None
+        if ready:
+            self.unready_since = None
+            self.ready_since = self.ready_since or now
+        else:
+            self.ready_since = None
+            self.unready_since = self.unready_since or now
+
+
+class Agent:
+    """One agent: informers, a work queue with one key (its SLURM node), a reconciler."""
+
+    def __init__(self, settings: AgentSettings, transport: KubeTransport) -> None:
+        self.s = settings
+        self.backend = ScontrolBackend(settings.slurm)
+        self.nodes, self.pods = agent_informers(
+            transport, settings.namespace, pod_name=settings.pod_name, node_name=settings.kube_node
+        )
+        self.queue = WorkQueue()
+        self.ready = _ReadyTracker()
+        self.actions = 0
+        self._last_notes: tuple[str, ...] = ()
+        self.nodes.add_handler(self._on_event)
+        self.pods.add_handler(self._on_event)
+
+    def _on_event(self, _event: CacheEvent[Node] | CacheEvent[Pod]) -> None:
+        self.queue.add(self.s.slurm_node)
+
+    def _pod(self) -> Pod | None:
+        return self.pods.get(f"{self.s.namespace}/{self.s.pod_name}")
+
+    async def reconcile(self, key: str, rid: str) -> float | None:
+        """Read a fresh view of ``key``, decide, execute the agent's actions."""
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+        pod = self._pod()
+        now = time.time()
+        self.ready.observe(pod, now)
+        slurm = await self.backend.read_node(key)
+        view = NodeView(
+            node=NodeName(key),
+            now=now,
+            slurm=slurm,
+            pod=pod,
+            kube_node=self.nodes.get(self.s.kube_node),
+            pod_ready_since=self.ready.ready_since,
+            pod_unready_since=self.ready.unready_since,
+        )
+        plan = decide(view, self.s.policy)
+        bound = log.bind(node=key, pod=self.s.pod_name, reconcile_id=rid, owner="agent")
+        if plan.notes != self._last_notes:
+            for note in plan.notes:
+                bound.info("agent.left_alone" if "left alone" in note else "agent.note", note=note)
+            self._last_notes = plan.notes
+        for action in plan.for_writer(Writer.AGENT):
+            began = time.monotonic()
+            if action.kind is Kind.DRAIN:
+                result = await self.backend.drain([key], action.cause, "pod is terminating")
+            elif action.kind is Kind.RELEASE:
+                result = await self.backend.resume([key], action.cause)
+            else:  # decide() gives the agent nothing else; refuse loudly rather than guess
+                bound.error(
+                    "agent.unexpected_action", action=action.kind.value, cause=str(action.cause)
+                )
+                continue
+            after = await self.backend.read_node(key)
+            self.actions += 1
+            bound.info(
+                "agent.mirror_applied",
+                action=action.kind.value,
+                cause=str(action.cause),
+                changed=key in result.changed,
+                skipped=[f"{s.why.value}: {s.detail[:80]}" for s in result.skipped],
+                state_before=str(slurm.state) if slurm else None,
+                state_after=str(after.state) if after else None,
+                duration_ms=round((time.monotonic() - began) * 1000, 1),
+            )
+        return self.s.resync_s
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set, then cancel everything (one root TaskGroup)."""
+
+        async def stopper() -> None:
+            await stop.wait()
+            raise _Stop
+
+        async def mark_ready() -> None:
+            await self.nodes.synced.wait()
+            await self.pods.synced.wait()
+            if self.s.ready_file:
+                await asyncio.to_thread(Path(self.s.ready_file).write_text, "ready\n")
+            log.info("agent.synced", node=self.s.slurm_node, pod=self.s.pod_name)
+
+        log.info(
+            "agent.started",
+            node=self.s.slurm_node,
+            pod=self.s.pod_name,
+            namespace=self.s.namespace,
+            kube_node=self.s.kube_node,
+        )
+        self.queue.add(self.s.slurm_node)
+        with contextlib.suppress(_StopGroup):
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.nodes.run(), name="informer:node")
+                    group.create_task(self.pods.run(), name="informer:pod")
+                    group.create_task(
+                        run_worker(self.queue, self.reconcile, name="agent"), name="worker"
+                    )
+                    group.create_task(mark_ready(), name="ready")
+                    group.create_task(stopper(), name="stopper")
+            except* _Stop:
+                raise _StopGroup from None
+        log.info("agent.stopped", node=self.s.slurm_node, actions=self.actions)
+
+
+class _Stop(Exception):
+    """Raised inside the TaskGroup to cancel its tasks on shutdown."""
+
+
+class _StopGroup(Exception):
+    """The TaskGroup ended because of a requested stop."""
+
+
+async def run_agent(settings: AgentSettings) -> int:
+    """Connect, run until SIGTERM/SIGINT, close within the shutdown deadline."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if settings.kubeconfig:
+        transport = await KubeTransport.from_kubeconfig(settings.kubeconfig)
+    else:
+        transport = KubeTransport.in_cluster()
+    try:
+        await Agent(settings, transport).run(stop)
+    finally:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(settings.shutdown_deadline_s):
+                await transport.close()
+    return 0

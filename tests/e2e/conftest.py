@@ -1,0 +1,200 @@
+"""End-to-end fixtures: worker pods on a kwok node, bound to real slurmd, with slonkd agents.
+
+``workers`` builds the whole picture for one test: a fresh kwok node, a SLURM cluster whose
+nodes are the StatefulSet's pod names, the kubelet stand-in, the StatefulSet (with
+``slonkd prestop`` as its preStop hook unless told otherwise) and one ``slonkd agent``
+process per pod, each started with the environment the chart's downward API would give it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubelet import KubeletStandIn
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+
+GRACE_S = 12
+PRESTOP = [
+    sys.executable,
+    "-m",
+    "slonkd.cli.main",
+    "prestop",
+    "--grace",
+    str(GRACE_S),
+    "--margin",
+    "4",
+    "--poll",
+    "0.5",
+]
+
+
+@dataclass(slots=True)
+class AgentProcess:
+    """One ``slonkd agent`` process with its JSON log."""
+
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the agent and wait until its caches synced."""
+        ready = Path(self.env["SLONKD_READY_FILE"])
+        ready.unlink(missing_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "agent"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        wait_for(
+            "agent synced",
+            ready.exists,
+            timeout_s=30,
+            alive=lambda: (
+                None if self.proc and self.proc.poll() is None else self.log.read_text()[-2000:]
+            ),
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop (or kill) the agent and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The agent's log lines that are JSON."""
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def actions(self) -> list[dict[str, Any]]:
+        """Its ``agent.mirror_applied`` lines."""
+        return [e for e in self.events() if e.get("event") == "agent.mirror_applied"]
+
+
+@dataclass(slots=True)
+class Workers:
+    """The picture one e2e test works on."""
+
+    kube: KubeCluster
+    slurm: SlurmCluster
+    namespace: str
+    kube_node: str
+    standin: KubeletStandIn
+    agents: dict[str, AgentProcess] = field(default_factory=dict)
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        """The pod's JSON, or None."""
+        items = self.kube.api.request(
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            params={"fieldSelector": f"metadata.name={name}"},
+        )["items"]
+        return items[0] if items else None
+
+    def delete_pod(self, name: str, grace_s: int = GRACE_S) -> str:
+        """Delete a pod gracefully; returns its uid."""
+        pod = self.pod(name)
+        assert pod is not None
+        self.kube.api.request(
+            "DELETE",
+            f"/api/v1/namespaces/{self.namespace}/pods/{name}",
+            {"gracePeriodSeconds": grace_s},
+        )
+        return str(pod["metadata"]["uid"])
+
+    def journal_has(self, event: str, uid: str) -> bool:
+        """Whether the kubelet stand-in recorded ``event`` for pod ``uid``."""
+        return any(e["event"] == event and e.get("uid") == uid for e in self.standin.events())
+
+    def wait_recreated(self, name: str, old_uid: str) -> None:
+        """Wait until the StatefulSet's new pod of that name runs and its slurmd started."""
+
+        def new_running() -> bool:
+            pod = self.pod(name)
+            return bool(
+                pod
+                and pod["metadata"]["uid"] != old_uid
+                and pod.get("status", {}).get("phase") == "Running"
+                and self.journal_has("slurmd.started", pod["metadata"]["uid"])
+            )
+
+        wait_for(f"{name} recreated", new_running, timeout_s=GRACE_S + 40)
+
+    def show(self, node: str) -> str:
+        """``scontrol -o show node`` of one node."""
+        return self.slurm.run("scontrol", "-o", "show", "node", node).stdout
+
+
+@pytest.fixture
+def workers(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Workers]:
+    """One kwok node, two worker pods w-0 and w-1 bound to slurmd, and their agents.
+
+    ``@pytest.mark.prestop(argv)`` replaces the preStop command.
+    """
+    marker = request.node.get_closest_marker("prestop")
+    prestop = marker.args[0] if marker else PRESTOP
+    names = ("w-0", "w-1")
+    slurm = slurm_factory(SlurmLayout(nodes=names, autostart=False))
+    label = {"slonk.dev/test": namespace}
+    (kube_node,) = kube.add_fake_nodes([unique("e2e")], labels=label)
+    standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
+    standin.start()
+    w = Workers(kube=kube, slurm=slurm, namespace=namespace, kube_node=kube_node, standin=standin)
+    try:
+        sts = worker_statefulset(
+            "w",
+            replicas=len(names),
+            node_selector=label,
+            grace_s=GRACE_S,
+            prestop=prestop,
+            env={"GATE_DIR": str(tmp_path)},
+        )
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        slurm.wait_idle(names, timeout_s=60)
+        for name in names:
+            env = {
+                **os.environ,
+                "POD_NAME": name,
+                "POD_NAMESPACE": namespace,
+                "NODE_NAME": kube_node,
+                "KUBECONFIG": str(kube.kubeconfig),
+                "SLURM_CONF": str(slurm.conf),
+                "SLONKD_RESYNC_S": "2",
+                "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+            }
+            agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
+            agent.start()
+            w.agents[name] = agent
+        yield w
+    finally:
+        for agent in w.agents.values():
+            agent.stop()
+        standin.stop()

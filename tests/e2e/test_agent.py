@@ -1,0 +1,132 @@
+"""slonkd agent end to end: pod lifecycle mirrored into SLURM, operators' states left alone."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from slonkd.testing.procs import wait_for
+from tests.e2e.conftest import Workers
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+# A preStop that waits for the test to open a gate, so the pod stays Terminating meanwhile.
+GATED = [
+    sys.executable,
+    "-c",
+    "import os, pathlib, time\n"
+    "g = pathlib.Path(os.environ['GATE_DIR']) / 'open'\n"
+    "while not g.exists():\n    time.sleep(0.05)\n",
+]
+
+
+@pytest.mark.prestop(GATED)
+def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
+    """Deleting a pod drains its node with slonkd's reason; its next pod, once Ready, resumes it.
+
+    The preStop waits for a gate here, so the drain seen is the agent's own.
+    """
+    uid = workers.delete_pod("w-0")
+    wait_for(
+        "agent drained w-0",
+        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"),
+        timeout_s=10,
+    )
+    drains = [a for a in workers.agents["w-0"].actions() if a["action"] == "drain"]
+    assert drains
+    assert drains[0]["changed"] is True
+    assert drains[0]["cause"] == "pod-terminating"
+    (workers.standin.root.parent / "open").write_text("")
+    workers.wait_recreated("w-0", uid)
+    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    assert "Reason=" not in workers.show("w-0")
+    releases = [a for a in workers.agents["w-0"].actions() if a["action"] == "release"]
+    assert releases
+    assert releases[-1]["changed"] is True
+    assert workers.slurm.node_states().get("w-1") == "idle"  # the other node was never touched
+    assert workers.agents["w-1"].actions() == []
+
+
+def test_prestop_down_is_lifted_when_the_new_pod_is_ready(workers: Workers) -> None:
+    """The full handshake: prestop downs the node, the slurmd stops, the new pod's agent resumes."""
+    uid = workers.delete_pod("w-1")
+    wait_for("prestop downed w-1", lambda: workers.journal_has("prestop.exited", uid), timeout_s=30)
+    assert "State=DOWN" in workers.show("w-1")
+    workers.wait_recreated("w-1", uid)
+    wait_for("w-1 resumed", lambda: workers.slurm.node_states().get("w-1") == "idle", timeout_s=30)
+    assert [a["action"] for a in workers.agents["w-1"].actions()][-1] == "release"
+
+
+def test_operator_drain_during_restart_survives(workers: Workers) -> None:
+    """An operator drain set while the pod restarts is still there afterwards, text and user."""
+    uid = workers.delete_pod("w-0")
+    wait_for("pod gone", lambda: workers.journal_has("pod.deleted", uid), timeout_s=40)
+    workers.slurm.run(
+        "scontrol", "update", "nodename=w-0", "state=drain", "reason=bad DIMM, ticket 7"
+    )
+    workers.wait_recreated("w-0", uid)
+    wait_for(
+        "agent saw the new pod",
+        lambda: any(e.get("event") == "agent.left_alone" for e in workers.agents["w-0"].events()),
+        timeout_s=20,
+    )
+    shown = workers.show("w-0")
+    assert "Reason=bad DIMM, ticket 7 [root@" in shown
+    assert "DRAIN" in shown
+
+
+def test_node_on_hold_is_left_alone(workers: Workers) -> None:
+    """With slonk.dev/hold on the K8s node the agent does nothing: the prestop's DOWN stays."""
+    workers.kube.kubectl("label", "node", workers.kube_node, "slonk.dev/hold=true")
+    uid = workers.delete_pod("w-1")
+    workers.wait_recreated("w-1", uid)
+    wait_for(
+        "hold noted",
+        lambda: any("on hold" in str(e.get("note", "")) for e in workers.agents["w-1"].events()),
+        timeout_s=20,
+    )
+    assert workers.agents["w-1"].actions() == []
+    assert "Reason=slonkd:pod-terminating" in workers.show(
+        "w-1"
+    )  # prestop's, never lifted by the agent
+
+
+@pytest.mark.prestop(GATED)
+def test_agent_killed_and_restarted_converges_without_duplicates(workers: Workers) -> None:
+    """SIGKILL the agent after it drained; the new agent finds the drain and adds nothing."""
+    uid = workers.delete_pod("w-0")
+    wait_for(
+        "drained", lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"), timeout_s=10
+    )
+    agent = workers.agents["w-0"]
+    agent.stop(signal.SIGKILL)
+    before = len(agent.actions())
+    agent.start()
+    wait_for(
+        "a reconcile ran",
+        lambda: any(e.get("event") == "agent.synced" for e in agent.events()[-20:]),
+        timeout_s=10,
+    )
+    assert len(agent.actions()) == before  # nothing new to do: the drain is already there
+    (workers.standin.root.parent / "open").write_text("")
+    workers.wait_recreated("w-0", uid)
+    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    assert [a["action"] for a in agent.actions()[before:]] == ["release"]
+
+
+def test_bad_settings_exit_2_with_one_line() -> None:
+    """Missing downward-API settings: exit code 2 and a one-line reason on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "slonkd.cli.main", "agent"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "POD_NAME" in proc.stderr
