@@ -151,3 +151,16 @@ class Node:
     def held(self) -> bool:
         """True if an operator put the node on hold (label or annotation)."""
         return HOLD_KEY in self.labels or HOLD_KEY in self.annotations
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenIdentity:
+    """Who a ServiceAccount token belongs to, as TokenReview answered."""
+
+    authenticated: bool
+    username: str = ""
+    namespace: str = ""
+    service_account: str = ""
+    pod_name: PodName | None = None
+    pod_uid: str = ""
+    error: str = ""

@@ -30,6 +30,8 @@ _TRANSIENT_MARKERS = (
     "unable to contact slurm controller",
     "socket timed out",
     "connection refused",
+    "connection reset by peer",
+    "broken pipe",
     "zero bytes were transmitted",
     "communication connection failure",
     "slurm backup controller in standby mode",

@@ -33,7 +33,7 @@ from slonkd.adapters.slurm.runner import (
 from slonkd.core.errors import TransientError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
 from slonkd.core.slurm_job import JobId, SlurmJob
-from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
     ReleaseState,
@@ -75,20 +75,21 @@ def compress(names: Iterable[str]) -> str:
 
 
 def chunk_hostlists(names: Sequence[str], max_chars: int) -> list[str]:
-    """Compressed hostlists covering ``names``, each at most ``max_chars`` long."""
+    """Compressed hostlists covering ``names``, each at most ``max_chars`` long.
+
+    Splits the sorted names into as few equal runs as fit (a single name longer than the
+    limit still gets its own chunk).
+    """
     ordered = hostlist.numerically_sorted(sorted(set(names)))
-    chunks: list[str] = []
-    size = max(1, len(ordered))
-    start = 0
-    while start < len(ordered):
-        part = ordered[start : start + size]
-        expr = compress(part)
-        if len(expr) > max_chars and size > 1:
-            size = max(1, size // 2)
-            continue
-        chunks.append(expr)
-        start += len(part)
-    return chunks
+    if not ordered:
+        return []
+    parts = max(1, -(-len(compress(ordered)) // max(1, max_chars)))
+    while True:
+        size = -(-len(ordered) // parts)
+        chunks = [compress(ordered[i : i + size]) for i in range(0, len(ordered), size)]
+        if size == 1 or all(len(c) <= max_chars for c in chunks):
+            return chunks
+        parts += max(1, parts // 4)
 
 
 @dataclass(slots=True)
@@ -258,18 +259,35 @@ class ScontrolBackend:
             if isinstance(plan, Update):
                 groups.setdefault(plan.group_key, []).append(plan)
         changed: list[NodeName] = []
+        unsure: list[Update] = []
         for (state, reason, extra), updates in groups.items():
-            names = [u.node for u in updates]
-            for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
-                done, refused = await self._update(expr, state, reason, extra)
-                changed.extend(done)
-                skipped.extend(refused)
-            skipped.extend(
-                Skip(node=u.node, why=SkipReason.OTHER_CAUSES, detail=u.still_held_by)
-                for u in updates
-                if u.still_held_by
-            )
-        held = {s.node for s in skipped if s.why is SkipReason.OTHER_CAUSES}
+            by_name = {u.node: u for u in updates}
+            for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
+                names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+                if await self._update(expr, state, reason, extra):
+                    changed.extend(names)
+                else:
+                    unsure.extend(by_name[n] for n in names)
+        if unsure:
+            # slurmctld refused part of a chunk, yet applies a bulk update to the nodes it
+            # can (and 22.05 even says "Invalid node state" for a resume it carried out on
+            # a node without slurmd): read once more and judge each node by what it shows.
+            after = {n.name: n for n in await self.read_nodes()}
+            for update in unsure:
+                node = after.get(update.node)
+                if node is None:
+                    skipped.append(Skip(node=update.node, why=SkipReason.NOT_FOUND))
+                elif _shows(node, update):
+                    changed.append(update.node)
+                else:
+                    skipped.append(
+                        Skip(node=update.node, why=SkipReason.REFUSED, detail=str(node.state))
+                    )
+        still = [u for g in groups.values() for u in g if u.still_held_by and u.node in changed]
+        skipped.extend(
+            Skip(node=u.node, why=SkipReason.OTHER_CAUSES, detail=u.still_held_by) for u in still
+        )
+        held = {u.node for u in still}
         return UpdateResult(
             changed=tuple(n for n in changed if n not in held),
             skipped=tuple(skipped),
@@ -278,7 +296,8 @@ class ScontrolBackend:
 
     async def _update(
         self, expr: str, state: str | None, reason: str | None, extra: str | None
-    ) -> tuple[list[NodeName], list[Skip]]:
+    ) -> bool:
+        """One ``scontrol update``; False when slurmctld refused some of the nodes."""
         args = [f"nodename={expr}"]
         if state is not None:
             args.append(f"state={state}")
@@ -286,26 +305,28 @@ class ScontrolBackend:
             args.append(f"reason={reason}")
         if extra is not None:
             args.append(f"extra={extra}")
-        names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
         try:
             await self.runner.run("scontrol", "update", *args)
-            return names, []
-        except (NodeNotFoundError, InvalidNodeStateError) as exc:
-            if len(names) == 1:
-                why = (
-                    SkipReason.NOT_FOUND
-                    if isinstance(exc, NodeNotFoundError)
-                    else SkipReason.REFUSED
-                )
-                return [], [Skip(node=names[0], why=why, detail=str(exc)[-200:])]
-        # slurmctld applies a bulk update to the nodes it could: find the refused one(s).
-        done: list[NodeName] = []
-        refused: list[Skip] = []
-        for name in names:
-            ok, bad = await self._update(name, state, reason, extra)
-            done.extend(ok)
-            refused.extend(bad)
-        return done, refused
+        except (NodeNotFoundError, InvalidNodeStateError):
+            return False
+        return True
+
+
+def _shows(node: SlurmNode, update: Update) -> bool:
+    """Whether ``node`` as read now shows what ``update`` asked for."""
+    if update.extra is not None and node.extra != update.extra:
+        return False
+    if update.state in {ReleaseState.RESUME, ReleaseState.UNDRAIN}:
+        drained = NodeFlag.DRAIN in node.state.flags
+        stopped = node.state.down or node.state.failed
+        return not drained and (update.state == ReleaseState.UNDRAIN or not stopped)
+    if update.reason is not None and node.reason != update.reason:
+        return False
+    if update.state == HoldState.DOWN:
+        return node.state.down
+    if update.state == HoldState.FAIL:
+        return node.state.failed
+    return update.state != HoldState.DRAIN or NodeFlag.DRAIN in node.state.flags
 
 
 def _plan_or_missing(nodes: dict[str, SlurmNode], name: str, plan: _Planner) -> Update | Skip:

@@ -1,0 +1,55 @@
+"""TokenReview: which pod a bound ServiceAccount token belongs to (the bus's bootstrap uses it).
+
+An agent presents its pod-bound projected token; the coordinator asks the apiserver who that
+is. Only an authenticated ServiceAccount token bound to a pod yields a pod name; anything
+else comes back with ``authenticated=False`` or no pod, and the caller refuses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slonkd.adapters.kube.errors import Call
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.kube_objects import PodName, TokenIdentity
+
+POD_NAME = "authentication.kubernetes.io/pod-name"
+POD_UID = "authentication.kubernetes.io/pod-uid"
+SA_PREFIX = "system:serviceaccount:"
+
+
+def _first(extra: dict[str, list[str]], key: str) -> str:
+    values = extra.get(key) or []
+    return str(values[0]) if values else ""
+
+
+async def review_token(
+    transport: KubeTransport, token: str, *, audiences: Sequence[str] = ()
+) -> TokenIdentity:
+    """Ask the apiserver who ``token`` belongs to."""
+    spec: dict[str, object] = {"token": token}
+    if audiences:
+        spec["audiences"] = list(audiences)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+    call = Call(verb="create", group="authentication.k8s.io", resource="tokenreviews")
+    review = await transport.request(
+        call, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body
+    )
+    status = review.get("status") or {}
+    if not status.get("authenticated"):
+        return TokenIdentity(authenticated=False, error=str(status.get("error", "")))
+    user = status.get("user") or {}
+    username = str(user.get("username", ""))
+    namespace = service_account = ""
+    if username.startswith(SA_PREFIX):
+        namespace, _, service_account = username[len(SA_PREFIX) :].partition(":")
+    extra = user.get("extra") or {}
+    pod = _first(extra, POD_NAME)
+    return TokenIdentity(
+        authenticated=True,
+        username=username,
+        namespace=namespace,
+        service_account=service_account,
+        pod_name=PodName(pod) if pod else None,
+        pod_uid=_first(extra, POD_UID),
+    )

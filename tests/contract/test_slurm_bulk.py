@@ -1,0 +1,72 @@
+"""Bulk updates at scale: 1,000 random nodes of 5,000 in a few chunked hostlist calls."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
+from slonkd.core.slurm_plan import SkipReason
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from tests.contract.conftest import settings_for
+
+pytestmark = pytest.mark.slurm
+
+K8S = Cause.parse("k8s-cordoned")
+
+
+@pytest.fixture
+def big(slurm_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
+    """One slurmd node and 5,000 declared nodes without slurmd."""
+    return slurm_factory(SlurmLayout(nodes=("n1",), extra_nodes=5000))
+
+
+async def _slonkd_held(backend: ScontrolBackend) -> set[str]:
+    return {
+        n
+        for g in await backend.read_reasons()
+        if reason_owner(g.reason) is ReasonOwner.SLONKD
+        for n in g.nodes
+    }
+
+
+async def test_bulk_drain_of_1000_random_nodes_in_few_calls(big: SlurmCluster) -> None:
+    """1,000 random nodes drain in <= 5 calls (one read, chunked updates), foreign skipped."""
+    chosen = random.Random(4).sample(big.extra_node_names, 1000)  # noqa: S311 - seeded choice of test nodes
+    foreign = chosen[:10]
+    big.run("scontrol", "update", f"nodename={','.join(foreign)}", "state=drain", "reason=ops")
+    backend = ScontrolBackend(settings_for(big, max_hostlist_chars=2048))
+    result = await backend.drain(chosen, K8S, "cordoned")
+    assert 3 <= result.calls <= 5  # one compare-and-set read, then 2-4 hostlist chunks
+    assert set(result.changed) == set(chosen[10:])
+    assert result.skipped_for(SkipReason.FOREIGN_REASON) == set(foreign)
+    assert await _slonkd_held(backend) == set(chosen[10:])
+    resumed = await backend.resume(chosen, K8S)
+    assert set(resumed.changed) == set(chosen[10:])
+    assert resumed.skipped_for(SkipReason.FOREIGN_REASON) == set(foreign)
+    assert resumed.calls <= 5
+    assert await _slonkd_held(backend) == set()
+    still = {n for g in await backend.read_reasons() for n in g.nodes}
+    assert still == set(foreign)
+
+
+async def test_one_long_hostlist_is_accepted(big: SlurmCluster) -> None:
+    """slurmctld takes 1,000 random nodes as one ~4.6 kB hostlist (the default chunk size)."""
+    chosen = random.Random(7).sample(big.extra_node_names, 1000)  # noqa: S311 - seeded choice of test nodes
+    backend = ScontrolBackend(settings_for(big))
+    result = await backend.drain(chosen, K8S)
+    assert result.calls == 2
+    assert await _slonkd_held(backend) == set(chosen)
+
+
+async def test_bulk_with_a_vanished_node_reports_it_and_updates_the_rest(
+    big: SlurmCluster,
+) -> None:
+    """A name slurmctld does not know is skipped as not-found; the others are drained."""
+    backend = ScontrolBackend(settings_for(big))
+    result = await backend.drain(["x1", "x2", "nosuch7"], K8S)
+    assert set(result.changed) == {"x1", "x2"}
+    assert result.skipped_for(SkipReason.NOT_FOUND) == {"nosuch7"}

@@ -1,0 +1,142 @@
+"""Parsing of recorded apiserver JSON (Kubernetes 1.36, kwok) into slonkd's core types."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.kube.errors import (
+    Call,
+    KubeConflict,
+    KubeForbidden,
+    KubeGone,
+    KubeInvalid,
+    KubeNotFound,
+    KubeTooManyRequests,
+    KubeUnavailable,
+    error_for_status,
+)
+from slonkd.adapters.kube.parsing import field_owners, node_from_json, pod_from_json
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.errors import ParseError, TerminalError, TransientError
+from slonkd.core.kube_objects import PodPhase, TaintEffect
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "kube"
+
+
+def _load(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA / name).read_text())
+    return loaded
+
+
+def test_cordoned_kwok_node_is_read_with_taints_conditions_and_only_our_annotations() -> None:
+    """A cordoned, tainted node keeps its labels, all taints, conditions and slonk.dev/ notes."""
+    node = node_from_json(_load("node-kwok-cordoned-1.36.json"))
+    assert node.name == "gpu-1"
+    assert node.unschedulable
+    assert node.ready is True
+    assert node.slurm_healthy is None
+    assert node.labels["topology.slonk.dev/block"] == "b1"
+    assert {(t.key, t.effect) for t in node.taints} == {
+        ("example.com/maint", TaintEffect.NO_SCHEDULE),
+        ("node.kubernetes.io/unschedulable", TaintEffect.NO_SCHEDULE),
+    }
+    assert not any(t.ours for t in node.taints)
+    assert node.annotations == {"slonk.dev/cordoned-by": "health"}
+    assert node.cordoned_by_slonkd
+    assert not node.held
+
+
+def test_managed_fields_name_who_cordoned() -> None:
+    """managedFields say kubectl owns spec.unschedulable of the recorded node, nobody else."""
+    raw = _load("node-kwok-cordoned-1.36.json")
+    assert field_owners(raw, "spec", "unschedulable") == {"kubectl"}
+    assert field_owners(raw, "spec", "taints") == {"kubectl-taint"}
+    assert field_owners(raw, "spec", "nothing") == set()
+
+
+@pytest.mark.parametrize(
+    ("name", "terminating"),
+    [("pod-worker-running-1.36.json", False), ("pod-worker-terminating-1.36.json", True)],
+)
+def test_worker_pod_is_read_running_ready_and_maybe_terminating(
+    name: str, terminating: bool
+) -> None:
+    """A kwok worker pod is Running and Ready on its node; a deleted one is terminating."""
+    pod = pod_from_json(_load(name))
+    assert pod.name == "worker-0"
+    assert pod.namespace == "slonk"
+    assert pod.node_name == "gpu-2"
+    assert pod.phase is PodPhase.RUNNING
+    assert pod.ready
+    assert pod.terminating is terminating
+    assert pod.termination_grace_s == 30
+    assert pod.restarts == 0
+    assert [c.name for c in pod.containers] == ["slurmd"]
+    assert pod.labels["slonk.dev/pool"] == "worker"
+    if terminating:
+        assert pod.deletion_grace_s == 30
+
+
+def test_objects_without_a_name_are_refused() -> None:
+    """An object without metadata.name is a ParseError, never a half-filled value."""
+    with pytest.raises(ParseError):
+        node_from_json({"metadata": {}})
+    with pytest.raises(ParseError):
+        pod_from_json({})
+
+
+def test_unknown_pod_phase_reads_as_unknown() -> None:
+    """A phase this version does not know reads as Unknown rather than failing."""
+    pod = pod_from_json({"metadata": {"name": "p"}, "status": {"phase": "Hibernating"}})
+    assert pod.phase is PodPhase.UNKNOWN
+    assert not pod.ready
+
+
+CALL = Call(verb="patch", resource="nodes", name="n1")
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "base"),
+    [
+        (409, KubeConflict, TransientError),
+        (404, KubeNotFound, TerminalError),
+        (410, KubeGone, TransientError),
+        (403, KubeForbidden, TerminalError),
+        (422, KubeInvalid, TerminalError),
+        (429, KubeTooManyRequests, TransientError),
+        (500, KubeUnavailable, TransientError),
+        (503, KubeUnavailable, TransientError),
+    ],
+)
+def test_status_codes_become_slonkd_errors(status: int, kind: type, base: type) -> None:
+    """Each HTTP status maps to its slonkd error, transient or terminal as documented."""
+    err = error_for_status(status, b'{"message": "boom"}', CALL)
+    assert isinstance(err, kind)
+    assert isinstance(err, base)
+    assert "boom" in str(err)
+
+
+def test_forbidden_names_the_missing_rule() -> None:
+    """A 403 names the RBAC rule that would allow the call."""
+    call = Call(verb="create", resource="pods", subresource="eviction", namespace="slonk")
+    err = error_for_status(403, "{}", call)
+    assert 'resources: ["pods/eviction"], verbs: ["create"] in namespace slonk' in str(err)
+
+
+def test_coordinator_state_round_trips_through_configmap_data() -> None:
+    """State written as ConfigMap data reads back equal; empty data is the initial state."""
+    state = CoordinatorState(
+        nodes_out=frozenset({"b", "a"}),
+        breaker_open=True,
+        breaker_reason="many NotReady",
+        remediation_attempts={"gpu-1": 2},
+        fencing_token=7,
+    )
+    assert CoordinatorState.from_data(state.to_data()) == state
+    assert CoordinatorState.from_data(None) == CoordinatorState()
+    with pytest.raises(ParseError):
+        CoordinatorState.from_data({"schema": "1", "nodesOut": "{not json"})

@@ -1,0 +1,73 @@
+"""Pure helpers of the SLURM adapter: hostlist chunking and error translation."""
+
+from __future__ import annotations
+
+import random
+
+import hostlist
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slonkd.adapters.slurm.runner import (
+    InvalidNodeStateError,
+    NodeNotFoundError,
+    PermissionDeniedError,
+    translate_failure,
+)
+from slonkd.adapters.slurm.scontrol import chunk_hostlists, compress
+from slonkd.core.errors import TerminalError, TransientError
+
+
+def test_random_thousand_of_five_thousand_fit_in_few_chunks() -> None:
+    """1,000 random nodes of 5,000 compress into a handful of bounded hostlists."""
+    names = random.Random(4).sample([f"x{i}" for i in range(1, 5001)], 1000)  # noqa: S311 - seeded choice of test nodes
+    chunks = chunk_hostlists(names, 8192)
+    assert 1 <= len(chunks) <= 4
+    assert all(len(c) <= 8192 for c in chunks)
+    expanded = [n for c in chunks for n in hostlist.expand_hostlist(c)]
+    assert sorted(expanded) == sorted(names)
+
+
+@given(
+    names=st.sets(st.integers(min_value=1, max_value=100_000), min_size=1, max_size=300),
+    limit=st.integers(min_value=8, max_value=400),
+)
+def test_chunks_cover_every_node_exactly_once_within_the_limit(names: set[int], limit: int) -> None:
+    """Chunks cover the names exactly once; each fits the limit unless one name is longer."""
+    wanted = [f"gpu{i:05d}" for i in names]
+    chunks = chunk_hostlists(wanted, limit)
+    expanded = [n for c in chunks for n in hostlist.expand_hostlist(c)]
+    assert sorted(expanded) == sorted(wanted)
+    assert all(len(c) <= limit or ("," not in c and "[" not in c) for c in chunks)
+
+
+def test_compress_is_a_slurm_hostlist() -> None:
+    """Names compress into SLURM's bracket syntax."""
+    assert compress(["n3", "n1", "n2", "x7"]) == "n[1-3],x7"
+
+
+ERRORS = [
+    ("slurm_update error: Unable to contact slurm controller (connect failure)", TransientError),
+    ("slurm_load_node error: Socket timed out on send/recv operation", TransientError),
+    ("slurm_load_node error: Connection reset by peer", TransientError),
+    ("slurm_update error: Invalid node name specified", NodeNotFoundError),
+    ("Node n9 not found", NodeNotFoundError),
+    ("slurm_update error: Invalid node state specified", InvalidNodeStateError),
+    ("slurm_update error: Access/permission denied", PermissionDeniedError),
+    ("Invalid job id specified for job 99", TerminalError),
+]
+
+
+@pytest.mark.parametrize(("stderr", "kind"), ERRORS)
+def test_failures_translate_to_slonkd_errors(stderr: str, kind: type[Exception]) -> None:
+    """SLURM's messages map to transient (retry) or terminal (report) errors."""
+    err = translate_failure("scontrol", ("update",), 1, stderr)
+    assert type(err) is kind
+    assert stderr in str(err)
+
+
+def test_long_stderr_is_truncated() -> None:
+    """stderr in an error is cut to its last kilobyte."""
+    err = translate_failure("scontrol", ("x",), 1, "y" * 100_000)
+    assert len(str(err)) < 1500
