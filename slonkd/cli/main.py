@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
-Subcommands arrive with their issues: ``sandbox``, ``agent``, ``prestop`` and ``check``
-exist; ``coordinator`` and ``status`` do not yet, and the parser says so.
+Subcommands arrive with their issues: ``sandbox``, ``agent``, ``prestop``, ``check`` and
+``coordinator`` exist; ``status`` does not yet.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonkd import __version__
-from slonkd.cli import agent, check, prestop
+from slonkd.cli import agent, check, coordinator, prestop
 from slonkd.runtime.logging import configure_logging
 
 
@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     agent.add_parser(sub)
     check.add_parser(sub)
+    coordinator.add_parser(sub)
     prestop.add_parser(sub)
     return parser
 
@@ -69,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "agent":
         configure_logging()
         return agent.main(args)
+    if args.command == "coordinator":
+        configure_logging()
+        return coordinator.main(args)
     if args.command == "prestop":
         configure_logging()
         return prestop.main(args)

@@ -16,6 +16,8 @@ The rules, highest priority first:
    An operator's cordon is never undone.
 3. A SLURM-reported failure on a node whose pod has been Running and Ready past a grace
    (lifecycle is not failure) -> cordon, taint, ``SlurmHealthy=False``, Event, remediation.
+   A failure reason set before the current pod became Ready is the past of the SLURM node
+   (its pod may now run on other hardware) and does not count against this K8s node.
 4. A health verdict ``fail`` -> SLURM drain ``health:<cause>`` and the same K8s marks.
 5. Kubernetes maintenance (cordon by someone else, NoSchedule/NoExecute taints that are
    not slonkd's, NotReady, deletion) -> drain (down when the node object is being deleted).
@@ -43,6 +45,8 @@ from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 FAILURE_TAINT = "slonk.dev/unhealthy"
 """The NoSchedule taint slonkd puts on a K8s node whose SLURM node failed."""
 REBOOT_TAINT = "slonk.dev/reboot-requested"
+REASON_CLOCK_SLACK_S = 2.0
+"""SLURM stamps reasons to the second: comparisons with observed times allow this much."""
 
 # Causes each writer owns (ARCHITECTURE.md "Who writes what").
 AGENT_CAUSES = frozenset({"pod-terminating"})
@@ -123,6 +127,8 @@ class NodeView:
     pod_unready_since: float | None = None
     """When the pod last stopped being Ready (None: it is Ready, or never was)."""
     health: Mapping[str, CheckResult] = field(default_factory=dict)
+    handled_failure: str = ""
+    """Fingerprint of a SLURM failure already remediated (on the hardware the pod left)."""
     paused: bool = False
     remediation: Remediations = field(default_factory=Remediations)
 
@@ -169,12 +175,22 @@ def _slurm_failure(view: NodeView, policy: Policy) -> str | None:
         return None
     if view.pod_ready_since is None or view.now - view.pod_ready_since < policy.failure_grace_s:
         return None
+    if (
+        s.reason_time is not None
+        and s.reason_time.timestamp() + REASON_CLOCK_SLACK_S < view.pod_ready_since
+    ):
+        return None  # set before this pod was Ready: it belongs to the node's past, not to it
     owner = parse_reason(s.reason).owner
     if owner is ReasonOwner.SLURM:
         return s.reason.split(" [")[0][:60] or "slurm-reported"
     if owner is ReasonOwner.NONE and (s.state.failed or s.state.down):
         return str(s.state)
     return None
+
+
+def failure_fingerprint(slurm: SlurmNode) -> str:
+    """Identifies one SLURM-reported failure: its reason and when SLURM set it."""
+    return f"{slurm.reason}|{slurm.reason_time.isoformat() if slurm.reason_time else ''}"
 
 
 def _maintenance(node: Node | None) -> Cause | None:
@@ -228,6 +244,13 @@ def decide(view: NodeView, policy: Policy) -> Plan:
     failure: Cause | None = None
     remediation = Remediation.NONE
     slurm_failure = _slurm_failure(view, policy)
+    if (
+        slurm_failure
+        and view.slurm is not None
+        and failure_fingerprint(view.slurm) == view.handled_failure
+    ):
+        notes.append(f"SLURM failure {slurm_failure!r} was remediated already; left to an operator")
+        slurm_failure = None
     if slurm_failure:
         failure, remediation = _c("slurm-failure"), Remediation.RESTART_POD
         notes.append(f"SLURM reports a failure: {slurm_failure}")
@@ -362,3 +385,49 @@ def _remediate(
             )
         ]
     return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure)]
+
+
+_FAILURE_MARKS = frozenset(
+    {Kind.CORDON, Kind.TAINT, Kind.EVENT, Kind.EVICT, Kind.REQUEST_REBOOT, Kind.MARK_MANUAL}
+)
+_UNDO_MARKS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
+
+
+def _marks_failure(action: Action) -> bool:
+    return action.kind in _FAILURE_MARKS or (
+        action.kind is Kind.SET_CONDITION and action.key == "False"
+    )
+
+
+def _undoes_marks(action: Action) -> bool:
+    return action.kind in _UNDO_MARKS or (
+        action.kind is Kind.SET_CONDITION and action.key == "True"
+    )
+
+
+def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
+    """Make the K8s-node actions of pods that share a K8s node agree.
+
+    A K8s node is marked unhealthy if any of its pods' SLURM nodes failed; slonkd's marks are
+    undone only when none did. Per-node actions (cordon, taint, condition) are kept once.
+    """
+    failing: set[str] = set()
+    for view, plan in zip(views, plans, strict=True):
+        if view.kube_node is not None and any(_marks_failure(a) for a in plan.actions):
+            failing.add(view.kube_node.name)
+    merged = []
+    emitted: set[tuple[str, Kind, str]] = set()
+    for view, plan in zip(views, plans, strict=True):
+        kube = view.kube_node.name if view.kube_node is not None else ""
+        kept = []
+        for action in plan.actions:
+            if action.kind in _FAILURE_MARKS | _UNDO_MARKS | {Kind.SET_CONDITION} and kube:
+                if kube in failing and _undoes_marks(action):
+                    continue
+                once = (kube, action.kind, action.key)
+                if action.kind is not Kind.EVICT and once in emitted:
+                    continue
+                emitted.add(once)
+            kept.append(action)
+        merged.append(Plan(node=plan.node, actions=tuple(kept), notes=plan.notes))
+    return merged

@@ -445,3 +445,54 @@ def test_policy_grace_is_respected(grace: float) -> None:
         view(slurm=slurm("IDLE+FAIL"), pod_ready_since=NOW - 60), Policy(failure_grace_s=grace)
     )
     assert (Kind.CORDON in [a.kind for a in plan.actions]) is (grace < 60)
+
+
+def test_failure_set_before_the_pod_was_ready_is_not_blamed_on_its_node() -> None:
+    """A SLURM failure older than the current pod belongs to the hardware the pod left."""
+    from datetime import datetime
+
+    old = replace(
+        slurm("IDLE+FAIL", "Kill task failed"), reason_time=datetime.fromtimestamp(NOW - 3000)
+    )
+    assert decide(view(slurm=old, pod_ready_since=NOW - 600), POLICY).actions == ()
+    fresh = replace(old, reason_time=datetime.fromtimestamp(NOW - 60))
+    assert Kind.CORDON in [
+        a.kind for a in decide(view(slurm=fresh, pod_ready_since=NOW - 600), POLICY).actions
+    ]
+
+
+def test_a_failure_already_remediated_is_left_to_an_operator() -> None:
+    """Once slonkd evicted for a failure, the same failure is not acted on again."""
+    from slonkd.core.decide import failure_fingerprint
+
+    failed = slurm("IDLE+FAIL", "Kill task failed")
+    plan = decide(view(slurm=failed, handled_failure=failure_fingerprint(failed)), POLICY)
+    assert plan.actions == ()
+    assert any("remediated already" in n for n in plan.notes)
+
+
+def test_pods_sharing_a_k8s_node_agree_on_its_marks() -> None:
+    """A failing pod's cordon is not undone by a healthy neighbour on the same K8s node."""
+    from slonkd.core.decide import merge_shared_nodes
+
+    marked = knode(
+        cordoned=True,
+        by_slonkd=True,
+        healthy=False,
+        taints=(Taint(key=FAILURE_TAINT, effect=TaintEffect.NO_SCHEDULE),),
+    )
+    sick = view(
+        node=NodeName("w-0"), slurm=slurm("IDLE+FAIL", "Kill task failed"), kube_node=marked
+    )
+    well = view(node=NodeName("w-1"), kube_node=marked)
+    plans = merge_shared_nodes([sick, well], [decide(sick, POLICY), decide(well, POLICY)])
+    assert not [
+        a for a in plans[1].actions if a.kind in (Kind.UNCORDON, Kind.UNTAINT, Kind.SET_CONDITION)
+    ]
+    both_fresh = [
+        view(node=NodeName("w-0"), slurm=slurm("IDLE+FAIL", "Kill task failed")),
+        view(node=NodeName("w-1"), slurm=slurm("IDLE+FAIL", "Kill task failed")),
+    ]
+    merged = merge_shared_nodes(both_fresh, [decide(v, POLICY) for v in both_fresh])
+    cordons = [a for p in merged for a in p.actions if a.kind is Kind.CORDON]
+    assert len(cordons) == 1  # one cordon of the shared node

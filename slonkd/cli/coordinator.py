@@ -1,0 +1,85 @@
+"""``slonkd coordinator``: the leader that reconciles every worker node (2 replicas, one leads).
+
+Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
+``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
+and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
+``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
+``failure_grace_s``, ``unready_grace_s``. Bad settings exit 2 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.core.decide import Policy
+from slonkd.runtime.coordinator import CoordinatorSettings, run_coordinator
+
+EXIT_BAD_SETTINGS = 2
+_NUMBERS = {
+    "resync_s",
+    "max_out",
+    "lease_duration_s",
+    "renew_deadline_s",
+    "retry_period_s",
+    "failure_grace_s",
+    "unready_grace_s",
+}
+_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig"}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``coordinator``."""
+    sub.add_parser("coordinator", help="run the coordinator (leader-elected)", description=__doc__)
+
+
+def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
+    """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason."""
+    values: dict[str, Any] = {
+        "namespace": env.get("POD_NAMESPACE", ""),
+        "identity": env.get("POD_NAME") or socket.gethostname(),
+        "kubeconfig": env.get("KUBECONFIG") or None,
+    }
+    path = env.get("SLONKD_CONFIG")
+    if path:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
+        if set(doc) - _KEYS:
+            raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - _KEYS)}")
+        values.update(doc)
+    if not values["namespace"]:
+        raise ValueError("POD_NAMESPACE is not set (the namespace of the workers and the Lease)")
+    for key in _NUMBERS & set(values):
+        if not isinstance(values[key], int | float) or values[key] < 0:
+            raise ValueError(f"{key} must be a non-negative number")
+    policy = Policy(
+        failure_grace_s=float(values.pop("failure_grace_s", 120)),
+        unready_grace_s=float(values.pop("unready_grace_s", 60)),
+    )
+    slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
+    try:
+        return CoordinatorSettings(policy=policy, slurm=SlurmSettings(env=slurm_env), **values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad coordinator settings: {exc}") from None
+
+
+def main(_args: argparse.Namespace) -> int:
+    """Run ``slonkd coordinator``."""
+    try:
+        settings = load_settings(os.environ)
+    except ValueError as exc:
+        print(f"slonkd coordinator: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    return asyncio.run(run_coordinator(settings))
