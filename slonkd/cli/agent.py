@@ -4,7 +4,10 @@ Settings come from the environment the chart sets (the downward API gives ``POD_
 ``POD_NAMESPACE`` and ``NODE_NAME``), optionally overridden by a JSON file named in
 ``SLONKD_CONFIG``. Keys: ``slurm_node`` (default: the pod name), ``kubeconfig`` (default:
 ``$KUBECONFIG``, else the in-cluster ServiceAccount), ``resync_s``, ``ready_file``,
-``failure_grace_s``, ``unready_grace_s``. Bad settings exit 2 with a one-line reason.
+``failure_grace_s``, ``unready_grace_s``, ``cluster``, ``health`` (the checks: see
+``HealthSettings``) and ``hysteresis`` (``fail_n``, ``window_m``, ``clear_k``). MQTT comes from
+``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
+(or ``SLONKD_MQTT_PASSWORD_FILE``). Bad settings exit 2 with a one-line reason.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from slonkd.adapters.bus.client import BusSettings
+from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.decide import Policy
+from slonkd.core.health import Hysteresis
 from slonkd.runtime.agent import AgentSettings, run_agent
 
 EXIT_BAD_SETTINGS = 2
@@ -35,6 +41,22 @@ _KEYS = {
     "pod_name",
     "namespace",
     "kube_node",
+    "cluster",
+    "health",
+    "hysteresis",
+}
+_HEALTH_KEYS = {
+    "expected_gpus",
+    "disk_paths",
+    "mounts",
+    "slurmd_port",
+    "peers",
+    "nic_interfaces",
+    "ib_expected_ports",
+    "timeout_s",
+    "mount_timeout_s",
+    "fast_period_s",
+    "slow_period_s",
 }
 
 
@@ -88,7 +110,13 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     if resync <= 0:
         raise ValueError("resync_s must be positive")
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
+    bus = bus_settings(env, f"slonkd-agent-{slurm_node}")
+    health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
     return AgentSettings(
+        cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
+        bus=bus,
+        health=health,
+        hysteresis=hysteresis,
         pod_name=str(values["pod_name"]),
         namespace=str(values["namespace"]),
         kube_node=str(values["kube_node"]),
@@ -99,6 +127,51 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         policy=policy,
         slurm=SlurmSettings(env=slurm_env),
     )
+
+
+def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
+    """MQTT settings from ``SLONKD_MQTT_*`` (None when no host is set)."""
+    host = env.get("SLONKD_MQTT_HOST")
+    if not host:
+        return None
+    password = env.get("SLONKD_MQTT_PASSWORD", "")
+    if env.get("SLONKD_MQTT_PASSWORD_FILE"):
+        try:
+            password = Path(env["SLONKD_MQTT_PASSWORD_FILE"]).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read SLONKD_MQTT_PASSWORD_FILE: {exc.strerror}") from None
+    try:
+        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
+    except ValueError:
+        raise ValueError("SLONKD_MQTT_PORT must be a port number") from None
+    user = env.get("SLONKD_MQTT_USER", "")
+    if not user or not password:
+        raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")
+    return BusSettings(host=host, port=port, username=user, password=password, client_id=client_id)
+
+
+def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | None, Hysteresis]:
+    hysteresis = Hysteresis()
+    if raw_hysteresis is not None:
+        if not isinstance(raw_hysteresis, dict) or set(raw_hysteresis) - {
+            "fail_n",
+            "window_m",
+            "clear_k",
+        }:
+            raise ValueError("hysteresis takes fail_n, window_m and clear_k")
+        try:
+            hysteresis = Hysteresis(**{k: int(v) for k, v in raw_hysteresis.items()})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad hysteresis: {exc}") from None
+    if raw is None:
+        return None, hysteresis
+    if not isinstance(raw, dict) or set(raw) - _HEALTH_KEYS:
+        raise ValueError(f"health takes only {sorted(_HEALTH_KEYS)}")
+    try:
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        return HealthSettings(**values), hysteresis
+    except TypeError as exc:
+        raise ValueError(f"bad health settings: {exc}") from None
 
 
 def main(_args: argparse.Namespace) -> int:

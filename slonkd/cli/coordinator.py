@@ -4,7 +4,9 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
-``failure_grace_s``, ``unready_grace_s``. Bad settings exit 2 with a one-line reason.
+``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
+``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings
+exit 2 with a one-line reason.
 """
 
 from __future__ import annotations
@@ -20,20 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.cli.agent import bus_settings
 from slonkd.core.decide import Policy
 from slonkd.runtime.coordinator import CoordinatorSettings, run_coordinator
 
 EXIT_BAD_SETTINGS = 2
 _NUMBERS = {
     "resync_s",
+    "debounce_s",
+    "max_batch_delay_s",
     "max_out",
     "lease_duration_s",
     "renew_deadline_s",
     "retry_period_s",
     "failure_grace_s",
     "unready_grace_s",
+    "suspect_min_nodes",
+    "suspect_fraction",
 }
-_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig"}
+_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig", "cluster"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,8 +76,12 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
     )
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
+    values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
+    bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     try:
-        return CoordinatorSettings(policy=policy, slurm=SlurmSettings(env=slurm_env), **values)
+        return CoordinatorSettings(
+            policy=policy, slurm=SlurmSettings(env=slurm_env), bus=bus, **values
+        )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None
 

@@ -99,6 +99,8 @@ class Plan:
     node: NodeName
     actions: tuple[Action, ...] = ()
     notes: tuple[str, ...] = ()
+    failure: Cause | None = None
+    """The failure this node's K8s node is marked for (SLURM-reported or health)."""
 
     def for_writer(self, writer: Writer) -> tuple[Action, ...]:
         """The actions ``writer`` executes."""
@@ -273,7 +275,7 @@ def decide(view: NodeView, policy: Policy) -> Plan:
     actions: list[Action] = []
     actions += _slurm_actions(view, wanted, notes)
     actions += _kube_actions(view, failure, remediation, policy, notes)
-    return Plan(node=view.node, actions=tuple(actions), notes=tuple(notes))
+    return Plan(node=view.node, actions=tuple(actions), notes=tuple(notes), failure=failure)
 
 
 def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list[Action]:
@@ -393,12 +395,6 @@ _FAILURE_MARKS = frozenset(
 _UNDO_MARKS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
 
 
-def _marks_failure(action: Action) -> bool:
-    return action.kind in _FAILURE_MARKS or (
-        action.kind is Kind.SET_CONDITION and action.key == "False"
-    )
-
-
 def _undoes_marks(action: Action) -> bool:
     return action.kind in _UNDO_MARKS or (
         action.kind is Kind.SET_CONDITION and action.key == "True"
@@ -413,7 +409,7 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
     """
     failing: set[str] = set()
     for view, plan in zip(views, plans, strict=True):
-        if view.kube_node is not None and any(_marks_failure(a) for a in plan.actions):
+        if view.kube_node is not None and plan.failure is not None:
             failing.add(view.kube_node.name)
     merged = []
     emitted: set[tuple[str, Kind, str]] = set()
@@ -429,5 +425,49 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
                     continue
                 emitted.add(once)
             kept.append(action)
-        merged.append(Plan(node=plan.node, actions=tuple(kept), notes=plan.notes))
+        merged.append(
+            Plan(node=plan.node, actions=tuple(kept), notes=plan.notes, failure=plan.failure)
+        )
     return merged
+
+
+def suspect_common_causes(
+    views: list[NodeView], plans: list[Plan], *, min_nodes: int, fraction: float
+) -> tuple[list[Plan], frozenset[Cause]]:
+    """When many nodes fail the same health check at once, suspect the check, not the nodes.
+
+    A health cause reported as ``fail`` by at least ``max(min_nodes, fraction * nodes)``
+    nodes right now (taken out already or not) is dropped from every plan: nothing more is
+    drained, cordoned or evicted for it. Releases are never dropped. The caller reports the
+    suspected causes; what was taken out before the count was reached stays out (inside the
+    disruption budget) for a person to look at.
+    """
+    counts: dict[Cause, int] = {}
+    for view in views:
+        failing = {
+            _c("health", r.cause or r.check)
+            for r in view.health.values()
+            if r.verdict is Verdict.FAIL
+        }
+        held = _held(view.slurm) if view.slurm is not None else None
+        failing |= {c for c in held or () if c.name == "health"}  # already taken out for it
+        for cause in failing:
+            counts[cause] = counts.get(cause, 0) + 1
+    limit = max(min_nodes, int(fraction * len(views) + 0.999))
+    suspected = frozenset(c for c, n in counts.items() if n >= limit)
+    if not suspected:
+        return plans, suspected
+    kept = [
+        Plan(
+            node=p.node,
+            notes=p.notes,
+            failure=p.failure,
+            actions=tuple(
+                a
+                for a in p.actions
+                if a.cause not in suspected or _undoes_marks(a) or a.kind is Kind.RELEASE
+            ),
+        )
+        for p in plans
+    ]
+    return kept, suspected

@@ -155,3 +155,24 @@ def judge(history: Sequence[CheckResult], policy: Hysteresis, *, failing: bool) 
             f"{len(bad)} of {policy.fail_n} failures needed: {last.evidence}",
         )
     return last
+
+
+def encode_verdict(result: CheckResult) -> str:
+    """``verdict[:cause[:remediation]]`` for the agent's status payload."""
+    if not result.cause:
+        return result.verdict.value
+    if result.remediation is Remediation.NONE:
+        return f"{result.verdict.value}:{result.cause}"
+    return f"{result.verdict.value}:{result.cause}:{result.remediation.value}"
+
+
+def decode_verdict(check: str, text: str) -> CheckResult:
+    """The inverse of :func:`encode_verdict` (the payload was validated at the boundary)."""
+    parts = text.split(":")
+    try:
+        verdict = Verdict(parts[0])
+        remediation = Remediation(parts[2]) if len(parts) > 2 else Remediation.NONE
+    except ValueError:
+        return unknown(check, "unreadable-verdict", text[:80])
+    cause = parts[1] if len(parts) > 1 else ""
+    return CheckResult(check=check, verdict=verdict, cause=cause, remediation=remediation)

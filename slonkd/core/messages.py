@@ -100,9 +100,11 @@ class AgentStatus:
     node: str
     online: bool
     pod: str = ""
+    kube_node: str = ""
+    """The K8s node the verdicts were measured on (health belongs to the hardware)."""
     slurm_state: str = ""
     health: dict[str, str] = field(default_factory=dict)
-    """check name -> verdict (ok, warn, fail, unknown)."""
+    """check name -> ``verdict[:cause[:remediation]]`` (see ``slonkd.core.health``)."""
     at: float = 0.0
 
 
@@ -155,6 +157,7 @@ _FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
         "node": (str, True),
         "online": (bool, True),
         "pod": (str, False),
+        "kube_node": (str, False),
         "slurm_state": (str, False),
         "health": (dict, False),
         "at": (float, False),
@@ -214,9 +217,19 @@ def _check_value(name: str, value: Any, kind: type) -> Any:
     return value
 
 
+_CHECK_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+_VERDICT_RE: Final = re.compile(
+    r"(ok|warn|fail|unknown)(:[a-z0-9][a-z0-9._-]{0,47}(:[a-z-]{1,16})?)?"
+)
+
+
 def _short_map(value: dict[Any, Any]) -> bool:
+    """``health``: check name -> ``verdict[:cause[:remediation]]``, at most 64 checks."""
     return len(value) <= 64 and all(
-        isinstance(k, str) and _NAME_RE.fullmatch(k) and isinstance(v, str) and len(v) <= 32
+        isinstance(k, str)
+        and _CHECK_RE.fullmatch(k)
+        and isinstance(v, str)
+        and _VERDICT_RE.fullmatch(v)
         for k, v in value.items()
     )
 

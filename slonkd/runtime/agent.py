@@ -21,14 +21,21 @@ from pathlib import Path
 
 import structlog
 
+from slonkd.adapters.bus.client import Bus, BusSettings
+from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.adapters.kube.informer import CacheEvent
 from slonkd.adapters.kube.sources import agent_informers
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
+from slonkd.core.errors import TransientError
+from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase
+from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.health_loop import HealthLoop
 from slonkd.runtime.reconcile import run_worker
 from slonkd.runtime.workqueue import WorkQueue
 
@@ -51,6 +58,12 @@ class AgentSettings:
     shutdown_deadline_s: float = 5.0
     ready_file: str | None = None
     """Touched once the caches have synced and the first reconcile ran (readiness)."""
+    cluster: str = "lab"
+    bus: BusSettings | None = None
+    """MQTT broker and credentials; None: no status is published (health stays local)."""
+    health: HealthSettings | None = None
+    """Checks to run on schedules; None: no health checks."""
+    hysteresis: Hysteresis = field(default_factory=Hysteresis)
 
 
 @dataclass(slots=True)
@@ -87,10 +100,44 @@ class Agent:
         )
         self.queue = WorkQueue()
         self.ready = _ReadyTracker()
+        self.verdicts: dict[str, CheckResult] = {}
+        self.status_topic = node_topic(settings.cluster, settings.slurm_node, Channel.STATUS)
+        self.bus: Bus | None = None
+        if settings.bus is not None:
+            offline = AgentStatus(node=settings.slurm_node, online=False, pod=settings.pod_name)
+            self.bus = Bus(settings.bus, will=(self.status_topic, offline))
+        self.health: HealthLoop | None = None
+        if settings.health is not None:
+            checks = build_checks(settings.health, ProbeGuard())
+            self.health = HealthLoop(
+                checks=checks, policy=settings.hysteresis, on_change=self._on_verdict
+            )
         self.actions = 0
         self._last_notes: tuple[str, ...] = ()
         self.nodes.add_handler(self._on_event)
         self.pods.add_handler(self._on_event)
+
+    async def _on_verdict(self, result: CheckResult) -> None:
+        self.verdicts[result.check] = result
+        await self.publish_status()
+
+    async def publish_status(self) -> None:
+        """Publish this node's retained status (online, pod, health verdicts)."""
+        if self.bus is None:
+            return
+        status = AgentStatus(
+            node=self.s.slurm_node,
+            online=True,
+            pod=self.s.pod_name,
+            kube_node=self.s.kube_node,
+            health={name: encode_verdict(r) for name, r in sorted(self.verdicts.items())},
+            at=time.time(),
+        )
+        try:
+            await self.bus.publish(self.status_topic, status, retain=True)
+            log.info("agent.status_published", node=self.s.slurm_node, health=status.health)
+        except TransientError as exc:
+            log.warning("agent.status_not_published", node=self.s.slurm_node, error=str(exc)[:200])
 
     def _on_event(self, _event: CacheEvent[Node] | CacheEvent[Pod]) -> None:
         self.queue.add(self.s.slurm_node)
@@ -114,6 +161,7 @@ class Agent:
             kube_node=self.nodes.get(self.s.kube_node),
             pod_ready_since=self.ready.ready_since,
             pod_unready_since=self.ready.unready_since,
+            health=dict(self.verdicts),
         )
         plan = decide(view, self.s.policy)
         bound = log.bind(node=key, pod=self.s.pod_name, reconcile_id=rid, owner="agent")
@@ -177,6 +225,11 @@ class Agent:
                         run_worker(self.queue, self.reconcile, name="agent"), name="worker"
                     )
                     group.create_task(mark_ready(), name="ready")
+                    if self.bus is not None:
+                        group.create_task(self.bus.run(), name="bus")
+                        group.create_task(self.publish_status(), name="first-status")
+                    if self.health is not None:
+                        group.create_task(self.health.run(), name="health")
                     group.create_task(stopper(), name="stopper")
             except* _Stop:
                 raise _StopGroup from None

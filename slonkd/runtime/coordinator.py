@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import time
 from collections import defaultdict
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.events import EventRecorder
 from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
@@ -43,10 +45,13 @@ from slonkd.core.decide import (
     decide,
     failure_fingerprint,
     merge_shared_nodes,
+    suspect_common_causes,
 )
 from slonkd.core.errors import SlonkdError
+from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
+from slonkd.core.messages import AgentStatus
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, SlurmNode
 
@@ -74,6 +79,11 @@ class CoordinatorSettings:
     """... or this long after the first event of a burst, whichever comes first."""
     max_out: int = 10
     """Most nodes slonkd may hold out of service for budgeted (automated) causes."""
+    cluster: str = "lab"
+    bus: BusSettings | None = None
+    """MQTT, to read the agents' health verdicts; None: no health input."""
+    suspect_min_nodes: int = 3
+    suspect_fraction: float = 0.3
 
 
 @dataclass(slots=True)
@@ -81,6 +91,12 @@ class _Seen:
     ready_since: float | None = None
     unready_since: float | None = None
     uid: str = ""
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label (and taint) value: ``[A-Za-z0-9._-]``, 63 chars, alnum ends."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", ".", text)[:63].strip("._-")
+    return cleaned or "slonkd"
 
 
 class Coordinator:
@@ -107,6 +123,13 @@ class Coordinator:
         """SLURM node -> fingerprint of the failure already remediated (not blamed twice)."""
         """Attempts per K8s node (in memory for now: a failover forgets them)."""
         self.passes = 0
+        self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
+        """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
+        self.suspected: frozenset[Cause] = frozenset()
+        self.bus: Bus | None = None
+        if s.bus is not None:
+            topic = f"slonk/v1/{s.cluster}/nodes/+/status"
+            self.bus = Bus(s.bus, subscriptions=[topic])
         self.nodes.add_handler(lambda _e: self._dirty.set())
         self.pods.add_handler(lambda _e: self._dirty.set())
 
@@ -136,6 +159,7 @@ class Coordinator:
                     pod_unready_since=seen.unready_since,
                     remediation=self.remediation.get(pod.node_name or "", Remediations()),
                     handled_failure=self.handled.get(pod.name, ""),
+                    health=self._health_of(pod),
                 )
             )
         return views
@@ -148,6 +172,18 @@ class Coordinator:
         slurm_nodes = await self.slurm.read_nodes()
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
+        plans, suspected = suspect_common_causes(
+            views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
+        )
+        if suspected != self.suspected:
+            for cause in suspected - self.suspected:
+                log.warning(
+                    "health.cause_suspected",
+                    cause=str(cause),
+                    owner="coordinator",
+                    detail="many nodes fail the same check at once: suspecting the check",
+                )
+            self.suspected = suspected
         out_now = sum(
             1 for v in views if v.slurm is not None and v.slurm.state.out_of_service
         ) + sum(1 for v in views if v.kube_node is not None and v.kube_node.cordoned_by_slonkd)
@@ -234,7 +270,7 @@ class Coordinator:
             result = await self.node_writer.uncordon(kube.name)
         elif action.kind is Kind.TAINT:
             result = await self.node_writer.set_taint(
-                kube.name, action.key, TaintEffect.NO_SCHEDULE, cause[:63]
+                kube.name, action.key, TaintEffect.NO_SCHEDULE, label_value(cause)
             )
         elif action.kind is Kind.UNTAINT:
             result = await self.node_writer.remove_taint(kube.name, action.key)
@@ -281,6 +317,26 @@ class Coordinator:
             fencing_token=token,
         )
 
+    def _health_of(self, pod: Pod) -> dict[str, CheckResult]:
+        """The pod's node's verdicts, if they were measured on the K8s node it runs on now."""
+        measured_on, verdicts = self.health.get(pod.name, ("", {}))
+        if measured_on and measured_on != pod.node_name:
+            return {}  # measured on the hardware the pod left: unknown here, not healthy
+        return verdicts
+
+    async def _read_statuses(self) -> None:
+        assert self.bus is not None  # noqa: S101 - only started with a bus
+        async for message in self.bus.messages():
+            payload, node = message.payload, message.topic.node
+            if not isinstance(payload, AgentStatus) or node is None:
+                continue
+            if payload.online:
+                verdicts = {k: decode_verdict(k, v) for k, v in payload.health.items()}
+                self.health[node] = (payload.kube_node, verdicts)
+            else:
+                self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
+            self._dirty.set()
+
     def _remediated(self, kube_node: str) -> None:
         before = self.remediation.get(kube_node, Remediations())
         self.remediation[kube_node] = Remediations(
@@ -295,6 +351,9 @@ class Coordinator:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.nodes.run())
             group.create_task(self.pods.run())
+            if self.bus is not None:
+                group.create_task(self.bus.run())
+                group.create_task(self._read_statuses())
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))

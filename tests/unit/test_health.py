@@ -258,3 +258,22 @@ def test_hysteresis_rejects_impossible_policies() -> None:
         Hysteresis(fail_n=6, window_m=5)
     with pytest.raises(ValueError, match="clear_k"):
         Hysteresis(clear_k=0)
+
+
+def test_verdicts_round_trip_through_the_status_encoding() -> None:
+    """encode_verdict/decode_verdict keep verdict, cause and remediation; junk is unknown."""
+    from slonkd.core.health import decode_verdict, encode_verdict
+
+    for result in (
+        ok("c"),
+        fail("c", "gpu-xid-79", Remediation.REBOOT),
+        unknown("c", "tool-missing"),
+        CheckResult(check="c", verdict=Verdict.WARN, cause="disk-low"),
+    ):
+        back = decode_verdict("c", encode_verdict(result))
+        assert (back.verdict, back.cause, back.remediation) == (
+            result.verdict,
+            result.cause,
+            result.remediation,
+        )
+    assert decode_verdict("c", "maybe:x").verdict is Verdict.UNKNOWN
