@@ -20,14 +20,16 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
-from slonkd.runtime.agent import AgentSettings, run_agent
+
+if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+    from slonkd.runtime.agent import AgentSettings
 
 EXIT_BAD_SETTINGS = 2
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -109,6 +111,8 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         raise ValueError("resync_s and the grace periods must be numbers of seconds") from None
     if resync <= 0:
         raise ValueError("resync_s must be positive")
+    from slonkd.runtime.agent import AgentSettings
+
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     bus = bus_settings(env, f"slonkd-agent-{slurm_node}")
     health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
@@ -181,4 +185,6 @@ def main(_args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"slonkd agent: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    from slonkd.runtime.agent import run_agent
+
     return asyncio.run(run_agent(settings))

@@ -19,12 +19,14 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.agent import bus_settings
 from slonkd.core.decide import Policy
-from slonkd.runtime.coordinator import CoordinatorSettings, run_coordinator
+
+if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+    from slonkd.runtime.coordinator import CoordinatorSettings
 
 EXIT_BAD_SETTINGS = 2
 _NUMBERS = {
@@ -75,6 +77,8 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
     )
+    from slonkd.runtime.coordinator import CoordinatorSettings
+
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
@@ -93,4 +97,6 @@ def main(_args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"slonkd coordinator: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    from slonkd.runtime.coordinator import run_coordinator
+
     return asyncio.run(run_coordinator(settings))

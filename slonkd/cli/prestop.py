@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--grace",
+        "--grace-seconds",
+        dest="grace",
         type=float,
         default=None,
         metavar="SECONDS",
@@ -36,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--margin",
+        "--margin-seconds",
+        dest="margin",
         type=float,
         default=5.0,
         metavar="SECONDS",

@@ -64,13 +64,27 @@ class PrestopOutcome:
     failures: tuple[str, ...] = ()
 
 
+STARTUP_ALLOWANCE_S = 0.5
+"""Taken off the grace for the process start before ``run_prestop`` gets the clock."""
+
+
 class _Clock:
-    def __init__(self, budget_s: float) -> None:
+    """Two deadlines: waiting for jobs ends at ``wait_until``; everything ends at ``hard``."""
+
+    def __init__(self, grace_s: float, margin_s: float) -> None:
         self.start = time.monotonic()
-        self.deadline = self.start + budget_s
+        self.hard = self.start + max(0.5, grace_s - margin_s / 2 - STARTUP_ALLOWANCE_S)
+        self.wait_until = min(
+            self.hard, self.start + max(0.0, grace_s - margin_s - STARTUP_ALLOWANCE_S)
+        )
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        """Time left for waiting on jobs."""
+        return self.wait_until - time.monotonic()
+
+    def hard_left(self) -> float:
+        """Time left for anything at all."""
+        return self.hard - time.monotonic()
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.start) * 1000)
@@ -78,19 +92,19 @@ class _Clock:
 
 async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
     """Do the handshake for ``s.node``; never raises for SLURM trouble, never overstays."""
-    clock = _Clock(max(1.0, s.grace_s - s.margin_s))
+    clock = _Clock(s.grace_s, s.margin_s)
     bound = log.bind(node=s.node, cause=str(CAUSE), owner="slonkd")
     failures: list[str] = []
 
     def backend() -> ScontrolBackend:
-        per_call = max(0.5, min(s.call_timeout_s, clock.left()))
+        per_call = max(0.2, min(s.call_timeout_s, clock.hard_left()))
         return ScontrolBackend(
             replace(s.slurm, timeout_s=per_call, attempts=1, retry_total_s=per_call)
         )
 
     async def attempt(step: str, call: Awaitable[T]) -> T | None:
         try:
-            async with asyncio.timeout(max(0.5, clock.left() + s.margin_s / 2)):
+            async with asyncio.timeout(max(0.1, clock.hard_left())):
                 return await call
         except (SlonkdError, TimeoutError, OSError) as exc:
             failures.append(f"{step}: {type(exc).__name__}: {exc}"[:300])
@@ -133,7 +147,6 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
     requeued: tuple[int, ...] = ()
     stuck: tuple[int, ...] = ()
     if not jobs_finished:
-        clock.deadline = time.monotonic() + s.margin_s * 0.6
         result = await attempt("requeue", backend().requeue_jobs(s.node))
         if result is not None:
             requeued = tuple(int(j) for j in result.requeued)
@@ -149,7 +162,6 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
 
     down = False
     if not left_alone and not stuck and not failures:
-        clock.deadline = max(clock.deadline, time.monotonic() + s.margin_s * 0.3)
         downed = await attempt("down", backend().down([s.node], CAUSE, "pod is terminating"))
         down = downed is not None and s.node in downed.changed
         if down:
