@@ -110,19 +110,26 @@ class ScontrolBackend:
     # -- reads -------------------------------------------------------------------------------
 
     async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        """All nodes (or ``names``, one hostlist call) in one read; JSON if text is ambiguous."""
+        """All nodes, or those in ``names``, in one read; JSON when the text is ambiguous.
+
+        slurmctld packs its whole node table either way; naming nodes only saves output
+        and parsing on this side (1,000 of 5,000: 0.5 MB instead of 2.6 MB).
+        """
         args = ["-o", "show", "node"]
         if names:
             args.append(compress(names))
         try:
-            text = await self.runner.run("scontrol", *args)
-            return parse_show_node(text)
+            nodes = parse_show_node(await self.runner.run("scontrol", *args))
         except NodeNotFoundError:
-            if len(names) <= 1:
+            if len(set(names)) <= 1:
                 return []
-            return await self._read_json(names)  # some named nodes do not exist
+            return await self.read_nodes()  # some named nodes do not exist: read them all
         except AmbiguousOutput:
             return await self._read_json(names)
+        if names:
+            wanted = set(names)
+            return [n for n in nodes if n.name in wanted]
+        return nodes
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""
@@ -224,13 +231,7 @@ class ScontrolBackend:
     # -- compare-and-set machinery ---------------------------------------------------------
 
     async def _read_for_update(self, names: Sequence[str]) -> dict[str, SlurmNode]:
-        # One node: read just it. Many: slurmctld packs its whole table either way, so read
-        # everything once (one call) rather than a long hostlist.
-        if len(set(names)) == 1:
-            nodes = await self.read_nodes(names)
-        else:
-            nodes = await self.read_nodes()
-        return {n.name: n for n in nodes}
+        return {n.name: n for n in await self.read_nodes(names)}
 
     async def _hold(
         self, names: Sequence[str], how: HoldState, cause: Cause, text: str
@@ -272,7 +273,7 @@ class ScontrolBackend:
             # slurmctld refused part of a chunk, yet applies a bulk update to the nodes it
             # can (and 22.05 even says "Invalid node state" for a resume it carried out on
             # a node without slurmd): read once more and judge each node by what it shows.
-            after = {n.name: n for n in await self.read_nodes()}
+            after = {n.name: n for n in await self.read_nodes([u.node for u in unsure])}
             for update in unsure:
                 node = after.get(update.node)
                 if node is None:
