@@ -28,6 +28,7 @@ COMMANDS = {
     "sinfo_reasons.txt": ["sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E"],
     "squeue.json": ["squeue", "--json"],
     "squeue.txt": ["squeue", "-h", "-o", "%i|%T|%N|%r"],
+    "strigger_get.txt": ["strigger", "--get"],
 }
 
 
@@ -56,6 +57,8 @@ def _setup(c: SlurmCluster) -> None:
     up("nodename=x3", "state=drain", "reason=Kill task failed")
     up("nodename=x4", "state=drain", "reason=slonkd:health:gpu-xid-79 xid")
     up("nodename=x4", 'extra={"slonkd":["health:gpu-xid-79","k8s-cordoned"]}')
+    c.run("strigger", "--set", "--node", "--drained", "--flags=PERM", "--program=/bin/true drained")
+    c.run("strigger", "--set", "--node", "--down", "--program=/bin/true down")
     time.sleep(1)
 
 
