@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from slonkd.adapters.slurm.backend import select_backend
 from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node, parse_sinfo_json
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
 from slonkd.core.slurm_plan import SkipReason
 from slonkd.testing.slurm import SlurmCluster
+from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm
 
@@ -281,3 +283,12 @@ async def test_comment_round_trips(backend: ScontrolBackend) -> None:
     assert nodes["n2"].comment == "rack 'r1' row 2"
     assert nodes["n3"].comment == ""
     assert json.dumps(nodes["n1"].comment)
+
+
+async def test_backend_choice_is_scontrol_and_says_why(slurm: SlurmCluster) -> None:
+    """On this machine pyslurm is absent (PyPI has 25.11 only): scontrol, with the reason."""
+    choice = await select_backend(settings_for(slurm))
+    assert choice.name == "scontrol"
+    assert choice.slurm_version.startswith("22.05")
+    assert "pyslurm" in choice.why
+    assert len(await choice.backend.read_nodes()) == 4
