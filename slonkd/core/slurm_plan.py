@@ -10,7 +10,9 @@ of ARCHITECTURE.md live here:
   reason shows the highest-priority cause;
 - release removes one cause; the node is resumed only when no slonkd cause is left and its
   reason is still slonkd's (an operator who re-drained it owns it now);
-- a state slonkd does not recognise is never acted on.
+- a state slonkd does not recognise is never acted on;
+- a reason left on a node that is no longer held (24.11 keeps it after a resume) is stale:
+  it neither protects nor claims the node.
 
 The adapter runs these against a fresh read and groups identical updates into hostlists.
 """
@@ -98,12 +100,12 @@ def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> 
     state = node.state
     if not state.fully_recognised:
         return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
-    reason = parse_reason(node.reason)
+    reason = parse_reason(node.live_reason)
     if reason.owner is ReasonOwner.FOREIGN:
         return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
     if reason.owner is ReasonOwner.SLURM:
         return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
-    held = state.down or state.failed or state.drain is not DrainStatus.NONE
+    held = node.held
     if reason.owner is ReasonOwner.NONE:
         if held:
             return Skip(node=node.name, why=SkipReason.FOREIGN_STATE, detail=str(state))
@@ -136,7 +138,7 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     state = node.state
     if not state.fully_recognised:
         return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
-    reason = parse_reason(node.reason)
+    reason = parse_reason(node.live_reason)
     if reason.owner is ReasonOwner.FOREIGN:
         return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
     if reason.owner is ReasonOwner.SLURM:
@@ -168,7 +170,7 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
 
 def _held_causes(node: SlurmNode) -> frozenset[Cause]:
     """slonkd's causes on a node whose reason is slonkd's: ``extra`` plus the reason's."""
-    shown = parse_reason(node.reason).cause
+    shown = parse_reason(node.live_reason).cause
     causes = decode_causes(node.extra)
     return causes | {shown} if shown is not None else causes
 
@@ -186,6 +188,6 @@ _STRENGTH = {HoldState.DRAIN: 0, HoldState.FAIL: 1, HoldState.DOWN: 2}
 
 def _stronger(node: SlurmNode, how: HoldState) -> HoldState:
     current = _current_hold(node)
-    if not (node.state.down or node.state.failed or node.state.drain is not DrainStatus.NONE):
+    if not node.held:
         return how
     return how if _STRENGTH[how] >= _STRENGTH[current] else current

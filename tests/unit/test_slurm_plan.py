@@ -141,3 +141,18 @@ def test_undrain_of_a_node_without_drain_is_skipped() -> None:
     result = plan_release(held, ReleaseState.UNDRAIN, POD)
     assert isinstance(result, Skip)
     assert result.why is SkipReason.NOT_HELD
+
+
+def test_leftover_reason_on_a_resumed_node_is_stale() -> None:
+    """24.11 keeps the reason after a resume: on a free node it neither blocks nor claims."""
+    foreign_left = node("IDLE", "admin maint")
+    drained = plan_hold(foreign_left, HoldState.DRAIN, POD)
+    assert isinstance(drained, Update)
+    assert drained.reason == "slonkd:pod-terminating"
+    ours_left = node("IDLE", "slonkd:pod-terminating", '{"slonkd":["pod-terminating"]}')
+    again = plan_hold(ours_left, HoldState.DRAIN, POD)
+    assert isinstance(again, Update)
+    assert again.state == "drain"
+    released = plan_release(ours_left, ReleaseState.RESUME, POD)
+    assert isinstance(released, Skip)
+    assert released.why is SkipReason.NOT_HELD

@@ -24,13 +24,14 @@ from slonkd.adapters.slurm.parsing import (
     parse_sinfo_reasons,
     parse_squeue_json,
 )
+from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
     InvalidNodeStateError,
     NodeNotFoundError,
     SlurmSettings,
 )
-from slonkd.core.errors import TransientError
+from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
 from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
@@ -98,6 +99,8 @@ class ScontrolBackend:
 
     settings: SlurmSettings = field(default_factory=SlurmSettings)
     runner: CommandRunner = field(init=False)
+    json_read: str | None = field(default=None, init=False)
+    """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -125,7 +128,7 @@ class ScontrolBackend:
                 return []
             return await self.read_nodes()  # some named nodes do not exist: read them all
         except AmbiguousOutput:
-            return await self._read_json(names)
+            return await self.read_nodes_json(names)
         if names:
             wanted = set(names)
             return [n for n in nodes if n.name in wanted]
@@ -136,11 +139,26 @@ class ScontrolBackend:
         nodes = await self.read_nodes([name])
         return next((n for n in nodes if n.name == name), None)
 
-    async def _read_json(self, names: Sequence[str]) -> list[SlurmNode]:
+    async def read_nodes_json(self, names: Sequence[str]) -> list[SlurmNode]:
+        """The unambiguous read: ``scontrol show node --json`` (24.11) or ``sinfo --json``.
+
+        22.05's scontrol has no ``--json``; which one works is learnt on first use.
+        """
+        nodes: list[SlurmNode] | None = None
         try:
-            nodes = parse_sinfo_json(await self.runner.run("sinfo", "--json"))
+            if self.json_read in (None, "scontrol"):
+                try:
+                    text = await self.runner.run("scontrol", "show", "node", "--json")
+                    nodes = parse_scontrol_json(text)
+                    self.json_read = "scontrol"
+                except (TerminalError, ParseError) as exc:
+                    if self.json_read is not None or isinstance(exc, ReportedErrors):
+                        raise
+                    self.json_read = "sinfo"
+            if nodes is None:
+                nodes = parse_sinfo_json(await self.runner.run("sinfo", "--json"))
         except ReportedErrors as exc:
-            raise TransientError(f"sinfo --json: {exc}") from exc
+            raise TransientError(f"JSON node read: {exc}") from exc
         wanted = set(names)
         return [n for n in nodes if not wanted or n.name in wanted]
 
@@ -150,7 +168,7 @@ class ScontrolBackend:
         try:
             return parse_sinfo_reasons(text)
         except AmbiguousOutput:
-            nodes = await self._read_json(())
+            nodes = await self.read_nodes_json(())
             return [
                 ReasonGroup(
                     nodes=(n.name,),
@@ -165,9 +183,14 @@ class ScontrolBackend:
 
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on node ``name`` now, with their requeue-ability."""
+        text = await self.runner.run("squeue", "--json", "-w", name)
         try:
-            text = await self.runner.run("squeue", "--json", "-w", name)
-            jobs = parse_squeue_json(text)
+            try:
+                jobs = parse_squeue_json(text)
+            except ReportedErrors:
+                raise
+            except ParseError:
+                jobs = parse_squeue_json_v42(text)  # 24.11: job_state is a list
         except ReportedErrors as exc:
             raise TransientError(f"squeue --json: {exc}") from exc
         return [j for j in jobs if name in j.nodes and j.on_node]
