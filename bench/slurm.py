@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import statistics
@@ -177,6 +178,7 @@ def main() -> int:
         "overhead_ratio": results[0]["overhead_ratio"],
         "overhead_ratio_5000": big["overhead_ratio"],
         "raw_update_ms": results[0]["raw_update"]["median_ms"],
+        "loadavg_1m_at_end": os.getloadavg()[0],
         "results": results,
     }
     print(json.dumps(summary))

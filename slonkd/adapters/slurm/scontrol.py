@@ -95,7 +95,7 @@ def chunk_hostlists(names: Sequence[str], max_chars: int) -> list[str]:
 
 @dataclass(slots=True)
 class ScontrolBackend:
-    """SLURM through its command-line clients. Works with 22.05 on the host."""
+    """SLURM through its command-line clients (22.05 and 24.11; argv prefix for a chroot)."""
 
     settings: SlurmSettings = field(default_factory=SlurmSettings)
     runner: CommandRunner = field(init=False)
@@ -168,6 +168,8 @@ class ScontrolBackend:
         try:
             return parse_sinfo_reasons(text)
         except AmbiguousOutput:
+            # A reason with a newline: read every node exactly instead (one group a node,
+            # the state in slonkd's spelling rather than sinfo's compact word).
             nodes = await self.read_nodes_json(())
             return [
                 ReasonGroup(
@@ -178,7 +180,7 @@ class ScontrolBackend:
                     time=n.reason_time,
                 )
                 for n in nodes
-                if n.reason
+                if n.live_reason
             ]
 
     async def jobs_on(self, name: str) -> list[SlurmJob]:
