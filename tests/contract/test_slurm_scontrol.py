@@ -14,7 +14,7 @@ from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
-from slonkd.core.slurm_plan import SkipReason
+from slonkd.core.slurm_plan import SkipReason, held_causes
 from slonkd.testing.slurm import SlurmCluster
 from tests.contract.conftest import settings_for
 
@@ -73,7 +73,7 @@ async def test_drain_and_resume_round_trip(backend: ScontrolBackend, cluster: Sl
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason == "slonkd:pod-terminating pod worker-1 deleted"
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD
-    assert decode_causes(n1.extra) == {POD}
+    assert held_causes(n1) == {POD}
     assert n1.reason_user == "root"
     result = await backend.resume(["n1"], POD)
     assert result.changed == ("n1",)
@@ -110,6 +110,7 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     assert result.changed == ("n1",)
     n1 = await _node(backend, "n1")
     assert n1.reason.startswith("slonkd:health:gpu-xid-79")
+    assert held_causes(n1) == {POD, HEALTH}
     assert decode_causes(n1.extra) == {POD, HEALTH}
     again = await backend.drain(["n1"], HEALTH, "xid 79")
     assert again.skipped_for(SkipReason.ALREADY_HELD) == {"n1"}
@@ -119,7 +120,7 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     n1 = await _node(backend, "n1")
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason.startswith("slonkd:pod-terminating")
-    assert decode_causes(n1.extra) == {POD}
+    assert held_causes(n1) == {POD}
     assert (await backend.resume(["n1"], POD)).changed == ("n1",)
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
 
@@ -296,3 +297,24 @@ async def test_backend_choice_is_scontrol_and_says_why(
     assert choice.slurm_version.startswith(slurm_release)
     assert "pyslurm" in choice.why
     assert len(await choice.backend.read_nodes()) == 4
+
+
+async def test_nodes_with_different_extra_drain_in_one_call(
+    backend: ScontrolBackend, cluster: SlurmCluster
+) -> None:
+    """Someone else's per-node extra neither splits a bulk drain nor gets overwritten."""
+    for i in range(1, 5):
+        cluster.run("scontrol", "update", f"nodename=n{i}", f'extra={{"rack":"r{i}"}}')
+    result = await backend.drain(["n1", "n2", "n3", "n4"], POD)
+    assert result.calls == 2  # one read, one hostlist update
+    nodes = _by_name(await backend.read_nodes())
+    assert [nodes[f"n{i}"].extra for i in range(1, 5)] == [
+        f'{{"rack":"r{i}"}}' for i in range(1, 5)
+    ]
+    assert all(held_causes(n) == {POD} for n in nodes.values())
+    second = await backend.drain(["n1", "n2"], HEALTH)
+    assert second.calls == 3  # two different extras now need writing: one update each
+    assert json.loads(_by_name(await backend.read_nodes())["n1"].extra) == {
+        "rack": "r1",
+        "slonkd": ["health:gpu-xid-79", "pod-terminating"],
+    }

@@ -42,7 +42,7 @@ HOLD_SKIPS = [
     (node("IDLE+DRAIN", "Kill task failed"), SkipReason.SLURM_REASON),
     (node("DOWN"), SkipReason.FOREIGN_STATE),
     (node("IDLE+DRAIN+NEW_FLAG", "slonkd:pod-terminating"), SkipReason.UNRECOGNISED_STATE),
-    (node("IDLE", extra="rack r1"), SkipReason.FOREIGN_EXTRA),
+    (node("IDLE+DRAIN", "slonkd:health:x", "rack r1"), SkipReason.FOREIGN_EXTRA),
     (node("IDLE+DRAIN", "slonkd:pod-terminating x"), SkipReason.ALREADY_HELD),
 ]
 
@@ -55,13 +55,24 @@ def test_drain_skips_what_it_must_not_touch(current: SlurmNode, why: SkipReason)
     assert result.why is why
 
 
-def test_drain_of_an_idle_node_writes_reason_and_cause_set() -> None:
-    """A free node is drained with slonkd's reason and its cause recorded in extra."""
-    result = plan_hold(node("IDLE", extra='{"rack":"r1"}'), HoldState.DRAIN, POD, "bye")
+def test_drain_of_an_idle_node_writes_only_the_reason() -> None:
+    """A free node is drained with slonkd's reason; one cause needs nothing in extra."""
+    for extra in ("", '{"rack":"r1"}', "rack r1"):
+        result = plan_hold(node("IDLE", extra=extra), HoldState.DRAIN, POD, "bye")
+        assert isinstance(result, Update)
+        assert (result.state, result.reason, result.extra) == (
+            "drain",
+            "slonkd:pod-terminating bye",
+            None,
+        )
+
+
+def test_stale_cause_set_is_cleared_by_a_new_drain() -> None:
+    """A cause set left in extra from an old hold is replaced, never inherited."""
+    stale = node("IDLE", extra='{"rack":"r1","slonkd":["health:x","k8s-cordoned"]}')
+    result = plan_hold(stale, HoldState.DRAIN, POD)
     assert isinstance(result, Update)
-    assert result.state == "drain"
-    assert result.reason == "slonkd:pod-terminating bye"
-    assert json.loads(result.extra or "") == {"rack": "r1", "slonkd": ["pod-terminating"]}
+    assert result.extra == '{"rack":"r1"}'
 
 
 def test_second_cause_is_added_and_the_higher_one_shown() -> None:
@@ -132,7 +143,7 @@ def test_release_with_other_causes_keeps_the_node_held() -> None:
     assert result.reason is not None
     assert result.reason.startswith("slonkd:pod-terminating")
     assert result.still_held_by == "pod-terminating"
-    assert json.loads(result.extra or "") == {"slonkd": ["pod-terminating"]}
+    assert result.extra == ""  # one cause left: the reason carries it
 
 
 def test_undrain_of_a_node_without_drain_is_skipped() -> None:
