@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slonkd.adapters.slurm.parsing import (
-    _int,
-    _load_json,
-    _no_duplicates,
-    _node_name,
-    _state,
-    _str,
-    _str_list,
+    cached_state,
+    check_unique,
     expand_hostlist,
+    int_field,
+    load_json,
+    node_name,
+    str_field,
+    str_list_field,
 )
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import JobId, JobState, SlurmJob
@@ -37,46 +37,46 @@ def _number(raw: object, what: str) -> int | None:
         raise ParseError(f"{what} has no set/infinite booleans")
     if not is_set or infinite:
         return None
-    return _int(raw.get("number"), what)
+    return int_field(raw.get("number"), what)
 
 
 def parse_scontrol_json_node(raw: object) -> SlurmNode:
     """One element of ``nodes`` in ``scontrol show node --json`` (v0.0.42)."""
     if not isinstance(raw, Mapping):
         raise ParseError("node entry is not an object")
-    tokens = _str_list(raw, "state")
+    tokens = str_list_field(raw, "state")
     if not tokens:
         raise ParseError("node without a state")
     changed = _number(raw.get("reason_changed_at"), "reason_changed_at")
     user = raw.get("reason_set_by_user")
     if user is not None and not isinstance(user, str):
         raise ParseError("reason_set_by_user is not a string")
-    reason = _str(raw, "reason")
+    reason = str_field(raw, "reason")
     # 24.11 names a setter even when there is no reason; the text format does not.
     return SlurmNode(
-        name=_node_name(raw.get("name")),
-        state=_state(tokens[0], tuple(tokens[1:])),
+        name=node_name(raw.get("name")),
+        state=cached_state(tokens[0], tuple(tokens[1:])),
         reason=reason,
         reason_user=(user or None) if reason else None,
         reason_time=datetime.fromtimestamp(changed, UTC) if changed and reason else None,
-        comment=_str(raw, "comment"),
-        extra=_str(raw, "extra"),
-        features=tuple(_str_list(raw, "features")),
-        active_features=tuple(_str_list(raw, "active_features")),
-        cpus=_int(raw.get("cpus"), "cpus"),
-        alloc_cpus=_int(raw.get("alloc_cpus"), "alloc_cpus"),
-        partitions=tuple(_str_list(raw, "partitions")),
+        comment=str_field(raw, "comment"),
+        extra=str_field(raw, "extra"),
+        features=tuple(str_list_field(raw, "features")),
+        active_features=tuple(str_list_field(raw, "active_features")),
+        cpus=int_field(raw.get("cpus"), "cpus"),
+        alloc_cpus=int_field(raw.get("alloc_cpus"), "alloc_cpus"),
+        partitions=tuple(str_list_field(raw, "partitions")),
     )
 
 
 def parse_scontrol_json(text: str) -> list[SlurmNode]:
     """All nodes of ``scontrol show node [NODES] --json`` (24.11)."""
-    doc = _load_json(text)
+    doc = load_json(text)
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list):
         raise ParseError("scontrol --json has no node list")
     nodes = [parse_scontrol_json_node(n) for n in raw_nodes]
-    _no_duplicates(nodes)
+    check_unique(nodes)
     return nodes
 
 
@@ -84,14 +84,14 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
     batch, requeue = raw.get("batch_flag"), raw.get("requeue")
     if not isinstance(batch, bool) or not isinstance(requeue, bool):
         raise ParseError("batch_flag/requeue are not booleans")
-    states = _str_list(raw, "job_state")
+    states = str_list_field(raw, "job_state")
     if not states:
         raise ParseError("job without a state")
     return SlurmJob(
-        job_id=JobId(_int(raw.get("job_id"), "job_id")),
+        job_id=JobId(int_field(raw.get("job_id"), "job_id")),
         state=JobState.parse(states[0]),
         raw_state="+".join(states),
-        nodes=expand_hostlist(_str(raw, "nodes", nullable=True)),
+        nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
         batch=batch,
         requeue=requeue,
     )
@@ -99,7 +99,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
 
 def parse_squeue_json_v42(text: str) -> list[SlurmJob]:
     """Jobs of 24.11's ``squeue --json`` (``job_state`` is a list there)."""
-    doc = _load_json(text)
+    doc = load_json(text)
     raw_jobs = doc.get("jobs")
     if not isinstance(raw_jobs, list) or not all(isinstance(j, Mapping) for j in raw_jobs):
         raise ParseError("squeue --json has no job list")
