@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from slonkd.core.reasons import Cause
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
@@ -14,6 +16,7 @@ from slonkd.core.slurm_plan import (
     Skip,
     SkipReason,
     Update,
+    held_causes,
     plan_hold,
     plan_release,
 )
@@ -167,3 +170,63 @@ def test_leftover_reason_on_a_resumed_node_is_stale() -> None:
     released = plan_release(ours_left, ReleaseState.RESUME, POD)
     assert isinstance(released, Skip)
     assert released.why is SkipReason.NOT_HELD
+
+
+BASES = st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "WEIRD"])
+FLAGS = st.lists(
+    st.sampled_from(["DRAIN", "FAIL", "NOT_RESPONDING", "COMPLETING", "REBOOT_REQUESTED", "NEW"]),
+    max_size=3,
+)
+REASONS = st.sampled_from(
+    [
+        "",
+        "admin maint",
+        "Not responding",
+        "slonkd:pod-terminating",
+        "slonkd:health:gpu-xid-79 x",
+        "slonkd:k8s-cordoned",
+        "slonkd:BAD",
+    ]
+)
+EXTRAS = st.sampled_from(
+    [
+        "",
+        "rack r1",
+        '{"rack":"r1"}',
+        '{"slonkd":["pod-terminating","health:gpu-xid-79"]}',
+        '{"slonkd":["k8s-cordoned"]}',
+        '{"slonkd":5}',
+    ]
+)
+CAUSES = st.sampled_from([POD, HEALTH, Cause.parse("k8s-cordoned")])
+
+
+@given(base=BASES, flags=FLAGS, reason=REASONS, extra=EXTRAS, cause=CAUSES)
+def test_no_plan_ever_steals_or_lifts_a_foreign_hold(
+    base: str, flags: list[str], reason: str, extra: str, cause: Cause
+) -> None:
+    """No plan ever steals a foreign hold or lifts one that is not slonkd's alone.
+
+    For any state, reason and extra: a held node under a reason that is not slonkd's is
+    never written to, and a resume only happens when slonkd's reason holds the node and no
+    other slonkd cause remains.
+    """
+    current = SlurmNode(
+        name=NodeName("n1"), state=NodeState.from_tokens(base, flags), reason=reason, extra=extra
+    )
+    owner = reason_owner(current.live_reason)
+    for how in HoldState:
+        plan = plan_hold(current, how, cause)
+        if isinstance(plan, Update):
+            assert current.state.fully_recognised
+            assert owner in {ReasonOwner.NONE, ReasonOwner.SLONKD}
+            assert owner is ReasonOwner.SLONKD or not current.held
+            assert plan.reason is not None
+            assert reason_owner(plan.reason) is ReasonOwner.SLONKD
+    for release in ReleaseState:
+        plan = plan_release(current, release, cause)
+        if isinstance(plan, Update):
+            assert current.held
+            assert owner is ReasonOwner.SLONKD
+            if plan.state in {"resume", "undrain"}:
+                assert held_causes(current) <= {cause}
