@@ -7,6 +7,7 @@ once and cached, see :mod:`slonkd.testing.slurm_root`).
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,6 +66,14 @@ def cluster_factory(
     yield make
     for cluster in started:
         cluster.stop()
+    left = [ln for c in started for ln in _processes() if str(c.root) in ln]
+    if left:
+        pytest.fail("24.11 cluster processes outlived the test:\n" + "\n".join(left))
+
+
+def _processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
 
 
 @pytest.fixture
