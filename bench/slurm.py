@@ -7,7 +7,7 @@ the same run (the physical floor), with the number of client invocations per ope
 what each read costs slurmctld (``sdiag`` RPC statistics). Prints a table, then one JSON
 object as the last line.
 
-    .venv/bin/python -m bench.slurm [--quick]
+    .venv/bin/python -m bench.slurm [--quick] [24.11]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
 CAUSE = Cause.parse("k8s-cordoned")
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -41,11 +42,16 @@ def _stats(samples: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(ordered) * 1000, "p99_ms": p99 * 1000}
 
 
+def _prefix(cluster: SlurmCluster) -> tuple[str, ...]:
+    return cluster.client_prefix if isinstance(cluster, ChrootSlurmCluster) else ()
+
+
 def _raw(cluster: SlurmCluster, reps: int, *argv: str) -> list[float]:
     times = []
+    full = [*_prefix(cluster), *argv]
     for _ in range(reps):
         began = time.perf_counter()
-        subprocess.run(argv, env=cluster.env, capture_output=True, check=True, timeout=60)
+        subprocess.run(full, env=cluster.env, capture_output=True, check=True, timeout=60)
         times.append(time.perf_counter() - began)
     return times
 
@@ -71,10 +77,15 @@ def _sdiag(cluster: SlurmCluster, argv: list[str], reps: int) -> dict[str, float
     }
 
 
-async def _measure(size: int, reps: int) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="slonkd-bench-slurm-", dir="/tmp"))
+async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
     layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4"), extra_nodes=size)
-    with SlurmCluster(root, layout) as cluster:
+    cluster: SlurmCluster
+    if release == "22.05":
+        root = Path(tempfile.mkdtemp(prefix="slonkd-bench-slurm-", dir="/tmp"))
+        cluster = SlurmCluster(root, layout)
+    else:
+        cluster = ChrootSlurmCluster.create(release, layout)
+    with cluster:
         rng = random.Random(size)  # noqa: S311 - seeded choice of benchmark nodes
         extra = cluster.extra_node_names
         if extra:
@@ -84,7 +95,10 @@ async def _measure(size: int, reps: int) -> dict[str, Any]:
             )
         backend = ScontrolBackend(
             SlurmSettings(
-                env={"SLURM_CONF": str(cluster.conf)}, retry_wait_min_s=0, retry_wait_max_s=0
+                argv_prefix=_prefix(cluster),
+                env={} if _prefix(cluster) else {"SLURM_CONF": str(cluster.conf)},
+                retry_wait_min_s=0,
+                retry_wait_max_s=0,
             )
         )
         r: dict[str, Any] = {"nodes": size + 4}
@@ -147,8 +161,10 @@ async def _measure(size: int, reps: int) -> dict[str, Any]:
 def main() -> int:
     """Run every size, print the table and the JSON line."""
     quick = "--quick" in sys.argv
+    release = "24.11" if "24.11" in sys.argv else "22.05"
     sizes = [0, 1000, 5000]
-    results = [asyncio.run(_measure(size, 5 if quick else 15)) for size in sizes]
+    results = [asyncio.run(_measure(size, 5 if quick else 15, release)) for size in sizes]
+    print(f"SLURM {release}")
     rows = [
         ("raw scontrol update (1 node)", "raw_update"),
         ("raw scontrol -o show node (all)", "raw_show_node"),
@@ -192,6 +208,7 @@ def main() -> int:
         "floor_ratio": results[0]["floor_ratio"],
         "overhead_ratio_5000": big["overhead_ratio"],
         "raw_update_ms": results[0]["raw_update"]["median_ms"],
+        "slurm_release": release,
         "loadavg_1m_at_end": os.getloadavg()[0],
         "results": results,
     }
