@@ -4,7 +4,8 @@ slonkd writes reasons as ``slonkd:<cause>[:<detail>] <text>``. Every other reaso
 foreign (an operator's) or SLURM-reported (slurmctld's own, e.g. ``Not responding``): slonkd
 never clears those and never overwrites them. When slonkd holds a node for several causes,
 the reason shows the highest-priority one and the whole set lives in the node's ``extra``
-field as JSON under the key ``slonkd``; the drain is lifted only when that set is empty.
+field as JSON under the key ``slonkd`` (one cause alone lives in the reason only); the drain
+is lifted only when that set is empty.
 
 Pure functions only: this module neither reads nor writes SLURM.
 """

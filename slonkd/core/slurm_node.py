@@ -198,6 +198,21 @@ class SlurmNode:
     partitions: tuple[str, ...] = field(default=())
 
     @property
+    def held(self) -> bool:
+        """Drained, draining, down or failed: a state someone's reason holds it in."""
+        st = self.state
+        return st.down or st.failed or st.drain in {DrainStatus.DRAINING, DrainStatus.DRAINED}
+
+    @property
+    def live_reason(self) -> str:
+        """The reason while it holds the node, else "".
+
+        SLURM 24.11 keeps the old reason text on a node after ``resume``/``undrain``
+        (22.05 clears it): such a leftover holds nothing and belongs to nobody.
+        """
+        return self.reason if self.held else ""
+
+    @property
     def busy(self) -> bool:
         """Whether any CPU of the node is allocated to a job."""
         return self.alloc_cpus > 0 or self.state.base in _BUSY_BASES

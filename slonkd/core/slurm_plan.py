@@ -10,7 +10,9 @@ of ARCHITECTURE.md live here:
   reason shows the highest-priority cause;
 - release removes one cause; the node is resumed only when no slonkd cause is left and its
   reason is still slonkd's (an operator who re-drained it owns it now);
-- a state slonkd does not recognise is never acted on.
+- a state slonkd does not recognise is never acted on;
+- a reason left on a node that is no longer held (24.11 keeps it after a resume) is stale:
+  it neither protects nor claims the node.
 
 The adapter runs these against a fresh read and groups identical updates into hostlists.
 """
@@ -98,17 +100,17 @@ def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> 
     state = node.state
     if not state.fully_recognised:
         return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
-    reason = parse_reason(node.reason)
+    reason = parse_reason(node.live_reason)
     if reason.owner is ReasonOwner.FOREIGN:
         return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
     if reason.owner is ReasonOwner.SLURM:
         return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
-    held = state.down or state.failed or state.drain is not DrainStatus.NONE
+    held = node.held
     if reason.owner is ReasonOwner.NONE:
         if held:
             return Skip(node=node.name, why=SkipReason.FOREIGN_STATE, detail=str(state))
         try:
-            extra = encode_causes(node.extra, frozenset({cause}))
+            extra = _extra_for(node, frozenset({cause}))
         except ParseError as exc:
             return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
         return Update(
@@ -116,16 +118,16 @@ def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> 
         )
     # slonkd holds it already: add the cause, show the highest one, keep the stronger state.
     try:
-        causes = _held_causes(node)
+        causes = held_causes(node)
         new_causes = causes | {cause}
-        extra = encode_causes(node.extra, new_causes)
+        extra = _extra_for(node, new_causes)
     except ParseError as exc:
         return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
     target = _stronger(node, how)
     top = highest(new_causes)
     current_top = reason.cause
     same_state = target == _current_hold(node)
-    if new_causes == causes and top == current_top and same_state:
+    if extra is None and new_causes == causes and top == current_top and same_state:
         return Skip(node=node.name, why=SkipReason.ALREADY_HELD, detail=str(top))
     new_reason = node.reason if top == current_top else format_reason(top, text)
     return Update(node=node.name, state=target.value, reason=new_reason, extra=extra)
@@ -136,7 +138,7 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     state = node.state
     if not state.fully_recognised:
         return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
-    reason = parse_reason(node.reason)
+    reason = parse_reason(node.live_reason)
     if reason.owner is ReasonOwner.FOREIGN:
         return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
     if reason.owner is ReasonOwner.SLURM:
@@ -144,9 +146,9 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     if reason.owner is ReasonOwner.NONE:
         return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
     try:
-        causes = _held_causes(node)
+        causes = held_causes(node)
         remaining = causes - {cause}
-        extra = encode_causes(node.extra, remaining)
+        extra = _extra_for(node, remaining)
     except ParseError as exc:
         return Skip(node=node.name, why=SkipReason.FOREIGN_EXTRA, detail=str(exc))
     if remaining:
@@ -166,11 +168,27 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     return Update(node=node.name, state=how.value, extra=extra)
 
 
-def _held_causes(node: SlurmNode) -> frozenset[Cause]:
-    """slonkd's causes on a node whose reason is slonkd's: ``extra`` plus the reason's."""
-    shown = parse_reason(node.reason).cause
+def held_causes(node: SlurmNode) -> frozenset[Cause]:
+    """slonkd's causes on a node: those in ``extra`` plus the one its live reason shows.
+
+    :class:`ParseError` when ``extra`` carries a tampered cause set.
+    """
+    shown = parse_reason(node.live_reason).cause
     causes = decode_causes(node.extra)
     return causes | {shown} if shown is not None else causes
+
+
+def _extra_for(node: SlurmNode, causes: frozenset[Cause]) -> str | None:
+    """The ``extra`` to write for ``causes``, or None when it already says so.
+
+    A single cause lives in the reason alone; ``extra`` records the set only when there are
+    two or more. So a first drain never writes ``extra``, and a bulk drain of nodes whose
+    ``extra`` differs (someone else's JSON keys) still goes out as one hostlist.
+    """
+    stored = causes if len(causes) > 1 else frozenset()
+    if decode_causes(node.extra) == stored:
+        return None
+    return encode_causes(node.extra, stored)
 
 
 def _current_hold(node: SlurmNode) -> HoldState:
@@ -186,6 +204,6 @@ _STRENGTH = {HoldState.DRAIN: 0, HoldState.FAIL: 1, HoldState.DOWN: 2}
 
 def _stronger(node: SlurmNode, how: HoldState) -> HoldState:
     current = _current_hold(node)
-    if not (node.state.down or node.state.failed or node.state.drain is not DrainStatus.NONE):
+    if not node.held:
         return how
     return how if _STRENGTH[how] >= _STRENGTH[current] else current

@@ -24,5 +24,7 @@ DEBIAN_PACKAGES = (
     "util-linux",
     "procps",
     "iputils-ping",
+    "debootstrap",
 )
-"""Debian packages the harness needs (SLURM 22.05 on bookworm, mosquitto 2.0)."""
+"""Debian packages the harness needs (SLURM 22.05 on bookworm, mosquitto 2.0; debootstrap
+builds the trixie root that runs SLURM 24.11, see ``slurm_root.py``)."""

@@ -1,28 +1,88 @@
-"""Fixtures for the SLURM adapter's contract tests: the adapter wired to a harness cluster."""
+"""Fixtures for the SLURM adapter's contract tests: real clusters of both releases.
+
+Every test that takes ``cluster`` (or ``cluster_factory``, ``backend``) runs twice: against
+SLURM 22.05 on the host and against SLURM 24.11 in a debootstrapped trixie root (built
+once and cached, see :mod:`slonkd.testing.slurm_root`).
+"""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+
+SLURM_RELEASES = ("22.05", "24.11")
 
 
 def settings_for(cluster: SlurmCluster, **overrides: Any) -> SlurmSettings:
     """Adapter settings that reach ``cluster``, with zero retry waits (tests do not sleep)."""
     base: dict[str, Any] = {
-        "env": {"SLURM_CONF": str(cluster.conf)},
         "retry_wait_min_s": 0.0,
         "retry_wait_max_s": 0.0,
         "timeout_s": 30.0,
     }
+    if isinstance(cluster, ChrootSlurmCluster):
+        base["argv_prefix"] = cluster.client_prefix
+    else:
+        base["env"] = {"SLURM_CONF": str(cluster.conf)}
     return SlurmSettings(**{**base, **overrides})
 
 
+def conf_arg(cluster: SlurmCluster) -> str:
+    """slurm.conf's path as the cluster's daemons were given it."""
+    if isinstance(cluster, ChrootSlurmCluster):
+        return cluster.inner(cluster.conf)
+    return str(cluster.conf)
+
+
+@pytest.fixture(params=SLURM_RELEASES)
+def slurm_release(request: pytest.FixtureRequest) -> str:
+    """The SLURM release a contract test runs against."""
+    return str(request.param)
+
+
 @pytest.fixture
-def backend(slurm: SlurmCluster) -> ScontrolBackend:
-    """The scontrol backend talking to the ``slurm`` cluster (n1..n4)."""
-    return ScontrolBackend(settings_for(slurm))
+def cluster_factory(
+    slurm_release: str, slurm_factory: Callable[..., SlurmCluster]
+) -> Iterator[Callable[..., SlurmCluster]]:
+    """Start clusters of ``slurm_release`` with a chosen layout; all stopped afterwards."""
+    started: list[SlurmCluster] = []
+
+    def make(layout: SlurmLayout | None = None) -> SlurmCluster:
+        if slurm_release == "22.05":
+            return slurm_factory(layout)
+        cluster = ChrootSlurmCluster.create(slurm_release, layout)
+        started.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()
+    left = [ln for c in started for ln in _processes() if str(c.root) in ln]
+    if left:
+        pytest.fail("24.11 cluster processes outlived the test:\n" + "\n".join(left))
+
+
+def _processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
+    """A real cluster (munged, slurmctld, four idle slurmd n1..n4) of ``slurm_release``."""
+    return cluster_factory()
+
+
+@pytest.fixture
+def backend(cluster: SlurmCluster) -> ScontrolBackend:
+    """The scontrol backend talking to ``cluster``."""
+    return ScontrolBackend(settings_for(cluster))

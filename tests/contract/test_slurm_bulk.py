@@ -19,9 +19,9 @@ K8S = Cause.parse("k8s-cordoned")
 
 
 @pytest.fixture
-def big(slurm_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
+def big(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
     """One slurmd node and 5,000 declared nodes without slurmd."""
-    return slurm_factory(SlurmLayout(nodes=("n1",), extra_nodes=5000))
+    return cluster_factory(SlurmLayout(nodes=("n1",), extra_nodes=5000))
 
 
 async def _slonkd_held(backend: ScontrolBackend) -> set[str]:

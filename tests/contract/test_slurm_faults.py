@@ -15,7 +15,7 @@ from slonkd.core.errors import TransientError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus
 from slonkd.testing.slurm import SlurmCluster
-from tests.contract.conftest import settings_for
+from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm
 
@@ -25,24 +25,24 @@ POD = Cause.parse("pod-terminating")
 def _slurmctld_pid(cluster: SlurmCluster) -> int:
     """Host pid of the cluster's slurmctld (the supervisor only knows namespace pids)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-    wanted = f"slurmctld -D -f {cluster.conf}"
+    wanted = f"slurmctld -D -f {conf_arg(cluster)}"
     pids = [int(line.split(None, 1)[0]) for line in out.stdout.splitlines() if wanted in line]
     assert len(pids) == 1, out.stdout
     return pids[0]
 
 
-async def test_controller_down_is_transient_then_works_after_restart(slurm: SlurmCluster) -> None:
+async def test_controller_down_is_transient_then_works_after_restart(cluster: SlurmCluster) -> None:
     """With slurmctld stopped, reads and drains raise TransientError; after a start they work.
 
     Each client call gives up after about MessageTimeout - 1 s (9 s here) by itself.
     """
-    backend = ScontrolBackend(settings_for(slurm, attempts=1))
-    slurm.stop_slurmctld()
+    backend = ScontrolBackend(settings_for(cluster, attempts=1))
+    cluster.stop_slurmctld()
     with pytest.raises(TransientError):
         await backend.read_nodes()
     with pytest.raises(TransientError):
         await backend.drain(["n1"], POD)
-    slurm.start_slurmctld()
+    cluster.start_slurmctld()
     result = await backend.drain(["n1"], POD)
     assert result.changed == ("n1",)
     node = await backend.read_node("n1")
@@ -50,28 +50,30 @@ async def test_controller_down_is_transient_then_works_after_restart(slurm: Slur
     assert node.state.drain is DrainStatus.DRAINED
 
 
-async def test_killed_mid_call_then_retries_succeed(slurm: SlurmCluster) -> None:
+async def test_killed_mid_call_then_retries_succeed(cluster: SlurmCluster) -> None:
     """slurmctld frozen and SIGKILLed while a call waits: TransientError; retries then succeed."""
-    quick = ScontrolBackend(settings_for(slurm, attempts=1, timeout_s=2.0))
-    pid = _slurmctld_pid(slurm)
+    quick = ScontrolBackend(settings_for(cluster, attempts=1, timeout_s=2.0))
+    pid = _slurmctld_pid(cluster)
     os.kill(pid, signal.SIGSTOP)
     try:
         call = asyncio.create_task(quick.drain(["n2"], POD))
         await asyncio.sleep(0.5)
         assert not call.done()  # the call is in flight against a frozen controller
-        slurm.kill_slurmctld()
+        cluster.kill_slurmctld()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     with pytest.raises(TransientError):
         await call
     patient = ScontrolBackend(
-        settings_for(slurm, attempts=200, timeout_s=1.0, retry_wait_min_s=0.1, retry_wait_max_s=0.1)
+        settings_for(
+            cluster, attempts=200, timeout_s=1.0, retry_wait_min_s=0.1, retry_wait_max_s=0.1
+        )
     )
     pending = asyncio.create_task(patient.drain(["n2"], POD))
     await asyncio.sleep(2.5)
     assert not pending.done()  # still retrying: the controller is gone
-    await asyncio.to_thread(slurm.start_slurmctld)
+    await asyncio.to_thread(cluster.start_slurmctld)
     result = await asyncio.wait_for(pending, 60)
     assert result.changed == ("n2",)
     assert result.calls > 2  # attempts timed out while the controller was gone
@@ -80,10 +82,10 @@ async def test_killed_mid_call_then_retries_succeed(slurm: SlurmCluster) -> None
     assert node.reason == "slonkd:pod-terminating"
 
 
-async def test_timeout_kills_the_client_and_is_transient(slurm: SlurmCluster) -> None:
+async def test_timeout_kills_the_client_and_is_transient(cluster: SlurmCluster) -> None:
     """A call that outlives its timeout is killed and reported as transient, not hung."""
-    backend = ScontrolBackend(settings_for(slurm, attempts=1, timeout_s=1.0))
-    pid = _slurmctld_pid(slurm)
+    backend = ScontrolBackend(settings_for(cluster, attempts=1, timeout_s=1.0))
+    pid = _slurmctld_pid(cluster)
     os.kill(pid, signal.SIGSTOP)
     try:
         loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""The scontrol backend against a real SLURM 22.05: every operation round-trips."""
+"""The scontrol backend against real SLURM 22.05 and 24.11: every operation round-trips."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node, parse_sinfo_json
+from slonkd.adapters.slurm.backend import select_backend
+from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
-from slonkd.core.slurm_plan import SkipReason
+from slonkd.core.slurm_plan import SkipReason, held_causes
 from slonkd.testing.slurm import SlurmCluster
+from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm
 
@@ -62,7 +64,7 @@ async def test_reads_all_one_and_missing(backend: ScontrolBackend) -> None:
     assert await backend.read_node("nope") is None
 
 
-async def test_drain_and_resume_round_trip(backend: ScontrolBackend, slurm: SlurmCluster) -> None:
+async def test_drain_and_resume_round_trip(backend: ScontrolBackend, cluster: SlurmCluster) -> None:
     """Drain writes slonkd's reason and cause set; resume lifts both and the node is idle."""
     result = await backend.drain(["n1"], POD, "pod worker-1 deleted")
     assert result.changed == ("n1",)
@@ -71,15 +73,15 @@ async def test_drain_and_resume_round_trip(backend: ScontrolBackend, slurm: Slur
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason == "slonkd:pod-terminating pod worker-1 deleted"
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD
-    assert decode_causes(n1.extra) == {POD}
+    assert held_causes(n1) == {POD}
     assert n1.reason_user == "root"
     result = await backend.resume(["n1"], POD)
     assert result.changed == ("n1",)
     n1 = await _node(backend, "n1")
-    assert (n1.reason, n1.extra) == ("", "")
+    assert (n1.live_reason, n1.extra) == ("", "")  # 24.11 keeps the stale reason text
     assert n1.state.drain is DrainStatus.NONE
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
-    assert slurm.node_states()["n1"] == "idle"
+    assert cluster.node_states()["n1"] == "idle"
 
 
 async def test_down_fail_and_undrain_round_trip(backend: ScontrolBackend) -> None:
@@ -108,6 +110,7 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     assert result.changed == ("n1",)
     n1 = await _node(backend, "n1")
     assert n1.reason.startswith("slonkd:health:gpu-xid-79")
+    assert held_causes(n1) == {POD, HEALTH}
     assert decode_causes(n1.extra) == {POD, HEALTH}
     again = await backend.drain(["n1"], HEALTH, "xid 79")
     assert again.skipped_for(SkipReason.ALREADY_HELD) == {"n1"}
@@ -117,16 +120,16 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     n1 = await _node(backend, "n1")
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason.startswith("slonkd:pod-terminating")
-    assert decode_causes(n1.extra) == {POD}
+    assert held_causes(n1) == {POD}
     assert (await backend.resume(["n1"], POD)).changed == ("n1",)
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
 
 
 async def test_draining_with_a_job_then_drained(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """A node with a running job reads draining after the drain, drained when the job ends."""
-    slurm.run("sbatch", "-o", "/dev/null", "-w", "n2", "-n1", "--wrap", "sleep 4")
+    cluster.run("sbatch", "-o", "/dev/null", "-w", "n2", "-n1", "--wrap", "sleep 4")
 
     async def running() -> bool:
         return bool(await backend.jobs_on("n2"))
@@ -144,11 +147,11 @@ async def test_draining_with_a_job_then_drained(
 
 
 async def test_drain_never_replaces_a_foreign_reason(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """Nodes drained or down under an operator's reason are skipped and keep their reason."""
-    slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin maint")
-    slurm.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
+    cluster.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin maint")
+    cluster.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
     result = await backend.drain(["n1", "n3", "n4", "ghost"], POD)
     assert result.changed == ("n1",)
     assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n3", "n4"}
@@ -160,16 +163,16 @@ async def test_drain_never_replaces_a_foreign_reason(
 
 
 async def test_resume_refuses_foreign_and_redrained_nodes(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """Resume leaves a foreign drain, and a node an operator re-drained after slonkd, drained."""
-    slurm.run("scontrol", "update", "nodename=n1", "state=drain", "reason=admin maint")
+    cluster.run("scontrol", "update", "nodename=n1", "state=drain", "reason=admin maint")
     await backend.drain(["n2"], POD)
-    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=operator took it")
+    cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=operator took it")
     result = await backend.resume(["n1", "n2"], POD)
     assert result.changed == ()
     assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n1", "n2"}
-    states = slurm.node_states()
+    states = cluster.node_states()
     assert (states["n1"], states["n2"]) == ("drained", "drained")
     assert (await _node(backend, "n2")).reason == "operator took it"
 
@@ -186,30 +189,30 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 async def test_hostile_reasons_are_stored_safely(
-    backend: ScontrolBackend, slurm: SlurmCluster, text: str
+    backend: ScontrolBackend, cluster: SlurmCluster, text: str
 ) -> None:
     """Hostile text is sanitised: one line per node, same reason in text and JSON, bounded."""
     await backend.drain(["n1"], POD, text)
     await backend.set_comment(["n2"], text)
-    shown = slurm.run("scontrol", "-o", "show", "node").stdout
+    shown = cluster.run("scontrol", "-o", "show", "node").stdout
     assert len(shown.splitlines()) == 4
     by_text = _by_name(parse_show_node(shown))
-    by_json = _by_name(parse_sinfo_json(slurm.run("sinfo", "--json").stdout))
+    by_json = _by_name(await backend.read_nodes_json(()))
     assert by_text["n1"].reason == by_json["n1"].reason
     assert by_text["n2"].comment == by_json["n2"].comment
     assert len(by_json["n1"].reason) <= MAX_REASON_CHARS
     assert reason_owner(by_json["n1"].reason) is ReasonOwner.SLONKD
     assert "\n" not in by_json["n1"].reason
     assert by_json["n3"].state.available  # nothing leaked into another node or field
-    assert slurm.node_states()["n1"] == "drained"
+    assert cluster.node_states()["n1"] == "drained"
 
 
 async def test_foreign_hostile_reason_falls_back_to_json(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """A foreign reason that breaks the text format is read exactly through JSON."""
     reason = "line1\nline2 Comment=x Reason=slonkd:pod-terminating"
-    slurm.run("scontrol", "update", "nodename=n3", "state=drain", f"reason={reason}")
+    cluster.run("scontrol", "update", "nodename=n3", "state=drain", f"reason={reason}")
     nodes = _by_name(await backend.read_nodes())
     assert nodes["n3"].reason == reason
     assert reason_owner(nodes["n3"].reason) is ReasonOwner.FOREIGN
@@ -220,11 +223,11 @@ async def test_foreign_hostile_reason_falls_back_to_json(
 
 
 async def test_reasons_read_lists_only_nodes_with_a_reason(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """The cheap read returns the nodes that carry a reason, with setter and time."""
     await backend.drain(["n1", "n2"], POD, "bye")
-    slurm.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
+    cluster.run("scontrol", "update", "nodename=n4", "state=down", "reason=cable swap")
     groups = await backend.read_reasons()
     by_node: dict[str, ReasonGroup] = {n: g for g in groups for n in g.nodes}
     assert set(by_node) == {"n1", "n2", "n4"}
@@ -234,10 +237,12 @@ async def test_reasons_read_lists_only_nodes_with_a_reason(
     assert by_node["n4"].time is not None
 
 
-async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, slurm: SlurmCluster) -> None:
+async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, cluster: SlurmCluster) -> None:
     """Requeueable jobs of a node go back to the queue; a --no-requeue job is reported."""
-    slurm.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--wrap", "sleep 300")
-    slurm.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--no-requeue", "--wrap", "sleep 301")
+    cluster.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--wrap", "sleep 300")
+    cluster.run(
+        "sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--no-requeue", "--wrap", "sleep 301"
+    )
 
     async def two_running() -> bool:
         return len(await backend.jobs_on("n4")) == 2
@@ -248,24 +253,24 @@ async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, slurm: SlurmClus
     assert len(result.requeued) == 1
     assert len(result.not_requeueable) == 1
     assert {*result.requeued, *result.not_requeueable} == {j.job_id for j in jobs}
-    out = slurm.run("squeue", "-h", "-o", "%i %T", "-j", str(result.requeued[0])).stdout
+    out = cluster.run("squeue", "-h", "-o", "%i %T", "-j", str(result.requeued[0])).stdout
     assert out.split()[1] in {"COMPLETING", "PENDING", "REQUEUED", "CONFIGURING", "RUNNING"}
     # The requeued job restarts later (BeginTime); it is no longer the original run.
-    assert str(result.not_requeueable[0]) in slurm.run("squeue", "-h", "-o", "%i").stdout
+    assert str(result.not_requeueable[0]) in cluster.run("squeue", "-h", "-o", "%i").stdout
 
 
 async def test_reboot_request_drains_with_slonkds_reason(
-    backend: ScontrolBackend, slurm: SlurmCluster
+    backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """A reboot request shows REBOOT_* flags with slonkd's reason; foreign nodes are skipped."""
-    slurm.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin maint")
+    cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin maint")
     result = await backend.request_reboot(["n1", "n2"], HEALTH, "xid 79")
     assert result.changed == ("n1",)
     assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n2"}
     n1 = await _node(backend, "n1")
     assert n1.state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}
     assert n1.reason.startswith("slonkd:health:gpu-xid-79")
-    log = Path(slurm.root / "log" / "reboot.log")
+    log = Path(cluster.root / "log" / "reboot.log")
 
     async def rebooted() -> bool:
         return await asyncio.to_thread(_logged, log, "reboot requested")
@@ -281,3 +286,35 @@ async def test_comment_round_trips(backend: ScontrolBackend) -> None:
     assert nodes["n2"].comment == "rack 'r1' row 2"
     assert nodes["n3"].comment == ""
     assert json.dumps(nodes["n1"].comment)
+
+
+async def test_backend_choice_is_scontrol_and_says_why(
+    cluster: SlurmCluster, slurm_release: str
+) -> None:
+    """On this machine pyslurm is absent (PyPI has 25.11 only): scontrol, with the reason."""
+    choice = await select_backend(settings_for(cluster))
+    assert choice.name == "scontrol"
+    assert choice.slurm_version.startswith(slurm_release)
+    assert "pyslurm" in choice.why
+    assert len(await choice.backend.read_nodes()) == 4
+
+
+async def test_nodes_with_different_extra_drain_in_one_call(
+    backend: ScontrolBackend, cluster: SlurmCluster
+) -> None:
+    """Someone else's per-node extra neither splits a bulk drain nor gets overwritten."""
+    for i in range(1, 5):
+        cluster.run("scontrol", "update", f"nodename=n{i}", f'extra={{"rack":"r{i}"}}')
+    result = await backend.drain(["n1", "n2", "n3", "n4"], POD)
+    assert result.calls == 2  # one read, one hostlist update
+    nodes = _by_name(await backend.read_nodes())
+    assert [nodes[f"n{i}"].extra for i in range(1, 5)] == [
+        f'{{"rack":"r{i}"}}' for i in range(1, 5)
+    ]
+    assert all(held_causes(n) == {POD} for n in nodes.values())
+    second = await backend.drain(["n1", "n2"], HEALTH)
+    assert second.calls == 3  # two different extras now need writing: one update each
+    assert json.loads(_by_name(await backend.read_nodes())["n1"].extra) == {
+        "rack": "r1",
+        "slonkd": ["health:gpu-xid-79", "pod-terminating"],
+    }

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from slonkd.core.reasons import Cause
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
@@ -14,6 +16,7 @@ from slonkd.core.slurm_plan import (
     Skip,
     SkipReason,
     Update,
+    held_causes,
     plan_hold,
     plan_release,
 )
@@ -42,7 +45,7 @@ HOLD_SKIPS = [
     (node("IDLE+DRAIN", "Kill task failed"), SkipReason.SLURM_REASON),
     (node("DOWN"), SkipReason.FOREIGN_STATE),
     (node("IDLE+DRAIN+NEW_FLAG", "slonkd:pod-terminating"), SkipReason.UNRECOGNISED_STATE),
-    (node("IDLE", extra="rack r1"), SkipReason.FOREIGN_EXTRA),
+    (node("IDLE+DRAIN", "slonkd:health:x", "rack r1"), SkipReason.FOREIGN_EXTRA),
     (node("IDLE+DRAIN", "slonkd:pod-terminating x"), SkipReason.ALREADY_HELD),
 ]
 
@@ -55,13 +58,24 @@ def test_drain_skips_what_it_must_not_touch(current: SlurmNode, why: SkipReason)
     assert result.why is why
 
 
-def test_drain_of_an_idle_node_writes_reason_and_cause_set() -> None:
-    """A free node is drained with slonkd's reason and its cause recorded in extra."""
-    result = plan_hold(node("IDLE", extra='{"rack":"r1"}'), HoldState.DRAIN, POD, "bye")
+def test_drain_of_an_idle_node_writes_only_the_reason() -> None:
+    """A free node is drained with slonkd's reason; one cause needs nothing in extra."""
+    for extra in ("", '{"rack":"r1"}', "rack r1"):
+        result = plan_hold(node("IDLE", extra=extra), HoldState.DRAIN, POD, "bye")
+        assert isinstance(result, Update)
+        assert (result.state, result.reason, result.extra) == (
+            "drain",
+            "slonkd:pod-terminating bye",
+            None,
+        )
+
+
+def test_stale_cause_set_is_cleared_by_a_new_drain() -> None:
+    """A cause set left in extra from an old hold is replaced, never inherited."""
+    stale = node("IDLE", extra='{"rack":"r1","slonkd":["health:x","k8s-cordoned"]}')
+    result = plan_hold(stale, HoldState.DRAIN, POD)
     assert isinstance(result, Update)
-    assert result.state == "drain"
-    assert result.reason == "slonkd:pod-terminating bye"
-    assert json.loads(result.extra or "") == {"rack": "r1", "slonkd": ["pod-terminating"]}
+    assert result.extra == '{"rack":"r1"}'
 
 
 def test_second_cause_is_added_and_the_higher_one_shown() -> None:
@@ -132,7 +146,7 @@ def test_release_with_other_causes_keeps_the_node_held() -> None:
     assert result.reason is not None
     assert result.reason.startswith("slonkd:pod-terminating")
     assert result.still_held_by == "pod-terminating"
-    assert json.loads(result.extra or "") == {"slonkd": ["pod-terminating"]}
+    assert result.extra == ""  # one cause left: the reason carries it
 
 
 def test_undrain_of_a_node_without_drain_is_skipped() -> None:
@@ -141,3 +155,78 @@ def test_undrain_of_a_node_without_drain_is_skipped() -> None:
     result = plan_release(held, ReleaseState.UNDRAIN, POD)
     assert isinstance(result, Skip)
     assert result.why is SkipReason.NOT_HELD
+
+
+def test_leftover_reason_on_a_resumed_node_is_stale() -> None:
+    """24.11 keeps the reason after a resume: on a free node it neither blocks nor claims."""
+    foreign_left = node("IDLE", "admin maint")
+    drained = plan_hold(foreign_left, HoldState.DRAIN, POD)
+    assert isinstance(drained, Update)
+    assert drained.reason == "slonkd:pod-terminating"
+    ours_left = node("IDLE", "slonkd:pod-terminating", '{"slonkd":["pod-terminating"]}')
+    again = plan_hold(ours_left, HoldState.DRAIN, POD)
+    assert isinstance(again, Update)
+    assert again.state == "drain"
+    released = plan_release(ours_left, ReleaseState.RESUME, POD)
+    assert isinstance(released, Skip)
+    assert released.why is SkipReason.NOT_HELD
+
+
+BASES = st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "WEIRD"])
+FLAGS = st.lists(
+    st.sampled_from(["DRAIN", "FAIL", "NOT_RESPONDING", "COMPLETING", "REBOOT_REQUESTED", "NEW"]),
+    max_size=3,
+)
+REASONS = st.sampled_from(
+    [
+        "",
+        "admin maint",
+        "Not responding",
+        "slonkd:pod-terminating",
+        "slonkd:health:gpu-xid-79 x",
+        "slonkd:k8s-cordoned",
+        "slonkd:BAD",
+    ]
+)
+EXTRAS = st.sampled_from(
+    [
+        "",
+        "rack r1",
+        '{"rack":"r1"}',
+        '{"slonkd":["pod-terminating","health:gpu-xid-79"]}',
+        '{"slonkd":["k8s-cordoned"]}',
+        '{"slonkd":5}',
+    ]
+)
+CAUSES = st.sampled_from([POD, HEALTH, Cause.parse("k8s-cordoned")])
+
+
+@given(base=BASES, flags=FLAGS, reason=REASONS, extra=EXTRAS, cause=CAUSES)
+def test_no_plan_ever_steals_or_lifts_a_foreign_hold(
+    base: str, flags: list[str], reason: str, extra: str, cause: Cause
+) -> None:
+    """No plan ever steals a foreign hold or lifts one that is not slonkd's alone.
+
+    For any state, reason and extra: a held node under a reason that is not slonkd's is
+    never written to, and a resume only happens when slonkd's reason holds the node and no
+    other slonkd cause remains.
+    """
+    current = SlurmNode(
+        name=NodeName("n1"), state=NodeState.from_tokens(base, flags), reason=reason, extra=extra
+    )
+    owner = reason_owner(current.live_reason)
+    for how in HoldState:
+        plan = plan_hold(current, how, cause)
+        if isinstance(plan, Update):
+            assert current.state.fully_recognised
+            assert owner in {ReasonOwner.NONE, ReasonOwner.SLONKD}
+            assert owner is ReasonOwner.SLONKD or not current.held
+            assert plan.reason is not None
+            assert reason_owner(plan.reason) is ReasonOwner.SLONKD
+    for release in ReleaseState:
+        plan = plan_release(current, release, cause)
+        if isinstance(plan, Update):
+            assert current.held
+            assert owner is ReasonOwner.SLONKD
+            if plan.state in {"resume", "undrain"}:
+                assert held_causes(current) <= {cause}

@@ -15,6 +15,7 @@ ever returns a node whose state or reason it had to guess.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -32,7 +33,9 @@ from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 _FREE_TEXT_KEYS = ("Reason", "Comment", "Extra")
 _FREE_MARKER = re.compile(r" (Reason|Comment|Extra)=")
-_HEAD_FIELD = re.compile(r"(?:^| )([A-Za-z_]+)=(\S*)")
+_HEAD_FIELD = re.compile(
+    r"(?:^| )(NodeName|State|CPUAlloc|CPUTot|AvailableFeatures|ActiveFeatures|Partitions)=(\S*)"
+)
 _REQUIRED_HEAD = ("NodeName", "State", "CPUAlloc", "CPUTot")
 _TAIL = re.compile(
     r"(?: Reason=(?P<reason>.*?) \[(?P<user>[^\[\]@\s]+)@(?P<time>[0-9T:-]{19}|Unknown)\])?"
@@ -72,12 +75,19 @@ class ReasonGroup:
     time: datetime | None
 
 
+@functools.lru_cache(maxsize=1024)
+def cached_state(base: str, flags: tuple[str, ...]) -> NodeState:
+    """The state for SLURM's tokens; few distinct ones exist, so each is built once."""
+    return NodeState.from_tokens(base, flags)
+
+
 def _check_size(data: str) -> None:
     if len(data) > MAX_OUTPUT_BYTES:
         raise ParseError(f"output of {len(data)} bytes is over the limit")
 
 
-def _node_name(raw: object) -> NodeName:
+def node_name(raw: object) -> NodeName:
+    """A node name as SLURM allows it, or ParseError."""
     if not isinstance(raw, str) or _NODE_NAME.fullmatch(raw) is None:
         raise ParseError(f"not a node name: {str(raw)[:80]!r}")
     return NodeName(raw)
@@ -87,7 +97,8 @@ def _csv(raw: str) -> tuple[str, ...]:
     return tuple(x for x in raw.split(",") if x and x != "(null)")
 
 
-def _int(raw: object, what: str) -> int:
+def int_field(raw: object, what: str) -> int:
+    """An integer (JSON number or decimal text), or ParseError naming ``what``."""
     if isinstance(raw, bool) or not isinstance(raw, int | str):
         raise ParseError(f"{what} is not an integer: {str(raw)[:40]!r}")
     try:
@@ -134,8 +145,8 @@ def parse_show_node_line(line: str) -> SlurmNode:
         reason, user, naive = split_text_suffix(f"{match['reason']} [{match['user']}@{stamp}]")
         when = _local_time(naive)
     return SlurmNode(
-        name=_node_name(fields["NodeName"]),
-        state=NodeState.from_tokens(base, flags),
+        name=node_name(fields["NodeName"]),
+        state=cached_state(base, tuple(flags)),
         reason=reason,
         reason_user=user,
         reason_time=when,
@@ -143,8 +154,8 @@ def parse_show_node_line(line: str) -> SlurmNode:
         extra=match["extra"] or "",
         features=_csv(fields.get("AvailableFeatures", "")),
         active_features=_csv(fields.get("ActiveFeatures", "")),
-        cpus=_int(fields["CPUTot"], "CPUTot"),
-        alloc_cpus=_int(fields["CPUAlloc"], "CPUAlloc"),
+        cpus=int_field(fields["CPUTot"], "CPUTot"),
+        alloc_cpus=int_field(fields["CPUAlloc"], "CPUAlloc"),
         partitions=_csv(fields.get("Partitions", "")),
     )
 
@@ -157,17 +168,19 @@ def parse_show_node(text: str) -> list[SlurmNode]:
     if not text.endswith("\n"):
         raise ParseError("scontrol output does not end with a newline: cut off?")
     nodes = [parse_show_node_line(line) for line in text.splitlines() if line.strip()]
-    _no_duplicates(nodes)
+    check_unique(nodes)
     return nodes
 
 
-def _no_duplicates(nodes: list[SlurmNode]) -> None:
+def check_unique(nodes: list[SlurmNode]) -> None:
+    """ParseError when one read names a node twice."""
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise ParseError("the same node twice in one read")
 
 
-def _load_json(text: str) -> Mapping[str, Any]:
+def load_json(text: str) -> Mapping[str, Any]:
+    """A JSON object whose ``errors`` list is empty (ReportedErrors otherwise)."""
     _check_size(text)
     try:
         doc = json.loads(text)
@@ -181,7 +194,8 @@ def _load_json(text: str) -> Mapping[str, Any]:
     return doc
 
 
-def _str(obj: Mapping[str, Any], key: str, *, nullable: bool = False) -> str:
+def str_field(obj: Mapping[str, Any], key: str, *, nullable: bool = False) -> str:
+    """``obj[key]`` as a string (null as "" when ``nullable``), or ParseError."""
     value = obj.get(key)
     if value is None and nullable:
         return ""
@@ -190,7 +204,8 @@ def _str(obj: Mapping[str, Any], key: str, *, nullable: bool = False) -> str:
     return value
 
 
-def _str_list(obj: Mapping[str, Any], key: str) -> list[str]:
+def str_list_field(obj: Mapping[str, Any], key: str) -> list[str]:
+    """``obj[key]`` as a list of strings, or ParseError."""
     value = obj.get(key)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ParseError(f"{key} is not a list of strings")
@@ -201,34 +216,34 @@ def parse_sinfo_json_node(raw: object) -> SlurmNode:
     """One element of ``nodes`` in ``sinfo --json`` (openapi v0.0.38)."""
     if not isinstance(raw, dict):
         raise ParseError("node entry is not an object")
-    changed = _int(raw.get("reason_changed_at"), "reason_changed_at")
+    changed = int_field(raw.get("reason_changed_at"), "reason_changed_at")
     user = raw.get("reason_set_by_user")
     if user is not None and not isinstance(user, str):
         raise ParseError("reason_set_by_user is not a string")
     return SlurmNode(
-        name=_node_name(raw.get("name")),
-        state=NodeState.from_tokens(_str(raw, "state"), _str_list(raw, "state_flags")),
-        reason=_str(raw, "reason"),
+        name=node_name(raw.get("name")),
+        state=cached_state(str_field(raw, "state"), tuple(str_list_field(raw, "state_flags"))),
+        reason=str_field(raw, "reason"),
         reason_user=user,
         reason_time=datetime.fromtimestamp(changed, UTC) if changed > 0 else None,
-        comment=_str(raw, "comment"),
-        extra=_str(raw, "extra"),
-        features=_csv(_str(raw, "features")),
-        active_features=_csv(_str(raw, "active_features")),
-        cpus=_int(raw.get("cpus"), "cpus"),
-        alloc_cpus=_int(raw.get("alloc_cpus"), "alloc_cpus"),
-        partitions=tuple(_str_list(raw, "partitions")),
+        comment=str_field(raw, "comment"),
+        extra=str_field(raw, "extra"),
+        features=_csv(str_field(raw, "features")),
+        active_features=_csv(str_field(raw, "active_features")),
+        cpus=int_field(raw.get("cpus"), "cpus"),
+        alloc_cpus=int_field(raw.get("alloc_cpus"), "alloc_cpus"),
+        partitions=tuple(str_list_field(raw, "partitions")),
     )
 
 
 def parse_sinfo_json(text: str) -> list[SlurmNode]:
     """All nodes of ``sinfo --json`` (22.05 always prints every node: filter yourself)."""
-    doc = _load_json(text)
+    doc = load_json(text)
     raw_nodes = doc.get("nodes")
     if not isinstance(raw_nodes, list):
         raise ParseError("sinfo --json has no node list")
     nodes = [parse_sinfo_json_node(n) for n in raw_nodes]
-    _no_duplicates(nodes)
+    check_unique(nodes)
     return nodes
 
 
@@ -242,12 +257,12 @@ def expand_hostlist(text: str) -> tuple[NodeName, ...]:
         raise ParseError(f"bad hostlist {text[:80]!r}: {exc}") from exc
     if len(names) > 1_000_000:
         raise ParseError("hostlist expands to too many names")
-    return tuple(_node_name(n) for n in names)
+    return tuple(node_name(n) for n in names)
 
 
 def parse_squeue_json(text: str) -> list[SlurmJob]:
     """Jobs of ``squeue --json`` (openapi v0.0.38) with the nodes each holds."""
-    doc = _load_json(text)
+    doc = load_json(text)
     raw_jobs = doc.get("jobs")
     if not isinstance(raw_jobs, list):
         raise ParseError("squeue --json has no job list")
@@ -258,13 +273,13 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
         batch, requeue = raw.get("batch_flag"), raw.get("requeue")
         if not isinstance(batch, bool) or not isinstance(requeue, bool):
             raise ParseError("batch_flag/requeue are not booleans")
-        state = _str(raw, "job_state")
+        state = str_field(raw, "job_state")
         jobs.append(
             SlurmJob(
-                job_id=JobId(_int(raw.get("job_id"), "job_id")),
+                job_id=JobId(int_field(raw.get("job_id"), "job_id")),
                 state=JobState.parse(state),
                 raw_state=state,
-                nodes=expand_hostlist(_str(raw, "nodes", nullable=True)),
+                nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
                 batch=batch,
                 requeue=requeue,
             )

@@ -24,13 +24,14 @@ from slonkd.adapters.slurm.parsing import (
     parse_sinfo_reasons,
     parse_squeue_json,
 )
+from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
     InvalidNodeStateError,
     NodeNotFoundError,
     SlurmSettings,
 )
-from slonkd.core.errors import TransientError
+from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
 from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
@@ -94,10 +95,12 @@ def chunk_hostlists(names: Sequence[str], max_chars: int) -> list[str]:
 
 @dataclass(slots=True)
 class ScontrolBackend:
-    """SLURM through its command-line clients. Works with 22.05 on the host."""
+    """SLURM through its command-line clients (22.05 and 24.11; argv prefix for a chroot)."""
 
     settings: SlurmSettings = field(default_factory=SlurmSettings)
     runner: CommandRunner = field(init=False)
+    json_read: str | None = field(default=None, init=False)
+    """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -110,30 +113,52 @@ class ScontrolBackend:
     # -- reads -------------------------------------------------------------------------------
 
     async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        """All nodes (or ``names``, one hostlist call) in one read; JSON if text is ambiguous."""
+        """All nodes, or those in ``names``, in one read; JSON when the text is ambiguous.
+
+        slurmctld packs its whole node table either way; naming nodes only saves output
+        and parsing on this side (1,000 of 5,000: 0.5 MB instead of 2.6 MB).
+        """
         args = ["-o", "show", "node"]
         if names:
             args.append(compress(names))
         try:
-            text = await self.runner.run("scontrol", *args)
-            return parse_show_node(text)
+            nodes = parse_show_node(await self.runner.run("scontrol", *args))
         except NodeNotFoundError:
-            if len(names) <= 1:
+            if len(set(names)) <= 1:
                 return []
-            return await self._read_json(names)  # some named nodes do not exist
+            return await self.read_nodes()  # some named nodes do not exist: read them all
         except AmbiguousOutput:
-            return await self._read_json(names)
+            return await self.read_nodes_json(names)
+        if names:
+            wanted = set(names)
+            return [n for n in nodes if n.name in wanted]
+        return nodes
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""
         nodes = await self.read_nodes([name])
         return next((n for n in nodes if n.name == name), None)
 
-    async def _read_json(self, names: Sequence[str]) -> list[SlurmNode]:
+    async def read_nodes_json(self, names: Sequence[str]) -> list[SlurmNode]:
+        """The unambiguous read: ``scontrol show node --json`` (24.11) or ``sinfo --json``.
+
+        22.05's scontrol has no ``--json``; which one works is learnt on first use.
+        """
+        nodes: list[SlurmNode] | None = None
         try:
-            nodes = parse_sinfo_json(await self.runner.run("sinfo", "--json"))
+            if self.json_read in (None, "scontrol"):
+                try:
+                    text = await self.runner.run("scontrol", "show", "node", "--json")
+                    nodes = parse_scontrol_json(text)
+                    self.json_read = "scontrol"
+                except (TerminalError, ParseError) as exc:
+                    if self.json_read is not None or isinstance(exc, ReportedErrors):
+                        raise
+                    self.json_read = "sinfo"
+            if nodes is None:
+                nodes = parse_sinfo_json(await self.runner.run("sinfo", "--json"))
         except ReportedErrors as exc:
-            raise TransientError(f"sinfo --json: {exc}") from exc
+            raise TransientError(f"JSON node read: {exc}") from exc
         wanted = set(names)
         return [n for n in nodes if not wanted or n.name in wanted]
 
@@ -143,7 +168,9 @@ class ScontrolBackend:
         try:
             return parse_sinfo_reasons(text)
         except AmbiguousOutput:
-            nodes = await self._read_json(())
+            # A reason with a newline: read every node exactly instead (one group a node,
+            # the state in slonkd's spelling rather than sinfo's compact word).
+            nodes = await self.read_nodes_json(())
             return [
                 ReasonGroup(
                     nodes=(n.name,),
@@ -153,14 +180,19 @@ class ScontrolBackend:
                     time=n.reason_time,
                 )
                 for n in nodes
-                if n.reason
+                if n.live_reason
             ]
 
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on node ``name`` now, with their requeue-ability."""
+        text = await self.runner.run("squeue", "--json", "-w", name)
         try:
-            text = await self.runner.run("squeue", "--json", "-w", name)
-            jobs = parse_squeue_json(text)
+            try:
+                jobs = parse_squeue_json(text)
+            except ReportedErrors:
+                raise
+            except ParseError:
+                jobs = parse_squeue_json_v42(text)  # 24.11: job_state is a list
         except ReportedErrors as exc:
             raise TransientError(f"squeue --json: {exc}") from exc
         return [j for j in jobs if name in j.nodes and j.on_node]
@@ -224,13 +256,7 @@ class ScontrolBackend:
     # -- compare-and-set machinery ---------------------------------------------------------
 
     async def _read_for_update(self, names: Sequence[str]) -> dict[str, SlurmNode]:
-        # One node: read just it. Many: slurmctld packs its whole table either way, so read
-        # everything once (one call) rather than a long hostlist.
-        if len(set(names)) == 1:
-            nodes = await self.read_nodes(names)
-        else:
-            nodes = await self.read_nodes()
-        return {n.name: n for n in nodes}
+        return {n.name: n for n in await self.read_nodes(names)}
 
     async def _hold(
         self, names: Sequence[str], how: HoldState, cause: Cause, text: str
@@ -272,7 +298,7 @@ class ScontrolBackend:
             # slurmctld refused part of a chunk, yet applies a bulk update to the nodes it
             # can (and 22.05 even says "Invalid node state" for a resume it carried out on
             # a node without slurmd): read once more and judge each node by what it shows.
-            after = {n.name: n for n in await self.read_nodes()}
+            after = {n.name: n for n in await self.read_nodes([u.node for u in unsure])}
             for update in unsure:
                 node = after.get(update.node)
                 if node is None:

@@ -1,6 +1,7 @@
-"""Record real SLURM outputs for the parser tests: ``python tests/data/slurm/record.py``.
+"""Record real SLURM outputs for the parser tests: ``python tests/data/slurm/record.py [24.11]``.
 
-Starts a cluster of the harness (SLURM 22.05 from Debian), puts its nodes in known states
+Starts a cluster of the harness (SLURM 22.05 from the host's Debian, or 24.11 in a
+debootstrapped trixie root with the argument ``24.11``), puts its nodes in known states
 (idle, slonkd-drained, draining with a job, down, fail, reboot requested, hostile reasons),
 runs each read command slonkd uses and writes its output under ``tests/data/slurm/<version>/``
 with ``sources.json`` naming the command and the SLURM version that produced every file.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,6 +30,12 @@ COMMANDS = {
     "sinfo_reasons.txt": ["sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E"],
     "squeue.json": ["squeue", "--json"],
     "squeue.txt": ["squeue", "-h", "-o", "%i|%T|%N|%r"],
+    "strigger_get.txt": ["strigger", "--get"],
+}
+COMMANDS_24_11 = {
+    **COMMANDS,
+    "scontrol_show_node.json": ["scontrol", "show", "node", "--json"],
+    "scontrol_show_node_n2.json": ["scontrol", "show", "node", "n2", "--json"],
 }
 
 
@@ -56,13 +64,22 @@ def _setup(c: SlurmCluster) -> None:
     up("nodename=x3", "state=drain", "reason=Kill task failed")
     up("nodename=x4", "state=drain", "reason=slonkd:health:gpu-xid-79 xid")
     up("nodename=x4", 'extra={"slonkd":["health:gpu-xid-79","k8s-cordoned"]}')
+    c.run("strigger", "--set", "--node", "--drained", "--flags=PERM", "--program=/bin/true drained")
+    c.run("strigger", "--set", "--node", "--down", "--program=/bin/true down")
     time.sleep(1)
 
 
 def main() -> int:
     """Record every command's output; print where it went."""
-    root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
-    cluster = SlurmCluster(root, SlurmLayout(nodes=("n1", "n2", "n3", "n4", "n5"), extra_nodes=8))
+    layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4", "n5"), extra_nodes=8)
+    commands = COMMANDS
+    cluster: SlurmCluster
+    if sys.argv[1:] == ["24.11"]:
+        cluster = ChrootSlurmCluster.create("24.11", layout)
+        commands = COMMANDS_24_11
+    else:
+        root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
+        cluster = SlurmCluster(root, layout)
     cluster.start()
     try:
         version = cluster.run("scontrol", "--version").stdout.split()[-1]
@@ -71,7 +88,7 @@ def main() -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         _setup(cluster)
         sources: dict[str, object] = {}
-        for name, argv in COMMANDS.items():
+        for name, argv in commands.items():
             proc = cluster.run(*argv)
             (out_dir / name).write_text(proc.stdout)
             sources[name] = {"command": argv, "slurm_version": version}
@@ -82,7 +99,7 @@ def main() -> int:
             "files": sources,
         }
         (out_dir / "sources.json").write_text(json.dumps(meta, indent=2) + "\n")
-        print(f"recorded {len(COMMANDS)} outputs of SLURM {version} in {out_dir}")
+        print(f"recorded {len(commands)} outputs of SLURM {version} in {out_dir}")
     finally:
         cluster.stop()
     return 0

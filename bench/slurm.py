@@ -1,0 +1,220 @@
+"""SLURM adapter benchmark against real 22.05 daemons (not part of CI; prints, never asserts).
+
+For 4, 1,004 and 5,004 declared nodes (4 with slurmd, the rest without; 50 drained by an
+operator): read-all, the reasons-only read, a single compare-and-set drain and a bulk drain
++ resume of 1,000 random nodes, each next to the raw ``scontrol``/``sinfo`` call measured in
+the same run (the physical floor), with the number of client invocations per operation and
+what each read costs slurmctld (``sdiag`` RPC statistics). Prints a table, then one JSON
+object as the last line.
+
+    .venv/bin/python -m bench.slurm [--quick] [24.11]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.reasons import Cause
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+
+CAUSE = Cause.parse("k8s-cordoned")
+_SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {"median_ms": statistics.median(ordered) * 1000, "p99_ms": p99 * 1000}
+
+
+def _prefix(cluster: SlurmCluster) -> tuple[str, ...]:
+    return cluster.client_prefix if isinstance(cluster, ChrootSlurmCluster) else ()
+
+
+def _raw(cluster: SlurmCluster, reps: int, *argv: str) -> list[float]:
+    times = []
+    full = [*_prefix(cluster), *argv]
+    for _ in range(reps):
+        began = time.perf_counter()
+        subprocess.run(full, env=cluster.env, capture_output=True, check=True, timeout=60)
+        times.append(time.perf_counter() - began)
+    return times
+
+
+async def _timed(reps: int, op: Callable[[], Awaitable[object]]) -> list[float]:
+    times = []
+    for _ in range(reps):
+        began = time.perf_counter()
+        await op()
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def _sdiag(cluster: SlurmCluster, argv: list[str], reps: int) -> dict[str, float]:
+    """slurmctld's own RPC time (microseconds, average) for the RPCs ``argv`` sends."""
+    cluster.run("sdiag", "--reset")
+    _raw(cluster, reps, *argv)
+    out = cluster.run("sdiag").stdout
+    return {
+        name: float(ave)
+        for name, count, ave in _SDIAG.findall(out)
+        if int(count) >= reps and name != "REQUEST_STATS_INFO"
+    }
+
+
+async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
+    layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4"), extra_nodes=size)
+    cluster: SlurmCluster
+    if release == "22.05":
+        root = Path(tempfile.mkdtemp(prefix="slonkd-bench-slurm-", dir="/tmp"))
+        cluster = SlurmCluster(root, layout)
+    else:
+        cluster = ChrootSlurmCluster.create(release, layout)
+    with cluster:
+        rng = random.Random(size)  # noqa: S311 - seeded choice of benchmark nodes
+        extra = cluster.extra_node_names
+        if extra:
+            ops = rng.sample(extra, min(50, len(extra)))
+            cluster.run(
+                "scontrol", "update", f"nodename={','.join(ops)}", "state=drain", "reason=ops"
+            )
+        backend = ScontrolBackend(
+            SlurmSettings(
+                argv_prefix=_prefix(cluster),
+                env={} if _prefix(cluster) else {"SLURM_CONF": str(cluster.conf)},
+                retry_wait_min_s=0,
+                retry_wait_max_s=0,
+            )
+        )
+        r: dict[str, Any] = {"nodes": size + 4}
+        r["raw_update"] = _stats(
+            _raw(cluster, reps, "scontrol", "update", "nodename=n1", "comment=bench")
+        )
+        r["raw_show_node"] = _stats(_raw(cluster, reps, "scontrol", "-o", "show", "node"))
+        r["raw_show_one"] = _stats(_raw(cluster, reps, "scontrol", "-o", "show", "node", "n1"))
+        r["raw_sinfo_json"] = _stats(_raw(cluster, max(3, reps // 3), "sinfo", "--json"))
+        r["raw_sinfo_reasons"] = _stats(
+            _raw(cluster, reps, "sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E")
+        )
+        r["read_all"] = _stats(await _timed(reps, backend.read_nodes))
+        r["read_reasons"] = _stats(await _timed(reps, backend.read_reasons))
+
+        # Interleaved with raw updates of n2 so that load from elsewhere hits both alike.
+        drains, raws, ratios, calls_single = [], [], [], 0
+        for _ in range(reps):
+            raw = _raw(cluster, 1, "scontrol", "update", "nodename=n2", "comment=bench")[0]
+            began = time.perf_counter()
+            res = await backend.drain(["n1"], CAUSE)
+            took = time.perf_counter() - began
+            drains.append(took)
+            raws.append(raw)
+            ratios.append(took / raw)
+            calls_single = res.calls
+            await backend.resume(["n1"], CAUSE)
+        r["single_drain"] = _stats(drains) | {"calls": calls_single}
+        r["overhead_ratio"] = statistics.median(ratios)
+        floor = [
+            a + b
+            for a, b in zip(
+                _raw(cluster, reps, "scontrol", "-o", "show", "node", "n1"), raws, strict=True
+            )
+        ]
+        r["floor_ratio"] = statistics.median(f / raw for f, raw in zip(floor, raws, strict=True))
+        if len(extra) >= 1000:
+            drain_t, resume_t, dcalls, rcalls = [], [], 0, 0
+            for i in range(max(2, reps // 5)):
+                chosen = random.Random(i).sample(extra, 1000)  # noqa: S311 - seeded choice
+                began = time.perf_counter()
+                dres = await backend.drain(chosen, CAUSE)
+                drain_t.append(time.perf_counter() - began)
+                began = time.perf_counter()
+                rres = await backend.resume(chosen, CAUSE)
+                resume_t.append(time.perf_counter() - began)
+                dcalls, rcalls = dres.calls, rres.calls
+            r["bulk_drain_1000"] = _stats(drain_t) | {"calls": dcalls}
+            r["bulk_resume_1000"] = _stats(resume_t) | {"calls": rcalls}
+        sdiag_reps = 5
+        r["sdiag_us"] = {
+            "show_node_all": _sdiag(cluster, ["scontrol", "-o", "show", "node"], sdiag_reps),
+            "show_node_one": _sdiag(cluster, ["scontrol", "-o", "show", "node", "n1"], sdiag_reps),
+            "sinfo_reasons": _sdiag(cluster, ["sinfo", "-R", "-h", "-o", "%N|%E"], sdiag_reps),
+            "sinfo_json": _sdiag(cluster, ["sinfo", "--json"], 2),
+        }
+    return r
+
+
+def main() -> int:
+    """Run every size, print the table and the JSON line."""
+    quick = "--quick" in sys.argv
+    release = "24.11" if "24.11" in sys.argv else "22.05"
+    sizes = [0, 1000, 5000]
+    results = [asyncio.run(_measure(size, 5 if quick else 15, release)) for size in sizes]
+    print(f"SLURM {release}")
+    rows = [
+        ("raw scontrol update (1 node)", "raw_update"),
+        ("raw scontrol -o show node (all)", "raw_show_node"),
+        ("raw scontrol -o show node n1", "raw_show_one"),
+        ("raw sinfo --json", "raw_sinfo_json"),
+        ("raw sinfo -R", "raw_sinfo_reasons"),
+        ("adapter read_nodes (call+parse)", "read_all"),
+        ("adapter read_reasons", "read_reasons"),
+        ("adapter drain 1 node (CAS read+update)", "single_drain"),
+        ("adapter bulk drain 1000 random", "bulk_drain_1000"),
+        ("adapter bulk resume 1000 random", "bulk_resume_1000"),
+    ]
+    header = f"{'operation':42} " + " ".join(f"{r['nodes']:>22}" for r in results)
+    print(header + "\n" + "-" * len(header))
+    for label, key in rows:
+        cells = []
+        for r in results:
+            v = r.get(key)
+            cells.append(
+                f"{v['median_ms']:7.1f}/{v['p99_ms']:7.1f} ms"
+                + (f" {v['calls']}c" if "calls" in v else "   ")
+                if v
+                else "-"
+            )
+        print(f"{label:42} " + " ".join(f"{c:>22}" for c in cells))
+    for key, label in (
+        ("overhead_ratio", "overhead ratio (drain 1 / raw update)"),
+        ("floor_ratio", "floor (raw show n1 + raw update) / update"),
+    ):
+        print(f"{label:42} " + " ".join(f"{r[key]:>22.2f}" for r in results))
+    for r in results:
+        print(f"sdiag ave RPC time at {r['nodes']} nodes (us): {json.dumps(r['sdiag_us'])}")
+    big = results[-1]
+    summary = {
+        "bulk_drain_1000_calls": big["bulk_drain_1000"]["calls"],
+        "bulk_drain_1000_s": big["bulk_drain_1000"]["median_ms"] / 1000,
+        "bulk_resume_1000_s": big["bulk_resume_1000"]["median_ms"] / 1000,
+        "read_all_5000_s": big["read_all"]["median_ms"] / 1000,
+        "reasons_read_5000_s": big["read_reasons"]["median_ms"] / 1000,
+        "overhead_ratio": results[0]["overhead_ratio"],
+        "floor_ratio": results[0]["floor_ratio"],
+        "overhead_ratio_5000": big["overhead_ratio"],
+        "raw_update_ms": results[0]["raw_update"]["median_ms"],
+        "slurm_release": release,
+        "loadavg_1m_at_end": os.getloadavg()[0],
+        "results": results,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

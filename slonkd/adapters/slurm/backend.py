@@ -1,0 +1,127 @@
+"""The SLURM backend interface, and the choice of backend at start.
+
+Two backends are foreseen: the scontrol/sinfo clients (``scontrol.py``, always available)
+and pyslurm, the C-API bindings, used only when pyslurm imports *and* was built for the
+installed SLURM release. PyPI ships pyslurm 25.11 only (and 18.x), which refuses SLURM
+22.05 and 24.11; no pyslurm backend is implemented yet, so :func:`select_backend` always
+returns the scontrol backend and says plainly why.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from slonkd.adapters.slurm.parsing import ReasonGroup
+from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
+from slonkd.adapters.slurm.scontrol import RequeueResult, ScontrolBackend, UpdateResult
+from slonkd.core.reasons import Cause
+from slonkd.core.slurm_job import SlurmJob
+from slonkd.core.slurm_node import SlurmNode
+
+
+class SlurmBackend(Protocol):
+    """What slonkd needs from SLURM; every backend passes the same contract tests."""
+
+    @property
+    def calls(self) -> int:
+        """SLURM invocations so far."""
+        ...
+
+    async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
+        """All nodes (or the named ones) in one consistent read."""
+        ...
+
+    async def read_node(self, name: str) -> SlurmNode | None:
+        """One node, or None when slurmctld does not know it."""
+        ...
+
+    async def read_reasons(self) -> list[ReasonGroup]:
+        """Only the nodes that carry a reason."""
+        ...
+
+    async def jobs_on(self, name: str) -> list[SlurmJob]:
+        """Jobs holding resources on a node."""
+        ...
+
+    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Compare-and-set drain."""
+        ...
+
+    async def down(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Compare-and-set down."""
+        ...
+
+    async def fail(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Compare-and-set fail."""
+        ...
+
+    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
+        """Release a cause; resume what no other slonkd cause holds."""
+        ...
+
+    async def undrain(self, names: Sequence[str], cause: Cause) -> UpdateResult:
+        """Release a cause; remove only DRAIN."""
+        ...
+
+    async def request_reboot(
+        self, names: Sequence[str], cause: Cause, text: str = ""
+    ) -> UpdateResult:
+        """Reboot ASAP the nodes slonkd may hold."""
+        ...
+
+    async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
+        """Set node comments."""
+        ...
+
+    async def requeue_jobs(self, name: str) -> RequeueResult:
+        """Requeue what can be requeued on a node."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendChoice:
+    """The backend chosen at start, and why (logged once)."""
+
+    backend: SlurmBackend
+    name: str
+    slurm_version: str
+    why: str
+
+
+def pyslurm_verdict(module_version: str | None, slurm_version: str) -> tuple[bool, str]:
+    """Whether a pyslurm of ``module_version`` (None: not importable) fits ``slurm_version``."""
+    if module_version is None:
+        return False, "pyslurm is not installed (PyPI ships 25.11 only)"
+    wanted = ".".join(slurm_version.split(".")[:2])
+    if not module_version.startswith(wanted + "."):
+        return False, f"pyslurm {module_version} does not match SLURM {slurm_version}"
+    return True, f"pyslurm {module_version} matches SLURM {slurm_version}"
+
+
+def _pyslurm_version() -> str | None:
+    try:
+        module = importlib.import_module("pyslurm")
+    except Exception:  # pyslurm raises RuntimeError when built for another libslurm
+        return None
+    return str(getattr(module, "__version__", "unknown"))
+
+
+async def installed_slurm_version(settings: SlurmSettings) -> str:
+    """The SLURM release of the configured clients (``scontrol --version``)."""
+    out = await CommandRunner(settings).run("scontrol", "--version")
+    parts = out.split()
+    return parts[-1] if parts else "unknown"
+
+
+async def select_backend(settings: SlurmSettings) -> BackendChoice:
+    """Pick the backend for the installed SLURM; today always scontrol, with the reason."""
+    version = await installed_slurm_version(settings)
+    fits, why = pyslurm_verdict(_pyslurm_version(), version)
+    if fits:
+        why += "; no pyslurm backend is implemented yet"
+    return BackendChoice(
+        backend=ScontrolBackend(settings), name="scontrol", slurm_version=version, why=why
+    )

@@ -1,0 +1,106 @@
+"""Pure parsers of SLURM 24.11 JSON output (data_parser v0.0.42); no I/O.
+
+24.11 speaks JSON in ``scontrol show node --json`` (22.05 has no such thing), with another
+schema than 22.05's ``sinfo --json``: base state and flags in one list (``["IDLE",
+"DRAIN"]``), times as ``{"set", "infinite", "number"}``, features as lists. Its
+``sinfo --json`` returns groups, not nodes, so slonkd reads nodes through scontrol here.
+Errors are typed as in :mod:`slonkd.adapters.slurm.parsing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from slonkd.adapters.slurm.parsing import (
+    cached_state,
+    check_unique,
+    expand_hostlist,
+    int_field,
+    load_json,
+    node_name,
+    str_field,
+    str_list_field,
+)
+from slonkd.core.errors import ParseError
+from slonkd.core.slurm_job import JobId, JobState, SlurmJob
+from slonkd.core.slurm_node import SlurmNode
+
+
+def _number(raw: object, what: str) -> int | None:
+    """A v0.0.42 ``{"set", "infinite", "number"}``; None when unset or infinite."""
+    if not isinstance(raw, Mapping):
+        raise ParseError(f"{what} is not a number object")
+    is_set, infinite = raw.get("set"), raw.get("infinite")
+    if not isinstance(is_set, bool) or not isinstance(infinite, bool):
+        raise ParseError(f"{what} has no set/infinite booleans")
+    if not is_set or infinite:
+        return None
+    return int_field(raw.get("number"), what)
+
+
+def parse_scontrol_json_node(raw: object) -> SlurmNode:
+    """One element of ``nodes`` in ``scontrol show node --json`` (v0.0.42)."""
+    if not isinstance(raw, Mapping):
+        raise ParseError("node entry is not an object")
+    tokens = str_list_field(raw, "state")
+    if not tokens:
+        raise ParseError("node without a state")
+    changed = _number(raw.get("reason_changed_at"), "reason_changed_at")
+    user = raw.get("reason_set_by_user")
+    if user is not None and not isinstance(user, str):
+        raise ParseError("reason_set_by_user is not a string")
+    reason = str_field(raw, "reason")
+    # 24.11 names a setter even when there is no reason; the text format does not.
+    return SlurmNode(
+        name=node_name(raw.get("name")),
+        state=cached_state(tokens[0], tuple(tokens[1:])),
+        reason=reason,
+        reason_user=(user or None) if reason else None,
+        reason_time=datetime.fromtimestamp(changed, UTC) if changed and reason else None,
+        comment=str_field(raw, "comment"),
+        extra=str_field(raw, "extra"),
+        features=tuple(str_list_field(raw, "features")),
+        active_features=tuple(str_list_field(raw, "active_features")),
+        cpus=int_field(raw.get("cpus"), "cpus"),
+        alloc_cpus=int_field(raw.get("alloc_cpus"), "alloc_cpus"),
+        partitions=tuple(str_list_field(raw, "partitions")),
+    )
+
+
+def parse_scontrol_json(text: str) -> list[SlurmNode]:
+    """All nodes of ``scontrol show node [NODES] --json`` (24.11)."""
+    doc = load_json(text)
+    raw_nodes = doc.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise ParseError("scontrol --json has no node list")
+    nodes = [parse_scontrol_json_node(n) for n in raw_nodes]
+    check_unique(nodes)
+    return nodes
+
+
+def _job(raw: Mapping[str, Any]) -> SlurmJob:
+    batch, requeue = raw.get("batch_flag"), raw.get("requeue")
+    if not isinstance(batch, bool) or not isinstance(requeue, bool):
+        raise ParseError("batch_flag/requeue are not booleans")
+    states = str_list_field(raw, "job_state")
+    if not states:
+        raise ParseError("job without a state")
+    return SlurmJob(
+        job_id=JobId(int_field(raw.get("job_id"), "job_id")),
+        state=JobState.parse(states[0]),
+        raw_state="+".join(states),
+        nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
+        batch=batch,
+        requeue=requeue,
+    )
+
+
+def parse_squeue_json_v42(text: str) -> list[SlurmJob]:
+    """Jobs of 24.11's ``squeue --json`` (``job_state`` is a list there)."""
+    doc = load_json(text)
+    raw_jobs = doc.get("jobs")
+    if not isinstance(raw_jobs, list) or not all(isinstance(j, Mapping) for j in raw_jobs):
+        raise ParseError("squeue --json has no job list")
+    return [_job(j) for j in raw_jobs]

@@ -1,0 +1,142 @@
+"""A real SLURM cluster of another release (24.11) running inside a debootstrapped root.
+
+Same layout and control as :class:`slonkd.testing.slurm.SlurmCluster`, but every daemon and
+client runs through ``chroot FSROOT``; the cluster's directory lives inside the root
+(``FSROOT/run/slonkd/<id>``) so that paths in slurm.conf are the same for daemons and
+clients. Differences from 22.05 that the config needs: no ``switch/none`` plugin (the line
+is dropped) and a ``cgroup.conf`` with ``CgroupPlugin=disabled`` (slurmd refuses to start
+without cgroups otherwise). Clients for the adapter: :attr:`client_prefix`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slonkd.testing import procs
+from slonkd.testing.procs import HarnessError
+from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout, render_slurm_conf
+from slonkd.testing.slurm_root import ensure_slurm_root
+
+
+@dataclass(slots=True)
+class ChrootSlurmCluster(SlurmCluster):
+    """A cluster whose daemons and clients run in ``fsroot`` (built by slurm_root)."""
+
+    fsroot: Path = field(default_factory=Path)
+
+    @classmethod
+    def create(
+        cls, version: str = "24.11", layout: SlurmLayout | None = None
+    ) -> ChrootSlurmCluster:
+        """A new cluster directory inside the cached root for ``version``."""
+        fsroot = ensure_slurm_root(version)
+        base = fsroot / "run" / "slonkd"
+        base.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="c-", dir=base))
+        return cls(root, layout or SlurmLayout(), fsroot=fsroot)
+
+    def inner(self, path: Path) -> str:
+        """``path`` (on the host, inside the root) as daemons and clients see it."""
+        return "/" + str(path.relative_to(self.fsroot))
+
+    @property
+    def client_prefix(self) -> tuple[str, ...]:
+        """argv before a SLURM client: ``chroot FSROOT env SLURM_CONF=...``."""
+        return ("chroot", str(self.fsroot), "env", f"SLURM_CONF={self.inner(self.conf)}")
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a SLURM client of the root's release against this cluster."""
+        proc = subprocess.run(
+            [*self.client_prefix, *argv],
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_TIMEOUT_S,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise HarnessError(
+                f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-1000:]}"
+            )
+        return proc
+
+    def start(self, *, timeout_s: float = 60.0) -> None:
+        """Write the config, start the daemons in the root, wait until the nodes are idle."""
+        begun = time.monotonic()
+        spec = self._prepare_chroot()
+        log = self.root / "log" / "supervisor.log"
+        self._supervisor = procs.spawn(
+            [
+                "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL",
+                sys.executable, "-m", "slonkd.testing.slurm_chroot_supervisor",
+                str(self.fsroot), str(spec),
+            ],
+            log=log,
+            stdin=subprocess.PIPE,
+        )  # fmt: skip
+        alive = procs.exited(self._supervisor, log)
+        procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
+        procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
+        if self.layout.autostart:
+            self.wait_idle(self.layout.nodes, timeout_s=timeout_s)
+        self.started_s = time.monotonic() - begun
+
+    def _prepare_chroot(self) -> Path:
+        root = self.root
+        for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "munge").chmod(0o755)
+        shutil.copyfile("/etc/hosts", self.fsroot / "etc" / "hosts")
+        key = root / "munge" / "munge.key"
+        if not key.exists():
+            subprocess.run(
+                ["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True
+            )
+            key.chmod(0o600)
+        n = len(self.layout.nodes)
+        self.ctld_port = self.ctld_port or procs.free_ports(1)[0]
+        self.slurmd_port = self.slurmd_port or procs.free_port_range(max(n, 1))
+        reboot = root / "bin" / "reboot"
+        reboot.write_text(
+            '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
+        )
+        reboot.chmod(0o755)
+        (root / "etc" / "plugstack.conf").write_text("")
+        (root / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+        view = dataclasses.replace(self, root=Path(self.inner(root)))
+        conf = render_slurm_conf(view).replace("SwitchType=switch/none\n", "")
+        self.conf.write_text(conf)
+        inner = self.inner
+        chroot = ["chroot", str(self.fsroot)]
+        munge_socket = root / "munge" / "munge.sock"
+        spec = {
+            "root": str(root),
+            "slurm_conf": inner(self.conf),
+            "socket": str(self.socket_path),
+            "munge_socket": str(munge_socket),
+            "nodes": list(self.layout.nodes),
+            "autostart": list(self.layout.nodes) if self.layout.autostart else [],
+            "munged_argv": [
+                *chroot, "munged", "-F", "--force", f"--socket={inner(munge_socket)}",
+                f"--key-file={inner(key)}", f"--pid-file={inner(root / 'run' / 'munged.pid')}",
+                f"--log-file={inner(root / 'log' / 'munged.log')}",
+                f"--seed-file={inner(root / 'munge' / 'munge.seed')}",
+            ],
+            "slurmctld_argv": [*chroot, "slurmctld", "-D", "-f", inner(self.conf)],
+            "slurmd_argv": [*chroot, "slurmd", "-D", "-f", inner(self.conf)],
+        }  # fmt: skip
+        path = root / "run" / "spec.json"
+        path.write_text(json.dumps(spec, indent=2))
+        return path
+
+    def stop(self) -> None:
+        """Stop the cluster and remove its directory from the cached root."""
+        SlurmCluster.stop(self)
+        shutil.rmtree(self.root, ignore_errors=True)
