@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Run the built images with `buildah run` (no container engine needed) and check they work:
+#   - slonkd image: `slonkd --version`
+#   - controller image: slurmctld under slonk-init (with its own munged)
+#   - worker image: slurmd under slonk-init, plus `slonkd --version` (the preStop command)
+#   - login image: sinfo until the worker's node reads idle
+# Everything shares the host's network namespace (chroot isolation) on 127.0.0.1 with free
+# high ports; one private directory holds the config and the munge key.
+#
+#   container/smoke.sh          (after container/build.sh)
+set -euo pipefail
+TAG="${TAG:-dev}"
+driver="${BUILDAH_STORAGE_DRIVER:-vfs}"
+b() { buildah --storage-driver "$driver" "$@"; }
+log() { printf '[smoke %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+dir="$(mktemp -d /tmp/slonk-smoke.XXXXXX)"
+containers=(); pgids=()
+cleanup() {
+    for pg in "${pgids[@]}"; do kill -TERM -- "-$pg" 2>/dev/null || true; done
+    sleep 1
+    for pg in "${pgids[@]}"; do kill -KILL -- "-$pg" 2>/dev/null || true; done
+    for c in "${containers[@]}"; do b rm "$c" >/dev/null 2>&1 || true; done
+    [[ -n "${KEEP:-}" ]] || rm -rf "$dir"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ctld_port="$(free_port)"; slurmd_port="$(free_port)"
+host="$(hostname -s)"
+mkdir -p "$dir/etc" "$dir/munge"
+dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+chmod 0400 "$dir/munge/munge.key"
+cat >"$dir/etc/slurm.conf" <<CONF
+ClusterName=smoke
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=slurm
+SlurmdUser=root
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=1
+SlurmdTimeout=10
+MailProg=/bin/true
+NodeName=w0 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=500 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+# The host's network and hostname: slurmctld must find itself as SlurmctldHost.
+mounts=(--network host --uts host -v "$dir/etc:/etc/slurm:ro" -v "$dir/munge:/etc/slonk/munge:ro")
+
+new() { local c; c="$(b from --pull-never "localhost/slonk/$1:$TAG")"; containers+=("$c"); echo "$c"; }
+bg() {  # bg NAME CONTAINER CMD...: run in the background in its own process group
+    local name="$1" c="$2"; shift 2
+    setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" "$c" -- "$@" \
+        >"$dir/$name.log" 2>&1 &
+    pgids+=("$!")
+}
+
+log "slonkd image: slonkd --version"
+c="$(new slonkd)"
+b run --isolation chroot "$c" -- slonkd --version
+
+log "controller: slurmctld on 127.0.0.1:$ctld_port"
+ctl="$(new slurm-controller)"
+bg slurmctld "$ctl" /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- slurmctld -D
+log "worker: slurmd -N w0 on port $slurmd_port"
+wrk="$(new slurm-worker)"
+b run --isolation chroot "$wrk" -- slonkd --version
+bg slurmd "$wrk" /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- slurmd -D -N w0
+
+log "login: sinfo until w0 is idle"
+lgn="$(new slurm-login)"
+t0=$SECONDS
+state=""
+while ((SECONDS - t0 < 60)); do
+    state="$(b run --isolation chroot "${mounts[@]}" "$lgn" -- \
+        /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- \
+        sinfo -h -N -o '%N %T' 2>/dev/null || true)"
+    [[ "$state" == "w0 idle" ]] && break
+    sleep 1
+done
+if [[ "$state" != "w0 idle" ]]; then
+    log "FAILED: sinfo says '${state}'"; tail -n 20 "$dir"/*.log >&2; exit 1
+fi
+log "OK: sinfo says '$state' after $((SECONDS - t0)) s"
