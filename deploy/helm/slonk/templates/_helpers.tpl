@@ -145,3 +145,8 @@ it exists: the chart never creates that ConfigMap) and the munge key. */}}
 - name: SLURM_CONF
   value: /etc/slurm/slurm.conf
 {{- end -}}
+
+{{/* A slurm.conf value: whole numbers as integers (YAML numbers arrive as float64). */}}
+{{- define "slonk.confValue" -}}
+{{- if kindIs "float64" . -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- end -}}

@@ -23,6 +23,10 @@
 {{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than workers.prestop.marginSeconds (%d): slonkd prestop needs the margin to requeue jobs and mark the node DOWN before the kubelet kills slurmd" $pool.name $grace $margin) -}}
 {{- end -}}
 {{- end -}}
+{{- $pc := .Values.priorityClasses -}}
+{{- if and $pc.create (not (and (gt (int $pc.control) (int $pc.serving)) (gt (int $pc.serving) (int $pc.training)))) -}}
+{{- fail (printf "priorityClasses: need control (%d) > serving (%d) > training (%d): serving must preempt workers, never SLURM's own pods" (int $pc.control) (int $pc.serving) (int $pc.training)) -}}
+{{- end -}}
 {{- if gt (len .Release.Name) 30 -}}
 {{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}
 {{- end -}}
