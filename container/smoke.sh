@@ -3,7 +3,8 @@
 #   - slonkd image: `slonkd --version`
 #   - controller image: slurmctld under slonk-init (with its own munged)
 #   - worker image: slurmd under slonk-init, plus `slonkd --version` (the preStop command)
-#   - login image: sinfo until the worker's node reads idle
+#   - login image: sinfo until the worker's node reads idle, srun a job step on it, and
+#     slonk-init --sshd answering ssh-keyscan
 # Everything shares the host's network namespace (chroot isolation) on 127.0.0.1 with free
 # high ports; one private directory holds the config and the munge key.
 #
@@ -94,3 +95,26 @@ if [[ "$state" != "w0 idle" ]]; then
     log "FAILED: sinfo says '${state}'"; tail -n 20 "$dir"/*.log >&2; exit 1
 fi
 log "OK: sinfo says '$state' after $((SECONDS - t0)) s"
+
+log "login: srun a job step on w0 (slurmstepd in the worker container)"
+out="$(b run --isolation chroot "${mounts[@]}" "$lgn" -- \
+    /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- \
+    srun -N1 -w w0 -t 1 sh -c 'echo job-ran-as-$(id -un)')"
+[[ "$out" == "job-ran-as-root" ]] || { log "FAILED: srun said '$out'"; exit 1; }
+log "OK: srun says '$out'"
+
+ssh_port="$(free_port)"
+log "login: slonk-init --sshd on 127.0.0.1:$ssh_port"
+setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" \
+    --env "SLONK_INIT_SSHD_ARGS=-p $ssh_port -o ListenAddress=127.0.0.1" "$lgn" -- \
+    /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key --sshd \
+    >"$dir/sshd.log" 2>&1 &
+pgids+=("$!")
+keys=""
+for _ in $(seq 1 60); do
+    keys="$(ssh-keyscan -T 2 -p "$ssh_port" 127.0.0.1 2>/dev/null || true)"
+    [[ -n "$keys" ]] && break
+    sleep 0.5
+done
+[[ "$keys" == *ssh-ed25519* ]] || { log "FAILED: no host key from sshd"; tail -n 20 "$dir/sshd.log" >&2; exit 1; }
+log "OK: sshd serves host keys ($(grep -c . <<<"$keys") key types)"

@@ -104,17 +104,27 @@ class Install:
 
 
 def _setup(
-    kube: KubeCluster, helm_home: Path, tag: str, *, release: str, pools: list[Obj]
+    kube: KubeCluster,
+    helm_home: Path,
+    tag: str,
+    *,
+    release: str,
+    pools: list[Obj],
+    node_labels: tuple[dict[str, str], ...] = (GPU_LABELS, GPU_LABELS, GPU_LABELS),
+    base_values: dict[str, Any] | None = None,
 ) -> Install:
     ns = f"chart-{tag}"
     kube.create_namespace(ns)
     here = {"slonk.dev/test": ns}
     values = {
+        **(base_values or {}),
         "controller": {"nodeSelector": here, "persistence": {"deleteOnUninstall": True}},
         "coordinator": {"nodeSelector": here},
         "login": {"nodeSelector": here},
         "mosquitto": {"nodeSelector": here},
-        "pools": [{**p, "nodeSelector": {**here, **GPU_LABELS}} for p in pools],
+        "pools": [
+            {**p, "nodeSelector": {**here, **p.get("nodeSelector", GPU_LABELS)}} for p in pools
+        ],
     }
     values_file = helm_home / f"values-{tag}.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -127,8 +137,11 @@ def _setup(
         tag=tag,
         values=values_file,
     )
-    names = [f"gpu-{tag}-{i}" for i in range(3)]
-    inst.nodes = kube.add_fake_nodes(names, labels={**here, **GPU_LABELS}, capacity=GPU_CAPACITY)
+    for i, labels in enumerate(node_labels):
+        inst.nodes += kube.add_fake_nodes(
+            [f"gpu-{tag}-{i}"], labels={**here, **labels}, capacity=GPU_CAPACITY, wait_ready_s=None
+        )
+    kube.wait_nodes_ready(inst.nodes)
     # No provisioner here: PersistentVolumes pre-bound to the claims the chart makes.
     for claim, size in (
         (f"state-{release}-slurmctld-0", "8Gi"),
@@ -495,3 +508,62 @@ def test_helm_install_refuses_values_that_break_a_rule(
         for c in kube.api.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")["items"]
         if c["metadata"]["name"].startswith(f"{namespace}-bad-")
     ]
+
+
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+def test_multi_pool_values_install_and_run_every_pool(
+    kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """ci/multi-pool-values.yaml installs: three pools (one on the host network) all Running."""
+    ci = yaml.safe_load((CHART_DIR / "ci" / "multi-pool-values.yaml").read_text())
+    pools = ci.pop("pools")
+    pools[1]["nodeSelector"] = A100  # keep the a100 pool off the h100 nodes
+    pools[2]["nodeSelector"] = {}
+    inst = _setup(
+        kube,
+        tmp_path_factory.mktemp("helm"),
+        secrets.token_hex(3),
+        release="multi",
+        pools=pools,
+        node_labels=(H100, H100, H100, A100, A100, {}),
+        base_values=ci,
+    )
+    try:
+        inst.install()
+        expected = {
+            "multi-slurmctld": 1,
+            "multi-h100": 3,
+            "multi-a100": 2,
+            "multi-cpu": 1,
+            "multi-login": 1,
+            "multi-coordinator": 2,
+            "multi-mosquitto": 1,
+        }
+        inst.wait_all_running(expected)
+        nodes = {n: i for i, n in enumerate(inst.nodes)}
+        for pod in inst.pods(**{"app.kubernetes.io/component": "slurmd"}):
+            pool = pod["metadata"]["labels"]["slonk.dev/pool"]
+            where = nodes[pod["spec"]["nodeName"]]
+            if pool == "h100":
+                assert where in (0, 1, 2)
+                assert pod["spec"]["hostNetwork"] is True
+                assert pod["status"]["podIP"] == pod["status"]["hostIP"]
+            if pool == "a100":
+                assert where in (3, 4)
+                assert pod["spec"]["terminationGracePeriodSeconds"] == 1800
+        conf = kube.api.request(
+            "GET", f"/api/v1/namespaces/{inst.ns}/configmaps/multi-slurm-config"
+        )["data"]["slurm.conf"]
+        declared = sorted(
+            line.split()[0] for line in conf.splitlines() if line.startswith("NodeName=")
+        )
+        running = sorted(
+            f"NodeName={p['metadata']['name']}"
+            for p in inst.pods(**{"app.kubernetes.io/component": "slurmd"})
+        )
+        assert declared == running
+    finally:
+        _teardown(inst)

@@ -174,6 +174,7 @@ def test_init_is_valid_python() -> None:
         "argparse",
         "os",
         "pwd",
+        "shlex",
         "shutil",
         "signal",
         "subprocess",
