@@ -39,14 +39,31 @@ def munge_dirs() -> Iterator[dict[str, str]]:
     subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    """Whatever a test leaves running (it failed), its whole process group is killed."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 def _init(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, str(INIT), *args],
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
+    _started.append(proc)
+    return proc
 
 
 def _alive(pid: int) -> bool:
