@@ -5,12 +5,19 @@
 #   - worker image: slurmd under slonk-init, plus `slonkd --version` (the preStop command)
 #   - login image: sinfo until the worker's node reads idle, srun a job step on it, and
 #     slonk-init --sshd answering ssh-keyscan
+#   - then the chart's own files: slurm.conf, cgroup.conf, gres.conf and the munge key as
+#     `helm template` renders them (one pool of one node, free ports, no GPUs), each daemon
+#     under the pod's host name, the headless-Service DNS names in /etc/hosts: slurmctld and
+#     `slurmd -N <pod>` must reach idle with exactly the chart's configuration
 # Everything shares the host's network namespace (chroot isolation) on 127.0.0.1 with free
 # high ports; one private directory holds the config and the munge key.
 #
 #   container/smoke.sh          (after container/build.sh)
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
 TAG="${TAG:-dev}"
+HELM="${HELM:-$HOME/.cache/slonkd/tools/helm-4.3.1/helm}"
 driver="${BUILDAH_STORAGE_DRIVER:-vfs}"
 b() { buildah --storage-driver "$driver" "$@"; }
 log() { printf '[smoke %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -118,3 +125,66 @@ for _ in $(seq 1 60); do
 done
 [[ "$keys" == *ssh-ed25519* ]] || { log "FAILED: no host key from sshd"; tail -n 20 "$dir/sshd.log" >&2; exit 1; }
 log "OK: sshd serves host keys ($(grep -c . <<<"$keys") key types)"
+
+[[ -x "$HELM" ]] || { log "no helm at $HELM (python -m slonkd.testing.toolchain builds it): chart phase not run"; exit 1; }
+log "chart: helm template the SLURM config and munge key of release 'sm' in namespace 'smoke'"
+chart="$dir/chart"; mkdir -p "$chart/etc" "$chart/munge"
+ctld_port="$(free_port)"; slurmd_port="$(free_port)"
+"$HELM" template sm "$repo/deploy/helm/slonk" --namespace smoke \
+    --show-only templates/slurm-config.yaml --show-only templates/secrets.yaml \
+    --set "slurm.slurmctldPort=$ctld_port" --set "slurm.slurmdPort=$slurmd_port" \
+    --set-json "pools=[{\"name\":\"gpu\",\"replicas\":1,\"gpus\":0,\"cpus\":$(nproc),\"realMemoryMB\":500}]" \
+    --set-json 'slurm.config={"ProctrackType":"proctrack/linuxproc","TaskPlugin":"task/none","SlurmdTimeout":10}' \
+    >"$chart/rendered.yaml"
+# Pull the files out of the rendered objects (block scalars and base64 data; no YAML library).
+python3 - "$chart" <<'PY'
+import base64, pathlib, re, sys
+out = pathlib.Path(sys.argv[1])
+docs = (out / "rendered.yaml").read_text().split("\n---\n")
+for doc in docs:
+    if "kind: ConfigMap" in doc:
+        for name, body in re.findall(r"^  ([\w.]+\.conf): \|\n((?:    .*\n|\n)*)", doc + "\n", re.M):
+            text = "".join(line[4:] + "\n" for line in body.rstrip("\n").split("\n"))
+            (out / "etc" / name).write_text(text)
+    if "name: sm-munge" in doc:
+        key = re.search(r"^  munge\.key: (\S+)", doc, re.M).group(1)
+        path = out / "munge" / "munge.key"
+        path.write_bytes(base64.b64decode(key))
+        path.chmod(0o400)
+PY
+for f in slurm.conf cgroup.conf gres.conf; do [[ -f "$chart/etc/$f" ]] || { log "FAILED: no $f rendered"; exit 1; }; done
+[[ "$(stat -c %s "$chart/munge/munge.key")" -ge 1024 ]] || { log "FAILED: munge key too short"; exit 1; }
+ctld_fqdn="sm-slurmctld-0.sm-slurmctld.smoke.svc.cluster.local"
+node_fqdn="sm-gpu-0.sm-slurmd.smoke.svc.cluster.local"
+grep -q "^SlurmctldHost=sm-slurmctld-0($ctld_fqdn)$" "$chart/etc/slurm.conf"
+grep -q "^NodeName=sm-gpu-0 NodeAddr=$node_fqdn " "$chart/etc/slurm.conf"
+# What the cluster DNS would answer for the headless Services, on loopback.
+printf '127.0.0.1 localhost\n127.0.0.1 %s sm-slurmctld-0\n127.0.0.1 %s sm-gpu-0\n' \
+    "$ctld_fqdn" "$node_fqdn" >"$chart/hosts"
+mounts=(--network host --no-hosts -v "$chart/etc:/etc/slurm:ro" -v "$chart/munge:/etc/slonk/munge:ro"
+    -v "$chart/hosts:/etc/hosts:ro")
+init=(/usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key --)
+ctl="$(new slurm-controller)"
+log "chart: slurmctld as pod sm-slurmctld-0 (port $ctld_port)"
+setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" \
+    --uts private --hostname sm-slurmctld-0 "$ctl" -- "${init[@]}" slurmctld -D \
+    >"$dir/chart-slurmctld.log" 2>&1 &
+pgids+=("$!")
+wrk="$(new slurm-worker)"
+log "chart: slurmd -N sm-gpu-0 as pod sm-gpu-0 (port $slurmd_port)"
+setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" \
+    --uts private --hostname sm-gpu-0 "$wrk" -- "${init[@]}" slurmd -D -N sm-gpu-0 \
+    >"$dir/chart-slurmd.log" 2>&1 &
+pgids+=("$!")
+lgn="$(new slurm-login)"
+t0=$SECONDS; state=""
+while ((SECONDS - t0 < 60)); do
+    state="$(b run --isolation chroot "${mounts[@]}" --uts private --hostname sm-login-0 "$lgn" -- \
+        "${init[@]}" sinfo -h -N -o '%N %P %T' 2>/dev/null || true)"
+    [[ "$state" == "sm-gpu-0 gpu* idle" ]] && break
+    sleep 1
+done
+if [[ "$state" != "sm-gpu-0 gpu* idle" ]]; then
+    log "FAILED: sinfo says '${state}'"; tail -n 20 "$dir"/chart-*.log >&2; exit 1
+fi
+log "OK: with the chart's slurm.conf, sinfo says '$state' after $((SECONDS - t0)) s"
