@@ -14,6 +14,7 @@
 #   BASE_IMAGE=...            base of the images (default: localhost/slonk/debian:$SUITE)
 #   TAG=dev                   tag of the built images (localhost/slonk/<image>:$TAG)
 #   BUILDAH_STORAGE_DRIVER=vfs
+#   LAYERS=true               cache intermediate layers (apt steps) between builds
 #   SLONKD_CACHE=~/.cache/slonkd
 set -euo pipefail
 
@@ -53,7 +54,7 @@ bud() {  # bud IMAGE DOCKERFILE CONTEXT [buildah bud args...]
     local image="$1" file="$2" ctx="$3"; shift 3
     local t0=$SECONDS
     log "buildah bud $image"
-    buildah --storage-driver "$driver" bud --isolation chroot --layers=false \
+    buildah --storage-driver "$driver" bud --isolation chroot --layers="${LAYERS:-true}" \
         -f "$file" -t "$image" "$@" "$ctx"
     log "built $image in $((SECONDS - t0)) s"
 }
@@ -94,7 +95,10 @@ wheels() {  # slonkd and its dependencies as wheels, so the images need no packa
     local out="$here/.build/wheels" t0=$SECONDS
     rm -rf "$out"; mkdir -p "$out"
     log "pip wheel slonkd and its dependencies into container/.build/wheels"
-    python3 -m pip wheel --quiet --wheel-dir "$out" "$repo"
+    # Reproducible wheel (zip times from the last commit): an unchanged tree gives the same
+    # bytes, so buildah's layer cache keeps every step after the COPY.
+    SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 315532800)" \
+        python3 -m pip wheel --quiet --no-cache-dir --wheel-dir "$out" "$repo"
     log "wheels in $((SECONDS - t0)) s"
 }
 
