@@ -14,7 +14,8 @@
 #   BASE_IMAGE=...            base of the images (default: localhost/slonk/debian:$SUITE)
 #   TAG=dev                   tag of the built images (localhost/slonk/<image>:$TAG)
 #   BUILDAH_STORAGE_DRIVER=vfs
-#   LAYERS=true               cache intermediate layers (apt steps) between builds
+#   LAYERS=false              true: cache intermediate layers between builds (with vfs
+#                             every layer is a full copy: ~19 GB for these five images)
 #   SLONKD_CACHE=~/.cache/slonkd
 set -euo pipefail
 
@@ -54,7 +55,7 @@ bud() {  # bud IMAGE DOCKERFILE CONTEXT [buildah bud args...]
     local image="$1" file="$2" ctx="$3"; shift 3
     local t0=$SECONDS
     log "buildah bud $image"
-    buildah --storage-driver "$driver" bud --isolation chroot --layers="${LAYERS:-true}" \
+    buildah --storage-driver "$driver" bud --isolation chroot --layers="${LAYERS:-false}" \
         -f "$file" -t "$image" "$@" "$ctx"
     log "built $image in $((SECONDS - t0)) s"
 }
