@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build slonkd's container images with buildah, without a daemon and without a registry.
 #
-#   container/build.sh [IMAGE...]     IMAGE in: base slonkd controller worker login (default: all)
+#   container/build.sh [IMAGE...]     IMAGE in: base slonkd controller worker login mosquitto
+#                                     (default: all)
 #
 # The base is a Debian root made by debootstrap (cached under ~/.cache/slonkd/rootfs/<suite>)
 # and added to a FROM-scratch image named localhost/slonk/debian:<suite>. Every other
@@ -104,7 +105,7 @@ wheels() {  # slonkd and its dependencies as wheels, so the images need no packa
 }
 
 images=("$@")
-((${#images[@]})) || images=(base slonkd controller worker login)
+((${#images[@]})) || images=(base slonkd controller worker login mosquitto)
 need_tools
 did_wheels=""
 for image in "${images[@]}"; do
@@ -118,6 +119,9 @@ for image in "${images[@]}"; do
             [[ -n "$did_wheels" ]] || { wheels; did_wheels=1; }
             bud "localhost/slonk/slurm-$image:$TAG" "$here/slurm/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" --target "$image" ;;
-        *) log "unknown image $image (base slonkd controller worker login)"; exit 2 ;;
+        mosquitto)
+            bud "localhost/slonk/mosquitto:$TAG" "$here/mosquitto/Dockerfile" "$here" \
+                --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
+        *) log "unknown image $image (base slonkd controller worker login mosquitto)"; exit 2 ;;
     esac
 done

@@ -9,6 +9,8 @@
 #     `helm template` renders them (one pool of one node, free ports, no GPUs), each daemon
 #     under the pod's host name, the headless-Service DNS names in /etc/hosts: slurmctld and
 #     `slurmd -N <pod>` must reach idle with exactly the chart's configuration
+#   - mosquitto image with the chart's mosquitto.conf and its dynsec-init command verbatim:
+#     anonymous clients are refused, the admin from the chart's Secret lists the clients
 # Everything shares the host's network namespace (chroot isolation) on 127.0.0.1 with free
 # high ports; one private directory holds the config and the munge key.
 #
@@ -188,3 +190,45 @@ if [[ "$state" != "sm-gpu-0 gpu* idle" ]]; then
     log "FAILED: sinfo says '${state}'"; tail -n 20 "$dir"/chart-*.log >&2; exit 1
 fi
 log "OK: with the chart's slurm.conf, sinfo says '$state' after $((SECONDS - t0)) s"
+
+log "chart: mosquitto with the chart's mosquitto.conf and dynsec-init command (uid 1883)"
+mq="$dir/mq"; mkdir -p "$mq/config" "$mq/data"; chown 1883:1883 "$mq/data"
+mq_port="$(free_port)"
+"$HELM" template sm "$repo/deploy/helm/slonk" --namespace smoke \
+    --show-only templates/mosquitto.yaml --show-only templates/secrets.yaml \
+    --set "mosquitto.port=$mq_port" >"$mq/rendered.yaml"
+python3 - "$mq" <<'PY'
+import base64, pathlib, re, sys
+out = pathlib.Path(sys.argv[1])
+text = (out / "rendered.yaml").read_text()
+conf = re.search(r"^  mosquitto\.conf: \|\n((?:    .*\n|\n)*)", text, re.M).group(1)
+(out / "config" / "mosquitto.conf").write_text("".join(l[4:] + "\n" for l in conf.rstrip("\n").split("\n")))
+init = re.search(r"^          command:\n            - (/bin/sh)\n            - (-c)\n            - (.*)\n", text, re.M)
+(out / "init.cmd").write_text(init.group(3))
+secret = text[text.index("name: sm-mosquitto-admin"):]
+for key in ("username", "password"):
+    value = re.search(rf"^  {key}: (\S+)", secret, re.M).group(1)
+    (out / key).write_text(base64.b64decode(value).decode())
+PY
+admin="$(cat "$mq/username")"; password="$(cat "$mq/password")"
+mqc="$(new mosquitto)"
+mq_mounts=(--network host --user 1883:1883 -v "$mq/config:/mosquitto/config:ro" -v "$mq/data:/mosquitto/data")
+b run --isolation chroot "${mq_mounts[@]}" --env "ADMIN_USERNAME=$admin" --env "ADMIN_PASSWORD=$password" \
+    "$mqc" -- /bin/sh -c "$(cat "$mq/init.cmd")"
+[[ -s "$mq/data/dynamic-security.json" ]] || { log "FAILED: dynsec-init wrote nothing"; exit 1; }
+setsid buildah --storage-driver "$driver" run --isolation chroot "${mq_mounts[@]}" "$mqc" -- \
+    mosquitto -c /mosquitto/config/mosquitto.conf >"$dir/mosquitto.log" 2>&1 &
+pgids+=("$!")
+reply=""
+for _ in $(seq 1 40); do
+    reply="$(mosquitto_rr -h 127.0.0.1 -p "$mq_port" -u "$admin" -P "$password" -W 3 \
+        -t '$CONTROL/dynamic-security/v1' -e '$CONTROL/dynamic-security/v1/response' \
+        -m '{"commands":[{"command":"listClients"}]}' 2>/dev/null || true)"
+    [[ -n "$reply" ]] && break
+    sleep 0.5
+done
+[[ "$reply" == *"\"$admin\""* ]] || { log "FAILED: admin got '$reply'"; tail -n 20 "$dir/mosquitto.log" >&2; exit 1; }
+if mosquitto_pub -h 127.0.0.1 -p "$mq_port" -t slonk/v1/x -m hi -q 1 2>/dev/null; then
+    log "FAILED: an anonymous client could publish"; exit 1
+fi
+log "OK: dynsec admin lists clients ($reply), anonymous publish refused"

@@ -22,6 +22,7 @@ CONTAINER = Path(__file__).resolve().parents[2] / "container"
 DOCKERFILES = {
     "slonkd": CONTAINER / "slonkd" / "Dockerfile",
     "slurm": CONTAINER / "slurm" / "Dockerfile",
+    "mosquitto": CONTAINER / "mosquitto" / "Dockerfile",
 }
 INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
@@ -182,3 +183,15 @@ def test_init_is_valid_python() -> None:
         "time",
         "pathlib",
     }
+
+
+def test_mosquitto_image_matches_the_chart() -> None:
+    """uid 1883 and the plugin path the chart's securityContext and mosquitto.conf use."""
+    (stage,) = parse(DOCKERFILES["mosquitto"]).stages
+    run = next(rest for word, rest in stage.steps if word == "RUN")
+    assert "--uid 1883" in run
+    assert "/usr/lib/mosquitto_dynamic_security.so" in run
+    values = (CONTAINER.parent / "deploy" / "helm" / "slonk" / "values.yaml").read_text()
+    assert "dynsecPlugin: /usr/lib/mosquitto_dynamic_security.so" in values
+    assert "mosquitto: {repository: localhost/slonk/mosquitto, tag: dev}" in values
+    assert ("USER", "1883:1883") in stage.steps
