@@ -11,6 +11,8 @@
 #
 # Environment:
 #   SUITE=bookworm            Debian suite of the base (Python must be >= 3.11)
+#   PYTHON=...                Python with pip for the wheels, same version as the suite's
+#                             (default: the repo's .venv, else python3)
 #   DEBIAN_MIRROR=...         mirror for debootstrap (default: the host's apt source)
 #   BASE_IMAGE=...            base of the images (default: localhost/slonk/debian:$SUITE)
 #   TAG=dev                   tag of the built images (localhost/slonk/<image>:$TAG)
@@ -93,14 +95,31 @@ base() {
     bud "$BASE_IMAGE" "$here/base/Dockerfile" "$dir" --annotation "dev.slonk.rootfs-mtime=$stamp"
 }
 
+python_for_wheels() {  # a Python with pip whose version matches the suite's python3
+    local py="${PYTHON:-}" want
+    case "$SUITE" in bookworm) want=3.11 ;; trixie) want=3.13 ;; *) want="" ;; esac
+    if [[ -z "$py" ]]; then
+        py=python3
+        [[ -x "$repo/.venv/bin/python" ]] && py="$repo/.venv/bin/python"
+    fi
+    local have; have="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    if [[ -n "$want" && "$have" != "$want" ]]; then
+        log "$py is Python $have but $SUITE's python3 is $want: binary wheels would not load;"
+        log "set PYTHON to a Python $want with pip"; exit 1
+    fi
+    "$py" -m pip --version >/dev/null || { log "$py has no pip (apt-get install python3-pip)"; exit 1; }
+    echo "$py"
+}
+
 wheels() {  # slonkd and its dependencies as wheels, so the images need no package index
-    local out="$here/.build/wheels" t0=$SECONDS
+    local out="$here/.build/wheels" t0=$SECONDS py
+    py="$(python_for_wheels)"
     rm -rf "$out"; mkdir -p "$out"
     log "pip wheel slonkd and its dependencies into container/.build/wheels"
     # Reproducible wheel (zip times from the last commit): an unchanged tree gives the same
     # bytes, so buildah's layer cache keeps every step after the COPY.
     SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 315532800)" \
-        python3 -m pip wheel --quiet --no-cache-dir --wheel-dir "$out" "$repo"
+        "$py" -m pip wheel --quiet --no-cache-dir --wheel-dir "$out" "$repo"
     log "wheels in $((SECONDS - t0)) s"
 }
 
