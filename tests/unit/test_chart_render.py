@@ -274,6 +274,13 @@ BREAKING = {
         ['pools=[{"name":"GPU_1","replicas":1,"gpus":0,"cpus":1,"realMemoryMB":1}]'],
         "/pools/0/name",
     ),
+    "misspelt key": (
+        [
+            'workers={"terminationGracePeriodSecond":900,"prestop":{"marginSeconds":30},'
+            '"terminationGracePeriodSeconds":900}'
+        ],
+        "additional properties 'terminationGracePeriodSecond' not allowed",
+    ),
     "serving not above training": (
         ['priorityClasses={"create":true,"control":10,"serving":5,"training":5}'],
         "need control (10) > serving (5) > training (5)",
