@@ -69,7 +69,10 @@ CONF
 # The host's network and hostname: slurmctld must find itself as SlurmctldHost.
 mounts=(--network host --uts host -v "$dir/etc:/etc/slurm:ro" -v "$dir/munge:/etc/slonk/munge:ro")
 
-new() { local c; c="$(b from --pull-never "localhost/slonk/$1:$TAG")"; containers+=("$c"); echo "$c"; }
+new() {  # new VAR IMAGE: a working container of localhost/slonk/IMAGE, removed at exit
+    local _id; _id="$(b from --pull-never "localhost/slonk/$2:$TAG")"
+    containers+=("$_id"); printf -v "$1" '%s' "$_id"
+}
 bg() {  # bg NAME CONTAINER CMD...: run in the background in its own process group
     local name="$1" c="$2"; shift 2
     setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" "$c" -- "$@" \
@@ -78,19 +81,19 @@ bg() {  # bg NAME CONTAINER CMD...: run in the background in its own process gro
 }
 
 log "slonkd image: slonkd --version"
-c="$(new slonkd)"
+new c slonkd
 b run --isolation chroot "$c" -- slonkd --version
 
 log "controller: slurmctld on 127.0.0.1:$ctld_port"
-ctl="$(new slurm-controller)"
+new ctl slurm-controller
 bg slurmctld "$ctl" /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- slurmctld -D
 log "worker: slurmd -N w0 on port $slurmd_port"
-wrk="$(new slurm-worker)"
+new wrk slurm-worker
 b run --isolation chroot "$wrk" -- slonkd --version
 bg slurmd "$wrk" /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- slurmd -D -N w0
 
 log "login: sinfo until w0 is idle"
-lgn="$(new slurm-login)"
+new lgn slurm-login
 t0=$SECONDS
 state=""
 while ((SECONDS - t0 < 60)); do
@@ -166,19 +169,19 @@ printf '127.0.0.1 localhost\n127.0.0.1 %s sm-slurmctld-0\n127.0.0.1 %s sm-gpu-0\
 mounts=(--network host --no-hosts -v "$chart/etc:/etc/slurm:ro" -v "$chart/munge:/etc/slonk/munge:ro"
     -v "$chart/hosts:/etc/hosts:ro")
 init=(/usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key --)
-ctl="$(new slurm-controller)"
+new ctl slurm-controller
 log "chart: slurmctld as pod sm-slurmctld-0 (port $ctld_port)"
 setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" \
     --uts private --hostname sm-slurmctld-0 "$ctl" -- "${init[@]}" slurmctld -D \
     >"$dir/chart-slurmctld.log" 2>&1 &
 pgids+=("$!")
-wrk="$(new slurm-worker)"
+new wrk slurm-worker
 log "chart: slurmd -N sm-gpu-0 as pod sm-gpu-0 (port $slurmd_port)"
 setsid buildah --storage-driver "$driver" run --isolation chroot "${mounts[@]}" \
     --uts private --hostname sm-gpu-0 "$wrk" -- "${init[@]}" slurmd -D -N sm-gpu-0 \
     >"$dir/chart-slurmd.log" 2>&1 &
 pgids+=("$!")
-lgn="$(new slurm-login)"
+new lgn slurm-login
 t0=$SECONDS; state=""
 while ((SECONDS - t0 < 60)); do
     state="$(b run --isolation chroot "${mounts[@]}" --uts private --hostname sm-login-0 "$lgn" -- \
@@ -211,7 +214,7 @@ for key in ("username", "password"):
     (out / key).write_text(base64.b64decode(value).decode())
 PY
 admin="$(cat "$mq/username")"; password="$(cat "$mq/password")"
-mqc="$(new mosquitto)"
+new mqc mosquitto
 mq_mounts=(--network host --user 1883:1883 -v "$mq/config:/mosquitto/config:ro" -v "$mq/data:/mosquitto/data")
 b run --isolation chroot "${mq_mounts[@]}" --env "ADMIN_USERNAME=$admin" --env "ADMIN_PASSWORD=$password" \
     "$mqc" -- /bin/sh -c "$(cat "$mq/init.cmd")"
