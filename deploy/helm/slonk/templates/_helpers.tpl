@@ -1,0 +1,152 @@
+{{/* Names: namespaced objects are <release>-<part>; cluster-scoped ones carry the
+namespace too (<namespace>-<release>-<part>) so parallel installs never collide. */}}
+{{- define "slonk.name" -}}{{ .Release.Name }}{{- end -}}
+{{- define "slonk.clusterPrefix" -}}{{ printf "%s-%s" .Release.Namespace .Release.Name }}{{- end -}}
+{{- define "slonk.controller" -}}{{ printf "%s-slurmctld" .Release.Name }}{{- end -}}
+{{- define "slonk.workersService" -}}{{ printf "%s-slurmd" .Release.Name }}{{- end -}}
+{{- define "slonk.login" -}}{{ printf "%s-login" .Release.Name }}{{- end -}}
+{{- define "slonk.coordinator" -}}{{ printf "%s-coordinator" .Release.Name }}{{- end -}}
+{{- define "slonk.agent" -}}{{ printf "%s-agent" .Release.Name }}{{- end -}}
+{{- define "slonk.mosquitto" -}}{{ printf "%s-mosquitto" .Release.Name }}{{- end -}}
+{{- define "slonk.slurmConfig" -}}{{ printf "%s-slurm-config" .Release.Name }}{{- end -}}
+{{- define "slonk.mungeSecret" -}}{{ .Values.munge.existingSecret | default (printf "%s-munge" .Release.Name) }}{{- end -}}
+{{- define "slonk.mqttAdminSecret" -}}{{ .Values.mosquitto.admin.existingSecret | default (printf "%s-mosquitto-admin" .Release.Name) }}{{- end -}}
+{{- define "slonk.poolName" -}}{{ printf "%s-%s" .root.Release.Name .pool.name }}{{- end -}}
+
+{{- define "slonk.priorityClass" -}}
+{{- printf "%s-%s" (include "slonk.clusterPrefix" .root) .tier -}}
+{{- end -}}
+
+{{- define "slonk.labels" -}}
+app.kubernetes.io/name: slonk
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: {root, component}. */}}
+{{- define "slonk.selector" -}}
+app.kubernetes.io/name: slonk
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "slonk.image" -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+
+{{/* The FQDN of pod <pod> behind headless Service <svc>. */}}
+{{- define "slonk.podFQDN" -}}
+{{- printf "%s.%s.%s.svc.%s" .pod .svc .root.Release.Namespace .root.Values.clusterDomain -}}
+{{- end -}}
+
+{{/* Hostlist of a pool's SLURM nodes, e.g. rel-gpu-[0-3]: {root, pool}. */}}
+{{- define "slonk.poolHostlist" -}}
+{{- $n := int .pool.replicas -}}
+{{- $base := include "slonk.poolName" . -}}
+{{- if eq $n 1 -}}{{ printf "%s-0" $base }}{{- else -}}{{ printf "%s-[0-%d]" $base (sub $n 1) }}{{- end -}}
+{{- end -}}
+
+{{- define "slonk.poolGrace" -}}
+{{- .pool.terminationGracePeriodSeconds | default .root.Values.workers.terminationGracePeriodSeconds | int -}}
+{{- end -}}
+
+{{- define "slonk.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Prometheus scrape annotations, behind metrics.prometheusAnnotations: {root, port}. */}}
+{{- define "slonk.scrapeAnnotations" -}}
+{{- if .root.Values.metrics.prometheusAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{- define "slonk.topologyConfigMap" -}}{{ printf "%s-topology" .Release.Name }}{{- end -}}
+
+{{/* Volumes every SLURM pod mounts: the config (with the coordinator's topology.conf once
+it exists: the chart never creates that ConfigMap) and the munge key. */}}
+{{- define "slonk.slurmVolumes" -}}
+- name: slurm-config
+  projected:
+    sources:
+      - configMap:
+          name: {{ include "slonk.slurmConfig" . }}
+      - configMap:
+          name: {{ include "slonk.topologyConfigMap" . }}
+          optional: true
+- name: munge-key
+  secret:
+    secretName: {{ include "slonk.mungeSecret" . }}
+    defaultMode: 0400
+- name: munge-run
+  emptyDir:
+    medium: Memory
+{{- end -}}
+
+{{- define "slonk.slurmMounts" -}}
+- name: slurm-config
+  mountPath: /etc/slurm
+  readOnly: true
+- name: munge-key
+  mountPath: /etc/slonk/munge
+  readOnly: true
+- name: munge-run
+  mountPath: /run/munge
+{{- end -}}
+
+{{- define "slonk.homeEnabled" -}}
+{{- if or .Values.home.nfs.server .Values.home.existingClaim }}true{{ end -}}
+{{- end -}}
+
+{{- define "slonk.homeVolume" -}}
+{{- if .Values.home.existingClaim }}
+- name: home
+  persistentVolumeClaim:
+    claimName: {{ .Values.home.existingClaim }}
+{{- else if .Values.home.nfs.server }}
+- name: home
+  nfs:
+    server: {{ .Values.home.nfs.server }}
+    path: {{ .Values.home.nfs.path }}
+{{- end }}
+{{- end -}}
+
+{{/* Downward-API identity of a worker pod, shared by slurmd (prestop) and the agent. */}}
+{{- define "slonk.workerEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: SLONKD_SLURM_NODE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: SLONKD_CLUSTER
+  value: {{ .Values.clusterName | quote }}
+- name: SLURM_CONF
+  value: /etc/slurm/slurm.conf
+{{- end -}}
+
+{{/* A slurm.conf value: whole numbers as integers (YAML numbers arrive as float64). */}}
+{{- define "slonk.confValue" -}}
+{{- if kindIs "float64" . -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- end -}}

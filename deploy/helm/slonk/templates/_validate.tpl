@@ -1,0 +1,33 @@
+{{/* Rules the schema cannot state. Each failure names the value to change. */}}
+{{- define "slonk.validate" -}}
+{{- if not .Values.pools -}}
+{{- fail "pools: at least one worker node pool is required (pools: [{name: gpu, replicas: 2, ...}])" -}}
+{{- end -}}
+{{- $reserved := list "slurmctld" "slurmd" "login" "coordinator" "agent" "mosquitto" "mosquitto-admin" "munge" "slurm-config" -}}
+{{- $seen := dict -}}
+{{- $margin := int .Values.workers.prestop.marginSeconds -}}
+{{- range $pool := .Values.pools -}}
+{{- if hasKey $seen $pool.name -}}
+{{- fail (printf "pools: duplicate pool name %q: SLURM node names are the pod names %s-%s-<i>, so two pools of that name would declare the same nodes twice" $pool.name $.Release.Name $pool.name) -}}
+{{- end -}}
+{{- $_ := set $seen $pool.name true -}}
+{{- if has $pool.name $reserved -}}
+{{- fail (printf "pools: pool name %q is reserved (it would collide with the chart's %s-%s objects); choose another" $pool.name $.Release.Name $pool.name) -}}
+{{- end -}}
+{{- $sts := include "slonk.poolName" (dict "root" $ "pool" $pool) -}}
+{{- if gt (len $sts) 52 -}}
+{{- fail (printf "pools: StatefulSet name %q (release-pool) is %d characters; at most 52 keep pod and SLURM node names valid hostnames" $sts (len $sts)) -}}
+{{- end -}}
+{{- $grace := int (include "slonk.poolGrace" (dict "root" $ "pool" $pool)) -}}
+{{- if le $grace $margin -}}
+{{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than workers.prestop.marginSeconds (%d): slonkd prestop needs the margin to requeue jobs and mark the node DOWN before the kubelet kills slurmd" $pool.name $grace $margin) -}}
+{{- end -}}
+{{- end -}}
+{{- $pc := .Values.priorityClasses -}}
+{{- if and $pc.create (not (and (gt (int $pc.control) (int $pc.serving)) (gt (int $pc.serving) (int $pc.training)))) -}}
+{{- fail (printf "priorityClasses: need control (%d) > serving (%d) > training (%d): serving must preempt workers, never SLURM's own pods" (int $pc.control) (int $pc.serving) (int $pc.training)) -}}
+{{- end -}}
+{{- if gt (len .Release.Name) 30 -}}
+{{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,569 @@
+"""The Helm chart installs on the real apiserver, runs on GPU nodes, upgrades and uninstalls.
+
+kwok plays the kubelet of GPU-labelled fake nodes (capacity ``nvidia.com/gpu``), so these
+tests prove the objects (scheduling, volumes, RBAC, PodDisruptionBudgets, OnDelete
+rollouts), not the images: ``container/smoke.sh`` runs those. RBAC is checked with real
+tokens of the chart's ServiceAccounts making the calls the agent and coordinator make.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slonkd.testing.helm import CHART_DIR, Helm
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubeapi import ApiError, KubeApi
+from slonkd.testing.procs import wait_for
+
+pytestmark = pytest.mark.kube
+
+GPU_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+GPU_LABELS = {"nvidia.com/gpu.present": "true"}
+NAMESPACED = (
+    "/api/v1/namespaces/{ns}/pods",
+    "/api/v1/namespaces/{ns}/services",
+    "/api/v1/namespaces/{ns}/configmaps",
+    "/api/v1/namespaces/{ns}/secrets",
+    "/api/v1/namespaces/{ns}/serviceaccounts",
+    "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "/apis/apps/v1/namespaces/{ns}/deployments",
+    "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+)
+CLUSTER_SCOPED = (
+    "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+)
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Install:
+    """One namespace with GPU kwok nodes, pre-bound volumes and (once installed) a release."""
+
+    kube: KubeCluster
+    helm: Helm
+    ns: str
+    release: str
+    tag: str
+    values: Path
+    nodes: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+
+    def helm_args(self, *more: str) -> list[str]:
+        """Namespace and values for install/upgrade."""
+        return [f"--namespace={self.ns}", f"--values={self.values}", *more]
+
+    def install(self, *extra: str) -> None:
+        """``helm install`` the chart (no --wait: the tests poll the objects themselves)."""
+        self.helm.run("install", self.release, str(CHART_DIR), *self.helm_args(*extra))
+
+    def workloads(self) -> list[Obj]:
+        """The release's StatefulSets and Deployments."""
+        sel = {"labelSelector": f"app.kubernetes.io/instance={self.release}"}
+        api = self.kube.api
+        return [
+            *api.request("GET", f"/apis/apps/v1/namespaces/{self.ns}/statefulsets", params=sel)[
+                "items"
+            ],
+            *api.request("GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments", params=sel)[
+                "items"
+            ],
+        ]
+
+    def pods(self, **labels: str) -> list[Obj]:
+        """The release's pods, optionally filtered by more labels."""
+        sel = ",".join(
+            [f"app.kubernetes.io/instance={self.release}", *(f"{k}={v}" for k, v in labels.items())]
+        )
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        return list(self.kube.api.request("GET", path, params={"labelSelector": sel})["items"])
+
+    def wait_all_running(self, expected: dict[str, int], timeout_s: float = 120.0) -> None:
+        """Wait until each named workload has its replicas Ready and its pods Running."""
+
+        def done() -> bool:
+            ready = {
+                w["metadata"]["name"]: int(w.get("status", {}).get("readyReplicas", 0))
+                for w in self.workloads()
+            }
+            running = [p for p in self.pods() if p.get("status", {}).get("phase") == "Running"]
+            return ready == expected and len(running) == sum(expected.values())
+
+        wait_for(f"{self.release} in {self.ns}: {expected}", done, timeout_s=timeout_s)
+
+
+def _setup(
+    kube: KubeCluster,
+    helm_home: Path,
+    tag: str,
+    *,
+    release: str,
+    pools: list[Obj],
+    node_labels: tuple[dict[str, str], ...] = (GPU_LABELS, GPU_LABELS, GPU_LABELS),
+    base_values: dict[str, Any] | None = None,
+) -> Install:
+    ns = f"chart-{tag}"
+    kube.create_namespace(ns)
+    here = {"slonk.dev/test": ns}
+    values = {
+        **(base_values or {}),
+        "controller": {"nodeSelector": here, "persistence": {"deleteOnUninstall": True}},
+        "coordinator": {"nodeSelector": here},
+        "login": {"nodeSelector": here},
+        "mosquitto": {"nodeSelector": here},
+        "pools": [
+            {**p, "nodeSelector": {**here, **p.get("nodeSelector", GPU_LABELS)}} for p in pools
+        ],
+    }
+    values_file = helm_home / f"values-{tag}.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    assert kube.tools is not None
+    inst = Install(
+        kube=kube,
+        helm=Helm(binary=kube.tools.helm, home=helm_home, kubeconfig=kube.kubeconfig),
+        ns=ns,
+        release=release,
+        tag=tag,
+        values=values_file,
+    )
+    for i, labels in enumerate(node_labels):
+        inst.nodes += kube.add_fake_nodes(
+            [f"gpu-{tag}-{i}"], labels={**here, **labels}, capacity=GPU_CAPACITY, wait_ready_s=None
+        )
+    kube.wait_nodes_ready(inst.nodes)
+    # No provisioner here: PersistentVolumes pre-bound to the claims the chart makes.
+    for claim, size in (
+        (f"state-{release}-slurmctld-0", "8Gi"),
+        (f"{release}-mosquitto-data", "1Gi"),
+    ):
+        pv = f"pv-{tag}-{len(inst.volumes)}"
+        kube.api.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv, "labels": {"slonk.dev/test": ns}},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    # kwok mounts nothing: the path is never used.
+                    "hostPath": {"path": f"/var/lib/slonk-chart-test/{pv}"},
+                    "claimRef": {"namespace": ns, "name": claim},
+                },
+            },
+        )
+        inst.volumes.append(pv)
+    return inst
+
+
+def _teardown(inst: Install) -> None:
+    inst.helm.run("uninstall", inst.release, f"--namespace={inst.ns}", check=False)
+    api = inst.kube.api
+    api.request("DELETE", f"/api/v1/namespaces/{inst.ns}", ok=(200, 202, 404))
+    for node in inst.nodes:
+        api.request("DELETE", f"/api/v1/nodes/{node}", ok=(200, 202, 404))
+    for pv in inst.volumes:
+        api.request("DELETE", f"/api/v1/persistentvolumes/{pv}", ok=(200, 202, 404))
+
+
+def _leftovers(inst: Install) -> list[str]:
+    """Every object of the release still in its namespace or in the cluster scope."""
+    api = inst.kube.api
+    left = []
+    for path in NAMESPACED:
+        for item in api.request("GET", path.format(ns=inst.ns))["items"]:
+            name = item["metadata"]["name"]
+            labels = item["metadata"].get("labels") or {}
+            if name.startswith(f"{inst.release}-") or (
+                labels.get("app.kubernetes.io/instance") == inst.release
+            ):
+                left.append(f"{path.format(ns=inst.ns)}/{name}")
+    prefix = f"{inst.ns}-{inst.release}-"
+    for path in CLUSTER_SCOPED:
+        left += [
+            f"{path}/{i['metadata']['name']}"
+            for i in api.request("GET", path)["items"]
+            if i["metadata"]["name"].startswith(prefix)
+        ]
+    return left
+
+
+DEFAULT_POOL = {"name": "gpu", "replicas": 2, "gpus": 8, "cpus": 64, "realMemoryMB": 500000}
+EXPECTED = {
+    "slonk-slurmctld": 1,
+    "slonk-gpu": 2,
+    "slonk-login": 1,
+    "slonk-coordinator": 2,
+    "slonk-mosquitto": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def installed(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
+    """Release ``slonk`` installed in a fresh namespace on three GPU kwok nodes, all Running."""
+    inst = _setup(
+        kube,
+        tmp_path_factory.mktemp("helm"),
+        secrets.token_hex(3),
+        release="slonk",
+        pools=[DEFAULT_POOL],
+    )
+    try:
+        inst.install()
+        inst.wait_all_running(EXPECTED)
+        yield inst
+    finally:
+        _teardown(inst)
+
+
+def test_install_runs_every_workload_on_gpu_nodes(installed: Install) -> None:
+    """Every StatefulSet and Deployment gets its replicas Running; a worker takes a GPU node."""
+    workloads = {w["metadata"]["name"]: w for w in installed.workloads()}
+    assert {n: w["spec"]["replicas"] for n, w in workloads.items()} == EXPECTED
+    workers = installed.pods(**{"app.kubernetes.io/component": "slurmd"})
+    assert sorted(p["metadata"]["name"] for p in workers) == ["slonk-gpu-0", "slonk-gpu-1"]
+    placed = [p["spec"]["nodeName"] for p in workers]
+    assert len(set(placed)) == 2, "8 GPUs each: one worker per node"
+    assert set(placed) <= set(installed.nodes)
+    claims = installed.kube.api.request(
+        "GET", f"/api/v1/namespaces/{installed.ns}/persistentvolumeclaims"
+    )["items"]
+    assert {c["metadata"]["name"]: c["status"]["phase"] for c in claims} == {
+        "state-slonk-slurmctld-0": "Bound",
+        "slonk-mosquitto-data": "Bound",
+    }
+    pdb = installed.kube.api.request(
+        "GET", f"/apis/policy/v1/namespaces/{installed.ns}/poddisruptionbudgets/slonk-gpu"
+    )
+    wait_for(
+        "worker PDB observed",
+        lambda: (
+            installed.kube.api.request(
+                "GET", f"/apis/policy/v1/namespaces/{installed.ns}/poddisruptionbudgets/slonk-gpu"
+            )
+            .get("status", {})
+            .get("currentHealthy")
+            == 2
+        ),
+        timeout_s=30,
+    )
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_worker_pods_run_the_agent_sidecar_with_prestop_and_low_priority(
+    installed: Install,
+) -> None:
+    """Live worker pods: agent sidecar running, preStop on slurmd, training priority resolved."""
+    api = installed.kube.api
+    (pod,) = [p for p in installed.pods() if p["metadata"]["name"] == "slonk-gpu-0"]
+    spec = pod["spec"]
+    (agent,) = spec["initContainers"]
+    assert (agent["name"], agent["restartPolicy"]) == ("slonkd-agent", "Always")
+    (status,) = pod["status"]["initContainerStatuses"]
+    assert "running" in status["state"]
+    (slurmd,) = spec["containers"]
+    assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
+    assert spec["terminationGracePeriodSeconds"] == 600
+    training = api.request(
+        "GET", f"/apis/scheduling.k8s.io/v1/priorityclasses/{installed.ns}-slonk-training"
+    )
+    assert spec["priority"] == training["value"]
+    ctld = next(p for p in installed.pods() if p["metadata"]["name"] == "slonk-slurmctld-0")
+    assert ctld["spec"]["priority"] > training["value"]
+    sources = {v["name"]: v for v in spec["volumes"]}["slonkd-token"]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["audience"] == "slonkd"
+
+
+def _as(kube: KubeCluster, token: str) -> KubeApi:
+    return KubeApi(
+        host="127.0.0.1", port=kube.ports["apiserver"], ca_file=kube.ca_file, token=token
+    )
+
+
+def _status(
+    api: KubeApi,
+    method: str,
+    path: str,
+    body: Obj | None = None,
+    content_type: str = "application/json",
+) -> int:
+    """The HTTP status of one call (200 for any success)."""
+    try:
+        api.request(method, path, body, content_type=content_type)
+    except ApiError as exc:
+        return exc.status
+    return 200
+
+
+def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Install) -> None:
+    """Real tokens of the chart's ServiceAccounts: allowed calls succeed, others get 403."""
+    kube, ns = installed.kube, installed.ns
+    pod = next(p for p in installed.pods() if p["metadata"]["name"] == "slonk-gpu-0")
+    node = pod["spec"]["nodeName"]
+    agent = _as(kube, kube.create_token(ns, "slonk-agent"))
+    coord = _as(kube, kube.create_token(ns, "slonk-coordinator"))
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    merge = "application/merge-patch+json"
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "slonk-test-"},
+        "involvedObject": {"kind": "Pod", "name": "slonk-gpu-0", "namespace": ns},
+        "reason": "SlonkTest",
+        "message": "rbac test",
+        "type": "Normal",
+    }
+
+    # The agent reads its pod and its node, writes Events, and nothing else.
+    assert _status(agent, "GET", f"{pods}/slonk-gpu-0") == 200
+    assert _status(agent, "GET", f"/api/v1/nodes/{node}") == 200
+    assert _status(agent, "POST", f"/api/v1/namespaces/{ns}/events", event) == 200
+    forbidden_to_agent: list[tuple[str, str, Obj | None]] = [
+        ("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}}),
+        ("POST", f"{pods}/slonk-gpu-1/eviction", {"metadata": {"name": "slonk-gpu-1"}}),
+        ("GET", f"/api/v1/namespaces/{ns}/secrets", None),
+        ("POST", "/apis/authentication.k8s.io/v1/tokenreviews", {"spec": {"token": "x"}}),
+        ("DELETE", f"{pods}/slonk-gpu-1", None),
+    ]
+    for method, path, body in forbidden_to_agent:
+        assert _status(agent, method, path, body) == 403, path
+
+    # The coordinator cordons and annotates Nodes, sets the SlurmHealthy condition, reviews an
+    # agent's pod-bound token, holds its Lease and owns the topology ConfigMap.
+    cordon = {"spec": {"unschedulable": True}, "metadata": {"annotations": {"slonk.dev/t": "1"}}}
+    assert _status(coord, "PATCH", f"/api/v1/nodes/{node}", cordon, content_type=merge) == 200
+    condition = {
+        "status": {
+            "conditions": [
+                {"type": "SlurmHealthy", "status": "True", "reason": "SlonkTest", "message": "ok"}
+            ]
+        }
+    }
+    strategic = "application/strategic-merge-patch+json"
+    status_path = f"/api/v1/nodes/{node}/status"
+    assert _status(coord, "PATCH", status_path, condition, content_type=strategic) == 200
+    bound = kube.create_token(
+        ns,
+        "slonk-agent",
+        bound_pod=(pod["metadata"]["name"], pod["metadata"]["uid"]),
+        audiences=["slonkd"],
+    )
+    review = coord.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": bound, "audiences": ["slonkd"]},
+        },
+    )
+    assert review["status"]["authenticated"] is True
+    assert review["status"]["user"]["username"] == f"system:serviceaccount:{ns}:slonk-agent"
+    assert review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-name"] == [
+        "slonk-gpu-0"
+    ]
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+    lease = {"metadata": {"name": "slonk-coordinator"}, "spec": {"holderIdentity": "a"}}
+    coord.request("POST", leases, lease)
+    current = coord.request("GET", f"{leases}/slonk-coordinator")
+    current["spec"]["holderIdentity"] = "b"
+    assert (
+        coord.request("PUT", f"{leases}/slonk-coordinator", current)["spec"]["holderIdentity"]
+        == "b"
+    )
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    coord.request(
+        "POST", cms, {"metadata": {"name": "slonk-topology"}, "data": {"topology.conf": ""}}
+    )
+    patch = {"data": {"topology.conf": "SwitchName=s0 Nodes=slonk-gpu-[0-1]\n"}}
+    topology = f"{cms}/slonk-topology"
+    assert _status(coord, "PATCH", topology, patch, content_type=merge) == 200
+    assert _status(coord, "GET", f"{pods}/slonk-gpu-1") == 200
+    forbidden_to_coordinator: list[tuple[str, str, Obj | None]] = [
+        ("GET", f"{cms}/slonk-slurm-config", None),
+        ("GET", f"/api/v1/namespaces/{ns}/secrets/slonk-munge", None),
+        ("DELETE", f"/api/v1/nodes/{node}", None),
+        ("POST", pods, {"metadata": {"name": "x"}}),
+        ("GET", f"{leases}/someone-else", None),
+        ("DELETE", f"/apis/apps/v1/namespaces/{ns}/statefulsets/slonk-gpu", None),
+    ]
+    for method, path, body in forbidden_to_coordinator:
+        assert _status(coord, method, path, body) == 403, path
+    kube.kubectl("uncordon", node)
+    # Eviction is the coordinator's (201 when the PDB allows, 429 when not; never 403).
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "slonk-gpu-1"}}
+    evict = f"{pods}/slonk-gpu-1/eviction"
+    assert _status(coord, "POST", evict, eviction) in (200, 429)
+    installed.wait_all_running(EXPECTED)
+
+
+def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
+    kube: KubeCluster, installed: Install, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Upgrade adds a node but replaces no worker; uninstall removes every object it made.
+
+    The same release name is installed in a second namespace beside the first: cluster-scoped
+    objects do not collide. The upgrade keeps the generated munge key and broker password.
+    """
+    inst = _setup(
+        kube,
+        tmp_path_factory.mktemp("helm"),
+        secrets.token_hex(3),
+        release="slonk",
+        pools=[DEFAULT_POOL],
+    )
+    api = kube.api
+    try:
+        inst.install()
+        inst.wait_all_running(EXPECTED)
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in inst.pods()}
+        secret_path = f"/api/v1/namespaces/{inst.ns}/secrets"
+        munge = api.request("GET", f"{secret_path}/slonk-munge")["data"]
+        admin = api.request("GET", f"{secret_path}/slonk-mosquitto-admin")["data"]
+
+        grown = {**DEFAULT_POOL, "replicas": 3}
+        values = yaml.safe_load(inst.values.read_text())
+        values["pools"][0] = {**values["pools"][0], **grown}
+        inst.values.write_text(yaml.safe_dump(values))
+        inst.helm.run("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
+        inst.wait_all_running({**EXPECTED, "slonk-gpu": 3})
+
+        after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in inst.pods()}
+        for name in ("slonk-gpu-0", "slonk-gpu-1"):
+            assert after[name] == before[name], f"{name} was replaced: OnDelete must keep it"
+        sts = api.request("GET", f"/apis/apps/v1/namespaces/{inst.ns}/statefulsets/slonk-gpu")
+        assert sts["status"]["updateRevision"] != sts["status"]["currentRevision"]
+        assert api.request("GET", f"{secret_path}/slonk-munge")["data"] == munge
+        assert api.request("GET", f"{secret_path}/slonk-mosquitto-admin")["data"] == admin
+        conf = api.request("GET", f"/api/v1/namespaces/{inst.ns}/configmaps/slonk-slurm-config")
+        assert "NodeName=slonk-gpu-2 " in conf["data"]["slurm.conf"]
+        assert "Nodes=slonk-gpu-[0-2]" in conf["data"]["slurm.conf"]
+
+        inst.helm.run("uninstall", inst.release, f"--namespace={inst.ns}")
+        wait_for(f"nothing of {inst.release} left", lambda: not _leftovers(inst), timeout_s=90)
+        # The first install, same release name in another namespace, is untouched.
+        for tier in ("control", "serving", "training"):
+            api.request(
+                "GET", f"/apis/scheduling.k8s.io/v1/priorityclasses/{installed.ns}-slonk-{tier}"
+            )
+        api.request(
+            "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{installed.ns}-slonk-agent"
+        )
+        assert len(installed.pods()) == sum(EXPECTED.values())
+    finally:
+        _teardown(inst)
+
+
+BREAKING = {
+    "no pools": ("pools=[]", "minItems"),
+    "grace below margin": (
+        'workers={"terminationGracePeriodSeconds":20,"prestop":{"marginSeconds":30}}',
+        "terminationGracePeriodSeconds (20) must be longer than workers.prestop.marginSeconds (30)",
+    ),
+    "duplicate node names": (
+        'pools=[{"name":"a","replicas":1,"gpus":1,"cpus":1,"realMemoryMB":1},'
+        '{"name":"a","replicas":1,"gpus":1,"cpus":1,"realMemoryMB":1}]',
+        'duplicate pool name "a"',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BREAKING))
+def test_helm_install_refuses_values_that_break_a_rule(
+    kube: KubeCluster, namespace: str, tmp_path: Path, case: str
+) -> None:
+    """``helm install`` fails with a clear message and creates nothing."""
+    assert kube.tools is not None
+    helm = Helm(binary=kube.tools.helm, home=tmp_path, kubeconfig=kube.kubeconfig)
+    set_json, message = BREAKING[case]
+    proc = helm.run(
+        "install",
+        "bad",
+        str(CHART_DIR),
+        f"--namespace={namespace}",
+        f"--set-json={set_json}",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not helm.run("list", f"--namespace={namespace}", "--short").stdout.strip()
+    secrets_left = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets")["items"]
+    assert not [s for s in secrets_left if s["metadata"]["name"].startswith("bad-")]
+    assert not [
+        c
+        for c in kube.api.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")["items"]
+        if c["metadata"]["name"].startswith(f"{namespace}-bad-")
+    ]
+
+
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+def test_multi_pool_values_install_and_run_every_pool(
+    kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """ci/multi-pool-values.yaml installs: three pools (one on the host network) all Running."""
+    ci = yaml.safe_load((CHART_DIR / "ci" / "multi-pool-values.yaml").read_text())
+    pools = ci.pop("pools")
+    pools[1]["nodeSelector"] = A100  # keep the a100 pool off the h100 nodes
+    pools[2]["nodeSelector"] = {}
+    inst = _setup(
+        kube,
+        tmp_path_factory.mktemp("helm"),
+        secrets.token_hex(3),
+        release="multi",
+        pools=pools,
+        node_labels=(H100, H100, H100, A100, A100, {}),
+        base_values=ci,
+    )
+    try:
+        inst.install()
+        expected = {
+            "multi-slurmctld": 1,
+            "multi-h100": 3,
+            "multi-a100": 2,
+            "multi-cpu": 1,
+            "multi-login": 1,
+            "multi-coordinator": 2,
+            "multi-mosquitto": 1,
+        }
+        inst.wait_all_running(expected)
+        nodes = {n: i for i, n in enumerate(inst.nodes)}
+        for pod in inst.pods(**{"app.kubernetes.io/component": "slurmd"}):
+            pool = pod["metadata"]["labels"]["slonk.dev/pool"]
+            where = nodes[pod["spec"]["nodeName"]]
+            if pool == "h100":
+                assert where in (0, 1, 2)
+                assert pod["spec"]["hostNetwork"] is True
+                assert pod["status"]["podIP"] == pod["status"]["hostIP"]
+            if pool == "a100":
+                assert where in (3, 4)
+                assert pod["spec"]["terminationGracePeriodSeconds"] == 1800
+        conf = kube.api.request(
+            "GET", f"/api/v1/namespaces/{inst.ns}/configmaps/multi-slurm-config"
+        )["data"]["slurm.conf"]
+        declared = sorted(
+            line.split()[0] for line in conf.splitlines() if line.startswith("NodeName=")
+        )
+        running = sorted(
+            f"NodeName={p['metadata']['name']}"
+            for p in inst.pods(**{"app.kubernetes.io/component": "slurmd"})
+        )
+        assert declared == running
+    finally:
+        _teardown(inst)
