@@ -104,7 +104,7 @@ def pyslurm_verdict(module_version: str | None, slurm_version: str) -> tuple[boo
 def _pyslurm_version() -> str | None:
     try:
         module = importlib.import_module("pyslurm")
-    except Exception:  # pyslurm raises RuntimeError when built for another libslurm
+    except Exception:  # noqa: BLE001 - pyslurm raises RuntimeError when built for another libslurm
         return None
     return str(getattr(module, "__version__", "unknown"))
 
