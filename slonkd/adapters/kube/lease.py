@@ -135,7 +135,7 @@ class LeaderElector:
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
             await self._put(lease)
-        except (TransientError, KubeConflict) as exc:
+        except TransientError as exc:
             log.warning("kube.lease_release_failed", lease=self._s.name, error=str(exc))
 
     async def _acquire(self) -> int:
