@@ -2,9 +2,10 @@
 
 Starts the harness's control plane, then:
 
-1. delivery: an informer watches one namespace's pods; 300 label patches are made through the
+1. delivery: an informer watches one pod by label; 300 label patches are made through the
    adapter's transport, each timed from just before the PATCH is sent until the informer's
-   handler sees that label value in its cache (median, p99);
+   handler sees that label value in its cache (median, p99); measured again (200 writes)
+   after each scale step, with kwok heartbeating all nodes;
 2. sync: for each size (default 1,000 then 5,000) kwok nodes and as many pods bound to them
    (``nodeName`` set, so kwok runs them) are created; a fresh process then builds the
    coordinator's caches (all nodes, the worker pods) and reports the time until both are
@@ -96,9 +97,9 @@ async def _create_all(transport: KubeTransport, path: str, bodies: list[dict[str
     await asyncio.gather(*(one(b) for b in bodies))
 
 
-async def delivery(transport: KubeTransport) -> list[float]:
-    """Seconds from each PATCH to the cache update it causes."""
-    informer: Informer[Pod] = Informer(transport, pod_source(NS, label_selector="bench=delivery"))
+async def delivery(transport: KubeTransport, name: str, writes: int = WRITES) -> list[float]:
+    """Seconds from each PATCH to the cache update it causes, on a fresh pod ``name``."""
+    informer: Informer[Pod] = Informer(transport, pod_source(NS, label_selector=f"bench={name}"))
     waiting: dict[str, asyncio.Future[float]] = {}
 
     def on_event(event: CacheEvent[Pod]) -> None:
@@ -108,8 +109,8 @@ async def delivery(transport: KubeTransport) -> list[float]:
 
     informer.add_handler(on_event)
     path = f"/api/v1/namespaces/{NS}/pods"
-    body = _pod("delivery", "none")
-    body["metadata"]["labels"] = {"bench": "delivery"}
+    body = _pod(name, "none")
+    body["metadata"]["labels"] = {"bench": name}
     body["spec"].pop("nodeName")
     body["spec"]["nodeSelector"] = {"slonk.dev/nowhere": "true"}
     await _create_all(transport, path, [body])
@@ -117,15 +118,15 @@ async def delivery(transport: KubeTransport) -> list[float]:
     try:
         await informer.synced.wait()
         await asyncio.sleep(0.5)
-        call = Call(verb="patch", resource="pods", namespace=NS, name="delivery")
+        call = Call(verb="patch", resource="pods", namespace=NS, name=name)
         latencies = []
         loop = asyncio.get_running_loop()
-        for i in range(WRITES):
+        for i in range(writes):
             waiting[str(i)] = loop.create_future()
             sent = time.monotonic()
             patch = {"metadata": {"labels": {"seq": str(i)}}}
             await transport.request(
-                call, "PATCH", f"{path}/delivery", body=patch, content_type=MERGE_PATCH
+                call, "PATCH", f"{path}/{name}", body=patch, content_type=MERGE_PATCH
             )
             seen = await asyncio.wait_for(waiting[str(i)], 30)
             del waiting[str(i)]
@@ -195,7 +196,7 @@ async def run(sizes: list[int]) -> dict[str, Any]:
         kube.create_namespace(NS)
         transport = await KubeTransport.from_kubeconfig(kube.kubeconfig, timeout_s=60)
         try:
-            lat = sorted(await delivery(transport))
+            lat = sorted(await delivery(transport, "delivery"))
             results["delivery_median_ms"] = statistics.median(lat) * 1000
             results["delivery_p99_ms"] = lat[int(len(lat) * 0.99) - 1] * 1000
             results["delivery_max_ms"] = lat[-1] * 1000
@@ -211,6 +212,8 @@ async def run(sizes: list[int]) -> dict[str, Any]:
                 results[f"cache_rss_delta_{size}_mb"] = best["rss_delta_mb"]
                 results[f"peak_rss_{size}_mb"] = best["peak_rss_mb"]
                 results[f"synced_objects_{size}"] = best["nodes"] + best["pods"]
+                loaded = sorted(await delivery(transport, f"delivery-{size}", writes=200))
+                results[f"delivery_p99_at_{size}_ms"] = loaded[int(len(loaded) * 0.99) - 1] * 1000
         finally:
             await transport.close()
     return results
