@@ -21,6 +21,7 @@ import asyncio
 import gc
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -192,6 +193,13 @@ async def run(sizes: list[int]) -> dict[str, Any]:
     """All measurements against one control plane."""
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-kube-"))
     results: dict[str, Any] = {}
+    try:
+        return await _measure_all(root, sizes, results)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # etcd holds hundreds of MB after 5,000
+
+
+async def _measure_all(root: Path, sizes: list[int], results: dict[str, Any]) -> dict[str, Any]:
     with KubeCluster(root / "kube", node_monitor_grace_period="1h") as kube:
         kube.create_namespace(NS)
         transport = await KubeTransport.from_kubeconfig(kube.kubeconfig, timeout_s=60)
