@@ -219,3 +219,89 @@ async def test_elector_in_process_is_valid_only_while_leading(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _solo(transport: KubeTransport, namespace: str, name: str) -> LeaderElector:
+    return LeaderElector(
+        transport,
+        LeaseSettings(
+            name=name,
+            namespace=namespace,
+            identity=f"{name}-1",
+            lease_duration_s=DURATION_S,
+            renew_deadline_s=2,
+            retry_period_s=RETRY_S,
+            safety_margin_s=0.5,
+        ),
+    )
+
+
+class _Leading:
+    """Runs an elector whose work records its start and its cancellation."""
+
+    def __init__(self, elector: LeaderElector) -> None:
+        self.elector = elector
+        self.started = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self.cancelled_at = 0.0
+
+    async def work(self, token: int) -> None:
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled_at = time.monotonic()
+            self.stopped.set()
+            raise
+
+
+async def test_leader_whose_lease_is_taken_stops_at_once(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """When another holder appears in the Lease, the leader's work is cancelled within a retry."""
+    leading = _Leading(_solo(kube_transport, namespace, "taken"))
+    task = asyncio.create_task(leading.elector.run(leading.work))
+    try:
+        async with asyncio.timeout(10):
+            await leading.started.wait()
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/taken"
+        kube.api.request(
+            "PATCH",
+            path,
+            {"spec": {"holderIdentity": "intruder"}},
+            content_type="application/merge-patch+json",
+        )
+        taken = time.monotonic()
+        async with asyncio.timeout(10):
+            await leading.stopped.wait()
+        assert not leading.elector.is_valid()
+        assert leading.elector.token is None
+        assert leading.cancelled_at - taken <= RETRY_S * 2 + 0.5
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_leader_that_cannot_renew_stops_before_its_lease_runs_out(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """With the apiserver gone, the leader turns invalid and stops before others may take over."""
+    leading = _Leading(_solo(kube_transport, namespace, "cut-off"))
+    task = asyncio.create_task(leading.elector.run(leading.work))
+    try:
+        async with asyncio.timeout(10):
+            await leading.started.wait()
+        await asyncio.sleep(RETRY_S * 2)  # a renewal or two went through
+        try:
+            kube.kill_apiserver()
+            cut = time.monotonic()
+            async with asyncio.timeout(10):
+                await leading.stopped.wait()
+            assert not leading.elector.is_valid()
+            # Others wait a full lease duration from their last sight of a renewal.
+            assert leading.cancelled_at - cut < DURATION_S
+        finally:
+            kube.start_apiserver()  # in this thread: the harness's children die with theirs
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

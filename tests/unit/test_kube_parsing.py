@@ -8,20 +8,8 @@ from typing import Any
 
 import pytest
 
-from slonkd.adapters.kube.errors import (
-    Call,
-    KubeConflict,
-    KubeForbidden,
-    KubeGone,
-    KubeInvalid,
-    KubeNotFound,
-    KubeTooManyRequests,
-    KubeUnavailable,
-    error_for_status,
-)
 from slonkd.adapters.kube.parsing import field_owners, node_from_json, pod_from_json
-from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.errors import ParseError, TerminalError, TransientError
+from slonkd.core.errors import ParseError
 from slonkd.core.kube_objects import PodPhase, TaintEffect
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kube"
@@ -94,49 +82,3 @@ def test_unknown_pod_phase_reads_as_unknown() -> None:
     pod = pod_from_json({"metadata": {"name": "p"}, "status": {"phase": "Hibernating"}})
     assert pod.phase is PodPhase.UNKNOWN
     assert not pod.ready
-
-
-CALL = Call(verb="patch", resource="nodes", name="n1")
-
-
-@pytest.mark.parametrize(
-    ("status", "kind", "base"),
-    [
-        (409, KubeConflict, TransientError),
-        (404, KubeNotFound, TerminalError),
-        (410, KubeGone, TransientError),
-        (403, KubeForbidden, TerminalError),
-        (422, KubeInvalid, TerminalError),
-        (429, KubeTooManyRequests, TransientError),
-        (500, KubeUnavailable, TransientError),
-        (503, KubeUnavailable, TransientError),
-    ],
-)
-def test_status_codes_become_slonkd_errors(status: int, kind: type, base: type) -> None:
-    """Each HTTP status maps to its slonkd error, transient or terminal as documented."""
-    err = error_for_status(status, b'{"message": "boom"}', CALL)
-    assert isinstance(err, kind)
-    assert isinstance(err, base)
-    assert "boom" in str(err)
-
-
-def test_forbidden_names_the_missing_rule() -> None:
-    """A 403 names the RBAC rule that would allow the call."""
-    call = Call(verb="create", resource="pods", subresource="eviction", namespace="slonk")
-    err = error_for_status(403, "{}", call)
-    assert 'resources: ["pods/eviction"], verbs: ["create"] in namespace slonk' in str(err)
-
-
-def test_coordinator_state_round_trips_through_configmap_data() -> None:
-    """State written as ConfigMap data reads back equal; empty data is the initial state."""
-    state = CoordinatorState(
-        nodes_out=frozenset({"b", "a"}),
-        breaker_open=True,
-        breaker_reason="many NotReady",
-        remediation_attempts={"gpu-1": 2},
-        fencing_token=7,
-    )
-    assert CoordinatorState.from_data(state.to_data()) == state
-    assert CoordinatorState.from_data(None) == CoordinatorState()
-    with pytest.raises(ParseError):
-        CoordinatorState.from_data({"schema": "1", "nodesOut": "{not json"})

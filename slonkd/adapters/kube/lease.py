@@ -121,6 +121,11 @@ class LeaderElector:
                 pass
             finally:
                 self._token = None
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # A TaskGroup that is already aborting (leadership lost) swallows a
+                # cancellation of its parent; honour it here instead of campaigning again.
+                raise asyncio.CancelledError
             log.warning("kube.lease_lost", lease=self._s.name, identity=self._s.identity)
 
     async def release(self) -> None:
@@ -135,7 +140,7 @@ class LeaderElector:
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
             await self._put(lease)
-        except (TransientError, KubeConflict) as exc:
+        except TransientError as exc:
             log.warning("kube.lease_release_failed", lease=self._s.name, error=str(exc))
 
     async def _acquire(self) -> int:
@@ -154,16 +159,20 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self._s.retry_period_s)
             if not self.is_valid():
-                raise _Lost
+                raise self._stop_leading()
             try:
                 if await self._try_renew():
                     last_ok = self._clock()
                     continue
-                raise _Lost  # somebody else holds it
+                raise self._stop_leading()  # somebody else holds it
             except TransientError as exc:
                 log.warning("kube.lease_renew_failed", lease=self._s.name, error=str(exc))
             if self._clock() - last_ok > self._s.renew_deadline_s:
-                raise _Lost
+                raise self._stop_leading()
+
+    def _stop_leading(self) -> _Lost:
+        self._token = None  # invalid at once, before the work is even cancelled
+        return _Lost()
 
     # -- one attempt -----------------------------------------------------------------------
 

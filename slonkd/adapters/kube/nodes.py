@@ -58,6 +58,8 @@ class NodeWriter:
     def __init__(self, transport: KubeTransport, *, conflict_retries: int = 8) -> None:
         self._transport = transport
         self._retries = conflict_retries
+        self.conflicts = 0
+        """Read-modify-writes that had to be retried because the node changed meanwhile."""
 
     @property
     def manager(self) -> str:
@@ -92,6 +94,7 @@ class NodeWriter:
                     patch_call, "PATCH", target, body=patch, content_type=content_type
                 )
             except KubeConflict:
+                self.conflicts += 1
                 log.info("kube.node_conflict", node=name, subresource=subresource)
                 continue
             except KubeNotFound:
