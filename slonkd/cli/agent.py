@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
 
@@ -78,17 +76,7 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         "resync_s": env.get("SLONKD_RESYNC_S", "30"),
         "ready_file": env.get("SLONKD_READY_FILE") or None,
     }
-    path = env.get("SLONKD_CONFIG")
-    if path:
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
-        if set(doc) - _KEYS:
-            raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - _KEYS)}")
-        values.update(doc)
+    values.update(config_file(env, _KEYS))
     for key, what in (
         ("pod_name", "POD_NAME"),
         ("namespace", "POD_NAMESPACE"),
@@ -131,27 +119,6 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         policy=policy,
         slurm=SlurmSettings(env=slurm_env),
     )
-
-
-def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
-    """MQTT settings from ``SLONKD_MQTT_*`` (None when no host is set)."""
-    host = env.get("SLONKD_MQTT_HOST")
-    if not host:
-        return None
-    password = env.get("SLONKD_MQTT_PASSWORD", "")
-    if env.get("SLONKD_MQTT_PASSWORD_FILE"):
-        try:
-            password = Path(env["SLONKD_MQTT_PASSWORD_FILE"]).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read SLONKD_MQTT_PASSWORD_FILE: {exc.strerror}") from None
-    try:
-        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
-    except ValueError:
-        raise ValueError("SLONKD_MQTT_PORT must be a port number") from None
-    user = env.get("SLONKD_MQTT_USER", "")
-    if not user or not password:
-        raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")
-    return BusSettings(host=host, port=port, username=user, password=password, client_id=client_id)
 
 
 def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | None, Hysteresis]:

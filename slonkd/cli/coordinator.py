@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.agent import bus_settings
+from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
@@ -57,17 +55,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         "identity": env.get("POD_NAME") or socket.gethostname(),
         "kubeconfig": env.get("KUBECONFIG") or None,
     }
-    path = env.get("SLONKD_CONFIG")
-    if path:
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
-        if set(doc) - _KEYS:
-            raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - _KEYS)}")
-        values.update(doc)
+    values.update(config_file(env, _KEYS))
     if not values["namespace"]:
         raise ValueError("POD_NAMESPACE is not set (the namespace of the workers and the Lease)")
     for key in _NUMBERS & set(values):

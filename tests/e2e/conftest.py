@@ -41,6 +41,17 @@ PRESTOP = [
 ]
 
 
+def read_json_log(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a slonkd log file (other lines, e.g. tracebacks, are skipped)."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 @dataclass(slots=True)
 class AgentProcess:
     """One ``slonkd agent`` process with its JSON log."""
@@ -79,13 +90,7 @@ class AgentProcess:
 
     def events(self) -> list[dict[str, Any]]:
         """The agent's log lines that are JSON."""
-        out = []
-        for line in self.log.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return read_json_log(self.log)
 
     def actions(self) -> list[dict[str, Any]]:
         """Its ``agent.mirror_applied`` lines."""

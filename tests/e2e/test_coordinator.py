@@ -23,6 +23,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -42,13 +43,7 @@ class Fleet:
 
     def events(self) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines."""
-        out = []
-        for line in self.log.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return read_json_log(self.log)
 
     def pods_on(self, kube_node: str) -> list[str]:
         """Names of the live pods on ``kube_node``."""

@@ -27,7 +27,7 @@ from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import PRESTOP, AgentProcess
+from tests.e2e.conftest import PRESTOP, AgentProcess, read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -47,13 +47,7 @@ class HealthFleet:
 
     def coordinator_events(self) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines."""
-        out = []
-        for line in self.coordinator_log.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return read_json_log(self.coordinator_log)
 
     def kube_node_of(self, pod: str) -> str:
         """The K8s node a pod runs on."""

@@ -9,7 +9,6 @@ same assertions fail: the test can fail).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,22 +19,9 @@ from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import GRACE_S, PRESTOP
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
-
-GRACE_S = 12
-PRESTOP = [
-    sys.executable,
-    "-m",
-    "slonkd.cli.main",
-    "prestop",
-    "--grace",
-    str(GRACE_S),
-    "--margin",
-    "4",
-    "--poll",
-    "0.5",
-]
 
 
 def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:

@@ -1,0 +1,53 @@
+"""Settings shared by the long-running commands: the optional JSON file and MQTT from env.
+
+``SLONKD_CONFIG`` names a JSON object whose keys override the environment's values; keys a
+command does not know are refused (a typo must not pass silently). MQTT comes from
+``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
+(or ``SLONKD_MQTT_PASSWORD_FILE``). Every problem is a ValueError with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Set
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.bus.client import BusSettings
+
+
+def config_file(env: Mapping[str, str], known: Set[str]) -> dict[str, Any]:
+    """The JSON object in ``$SLONKD_CONFIG`` (empty when unset), with only ``known`` keys."""
+    path = env.get("SLONKD_CONFIG")
+    if not path:
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
+    if set(doc) - known:
+        raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - known)}")
+    return doc
+
+
+def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
+    """MQTT settings from ``SLONKD_MQTT_*`` (None when no host is set)."""
+    host = env.get("SLONKD_MQTT_HOST")
+    if not host:
+        return None
+    password = env.get("SLONKD_MQTT_PASSWORD", "")
+    if env.get("SLONKD_MQTT_PASSWORD_FILE"):
+        try:
+            password = Path(env["SLONKD_MQTT_PASSWORD_FILE"]).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read SLONKD_MQTT_PASSWORD_FILE: {exc.strerror}") from None
+    try:
+        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
+    except ValueError:
+        raise ValueError("SLONKD_MQTT_PORT must be a port number") from None
+    user = env.get("SLONKD_MQTT_USER", "")
+    if not user or not password:
+        raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")
+    return BusSettings(host=host, port=port, username=user, password=password, client_id=client_id)
