@@ -6,6 +6,7 @@ Topics (``<cluster>`` and ``<node>`` are checked names, never wildcards)::
     slonk/v1/<cluster>/nodes/<node>/events     agent -> coordinator
     slonk/v1/<cluster>/nodes/<node>/commands   coordinator -> that agent
     slonk/v1/<cluster>/coordinator/status      coordinator -> all, retained (last will: offline)
+    slonk/v1/<cluster>/slurm/events            slurmctld's triggers (slonkd-nudge) -> coordinator
 
 Every payload is a JSON object with ``"v": 1`` and a ``"kind"`` that must match its topic;
 the node named inside must be the node of the topic. Anything else (too large, not UTF-8,
@@ -41,6 +42,8 @@ class Channel(StrEnum):
     EVENTS = "events"
     COMMANDS = "commands"
     COORDINATOR = "coordinator"
+    SLURM = "slurm"
+    """slurmctld's trigger nudges (``slonk/v1/<cluster>/slurm/events``)."""
 
 
 def check_name(value: str, what: str) -> str:
@@ -61,13 +64,15 @@ class Topic:
     def __str__(self) -> str:
         if self.channel is Channel.COORDINATOR:
             return f"{ROOT}/{self.cluster}/coordinator/status"
+        if self.channel is Channel.SLURM:
+            return f"{ROOT}/{self.cluster}/slurm/events"
         return f"{ROOT}/{self.cluster}/nodes/{self.node}/{self.channel.value}"
 
 
 def node_topic(cluster: str, node: str, channel: Channel) -> Topic:
     """The topic of ``channel`` for ``node``; names are validated."""
-    if channel is Channel.COORDINATOR:
-        raise ValueError("the coordinator channel has no node")
+    if channel in (Channel.COORDINATOR, Channel.SLURM):
+        raise ValueError(f"the {channel} channel has no node")
     return Topic(
         cluster=check_name(cluster, "cluster"), channel=channel, node=check_name(node, "node")
     )
@@ -78,6 +83,11 @@ def coordinator_topic(cluster: str) -> Topic:
     return Topic(cluster=check_name(cluster, "cluster"), channel=Channel.COORDINATOR)
 
 
+def slurm_events_topic(cluster: str) -> Topic:
+    """Where slurmctld's triggers nudge the coordinator."""
+    return Topic(cluster=check_name(cluster, "cluster"), channel=Channel.SLURM)
+
+
 def parse_topic(topic: str) -> Topic:
     """Parse a concrete topic string; anything outside the layout raises ParseError."""
     parts = topic.split("/")
@@ -86,10 +96,12 @@ def parse_topic(topic: str) -> Topic:
             channel = Channel(parts[5])
         except ValueError as exc:
             raise ParseError(f"unknown channel in topic {topic[:120]!r}") from exc
-        if channel is not Channel.COORDINATOR:
+        if channel not in (Channel.COORDINATOR, Channel.SLURM):
             return node_topic(parts[2], parts[4], channel)
     if len(parts) == 5 and parts[:2] == ["slonk", "v1"] and parts[3:] == ["coordinator", "status"]:
         return coordinator_topic(parts[2])
+    if len(parts) == 5 and parts[:2] == ["slonk", "v1"] and parts[3:] == ["slurm", "events"]:
+        return slurm_events_topic(parts[2])
     raise ParseError(f"topic outside the layout: {topic[:120]!r}")
 
 
@@ -142,13 +154,26 @@ class CoordinatorStatus:
     at: float = 0.0
 
 
-Payload = AgentStatus | AgentEvent | Command | CoordinatorStatus
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmEvent:
+    """A trigger fired in slurmctld: which node event, on which nodes (a hostlist)."""
+
+    event: str
+    nodes: str
+    at: float = 0.0
+
+
+SLURM_EVENTS: Final = frozenset({"down", "drained", "fail", "up"})
+_HOSTLIST_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,1023}")
+
+Payload = AgentStatus | AgentEvent | Command | CoordinatorStatus | SlurmEvent
 
 _KIND: Final[dict[Channel, tuple[str, type[Payload]]]] = {
     Channel.STATUS: ("agent-status", AgentStatus),
     Channel.EVENTS: ("agent-event", AgentEvent),
     Channel.COMMANDS: ("command", Command),
     Channel.COORDINATOR: ("coordinator-status", CoordinatorStatus),
+    Channel.SLURM: ("slurm-event", SlurmEvent),
 }
 
 # field -> (type, required); str fields are bounded by MAX_TEXT, names checked separately.
@@ -184,6 +209,7 @@ _FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
         "fencing_token": (int, False),
         "at": (float, False),
     },
+    SlurmEvent: {"event": (str, True), "nodes": (str, True), "at": (float, False)},
 }
 
 
@@ -264,6 +290,10 @@ def decode(topic: Topic, raw: bytes) -> Payload:
         check_name(values["node"], "node")
         if values["node"] != topic.node:
             raise ParseError(f"payload names node {values['node']!r} on {topic.node!r}'s topic")
+    if cls is SlurmEvent and (
+        values["event"] not in SLURM_EVENTS or not _HOSTLIST_RE.fullmatch(values["nodes"])
+    ):
+        raise ParseError("a SLURM event names down/drained/fail/up and a hostlist")
     if cls is Command and not _ID_RE.fullmatch(values["id"]):
         raise ParseError("command id must be 8-64 characters of [A-Za-z0-9_-]")
     payload: Payload = cls(**values)

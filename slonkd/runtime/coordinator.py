@@ -51,7 +51,7 @@ from slonkd.core.errors import SlonkdError
 from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
-from slonkd.core.messages import AgentStatus
+from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, SlurmNode
 
@@ -129,7 +129,7 @@ class Coordinator:
         self.bus: Bus | None = None
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
-            self.bus = Bus(s.bus, subscriptions=[topic])
+            self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
         self.nodes.add_handler(lambda _e: self._dirty.set())
         self.pods.add_handler(lambda _e: self._dirty.set())
 
@@ -328,6 +328,10 @@ class Coordinator:
         assert self.bus is not None  # noqa: S101 - only started with a bus
         async for message in self.bus.messages():
             payload, node = message.payload, message.topic.node
+            if isinstance(payload, SlurmEvent):
+                log.info("coordinator.nudged", slurm_event=payload.event, nodes=payload.nodes)
+                self._dirty.set()  # read SLURM now rather than at the next resync
+                continue
             if not isinstance(payload, AgentStatus) or node is None:
                 continue
             if payload.online:

@@ -170,3 +170,21 @@ def test_arbitrary_json_objects_never_crash_the_decoder(body: dict[str, Any]) ->
     assert isinstance(result, Command)
     assert result.node == "n1"
     assert isinstance(result.fencing_token, int)
+
+
+def test_slurm_events_round_trip_and_refuse_junk() -> None:
+    """A trigger's event round-trips on its topic; unknown events and odd hostlists are refused."""
+    from slonkd.core.messages import SlurmEvent, slurm_events_topic
+
+    topic = slurm_events_topic("lab")
+    assert str(topic) == "slonk/v1/lab/slurm/events"
+    assert parse_topic(str(topic)) == topic
+    event = SlurmEvent(event="drained", nodes="w-[0-3,7]", at=2.0)
+    assert decode(topic, encode(event)) == event
+    for bad in (
+        SlurmEvent(event="reboot", nodes="n1"),
+        SlurmEvent(event="down", nodes="n1;rm -rf /"),
+        SlurmEvent(event="down", nodes=""),
+    ):
+        with pytest.raises(ParseError):
+            decode(topic, encode(bad))
