@@ -45,7 +45,8 @@ def agent_username(node: str) -> str:
 def agent_role(cluster: str, node: str) -> dict[str, Any]:
     """The dynsec role of ``node``'s agent: its own topics and nothing else."""
     own = {
-        ch: str(node_topic(cluster, node, ch)) for ch in Channel if ch is not Channel.COORDINATOR
+        ch: str(node_topic(cluster, node, ch))
+        for ch in (Channel.STATUS, Channel.EVENTS, Channel.COMMANDS)
     }
     return {
         "rolename": f"slonk-{agent_username(node)}",
