@@ -35,7 +35,7 @@ from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.sources import coordinator_informers, pod_source
 from slonkd.adapters.kube.transport import MERGE_PATCH, KubeTransport
 from slonkd.core.kube_objects import Pod
-from slonkd.testing.kube import KWOK_ANNOTATION, KubeCluster
+from slonkd.testing.kube import KWOK_ANNOTATION, KubeCluster, fake_node_body
 
 NS = "bench"
 WRITES = 300
@@ -51,23 +51,11 @@ def _rss_mb() -> float:
 
 
 def _node(name: str) -> dict[str, Any]:
-    cap = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "type": "kwok",
-                "topology.slonk.dev/block": f"b{hash(name) % 64}",
-            },
-        },
-        "spec": {},
-        "status": {"capacity": cap, "allocatable": cap},
-    }
+    return fake_node_body(
+        name,
+        labels={"topology.slonk.dev/block": f"b{hash(name) % 64}"},
+        capacity={"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+    )
 
 
 def _pod(name: str, node: str) -> dict[str, Any]:

@@ -447,24 +447,8 @@ class KubeCluster:
     ) -> list[str]:
         """Create kwok-managed Node objects; optionally wait until all are Ready."""
         created = []
-        cap = dict(capacity or {"cpu": "32", "memory": "256Gi", "pods": "110"})
         for name in names:
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {KWOK_ANNOTATION: "fake"},
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "type": "kwok",
-                        **(labels or {}),
-                    },
-                },
-                "spec": {},
-                "status": {"capacity": cap, "allocatable": cap},
-            }
+            body = fake_node_body(name, labels=labels, capacity=capacity)
             self.api.request("POST", "/api/v1/nodes", body)
             created.append(name)
         if wait_ready_s is not None:
@@ -539,4 +523,27 @@ class KubeCluster:
             return json.load(resp)
 
 
-__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster"]
+def fake_node_body(
+    name: str, *, labels: Mapping[str, str] | None = None, capacity: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Node object that kwok manages (annotation ``kwok.x-k8s.io/node: fake``)."""
+    cap = dict(capacity or {"cpu": "32", "memory": "256Gi", "pods": "110"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "type": "kwok",
+                **(labels or {}),
+            },
+        },
+        "spec": {},
+        "status": {"capacity": cap, "allocatable": cap},
+    }
+
+
+__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster", "fake_node_body"]
