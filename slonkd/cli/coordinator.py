@@ -5,7 +5,8 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings
+``cluster``, ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, or null:
+rollouts off); MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings
 exit 2 with a one-line reason.
 """
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
+from slonkd.core.rollout import RolloutSettings
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
     from slonkd.runtime.coordinator import CoordinatorSettings
@@ -40,7 +42,7 @@ _NUMBERS = {
     "suspect_min_nodes",
     "suspect_fraction",
 }
-_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig", "cluster"}
+_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig", "cluster", "rollout"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +69,9 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
 
+    if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
+        raw = values["rollout"]
+        values["rollout"] = None if raw is None else RolloutSettings.from_mapping(raw)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")

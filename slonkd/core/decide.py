@@ -322,6 +322,8 @@ def _cannot_release(view: NodeView, cause: Cause) -> str:
             pod is not None and pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
         )
         return "" if settled else "pod not Running and Ready"
+    if cause.name == "rollout":
+        return "the rollout releases it once the node's new pod is Ready"
     return "cause unknown to this version of slonkd"
 
 

@@ -60,7 +60,15 @@ SLURM_REASON_PREFIXES = (
 
 # Priority ladder of ARCHITECTURE.md for slonkd's own causes (lower wins). Rungs 1 (foreign)
 # and 6 (healthy) are not causes slonkd holds a node for.
-_PRIORITY_BY_PREFIX = (("slurm-", 2), ("health", 3), ("k8s-", 4), ("pod-", 5), ("prestop", 5))
+# A rollout replaces a pod on purpose: pod lifecycle (rung 5), released by the rollout itself.
+_PRIORITY_BY_PREFIX = (
+    ("slurm-", 2),
+    ("health", 3),
+    ("k8s-", 4),
+    ("pod-", 5),
+    ("prestop", 5),
+    ("rollout", 5),
+)
 _UNRANKED = 6
 
 

@@ -53,7 +53,9 @@ from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
+from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.runtime.rollout import RolloutController
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -84,6 +86,8 @@ class CoordinatorSettings:
     """MQTT, to read the agents' health verdicts; None: no health input."""
     suspect_min_nodes: int = 3
     suspect_fraction: float = 0.3
+    rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
+    """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
 
 
 @dataclass(slots=True)
@@ -132,6 +136,17 @@ class Coordinator:
             self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
         self.nodes.add_handler(lambda _e: self._dirty.set())
         self.pods.add_handler(lambda _e: self._dirty.set())
+        self.rollout: RolloutController | None = None
+        if s.rollout is not None:
+            self.rollout = RolloutController(
+                s.rollout,
+                namespace=s.namespace,
+                transport=transport,
+                pods=self.pods,
+                slurm=self.slurm,
+                elector=elector,
+                max_out=s.max_out,
+            )
 
     # -- views -----------------------------------------------------------------------------
 
@@ -358,6 +373,8 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.rollout is not None:
+                group.create_task(self.rollout.run())
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))

@@ -1,0 +1,288 @@
+"""Worker rollouts that never kill jobs: which outdated worker pods to replace, and when.
+
+The chart's worker StatefulSets use ``updateStrategy: OnDelete``: the StatefulSet controller
+creates a deleted pod again from the update revision but never deletes one itself. The
+coordinator does, one node (or a few) at a time inside the disruption budget:
+
+1. a worker pod whose ``controller-revision-hash`` label differs from its StatefulSet's
+   ``status.updateRevision`` is *outdated*;
+2. its SLURM node is drained with cause ``rollout`` (the reason says so, so a person reading
+   ``sinfo -R`` knows why), then the coordinator waits for its jobs up to a limit and
+   requeues what is left;
+3. the pod is deleted (its preStop hook does the rest: drain, wait, down);
+4. once the new pod, on the update revision, is Running and Ready, the ``rollout`` cause is
+   released (the agent releases its own ``pod-terminating``; the node resumes when no cause
+   is left), and the next pod goes.
+
+The state of a rollout is read from the world, not kept in memory: a node whose SLURM
+reason set holds ``rollout`` is in progress, so a new leader after a failover carries on
+where the old one stopped. Pure functions only: nothing here reads or writes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from slonkd.core.errors import ParseError
+from slonkd.core.kube_objects import Pod, PodPhase
+from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
+from slonkd.core.slurm_node import SlurmNode
+
+ROLLOUT_CAUSE = Cause(name="rollout")
+"""The cause of a drain the rollout makes (``slonkd:rollout`` in ``sinfo -R``)."""
+REVISION_LABEL = "controller-revision-hash"
+"""The label the StatefulSet controller puts on each pod: the revision it was made from."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatefulSetRevision:
+    """What a rollout needs of one StatefulSet."""
+
+    name: str
+    namespace: str
+    update_revision: str
+    current_revision: str = ""
+    replicas: int = 0
+    on_delete: bool = False
+    """``updateStrategy: OnDelete``: only such StatefulSets are rolled by slonkd."""
+    selector: Mapping[str, str] = field(default_factory=dict)
+    """``spec.selector.matchLabels``."""
+
+    def owns(self, pod: Pod) -> bool:
+        """Whether ``pod`` is one of this StatefulSet's pods (name ``<sts>-<ordinal>``, labels)."""
+        if pod.namespace and self.namespace and pod.namespace != self.namespace:
+            return False
+        if re.fullmatch(re.escape(self.name) + r"-\d+", pod.name) is None:
+            return False
+        return all(pod.labels.get(k) == v for k, v in self.selector.items())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutSettings:
+    """How a rollout goes: how many at once, how long jobs may take, how often to look."""
+
+    max_parallel: int = 1
+    """Most worker pods being replaced at once (also bounded by the disruption budget)."""
+    job_wait_s: float = 600.0
+    """How long a drained node's jobs may run before they are requeued."""
+    poll_s: float = 2.0
+    """A pass at least this often while something is in progress."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_parallel, int) or self.max_parallel < 1:
+            raise ValueError("rollout.max_parallel must be an integer >= 1")
+        if self.job_wait_s < 0:
+            raise ValueError("rollout.job_wait_s must be >= 0")
+        if self.poll_s <= 0:
+            raise ValueError("rollout.poll_s must be > 0")
+
+    @classmethod
+    def from_mapping(cls, raw: Any) -> RolloutSettings:
+        """Settings from the JSON object of the config file; ValueError on anything else."""
+        if not isinstance(raw, Mapping):
+            raise ValueError("rollout must be a JSON object (or null to switch rollouts off)")
+        known = {"max_parallel", "job_wait_s", "poll_s"}
+        if set(raw) - known:
+            raise ValueError(f"rollout: unknown keys {sorted(set(raw) - known)}")
+        for key, value in raw.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"rollout.{key} must be a number")
+        return cls(**dict(raw))
+
+
+class Phase(StrEnum):
+    """Where one worker stands in a rollout."""
+
+    UPDATED = "updated"
+    """Its pod runs the update revision and the rollout does not hold its node."""
+    OUTDATED = "outdated"
+    """Its pod runs an older revision; not started yet."""
+    DRAINING = "draining"
+    """Drained for the rollout; waiting for its jobs, then its pod is deleted."""
+    REPLACING = "replacing"
+    """Its pod is being deleted or is gone; the StatefulSet makes the new one."""
+    STARTING = "starting"
+    """Its new pod runs the update revision but is not Running and Ready yet."""
+    DONE = "done"
+    """Its new pod is Ready: the rollout's cause is to be released now."""
+    UNMANAGED = "unmanaged"
+    """Not rolled by slonkd: no StatefulSet, not OnDelete, or no revision label."""
+
+
+ACTIVE = frozenset({Phase.DRAINING, Phase.REPLACING, Phase.STARTING, Phase.DONE})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerView:
+    """One worker as the rollout sees it: its pod, its StatefulSet and its SLURM node."""
+
+    node: str
+    pod: Pod | None
+    statefulset: StatefulSetRevision | None
+    slurm: SlurmNode | None
+
+
+def held_by_rollout(slurm: SlurmNode | None) -> bool:
+    """Whether slonkd holds the node for the rollout (its reason or its cause set says so)."""
+    if slurm is None:
+        return False
+    reason = parse_reason(slurm.live_reason)
+    if reason.owner is not ReasonOwner.SLONKD:
+        return False
+    try:
+        causes = decode_causes(slurm.extra)
+    except ParseError:
+        return False
+    return reason.cause == ROLLOUT_CAUSE or ROLLOUT_CAUSE in causes
+
+
+def phase_of(view: WorkerView) -> Phase:
+    """The worker's phase (see :class:`Phase`)."""
+    held = held_by_rollout(view.slurm)
+    pod, sts = view.pod, view.statefulset
+    if pod is None:
+        return Phase.REPLACING if held else Phase.UNMANAGED
+    if pod.terminating and held:
+        return Phase.REPLACING
+    revision = pod.labels.get(REVISION_LABEL, "")
+    if sts is None or not revision or not sts.update_revision:
+        return Phase.STARTING if held else Phase.UNMANAGED
+    updated = revision == sts.update_revision
+    if held:
+        if not updated:
+            return Phase.DRAINING
+        ready = pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
+        return Phase.DONE if ready else Phase.STARTING
+    if not sts.on_delete:
+        return Phase.UNMANAGED
+    return Phase.UPDATED if updated else Phase.OUTDATED
+
+
+def _natural(name: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(.*?)(\d+)", name)
+    return (match[1], int(match[2])) if match else (name, -1)
+
+
+def _why_not(view: WorkerView) -> str:
+    """Why an outdated worker cannot be started now ("" when it can)."""
+    pod, slurm = view.pod, view.slurm
+    if pod is not None and pod.terminating:
+        return "pod is terminating already (its next pod is made from the update revision)"
+    if slurm is None:
+        return "SLURM node not seen"
+    if not slurm.state.fully_recognised:
+        return f"SLURM state {slurm.state} not recognised"
+    owner = parse_reason(slurm.live_reason).owner
+    if owner in (ReasonOwner.FOREIGN, ReasonOwner.SLURM) or (
+        owner is ReasonOwner.NONE and slurm.held
+    ):
+        return f"SLURM node held by someone else ({slurm.reason[:60] or slurm.state}): left alone"
+    return ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutPlan:
+    """What one pass does, and where every worker stands."""
+
+    start: tuple[str, ...] = ()
+    """Outdated workers to drain for the rollout now."""
+    release: tuple[str, ...] = ()
+    """Workers whose new pod is Ready: release the rollout's cause."""
+    draining: tuple[str, ...] = ()
+    """Drained for the rollout, pod still outdated: wait for jobs, requeue, delete the pod."""
+    phases: Mapping[str, Phase] = field(default_factory=dict)
+    waiting: Mapping[str, str] = field(default_factory=dict)
+    """Outdated workers not started this pass, and why."""
+
+
+def plan_rollout(
+    views: Sequence[WorkerView], settings: RolloutSettings, *, out_now: int, max_out: int
+) -> RolloutPlan:
+    """The next steps of the rollout over ``views``.
+
+    ``out_now`` is how many worker nodes are out of service in SLURM right now (for any
+    cause, the rollout's own included) and ``max_out`` the disruption budget: a worker whose
+    node is in service costs one unit of it when its drain starts. At most
+    ``settings.max_parallel`` workers are in the rollout at once. Outdated pods that are not
+    Ready go first (they serve nothing), then the others by name.
+    """
+    phases = {v.node: phase_of(v) for v in views}
+    active = sum(1 for p in phases.values() if p in ACTIVE)
+    budget = max_out - out_now
+    room = settings.max_parallel - active
+    candidates = sorted(
+        (v for v in views if phases[v.node] is Phase.OUTDATED),
+        key=lambda v: (bool(v.pod and v.pod.ready), _natural(v.node)),
+    )
+    start: list[str] = []
+    waiting: dict[str, str] = {}
+    for view in candidates:
+        why = _why_not(view)
+        if why:
+            waiting[view.node] = why
+            continue
+        assert view.slurm is not None  # noqa: S101 - _why_not said it was seen
+        cost = 0 if view.slurm.state.out_of_service else 1
+        if room <= 0:
+            waiting[view.node] = f"at most {settings.max_parallel} at a time"
+        elif cost > budget:
+            waiting[view.node] = f"disruption budget: {out_now} of {max_out} nodes out"
+        else:
+            start.append(view.node)
+            room -= 1
+            budget -= cost
+    return RolloutPlan(
+        start=tuple(start),
+        release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE)),
+        draining=tuple(sorted(n for n, p in phases.items() if p is Phase.DRAINING)),
+        phases=phases,
+        waiting=waiting,
+    )
+
+
+def progress(
+    views: Sequence[WorkerView], plan: RolloutPlan, statefulsets: Sequence[StatefulSetRevision]
+) -> dict[str, Any]:
+    """JSON-able progress for ``slonkd status``: counts, per StatefulSet, and what waits."""
+    counts = {p.value: 0 for p in Phase}
+    for phase in plan.phases.values():
+        counts[phase.value] += 1
+    per_sts: dict[str, dict[str, Any]] = {}
+    for sts in sorted(statefulsets, key=lambda s: s.name):
+        mine = [v for v in views if v.statefulset is not None and v.statefulset.name == sts.name]
+        per_sts[sts.name] = {
+            "update_revision": sts.update_revision,
+            "on_delete": sts.on_delete,
+            "replicas": sts.replicas,
+            "updated": sum(1 for v in mine if plan.phases.get(v.node) is Phase.UPDATED),
+            "outdated": sum(1 for v in mine if plan.phases.get(v.node) is Phase.OUTDATED),
+        }
+    in_progress = {n: p.value for n, p in sorted(plan.phases.items()) if p in ACTIVE}
+    return {
+        "updated": counts[Phase.UPDATED.value],
+        "outdated": counts[Phase.OUTDATED.value],
+        "in_progress": in_progress,
+        "waiting": dict(sorted(plan.waiting.items())),
+        "statefulsets": per_sts,
+        "complete": counts[Phase.OUTDATED.value] == 0 and not in_progress,
+    }
+
+
+__all__ = [
+    "ACTIVE",
+    "REVISION_LABEL",
+    "ROLLOUT_CAUSE",
+    "Phase",
+    "RolloutPlan",
+    "RolloutSettings",
+    "StatefulSetRevision",
+    "WorkerView",
+    "held_by_rollout",
+    "phase_of",
+    "plan_rollout",
+    "progress",
+]

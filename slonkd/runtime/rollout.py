@@ -1,0 +1,280 @@
+"""The leader's worker rollouts: replace outdated worker pods without killing a job.
+
+Run by the coordinator as one task while it leads. Each pass (on a change of a worker pod or
+StatefulSet, and every ``poll_s`` while something is in progress) it reads the SLURM nodes
+once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
+
+- drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
+- for each node drained for the rollout whose pod is still outdated: wait for its jobs up to
+  ``job_wait_s``, then requeue them; a job that cannot be requeued blocks the node's
+  rollout (its pod is not deleted; the job is never killed) until it ends; then delete the
+  pod with its uid as precondition (its preStop hook drains, waits and downs the node);
+- once the node's new pod runs the update revision and is Ready, release ``rollout`` (the
+  node resumes when no other cause holds it) and go on with the next.
+
+The lease is checked right before each write. :meth:`RolloutController.status` gives the
+progress as a JSON-able dict for ``slonkd status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.lease import LeaderElector
+from slonkd.adapters.kube.pods import PodWriter
+from slonkd.adapters.kube.statefulsets import statefulset_informer
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_changes import ChangeOutcome
+from slonkd.core.kube_objects import Pod
+from slonkd.core.rollout import (
+    ACTIVE,
+    REVISION_LABEL,
+    ROLLOUT_CAUSE,
+    RolloutPlan,
+    RolloutSettings,
+    StatefulSetRevision,
+    WorkerView,
+    held_by_rollout,
+    plan_rollout,
+    progress,
+)
+from slonkd.core.slurm_node import SlurmNode
+
+log = structlog.get_logger("slonkd.rollout")
+
+
+class RolloutController:
+    """Replaces outdated worker pods of OnDelete StatefulSets, one drained node at a time."""
+
+    def __init__(
+        self,
+        settings: RolloutSettings,
+        *,
+        namespace: str,
+        transport: KubeTransport,
+        pods: Informer[Pod],
+        slurm: ScontrolBackend,
+        elector: LeaderElector,
+        max_out: int,
+    ) -> None:
+        self.s = settings
+        self.namespace = namespace
+        self.pods = pods
+        self.slurm = slurm
+        self.elector = elector
+        self.max_out = max_out
+        self.statefulsets = statefulset_informer(transport, namespace)
+        self.pod_writer = PodWriter(transport)
+        self._dirty = asyncio.Event()
+        self._drained_at: dict[str, float] = {}
+        """Node -> when this leader first saw it drained for the rollout (monotonic)."""
+        self._blocked: dict[str, str] = {}
+        self._jobs_seen: dict[str, int] = {}
+        self._status: dict[str, Any] = {"leading": False}
+        self._slurm_read = False
+        self.pods.add_handler(lambda _e: self._dirty.set())
+        self.statefulsets.add_handler(lambda _e: self._dirty.set())
+
+    # -- what callers ask ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Rollout progress (JSON-able): updated, outdated, in progress, waiting, per pool."""
+        return dict(self._status)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch the StatefulSets and roll outdated workers until cancelled (lost lease)."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.statefulsets.run())
+            await self.statefulsets.synced.wait()
+            await self.pods.synced.wait()
+            log.info("rollout.watching", statefulsets=len(self.statefulsets))
+            while True:
+                self._dirty.clear()
+                busy = False
+                try:
+                    busy = await self.reconcile()
+                except SlonkdError as exc:
+                    busy = True
+                    log.warning("rollout.pass_failed", error=str(exc)[:300])
+                timeout = self.s.poll_s if busy else max(self.s.poll_s, 30.0)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._dirty.wait()
+
+    # -- one pass --------------------------------------------------------------------------
+
+    def _views(self, slurm_nodes: dict[str, SlurmNode]) -> list[WorkerView]:
+        statefulsets = list(self.statefulsets.items().values())
+        pods: dict[str, Pod] = {
+            p.name: p for p in self.pods.items().values() if p.namespace == self.namespace
+        }
+        names = set(pods) | {n for n, s in slurm_nodes.items() if held_by_rollout(s)}
+        views = []
+        for name in sorted(names):
+            pod = pods.get(name)
+            sts = next((s for s in statefulsets if pod is not None and s.owns(pod)), None)
+            views.append(
+                WorkerView(node=name, pod=pod, statefulset=sts, slurm=slurm_nodes.get(name))
+            )
+        return views
+
+    def _anything_to_do(self) -> bool:
+        """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
+        if self._drained_at or not self._slurm_read:
+            return True
+        statefulsets = [s for s in self.statefulsets.items().values() if s.on_delete]
+        for pod in self.pods.items().values():
+            sts = next((s for s in statefulsets if s.owns(pod)), None)
+            if sts is not None and pod.labels.get(REVISION_LABEL) != sts.update_revision:
+                return True
+        return False
+
+    async def reconcile(self) -> bool:
+        """One pass; True while something is in progress (poll again soon)."""
+        if not self._anything_to_do():
+            self._status = self._summary([], RolloutPlan())
+            return False
+        slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.slurm.read_nodes()}
+        self._slurm_read = True
+        views = self._views(slurm_nodes)
+        workers = {v.node for v in views if v.pod is not None}
+        out_now = sum(
+            1
+            for n, s in slurm_nodes.items()
+            if (n in workers or held_by_rollout(s))
+            if s.state.out_of_service
+        )
+        plan = plan_rollout(views, self.s, out_now=out_now, max_out=self.max_out)
+        by_node = {v.node: v for v in views}
+        if plan.release:
+            token = self.elector.check_valid()
+            result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
+            log.info(
+                "slurm.nodes_release",
+                action="release",
+                cause=str(ROLLOUT_CAUSE),
+                owner="coordinator",
+                nodes=sorted(result.changed),
+                skipped={s.node: s.why.value for s in result.skipped},
+                detail="new pod on the update revision is Ready",
+                fencing_token=token,
+            )
+            for name in plan.release:
+                self._forget(name)
+        if plan.start:
+            token = self.elector.check_valid()
+            revisions = sorted(
+                {s.update_revision for n in plan.start if (s := by_node[n].statefulset)}
+            )
+            result = await self.slurm.drain(
+                list(plan.start),
+                ROLLOUT_CAUSE,
+                f"replacing pod with revision {','.join(revisions)}",
+            )
+            log.info(
+                "slurm.nodes_drain",
+                action="drain",
+                cause=str(ROLLOUT_CAUSE),
+                owner="coordinator",
+                nodes=sorted(result.changed),
+                skipped={s.node: s.why.value for s in result.skipped},
+                calls=result.calls,
+                fencing_token=token,
+            )
+            now = time.monotonic()
+            for name in result.changed:
+                self._drained_at[name] = now
+        for name in plan.draining:
+            await self._drained(by_node[name])
+        for name in list(self._drained_at):  # released, or undrained by someone else
+            if plan.phases.get(name) not in ACTIVE and name not in plan.start:
+                self._forget(name)
+        self._status = self._summary(views, plan)
+        return bool(plan.start or plan.draining or self._status["in_progress"])
+
+    async def _drained(self, view: WorkerView) -> None:
+        """A node drained for the rollout, pod outdated: wait for jobs, requeue, delete."""
+        pod = view.pod
+        if pod is None or pod.terminating:
+            return
+        name = view.node
+        drained_at = self._drained_at.setdefault(name, time.monotonic())
+        jobs = await self.slurm.jobs_on(name)
+        waited = time.monotonic() - drained_at
+        if jobs and waited < self.s.job_wait_s:
+            if self._jobs_seen.get(name) != len(jobs):
+                self._jobs_seen[name] = len(jobs)
+                log.info(
+                    "rollout.waiting_for_jobs",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    jobs=[j.job_id for j in jobs],
+                    left_s=round(self.s.job_wait_s - waited, 1),
+                )
+            self._blocked[name] = f"waiting for {len(jobs)} job(s)"
+            return
+        if jobs:
+            token = self.elector.check_valid()
+            requeued = await self.slurm.requeue_jobs(name)
+            log.info(
+                "slurm.jobs_requeued",
+                node=name,
+                cause=str(ROLLOUT_CAUSE),
+                jobs=list(requeued.requeued),
+                not_requeueable=list(requeued.not_requeueable),
+                fencing_token=token,
+            )
+            if requeued.not_requeueable:
+                why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
+                if self._blocked.get(name) != why:
+                    log.warning("rollout.blocked", node=name, cause=str(ROLLOUT_CAUSE), detail=why)
+                self._blocked[name] = why
+                return
+        token = self.elector.check_valid()
+        result = await self.pod_writer.delete(pod.namespace, pod.name, uid=pod.uid)
+        log.info(
+            "kube.pod_delete",
+            node=name,
+            pod=pod.name,
+            uid=pod.uid,
+            cause=str(ROLLOUT_CAUSE),
+            owner="coordinator",
+            outcome=result.outcome.value,
+            revision=pod.labels.get(REVISION_LABEL, ""),
+            fencing_token=token,
+        )
+        if result.outcome in (ChangeOutcome.CHANGED, ChangeOutcome.GONE):
+            self._blocked.pop(name, None)
+
+    def _forget(self, name: str) -> None:
+        self._drained_at.pop(name, None)
+        self._blocked.pop(name, None)
+        self._jobs_seen.pop(name, None)
+
+    def _summary(self, views: list[WorkerView], plan: RolloutPlan) -> dict[str, Any]:
+        statefulsets: list[StatefulSetRevision] = list(self.statefulsets.items().values())
+        out = progress(views, plan, statefulsets)
+        if not views:  # nothing outdated and nothing in progress: count from the caches
+            on_delete = [s for s in statefulsets if s.on_delete]
+            pods = [p for p in self.pods.items().values() if any(s.owns(p) for s in on_delete)]
+            out["updated"] = len(pods)
+            for sts in on_delete:
+                entry = out["statefulsets"][sts.name]
+                entry["updated"] = sum(1 for p in pods if sts.owns(p))
+        out["blocked"] = dict(sorted(self._blocked.items()))
+        out["leading"] = self.elector.is_valid()
+        out["max_parallel"] = self.s.max_parallel
+        return out
+
+
+__all__ = ["RolloutController"]

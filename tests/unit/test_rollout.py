@@ -1,0 +1,258 @@
+"""Rollout planning: which outdated workers go next, phases read from the world, settings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slonkd.adapters.kube.statefulsets import statefulset_from_json
+from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.errors import ParseError
+from slonkd.core.kube_objects import KubeNodeName, Pod, PodName, PodPhase
+from slonkd.core.reasons import Cause, highest
+from slonkd.core.rollout import (
+    REVISION_LABEL,
+    ROLLOUT_CAUSE,
+    Phase,
+    RolloutSettings,
+    StatefulSetRevision,
+    WorkerView,
+    held_by_rollout,
+    phase_of,
+    plan_rollout,
+    progress,
+)
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+
+STS = StatefulSetRevision(
+    name="w",
+    namespace="slonk",
+    update_revision="w-new",
+    current_revision="w-old",
+    replicas=4,
+    on_delete=True,
+    selector={"slonk.dev/pool": "w"},
+)
+
+
+def pod(
+    name: str, revision: str = "w-old", *, ready: bool = True, terminating: bool = False
+) -> Pod:
+    """Worker pod ``name`` of StatefulSet w made from ``revision``."""
+    return Pod(
+        name=PodName(name),
+        namespace="slonk",
+        uid=f"uid-{name}-{revision}",
+        resource_version="1",
+        node_name=KubeNodeName("kn-0"),
+        phase=PodPhase.RUNNING,
+        ready=ready,
+        deletion_timestamp="2026-11-30T00:00:00Z" if terminating else None,
+        labels={"slonk.dev/pool": "w", REVISION_LABEL: revision},
+    )
+
+
+def node(
+    name: str, state: str = "IDLE", reason: str = "", causes: tuple[str, ...] = ()
+) -> SlurmNode:
+    """SLURM node ``name``."""
+    base, *flags = state.split("+")
+    extra = json.dumps({"slonkd": list(causes)}) if causes else ""
+    return SlurmNode(
+        name=NodeName(name), state=NodeState.from_tokens(base, flags), reason=reason, extra=extra
+    )
+
+
+def view(name: str, p: Pod | None, s: SlurmNode | None) -> WorkerView:
+    """A worker of StatefulSet w."""
+    return WorkerView(node=name, pod=p, statefulset=STS, slurm=s)
+
+
+def fleet(n: int = 4) -> list[WorkerView]:
+    """``n`` outdated, Ready, idle workers."""
+    return [view(f"w-{i}", pod(f"w-{i}"), node(f"w-{i}")) for i in range(n)]
+
+
+DRAINED = "slonkd:rollout replacing pod"
+
+
+def test_statefulset_owns_its_pods_only() -> None:
+    """Name ``<sts>-<ordinal>`` and the selector's labels: both needed."""
+    assert STS.owns(pod("w-3"))
+    assert not STS.owns(pod("wx-3"))
+    assert not STS.owns(pod("w-a"))
+    other = replace(pod("w-1"), labels={"slonk.dev/pool": "x", REVISION_LABEL: "w-old"})
+    assert not STS.owns(other)
+
+
+def test_phases_follow_the_world() -> None:
+    """Outdated, draining, replacing, starting, done and updated, from pod and SLURM alone."""
+    assert phase_of(view("w-0", pod("w-0"), node("w-0"))) is Phase.OUTDATED
+    assert phase_of(view("w-0", pod("w-0", "w-new"), node("w-0"))) is Phase.UPDATED
+    drained = node("w-0", "IDLE+DRAIN", DRAINED)
+    assert phase_of(view("w-0", pod("w-0"), drained)) is Phase.DRAINING
+    assert phase_of(view("w-0", pod("w-0", terminating=True), drained)) is Phase.REPLACING
+    assert phase_of(view("w-0", None, drained)) is Phase.REPLACING
+    assert phase_of(view("w-0", pod("w-0", "w-new", ready=False), drained)) is Phase.STARTING
+    assert phase_of(view("w-0", pod("w-0", "w-new"), drained)) is Phase.DONE
+    # held by the rollout and by the agent's pod-terminating at once (the cause set in extra)
+    both = node("w-0", "DOWN+DRAIN", "slonkd:pod-terminating x", ("pod-terminating", "rollout"))
+    assert held_by_rollout(both)
+    assert phase_of(view("w-0", pod("w-0", "w-new"), both)) is Phase.DONE
+    # a pod that is not the rollout's business
+    assert phase_of(view("w-0", None, node("w-0"))) is Phase.UNMANAGED
+    rolling = WorkerView(
+        node="w-0",
+        pod=pod("w-0"),
+        statefulset=StatefulSetRevision(name="w", namespace="slonk", update_revision="w-new"),
+        slurm=node("w-0"),
+    )
+    assert phase_of(rolling) is Phase.UNMANAGED  # RollingUpdate: the controller rolls it
+
+
+def test_one_at_a_time_in_name_order() -> None:
+    """max_parallel 1: the first outdated worker starts; the others wait and say why."""
+    plan = plan_rollout(fleet(), RolloutSettings(), out_now=0, max_out=10)
+    assert plan.start == ("w-0",)
+    assert plan.waiting == {n: "at most 1 at a time" for n in ("w-1", "w-2", "w-3")}
+
+
+def test_nothing_new_starts_while_one_is_in_progress() -> None:
+    """A drained worker (or one whose pod is being replaced) holds the single slot."""
+    views = fleet()
+    views[0] = view("w-0", None, node("w-0", "DOWN+DRAIN", DRAINED))
+    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    assert plan.start == ()
+    views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
+    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    assert plan.release == ("w-0",)
+    assert plan.start == ()  # the next goes once the release is seen
+
+
+def test_parallel_and_budget_bound_the_starts() -> None:
+    """max_parallel 3 inside a budget with 1 unit left: one starts."""
+    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), out_now=9, max_out=10)
+    assert plan.start == ("w-0",)
+    assert plan.waiting["w-1"] == "disruption budget: 9 of 10 nodes out"
+    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), out_now=0, max_out=10)
+    assert plan.start == ("w-0", "w-1", "w-2")
+
+
+def test_a_node_already_out_costs_no_budget_and_unready_pods_go_first() -> None:
+    """A pod that is not Ready goes first; a node slonkd holds already fits a full budget."""
+    views = fleet()
+    views[2] = view("w-2", pod("w-2", ready=False), node("w-2", "IDLE+DRAIN", "slonkd:health:x"))
+    plan = plan_rollout(views, RolloutSettings(), out_now=10, max_out=10)
+    assert plan.start == ("w-2",)
+
+
+def test_operator_and_slurm_holds_are_left_alone() -> None:
+    """An operator's drain or SLURM's failure: never drained by the rollout, reported."""
+    views = fleet(3)
+    views[0] = view("w-0", pod("w-0"), node("w-0", "IDLE+DRAIN", "disk swap by ops"))
+    views[1] = view("w-1", pod("w-1"), node("w-1", "DOWN", "Not responding"))
+    plan = plan_rollout(views, RolloutSettings(), out_now=2, max_out=10)
+    assert plan.start == ("w-2",)
+    assert "someone else" in plan.waiting["w-0"]
+    assert "someone else" in plan.waiting["w-1"]
+
+
+def test_unknown_slurm_node_and_terminating_pod_wait() -> None:
+    """Not seen in SLURM: unknown is not idle. A pod going away is replaced anyway."""
+    views = [
+        view("w-0", pod("w-0"), None),
+        view("w-1", pod("w-1", terminating=True), node("w-1")),
+    ]
+    plan = plan_rollout(views, RolloutSettings(max_parallel=2), out_now=0, max_out=10)
+    assert plan.start == ()
+    assert plan.waiting["w-0"] == "SLURM node not seen"
+    assert "terminating" in plan.waiting["w-1"]
+
+
+def test_progress_counts() -> None:
+    """JSON-able counts per phase and per StatefulSet."""
+    views = fleet(3)
+    views[0] = view("w-0", pod("w-0", "w-new"), node("w-0"))
+    views[1] = view("w-1", pod("w-1"), node("w-1", "IDLE+DRAIN", DRAINED))
+    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    out = progress(views, plan, [STS])
+    assert out["updated"] == 1
+    assert out["outdated"] == 1
+    assert out["in_progress"] == {"w-1": "draining"}
+    assert out["statefulsets"]["w"]["updated"] == 1
+    assert out["complete"] is False
+    json.dumps(out)
+
+
+def test_decide_never_releases_the_rollouts_drain() -> None:
+    """The coordinator's healthy rule keeps ``rollout``: only the rollout releases it."""
+    v = NodeView(
+        node=NodeName("w-0"),
+        now=1000.0,
+        slurm=node("w-0", "IDLE+DRAIN", DRAINED),
+        pod=pod("w-0"),
+        kube_node=None,
+        pod_ready_since=0.0,
+    )
+    plan = decide(v, Policy())
+    assert not [a for a in plan.actions if a.kind is Kind.RELEASE]
+    assert any("rollout releases it" in n for n in plan.notes)
+
+
+def test_rollout_is_on_the_pod_lifecycle_rung() -> None:
+    """Below health and K8s maintenance, beside pod lifecycle."""
+    assert ROLLOUT_CAUSE.priority == Cause(name="pod-terminating").priority
+    assert highest(frozenset({ROLLOUT_CAUSE, Cause(name="k8s-cordoned")})).name == "k8s-cordoned"
+
+
+def test_settings_from_mapping() -> None:
+    """Known numbers only; bad values refused with a clear message."""
+    assert RolloutSettings.from_mapping({"max_parallel": 2}).max_parallel == 2
+    with pytest.raises(ValueError, match="unknown keys"):
+        RolloutSettings.from_mapping({"parallel": 2})
+    with pytest.raises(ValueError, match="max_parallel"):
+        RolloutSettings.from_mapping({"max_parallel": 0})
+    with pytest.raises(ValueError, match="must be a number"):
+        RolloutSettings.from_mapping({"job_wait_s": "10"})
+    with pytest.raises(ValueError, match="JSON object"):
+        RolloutSettings.from_mapping([1])
+
+
+def test_statefulset_from_json() -> None:
+    """updateRevision, OnDelete and the selector from the apiserver's JSON."""
+    sts = statefulset_from_json(
+        {
+            "metadata": {"name": "w", "namespace": "slonk"},
+            "spec": {
+                "replicas": 4,
+                "updateStrategy": {"type": "OnDelete"},
+                "selector": {"matchLabels": {"slonk.dev/pool": "w"}},
+            },
+            "status": {"updateRevision": "w-new", "currentRevision": "w-old"},
+        }
+    )
+    assert sts == STS
+    assert not statefulset_from_json({"metadata": {"name": "x"}}).on_delete
+    with pytest.raises(ParseError):
+        statefulset_from_json({"spec": {}})
+
+
+def test_coordinator_settings_parse_rollout(tmp_path: Path) -> None:
+    """The config file's ``rollout``: an object, or null to switch rollouts off."""
+    from slonkd.cli.coordinator import load_settings
+
+    path = tmp_path / "c.json"
+    env = {"POD_NAMESPACE": "slonk", "SLONKD_CONFIG": str(path)}
+    path.write_text(json.dumps({"rollout": {"max_parallel": 2, "job_wait_s": 5}}))
+    s = load_settings(env)
+    assert s.rollout == RolloutSettings(max_parallel=2, job_wait_s=5)
+    path.write_text(json.dumps({"rollout": None}))
+    assert load_settings(env).rollout is None
+    path.unlink()
+    assert load_settings({"POD_NAMESPACE": "slonk"}).rollout == RolloutSettings()
+    path.write_text(json.dumps({"rollout": {"max_parallel": -1}}))
+    with pytest.raises(ValueError, match="max_parallel"):
+        load_settings(env)
