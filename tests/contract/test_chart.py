@@ -393,6 +393,9 @@ def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Instal
     topology = f"{cms}/slonk-topology"
     assert _status(coord, "PATCH", topology, patch, content_type=merge) == 200
     assert _status(coord, "GET", f"{pods}/slonk-gpu-1") == 200
+    # rollouts read the worker StatefulSets' updateRevision (never write them)
+    assert _status(coord, "GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets") == 200
+    assert _status(coord, "GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/slonk-gpu") == 200
     forbidden_to_coordinator: list[tuple[str, str, Obj | None]] = [
         ("GET", f"{cms}/slonk-slurm-config", None),
         ("GET", f"/api/v1/namespaces/{ns}/secrets/slonk-munge", None),

@@ -15,6 +15,7 @@ from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import agent_informers, coordinator_informers
 from slonkd.adapters.kube.state import StateStore
+from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.tokenreview import review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState
@@ -103,9 +104,11 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
     transport = await _transport_for(kube, namespace, "coord", tmp_path)
     try:
         nodes, pods = coordinator_informers(transport, namespace, pod_selector="app=w")
-        async with running(nodes), running(pods):
+        statefulsets = statefulset_informer(transport, namespace)
+        async with running(nodes), running(pods), running(statefulsets):
             assert nodes.get(node) is not None
             assert len(pods) == 2
+            assert len(statefulsets) == 0  # listed and watched (none made here): no 403
         writer = NodeWriter(transport)
         assert (await writer.cordon(node, cause="rbac")).done
         assert (await writer.uncordon(node)).done
@@ -173,6 +176,14 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
             await other.update(got[0], lambda s: CoordinatorState(breaker_open=True))
         with pytest.raises(KubeForbidden, match="pods/eviction"):
             await PodWriter(transport).evict("default", "anything")
+        with pytest.raises(KubeForbidden, match=r'resources: \["statefulsets"\], verbs: \["patch"'):
+            await transport.request(
+                Call(verb="patch", resource="statefulsets", group="apps", namespace=namespace),
+                "PATCH",
+                f"/apis/apps/v1/namespaces/{namespace}/statefulsets/w",
+                body={"spec": {"replicas": 0}},
+                content_type="application/merge-patch+json",
+            )
     finally:
         await transport.close()
 
