@@ -5,9 +5,9 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``cluster``, ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, or null:
-rollouts off); MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings
-exit 2 with a one-line reason.
+``cluster``, ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``,
+``settle_s``, or null: rollouts off); MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for
+the agent. Bad settings exit 2 with a one-line reason.
 """
 
 from __future__ import annotations

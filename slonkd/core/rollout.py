@@ -71,6 +71,9 @@ class RolloutSettings:
     """How long a drained node's jobs may run before they are requeued."""
     poll_s: float = 2.0
     """A pass at least this often while something is in progress."""
+    settle_s: float = 120.0
+    """After the release, how long to wait for the node to be back in service (the agent
+    releases its own cause) before the next worker goes regardless."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_parallel, int) or self.max_parallel < 1:
@@ -79,13 +82,15 @@ class RolloutSettings:
             raise ValueError("rollout.job_wait_s must be >= 0")
         if self.poll_s <= 0:
             raise ValueError("rollout.poll_s must be > 0")
+        if self.settle_s < 0:
+            raise ValueError("rollout.settle_s must be >= 0")
 
     @classmethod
     def from_mapping(cls, raw: Any) -> RolloutSettings:
         """Settings from the JSON object of the config file; ValueError on anything else."""
         if not isinstance(raw, Mapping):
             raise ValueError("rollout must be a JSON object (or null to switch rollouts off)")
-        known = {"max_parallel", "job_wait_s", "poll_s"}
+        known = {"max_parallel", "job_wait_s", "poll_s", "settle_s"}
         if set(raw) - known:
             raise ValueError(f"rollout: unknown keys {sorted(set(raw) - known)}")
         for key, value in raw.items():
@@ -109,11 +114,13 @@ class Phase(StrEnum):
     """Its new pod runs the update revision but is not Running and Ready yet."""
     DONE = "done"
     """Its new pod is Ready: the rollout's cause is to be released now."""
+    SETTLING = "settling"
+    """Released by the rollout; its node is not back in service yet (the agent's turn)."""
     UNMANAGED = "unmanaged"
     """Not rolled by slonkd: no StatefulSet, not OnDelete, or no revision label."""
 
 
-ACTIVE = frozenset({Phase.DRAINING, Phase.REPLACING, Phase.STARTING, Phase.DONE})
+ACTIVE = frozenset({Phase.DRAINING, Phase.REPLACING, Phase.STARTING, Phase.DONE, Phase.SETTLING})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +131,8 @@ class WorkerView:
     pod: Pod | None
     statefulset: StatefulSetRevision | None
     slurm: SlurmNode | None
+    settling: bool = False
+    """The rollout released this node a moment ago and waits for it to be back in service."""
 
 
 def held_by_rollout(slurm: SlurmNode | None) -> bool:
@@ -159,6 +168,8 @@ def phase_of(view: WorkerView) -> Phase:
         return Phase.DONE if ready else Phase.STARTING
     if not sts.on_delete:
         return Phase.UNMANAGED
+    if updated and view.settling:
+        return Phase.SETTLING
     return Phase.UPDATED if updated else Phase.OUTDATED
 
 

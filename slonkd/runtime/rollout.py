@@ -77,6 +77,8 @@ class RolloutController:
         self._drained_at: dict[str, float] = {}
         """Node -> when this leader first saw it drained for the rollout (monotonic)."""
         self._blocked: dict[str, str] = {}
+        self._settling: dict[str, float] = {}
+        """Node -> when the rollout released it (monotonic), until it is back in service."""
         self._jobs_seen: dict[str, int] = {}
         self._status: dict[str, Any] = {"leading": False}
         self._slurm_read = False
@@ -124,13 +126,19 @@ class RolloutController:
             pod = pods.get(name)
             sts = next((s for s in statefulsets if pod is not None and s.owns(pod)), None)
             views.append(
-                WorkerView(node=name, pod=pod, statefulset=sts, slurm=slurm_nodes.get(name))
+                WorkerView(
+                    node=name,
+                    pod=pod,
+                    statefulset=sts,
+                    slurm=slurm_nodes.get(name),
+                    settling=name in self._settling,
+                )
             )
         return views
 
     def _anything_to_do(self) -> bool:
         """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
-        if self._drained_at or not self._slurm_read:
+        if self._drained_at or self._settling or not self._slurm_read:
             return True
         statefulsets = [s for s in self.statefulsets.items().values() if s.on_delete]
         for pod in self.pods.items().values():
@@ -146,6 +154,7 @@ class RolloutController:
             return False
         slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.slurm.read_nodes()}
         self._slurm_read = True
+        self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
         workers = {v.node for v in views if v.pod is not None}
         out_now = sum(
@@ -171,6 +180,7 @@ class RolloutController:
             )
             for name in plan.release:
                 self._forget(name)
+                self._settling[name] = time.monotonic()
         if plan.start:
             token = self.elector.check_valid()
             revisions = sorted(
@@ -255,6 +265,25 @@ class RolloutController:
         )
         if result.outcome in (ChangeOutcome.CHANGED, ChangeOutcome.GONE):
             self._blocked.pop(name, None)
+
+    def _settled(self, slurm_nodes: dict[str, SlurmNode]) -> None:
+        """Stop waiting for released nodes that are back in service (or took too long)."""
+        now = time.monotonic()
+        for name, released_at in list(self._settling.items()):
+            node = slurm_nodes.get(name)
+            if node is not None and not node.state.out_of_service:
+                del self._settling[name]
+                log.info("rollout.node_replaced", node=name, cause=str(ROLLOUT_CAUSE))
+            elif now - released_at > self.s.settle_s:
+                del self._settling[name]
+                log.warning(
+                    "rollout.settle_timeout",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    state=str(node.state) if node else "unknown",
+                    reason=node.reason[:120] if node else "",
+                    detail="node still out of service after its new pod became Ready; going on",
+                )
 
     def _forget(self, name: str) -> None:
         self._drained_at.pop(name, None)

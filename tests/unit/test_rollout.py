@@ -256,3 +256,20 @@ def test_coordinator_settings_parse_rollout(tmp_path: Path) -> None:
     path.write_text(json.dumps({"rollout": {"max_parallel": -1}}))
     with pytest.raises(ValueError, match="max_parallel"):
         load_settings(env)
+
+
+def test_a_released_node_holds_the_slot_until_back_in_service() -> None:
+    """Released by the rollout, still DOWN for the agent's cause: the next one waits."""
+    views = fleet()
+    views[0] = WorkerView(
+        node="w-0",
+        pod=pod("w-0", "w-new"),
+        statefulset=STS,
+        slurm=node("w-0", "DOWN+DRAIN", "slonkd:pod-terminating held"),
+        settling=True,
+    )
+    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    assert plan.phases["w-0"] is Phase.SETTLING
+    assert plan.start == ()
+    views[0] = replace(views[0], settling=False)
+    assert plan_rollout(views, RolloutSettings(), out_now=1, max_out=10).start == ("w-1",)

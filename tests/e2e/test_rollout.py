@@ -1,0 +1,243 @@
+"""Worker rollouts end to end: the coordinator replaces every outdated pod without killing a job.
+
+Three worker pods of an OnDelete StatefulSet, bound to real slurmd by the kubelet stand-in,
+with their agents, ``slonkd prestop`` as preStop hook and one coordinator. The test patches
+the StatefulSet's template and watches: every pod is replaced, never more than one SLURM
+node out at a time, a requeueable job running on a worker is requeued (never FAILED,
+CANCELLED or NODE_FAIL), and at the end every pod runs the new revision and every SLURM
+node is back in service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.core.rollout import REVISION_LABEL
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubelet import KubeletStandIn
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+NAMES = ("r-0", "r-1", "r-2")
+KILLED = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+
+
+@dataclass(slots=True)
+class Rollout:
+    """The picture: pods, SLURM nodes, agents and the coordinator's log."""
+
+    kube: KubeCluster
+    slurm: SlurmCluster
+    namespace: str
+    log: Path
+    agents: list[AgentProcess] = field(default_factory=list)
+
+    def pods(self) -> list[dict[str, Any]]:
+        """The worker pods."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        return list(self.kube.api.request("GET", path)["items"])
+
+    def sts(self) -> dict[str, Any]:
+        """The StatefulSet r."""
+        return dict(
+            self.kube.api.request(
+                "GET", f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets/r"
+            )
+        )
+
+    def out_of_service(self) -> set[str]:
+        """SLURM nodes drained, draining, down or failed now."""
+        text = self.slurm.run("sinfo", "-h", "-N", "-o", "%N|%T").stdout
+        rows = dict(line.split("|", 1) for line in text.splitlines() if line)
+        return {
+            n
+            for n, s in rows.items()
+            if any(w in s for w in ("drain", "down", "fail")) and n in NAMES
+        }
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` as a dict of its fields."""
+        text = self.slurm.run("scontrol", "-o", "show", "job", job_id).stdout
+        return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conds = pod.get("status", {}).get("conditions") or []
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conds
+    )
+
+
+@pytest.fixture
+def rollout(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+) -> Iterator[Rollout]:
+    """3 workers of an OnDelete StatefulSet with agents, preStop and a coordinator."""
+    slurm = slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
+    label = {"slonk.dev/test": namespace}
+    (kube_node,) = kube.add_fake_nodes([unique("roll")], labels=label)
+    standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
+    standin.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    r = Rollout(kube=kube, slurm=slurm, namespace=namespace, log=tmp_path / "coordinator.log")
+    try:
+        sts = worker_statefulset(
+            "r", replicas=len(NAMES), node_selector=label, grace_s=GRACE_S, prestop=PRESTOP
+        )
+        sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        slurm.wait_idle(NAMES, timeout_s=60)
+        base = {
+            **os.environ,
+            "POD_NAMESPACE": namespace,
+            "KUBECONFIG": str(kube.kubeconfig),
+            "SLURM_CONF": str(slurm.conf),
+        }
+        for name in NAMES:
+            env = {
+                **base,
+                "POD_NAME": name,
+                "NODE_NAME": kube_node,
+                "SLONKD_RESYNC_S": "2",
+                "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+            }
+            agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
+            agent.start()
+            r.agents.append(agent)
+        config = tmp_path / "coordinator.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "resync_s": 1,
+                    "failure_grace_s": 30,
+                    "unready_grace_s": 60,
+                    "max_out": 2,
+                    "lease_duration_s": 6,
+                    "renew_deadline_s": 4,
+                    "retry_period_s": 1,
+                    "rollout": {"max_parallel": 1, "job_wait_s": 2, "poll_s": 0.5},
+                }
+            )
+        )
+        with r.log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                env={**base, "POD_NAME": "coordinator-0", "SLONKD_CONFIG": str(config)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        procs.append(proc)
+        wait_for(
+            "rollout watching",
+            lambda: any(e.get("event") == "rollout.watching" for e in read_json_log(r.log)),
+            timeout_s=30,
+            alive=lambda: None if proc.poll() is None else r.log.read_text()[-2000:],
+        )
+        yield r
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=15)
+        for agent in r.agents:
+            agent.stop()
+        standin.stop()
+
+
+def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: Rollout) -> None:
+    """Patch the template: all pods replaced one at a time; the job requeued, never killed."""
+    r = rollout
+    job_id = r.slurm.run(
+        "sbatch", "--parsable", "--requeue", "-o", "/dev/null", "--wrap", "sleep 600"
+    ).stdout.strip()
+    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    first_node = r.job(job_id)["NodeList"]
+    old_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in r.pods()}
+    old_revision = r.sts()["status"]["updateRevision"]
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "1"}}}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        "new update revision",
+        lambda: r.sts().get("status", {}).get("updateRevision") not in (None, old_revision),
+        timeout_s=10,
+    )
+    new_revision = r.sts()["status"]["updateRevision"]
+
+    job_states: set[str] = set()
+    most_out = 0
+    most_replacing = 0
+    stop = threading.Event()
+
+    def watch() -> None:  # what a person watching sinfo, squeue and kubectl would see
+        nonlocal most_out, most_replacing
+        while not stop.is_set():
+            job_states.add(r.job(job_id).get("JobState", "?"))
+            most_out = max(most_out, len(r.out_of_service()))
+            pods = r.pods()
+            replacing = len(NAMES) - sum(
+                1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp")
+            )
+            most_replacing = max(most_replacing, replacing)
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+
+    def all_new_and_resumed() -> bool:
+        pods = r.pods()
+        return (
+            len(pods) == len(NAMES)
+            and all(
+                p["metadata"]["labels"].get(REVISION_LABEL) == new_revision and _ready(p)
+                for p in pods
+            )
+            and not r.out_of_service()
+        )
+
+    try:
+        wait_for(
+            "every pod on the new revision, every node resumed", all_new_and_resumed, timeout_s=180
+        )
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    # every pod was replaced (new uid), never more than one at a time, inside the budget
+    assert all(p["metadata"]["uid"] != old_uids[p["metadata"]["name"]] for p in r.pods())
+    assert most_out == 1, most_out
+    assert most_replacing == 1, most_replacing
+    # the job was requeued from the node it ran on, never killed
+    job = r.job(job_id)
+    assert int(job["Restarts"]) >= 1, job
+    assert not job_states & KILLED, job_states
+    assert job["JobState"] in ("RUNNING", "PENDING"), job
+    # every SLURM node back in service, with no reason left behind
+    reasons = r.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout.split()
+    assert sorted(reasons) == sorted(f"{n}|none" for n in NAMES), reasons
+    events = read_json_log(r.log)
+    deleted = [e["pod"] for e in events if e.get("event") == "kube.pod_delete"]
+    assert sorted(deleted) == sorted(NAMES), deleted
+    requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
+    assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
+    r.slurm.run("scancel", job_id)
