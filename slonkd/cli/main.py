@@ -7,14 +7,11 @@ Subcommands arrive with their issues: ``sandbox``, ``agent``, ``prestop``, ``che
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from slonkd import __version__
-from slonkd.cli import agent, check, coordinator, prestop
+from slonkd.cli import agent, check, coordinator, prestop, sandbox
 from slonkd.runtime.logging import configure_logging
 
 
@@ -25,28 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"slonkd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sandbox = sub.add_parser(
-        "sandbox",
-        help="run a local sandbox cluster with real SLURM, mosquitto and Kubernetes",
-        description="Bring up real SLURM, mosquitto and a Kubernetes control plane with "
-        "kwok nodes on loopback, with a worker StatefulSet bound to slurmd, and hold.",
-    )
-    sandbox.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(
-            os.environ.get("SLONKD_SANDBOX_DIR", Path(tempfile.gettempdir()) / "slonkd-sandbox")
-        ),
-        help="where every service keeps its files (default: %(default)s)",
-    )
-    sandbox.add_argument("--workers", type=int, default=4, help="worker pods / SLURM nodes")
-    sandbox.add_argument(
-        "--hold",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="tear down after this long (default: hold until Ctrl-C)",
-    )
+    sandbox.add_parser(sub)
     agent.add_parser(sub)
     check.add_parser(sub)
     coordinator.add_parser(sub)
@@ -59,11 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "sandbox":
-        if args.workers < 1:
-            parser.error("--workers must be at least 1")
-        from slonkd.testing.sandbox import run_sandbox
-
-        return run_sandbox(args.dir, workers=args.workers, hold_s=args.hold)
+        return sandbox.main(args, parser)
     if args.command == "check":
         configure_logging()
         return check.main(args)

@@ -351,6 +351,13 @@ def _kube_actions(
         if policy.remediate:
             out += _remediate(view, failure, remediation, policy, notes)
         return out
+    pod = view.pod
+    marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
+    if marked and (pod is None or pod.terminating or not pod.ready):
+        # The failure is not seen now only because the pod is in its lifecycle (e.g. just
+        # evicted by remediation): undoing the marks would let its replacement land back here.
+        notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
+        return out
     if kube.unschedulable and kube.cordoned_by_slonkd:
         out.append(Action(kind=Kind.UNCORDON, writer=co, cause=_c("healthy")))
     elif kube.unschedulable:

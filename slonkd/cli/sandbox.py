@@ -1,0 +1,82 @@
+"""``slonkd sandbox``: the local sandbox cluster (real SLURM, mosquitto, Kubernetes, slonkd).
+
+- ``slonkd sandbox up``: build what is missing, start everything detached, print where to look;
+- ``slonkd sandbox demo``: play a short script against it and check every step;
+- ``slonkd sandbox down``: stop everything ``up`` started, and nothing else;
+- ``slonkd sandbox run`` (or plain ``slonkd sandbox``): the same services in the foreground,
+  until Ctrl-C or ``--hold`` seconds.
+
+Every subcommand takes ``--dir`` (default ``$SLONKD_SANDBOX_DIR`` or ``/tmp/slonkd-sandbox``).
+The harness lives in :mod:`slonkd.testing`, imported only when a subcommand runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+DEFAULT_DIR = Path(
+    os.environ.get("SLONKD_SANDBOX_DIR", Path(tempfile.gettempdir()) / "slonkd-sandbox")
+)
+
+
+def _common(parser: argparse.ArgumentParser, *, workers: bool) -> None:
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        help="where every service keeps its files (default: %(default)s)",
+    )
+    if workers:
+        parser.add_argument("--workers", type=int, default=4, help="worker pods / SLURM nodes")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``sandbox`` and its subcommands."""
+    sandbox = sub.add_parser(
+        "sandbox",
+        help="a local sandbox cluster: real SLURM, mosquitto, Kubernetes (kwok), slonkd",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(sandbox, workers=True)
+    sandbox.add_argument(
+        "--hold", type=float, default=0.0, metavar="SECONDS", help="foreground: stop after this"
+    )
+    actions = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION")
+    up = actions.add_parser("up", help="start the sandbox detached and print where to look")
+    _common(up, workers=True)
+    demo = actions.add_parser("demo", help="play and check a short script against the sandbox")
+    _common(demo, workers=False)
+    down = actions.add_parser("down", help="stop everything `up` started")
+    _common(down, workers=False)
+    run = actions.add_parser("run", help="run the sandbox in the foreground (Ctrl-C stops it)")
+    _common(run, workers=True)
+    run.add_argument("--hold", type=float, default=0.0, metavar="SECONDS")
+    run.add_argument("--keep-dir", action="store_true", help=argparse.SUPPRESS)
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run the chosen ``sandbox`` action."""
+    action = args.sandbox_command or "run"
+    if action in ("up", "run") and args.workers < 1:
+        parser.error("--workers must be at least 1")
+    root = Path(args.dir).absolute()
+    if action == "up":
+        from slonkd.testing.sandbox_ctl import up
+
+        return up(root, workers=args.workers)
+    if action == "down":
+        from slonkd.testing.sandbox_ctl import down
+
+        return down(root)
+    if action == "demo":
+        from slonkd.testing.sandbox_demo import run_demo
+
+        return run_demo(root)
+    from slonkd.testing.sandbox import run_sandbox
+
+    keep = bool(getattr(args, "keep_dir", False))
+    return run_sandbox(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)

@@ -1,0 +1,454 @@
+"""``slonkd sandbox demo``: a short script a person can watch, every step checked.
+
+Against a sandbox that ``slonkd sandbox up`` started, it plays four scenes, printing each
+command it runs and each state it then checks (through ``scontrol``/``squeue`` and the
+apiserver, never through logs):
+
+1. a worker pod is deleted -> its SLURM node is drained at once, its requeueable job is
+   requeued by the preStop hook (never killed), the pod comes back, the node resumes;
+2. SLURM reports a failure on a node whose pod has been Ready past the coordinator's grace
+   -> its K8s node is cordoned, tainted ``slonk.dev/unhealthy`` and marked
+   ``SlurmHealthy=False``, the pod is evicted once; SLURM's own reason is never cleared by
+   slonkd (the operator resumes the node; the K8s node stays cordoned for inspection);
+3. the worker StatefulSet's template changes -> the coordinator replaces every worker pod
+   one at a time without killing a job;
+4. an operator drains a node, its pod restarts -> the operator's drain is left alone.
+
+What it made and saw goes to ``<dir>/demo.json``; the exit code is 0 only when every check
+held. The demo's jobs keep running (``sleep``) until ``down``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slonkd.testing.kubeapi import KubeApi
+from slonkd.testing.sandbox_ctl import read_state
+
+KILLED = frozenset(
+    {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+)
+OPERATOR_REASON = "ops: replacing a DIMM"
+FAILURE_REASON = "Kill task failed"
+MERGE = "application/merge-patch+json"
+
+
+class DemoFailed(Exception):
+    """A check did not hold."""
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass(slots=True)
+class Sandbox:
+    """Access to a running sandbox: SLURM clients, the apiserver, and what the demo saw."""
+
+    state: dict[str, Any]
+    api: KubeApi
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ns(self) -> str:
+        return str(self.state["namespace"])
+
+    # -- SLURM -----------------------------------------------------------------------------
+
+    def slurm(self, *argv: str, show: bool = False) -> str:
+        """Run a SLURM client against the sandbox; its stdout."""
+        if show:
+            _say(f"    $ {' '.join(argv)}")
+        env = {**os.environ, "SLURM_CONF": self.state["slurm_conf"]}
+        proc = subprocess.run(
+            list(argv), env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        if proc.returncode != 0:
+            raise DemoFailed(f"{' '.join(argv)}: {proc.stderr.strip()[:300]}")
+        return proc.stdout
+
+    def node(self, name: str) -> dict[str, str]:
+        """``scontrol show node`` as fields (Reason keeps its spaces)."""
+        text = self.slurm("scontrol", "-o", "show", "node", name).strip()
+        fields: dict[str, str] = {}
+        head, sep, reason = text.partition(" Reason=")
+        for tok in head.split():
+            key, _, value = tok.partition("=")
+            fields[key] = value
+        if sep:
+            fields["Reason"] = reason.split(" [")[0].strip()
+        return fields
+
+    def in_service(self, name: str) -> bool:
+        """Idle, mixed or allocated, with no drain, down or fail and no reason."""
+        f = self.node(name)
+        state = f.get("State", "")
+        return not any(w in state for w in ("DRAIN", "DOWN", "FAIL", "NOT_RESPONDING")) and (
+            "Reason" not in f
+        )
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` as fields."""
+        text = self.slurm("scontrol", "-o", "show", "job", job_id)
+        return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
+
+    def submit(self, *extra: str) -> str:
+        """A requeueable batch job that sleeps; its id."""
+        argv = ("sbatch", "--parsable", "--requeue", "-o", "/dev/null", *extra)
+        return self.slurm(*argv, "--wrap", "sleep 3600", show=True).strip().split(";")[0]
+
+    # -- Kubernetes --------------------------------------------------------------------------
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        """The pod's JSON (None when absent)."""
+        items = self.api.request(
+            "GET",
+            f"/api/v1/namespaces/{self.ns}/pods",
+            params={"fieldSelector": f"metadata.name={name}"},
+        )["items"]
+        return items[0] if items else None
+
+    def pod_ready(self, name: str, *, not_uid: str = "") -> bool:
+        """Running and Ready (and, if given, not the pod with uid ``not_uid``)."""
+        pod = self.pod(name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        if not_uid and pod["metadata"]["uid"] == not_uid:
+            return False
+        conds = pod.get("status", {}).get("conditions") or []
+        return pod.get("status", {}).get("phase") == "Running" and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in conds
+        )
+
+    def knode(self, name: str) -> dict[str, Any]:
+        """A K8s node's JSON."""
+        return dict(self.api.request("GET", f"/api/v1/nodes/{name}"))
+
+    def sts(self) -> dict[str, Any]:
+        """The worker StatefulSet."""
+        path = f"/apis/apps/v1/namespaces/{self.ns}/statefulsets/{self.state['statefulset']}"
+        return dict(self.api.request("GET", path))
+
+
+def wait(what: str, probe: Callable[[], bool], timeout_s: float) -> float:
+    """Poll ``probe`` (0.2 s) until true; the seconds it took. DemoFailed on timeout."""
+    began = time.monotonic()
+    while True:
+        try:
+            if probe():
+                return time.monotonic() - began
+        except DemoFailed:
+            pass
+        if time.monotonic() - began > timeout_s:
+            raise DemoFailed(f"{what}: not seen within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def check(sb: Sandbox, what: str, probe: Callable[[], bool], timeout_s: float) -> None:
+    """Wait for ``probe`` and print the check as passed."""
+    took = wait(what, probe, timeout_s)
+    _say(f"    ok  {what} ({took:.1f} s)")
+    sb.record.setdefault("checks", []).append(what)
+
+
+class JobWatch:
+    """Samples job states in the background: a killed job is seen even if requeued later."""
+
+    def __init__(self, sb: Sandbox, jobs: list[str]) -> None:
+        self.sb, self.jobs = sb, jobs
+        self.seen: dict[str, set[str]] = {j: set() for j in jobs}
+        self.most_out = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> JobWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        workers = self.sb.state["workers"]
+        while not self._stop.is_set():
+            try:
+                for job in self.jobs:
+                    self.seen[job].add(self.sb.job(job).get("JobState", "?"))
+                out = self.sb.slurm("sinfo", "-h", "-N", "-o", "%N %t")
+                down = {
+                    n
+                    for n, s in (line.split() for line in out.splitlines() if line.strip())
+                    if n in workers and any(w in s for w in ("drain", "drng", "down", "fail"))
+                }
+                self.most_out = max(self.most_out, len(down))
+            except (DemoFailed, subprocess.TimeoutExpired):
+                pass
+            self._stop.wait(0.2)
+
+    def killed(self) -> dict[str, set[str]]:
+        """Jobs seen in a state that means killed."""
+        return {j: s & KILLED for j, s in self.seen.items() if s & KILLED}
+
+
+# -- the scenes ------------------------------------------------------------------------------
+
+
+def scene_pod_deleted(sb: Sandbox) -> None:
+    """A worker pod deleted: drain, requeue, pod back, resume."""
+    name = sb.state["workers"][0]
+    _say(f"\n1. A worker pod is deleted (an upgrade, an eviction): {name}")
+    job = sb.submit("-w", name)
+    check(sb, f"job {job} running on {name}", lambda: sb.job(job)["JobState"] == "RUNNING", 30)
+    pod = sb.pod(name)
+    assert pod is not None  # noqa: S101 - the sandbox made it
+    uid = pod["metadata"]["uid"]
+    sb.record["pod_deleted"] = {"pod": name, "old_uid": uid, "job": job}
+    with JobWatch(sb, [job]) as watch:
+        _say(f"    $ kubectl -n {sb.ns} delete pod {name}")
+        sb.api.request("DELETE", f"/api/v1/namespaces/{sb.ns}/pods/{name}")
+        check(
+            sb,
+            f"SLURM node {name} drained by its agent (slonkd:pod-terminating)",
+            lambda: (
+                sb.node(name).get("Reason", "").startswith("slonkd:pod-terminating")
+                and "DRAIN" in sb.node(name)["State"]
+            ),
+            10,
+        )
+        check(
+            sb,
+            f"job {job} requeued by the preStop hook (Restarts >= 1), not killed",
+            lambda: int(sb.job(job).get("Restarts", "0")) >= 1,
+            sb.state["grace_s"] + 15,
+        )
+        check(
+            sb, f"pod {name} back, Running and Ready", lambda: sb.pod_ready(name, not_uid=uid), 60
+        )
+        check(
+            sb, f"SLURM node {name} resumed by the new pod's agent", lambda: sb.in_service(name), 30
+        )
+    if watch.killed():
+        raise DemoFailed(f"a job was killed: {watch.killed()}")
+    _say(f"    ok  job {job} never FAILED/CANCELLED/NODE_FAIL: {sorted(watch.seen[job])}")
+
+
+def scene_slurm_failure(sb: Sandbox) -> None:
+    """SLURM's own failure on a settled pod: the K8s node is cordoned, tainted, marked."""
+    name = sb.state["workers"][1]
+    grace = float(sb.state["coordinator_config"]["failure_grace_s"])
+    _say(f"\n2. SLURM reports a failure on {name}, whose pod is Running and Ready")
+    pod = sb.pod(name)
+    assert pod is not None  # noqa: S101
+    kube_node = pod["spec"]["nodeName"]
+    uid = pod["metadata"]["uid"]
+    ready_at = max(
+        float(sb.state.get("coordinator_started_at", 0.0)),
+        _ready_since(pod),
+    )
+    settle = ready_at + grace + 2 - time.time()
+    if settle > 0:
+        _say(f"    (waiting {settle:.0f} s: a failure counts only {grace:.0f} s after Ready)")
+        time.sleep(settle)
+    sb.record["slurm_failure"] = {"pod": name, "kube_node": kube_node, "old_uid": uid}
+    sb.slurm(
+        "scontrol",
+        "update",
+        f"nodename={name}",
+        "state=fail",
+        f"reason={FAILURE_REASON}",
+        show=True,
+    )
+
+    def marked() -> bool:
+        node = sb.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints") or []}
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
+        return (
+            bool(node["spec"].get("unschedulable"))
+            and "slonk.dev/unhealthy" in taints
+            and conds.get("SlurmHealthy") == "False"
+        )
+
+    check(
+        sb,
+        f"K8s node {kube_node} cordoned, tainted slonk.dev/unhealthy, SlurmHealthy=False",
+        marked,
+        30,
+    )
+    check(
+        sb,
+        f"pod {name} evicted once (remediation) and Ready on another K8s node",
+        lambda: (
+            sb.pod_ready(name, not_uid=uid)
+            and (sb.pod(name) or {}).get("spec", {}).get("nodeName") != kube_node
+        ),
+        90,
+    )
+    check(
+        sb,
+        f"SLURM's own reason on {name} left as it is ({FAILURE_REASON!r})",
+        lambda: sb.node(name).get("Reason") == FAILURE_REASON,
+        5,
+    )
+    _say("    the operator looks at it, decides the node is fine, and resumes it:")
+    sb.slurm("scontrol", "update", f"nodename={name}", "state=resume", show=True)
+    check(sb, f"SLURM node {name} back in service", lambda: sb.in_service(name), 30)
+    _say(f"    K8s node {kube_node} stays cordoned for the operator: kubectl uncordon {kube_node}")
+
+
+def scene_rollout(sb: Sandbox) -> None:
+    """A template change: every worker replaced one at a time, no job killed."""
+    workers = sb.state["workers"]
+    _say(
+        f"\n3. A new revision of the worker StatefulSet: the coordinator rolls {len(workers)} pods"
+    )
+    job = sb.submit()
+    check(sb, f"job {job} running", lambda: sb.job(job)["JobState"] == "RUNNING", 30)
+    on = sb.job(job)["NodeList"]
+    jobs = [job]
+    first = sb.record.get("pod_deleted", {}).get("job")
+    if first:
+        jobs.append(first)
+    uids = {n: (sb.pod(n) or {}).get("metadata", {}).get("uid") for n in workers}
+    old = sb.sts()["status"].get("updateRevision", "")
+    sb.record["rollout"] = {"job": job, "job_node": on, "old_revision": old, "old_uids": uids}
+    stamp = time.strftime("%H:%M:%S")
+    _say(
+        f"    $ kubectl -n {sb.ns} patch sts {sb.state['statefulset']}"
+        f" (template annotation slonk.dev/demo={stamp})"
+    )
+    patch = {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/demo": stamp}}}}}
+    path = f"/apis/apps/v1/namespaces/{sb.ns}/statefulsets/{sb.state['statefulset']}"
+    sb.api.request("PATCH", path, patch, content_type=MERGE)
+    wait("new revision", lambda: sb.sts()["status"].get("updateRevision", old) != old, 15)
+    new = sb.sts()["status"]["updateRevision"]
+    sb.record["rollout"]["new_revision"] = new
+
+    def updated() -> list[str]:
+        return [
+            n
+            for n in workers
+            if (p := sb.pod(n)) is not None
+            and p["metadata"]["labels"].get("controller-revision-hash") == new
+            and sb.pod_ready(n)
+        ]
+
+    with JobWatch(sb, jobs) as watch:
+        shown: set[str] = set()
+        began = time.monotonic()
+
+        def progress() -> bool:
+            done = updated()
+            for n in sorted(set(done) - shown):
+                shown.add(n)
+                _say(
+                    f"        {n} replaced ({len(shown)}/{len(workers)},"
+                    f" {time.monotonic() - began:.0f} s)"
+                )
+            return len(done) == len(workers) and all(sb.in_service(n) for n in workers)
+
+        check(
+            sb,
+            f"every worker pod on revision {new}, every SLURM node back in service",
+            progress,
+            90 * len(workers),
+        )
+    if watch.killed():
+        raise DemoFailed(f"a job was killed: {watch.killed()}")
+    if watch.most_out > 1:
+        raise DemoFailed(f"{watch.most_out} SLURM nodes were out at once (the rollout allows 1)")
+    _say("    ok  never more than one SLURM node out at a time")
+    restarts = int(sb.job(job)["Restarts"])
+    if restarts < 1:
+        raise DemoFailed(f"job {job} on {on} was not requeued by the rollout")
+    _say(f"    ok  job {job} requeued {restarts}x, never killed: {sorted(watch.seen[job])}")
+
+
+def scene_operator_drain(sb: Sandbox) -> None:
+    """An operator's drain survives the pod's restart: slonkd never lifts it."""
+    name = sb.state["workers"][2]
+    _say(f"\n4. An operator drains {name}; then its pod restarts")
+    sb.slurm(
+        "scontrol",
+        "update",
+        f"nodename={name}",
+        "state=drain",
+        f"reason={OPERATOR_REASON}",
+        show=True,
+    )
+    pod = sb.pod(name)
+    assert pod is not None  # noqa: S101
+    uid = pod["metadata"]["uid"]
+    sb.record["operator_drain"] = {"pod": name, "old_uid": uid, "reason": OPERATOR_REASON}
+    _say(f"    $ kubectl -n {sb.ns} delete pod {name}")
+    sb.api.request("DELETE", f"/api/v1/namespaces/{sb.ns}/pods/{name}")
+    check(sb, f"pod {name} back, Running and Ready", lambda: sb.pod_ready(name, not_uid=uid), 60)
+    quiet = 3 * max(
+        float(sb.state["agent_resync_s"]), float(sb.state["coordinator_config"]["resync_s"])
+    )
+    time.sleep(quiet)  # three passes of the agent and of the coordinator
+    f = sb.node(name)
+    if f.get("Reason") != OPERATOR_REASON or "DRAIN" not in f.get("State", ""):
+        raise DemoFailed(f"the operator's drain on {name} was touched: {f}")
+    _say(f"    ok  {name} still drained with the operator's reason after {quiet:.0f} s of passes")
+    _say(f"    (resume it yourself: scontrol update nodename={name} state=resume)")
+
+
+def _ready_since(pod: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond["type"] == "Ready" and cond.get("lastTransitionTime"):
+            stamp = cond["lastTransitionTime"].replace("Z", "+00:00")
+            return datetime.fromisoformat(stamp).timestamp()
+    return time.time()
+
+
+SCENES = (scene_pod_deleted, scene_slurm_failure, scene_rollout, scene_operator_drain)
+
+
+def run_demo(root: Path) -> int:
+    """Play every scene against the sandbox in ``root``; 0 when every check held."""
+    state = read_state(root)
+    if not state or not state.get("ready"):
+        _say(f"no running sandbox in {root}: start one with `slonkd sandbox up --dir {root}`")
+        return 1
+    if len(state["workers"]) < 3:
+        _say("the demo needs at least 3 workers: `slonkd sandbox up --workers 3` or more")
+        return 1
+    api = KubeApi(
+        host=state["api"]["host"],
+        port=int(state["api"]["port"]),
+        ca_file=Path(state["api"]["ca_file"]),
+        token=state["api"]["token"],
+    )
+    sb = Sandbox(state=state, api=api)
+    _say(f"slonkd sandbox demo: {len(state['workers'])} workers in {root}")
+    _say(f"(watch along: source {state['env']}; watch sinfo -R; kubectl -n {sb.ns} get pods -w)")
+    began = time.monotonic()
+    ok = True
+    try:
+        for scene in SCENES:
+            scene(sb)
+    except DemoFailed as exc:
+        ok = False
+        _say(f"    FAILED  {exc}")
+    sb.record.update({"ok": ok, "took_s": round(time.monotonic() - began, 1)})
+    (root / "demo.json").write_text(json.dumps(sb.record, indent=2))
+    _say(
+        f"\ndemo {'passed' if ok else 'FAILED'} in {time.monotonic() - began:.0f} s;"
+        f" record: {root / 'demo.json'}"
+    )
+    return 0 if ok else 1
+
+
+__all__ = ["run_demo"]
