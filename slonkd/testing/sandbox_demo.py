@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -66,7 +67,7 @@ class Sandbox:
     def slurm(self, *argv: str, show: bool = False) -> str:
         """Run a SLURM client against the sandbox; its stdout."""
         if show:
-            _say(f"    $ {' '.join(argv)}")
+            _say(f"    $ {shlex.join(argv)}")
         env = {**os.environ, "SLURM_CONF": self.state["slurm_conf"]}
         proc = subprocess.run(
             list(argv), env=env, capture_output=True, text=True, timeout=30, check=False

@@ -1,0 +1,192 @@
+"""``slonkd sandbox up``, ``demo`` and ``down`` end to end, in a private directory.
+
+The commands run as a user runs them (separate processes). After the demo the test checks
+the states the demo claims through ``scontrol`` and the apiserver itself, and after ``down``
+that no process of the sandbox is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.testing.kubeapi import KubeApi
+from slonkd.testing.sandbox import descendants, proc_start_time
+from slonkd.testing.sandbox_demo import OPERATOR_REASON
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
+
+
+def slonkd(*argv: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``slonkd ARGV`` as a user would; its output is kept for the assertion message."""
+    return subprocess.run(
+        [sys.executable, "-m", "slonkd.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def _mentions(pid: int, text: bytes) -> bool:
+    try:
+        proc = Path(f"/proc/{pid}")
+        return text in (proc / "cmdline").read_bytes() or text in (proc / "environ").read_bytes()
+    except OSError:
+        return False
+
+
+def leftovers(root: Path) -> list[int]:
+    """Live processes whose command line or environment names ``root``."""
+    needle = str(root).encode()
+    me = os.getpid()
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and int(p.name) != me and _mentions(int(p.name), needle)
+    ]
+
+
+@pytest.fixture
+def sandbox_dir() -> Iterator[Path]:
+    """A private, short directory (unix socket paths); the sandbox in it is always downed."""
+    root = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp")) / "sb"
+    try:
+        yield root
+    finally:
+        if (root / "state.json").exists():
+            slonkd("sandbox", "down", "--dir", str(root), timeout_s=180)
+        if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
+    """up -> every service, coordinator and agents; demo's claims hold; down leaves nothing."""
+    root = sandbox_dir
+    began = time.monotonic()
+    up = slonkd("sandbox", "up", "--dir", str(root), "--workers", "3", timeout_s=900)
+    up_s = time.monotonic() - began
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    print(f"sandbox up (warm) took {up_s:.1f} s")
+    for hint in ("source ", "sinfo -R", "KUBECONFIG=", "SLURM_CONF=", "coordinator log"):
+        assert hint in up.stdout, hint
+    state = json.loads((root / "state.json").read_text())
+    api = KubeApi(
+        host=state["api"]["host"],
+        port=int(state["api"]["port"]),
+        ca_file=Path(state["api"]["ca_file"]),
+        token=state["api"]["token"],
+    )
+    ns, workers = state["namespace"], state["workers"]
+    env = {**os.environ, "SLURM_CONF": state["slurm_conf"]}
+
+    def scontrol(*argv: str) -> str:
+        return subprocess.run(
+            ["scontrol", "-o", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+
+    def job(job_id: str) -> dict[str, str]:
+        return dict(t.split("=", 1) for t in scontrol("show", "job", job_id).split() if "=" in t)
+
+    def pods() -> dict[str, dict[str, Any]]:
+        items = api.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        return {p["metadata"]["name"]: p for p in items}
+
+    # up: the processes it claims run, among them the coordinator and one agent per pod
+    supervisor = state["supervisor"]
+    assert proc_start_time(supervisor["pid"]) == supervisor["start"]
+    cmds = [p["cmd"] for p in descendants(supervisor["pid"])]
+    assert sum("slonkd.cli.main coordinator" in c for c in cmds) == 1, cmds
+    assert sum("slonkd.cli.main agent" in c for c in cmds) == len(workers), cmds
+    before = pods()
+    assert sorted(before) == workers
+    sts_path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/{state['statefulset']}"
+    old_revision = api.request("GET", sts_path)["status"]["updateRevision"]
+
+    demo = slonkd("sandbox", "demo", "--dir", str(root), timeout_s=900)
+    assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
+    record = json.loads((root / "demo.json").read_text())
+    assert record["ok"] is True
+
+    # 1 + 3: the jobs were requeued (by the preStop hook, by the rollout), never killed
+    for job_id in (record["pod_deleted"]["job"], record["rollout"]["job"]):
+        fields = job(job_id)
+        assert int(fields["Restarts"]) >= 1, fields
+        assert fields["JobState"] in ("PENDING", "RUNNING"), fields
+    # 3: every pod replaced and on the StatefulSet's new revision, Running and Ready
+    after = pods()
+    new_revision = api.request("GET", sts_path)["status"]["updateRevision"]
+    assert new_revision != old_revision
+    for name, pod in after.items():
+        assert pod["metadata"]["uid"] != before[name]["metadata"]["uid"], name
+        assert pod["metadata"]["labels"]["controller-revision-hash"] == new_revision, name
+        assert pod["status"]["phase"] == "Running", name
+    # 2: the failed node's K8s node is cordoned, tainted and marked; an Event says why; the
+    # pod was evicted and runs elsewhere
+    failure = record["slurm_failure"]
+    knode = api.request("GET", f"/api/v1/nodes/{failure['kube_node']}")
+    assert knode["spec"].get("unschedulable") is True
+    assert "slonk.dev/unhealthy" in {t["key"] for t in knode["spec"].get("taints") or []}
+    conditions = {c["type"]: c["status"] for c in knode["status"]["conditions"]}
+    assert conditions["SlurmHealthy"] == "False"
+    events = api.request("GET", "/api/v1/namespaces/default/events")["items"]
+    assert any(
+        e["reason"] == "SlurmUnhealthy" and e["involvedObject"]["name"] == failure["kube_node"]
+        for e in events
+    )
+    assert after[failure["pod"]]["spec"]["nodeName"] != failure["kube_node"]
+    # 4: the operator's drain is still the operator's; the other nodes are in service
+    drained = record["operator_drain"]["pod"]
+    node = scontrol("show", "node", drained)
+    assert "DRAIN" in node.split("State=", 1)[1].split()[0]
+    assert f"Reason={OPERATOR_REASON}" in node
+    sinfo = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N|%t|%E"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split("\n")
+    rows = {line.split("|")[0]: line.split("|")[1:] for line in sinfo if line}
+    for name in workers:
+        if name != drained:
+            assert rows[name][1] == "none", rows
+            assert rows[name][0] in ("idle", "mix", "alloc"), rows
+
+    # down: stops exactly what up started, and nothing is left behind
+    started = state["processes"] + descendants(supervisor["pid"])
+    down = slonkd("sandbox", "down", "--dir", str(root), timeout_s=180)
+    assert down.returncode == 0, down.stdout + down.stderr
+    alive = [p for p in started if proc_start_time(p["pid"]) == p["start"]]
+    assert not alive, alive
+    assert proc_start_time(supervisor["pid"]) != supervisor["start"]
+    assert leftovers(root) == []
+    again = slonkd("sandbox", "down", "--dir", str(root), timeout_s=60)
+    assert again.returncode == 0
+
+
+def test_up_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    """A directory with someone else's files is never wiped; nothing is started."""
+    theirs = tmp_path / "notes.txt"
+    theirs.write_text("mine")
+    up = slonkd("sandbox", "up", "--dir", str(tmp_path), "--workers", "1", timeout_s=120)
+    assert up.returncode != 0
+    assert "was not made by a sandbox" in up.stdout + up.stderr
+    assert theirs.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
