@@ -236,14 +236,15 @@ class RolloutController:
         if jobs:
             token = self.elector.check_valid()
             requeued = await self.slurm.requeue_jobs(name)
-            log.info(
-                "slurm.jobs_requeued",
-                node=name,
-                cause=str(ROLLOUT_CAUSE),
-                jobs=list(requeued.requeued),
-                not_requeueable=list(requeued.not_requeueable),
-                fencing_token=token,
-            )
+            if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once
+                log.info(
+                    "slurm.jobs_requeued",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    jobs=list(requeued.requeued),
+                    not_requeueable=list(requeued.not_requeueable),
+                    fencing_token=token,
+                )
             if requeued.not_requeueable:
                 why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
                 if self._blocked.get(name) != why:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,3 +242,57 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
     r.slurm.run("scancel", job_id)
+
+
+def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rollout) -> None:
+    """A --no-requeue job past the wait: its pod is not deleted (it would die) until it ends."""
+    r = rollout
+    job_id = r.slurm.run(
+        "sbatch",
+        "--parsable",
+        "--no-requeue",
+        "-w",
+        "r-0",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 600",
+    ).stdout.strip()
+    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    uid = next(p["metadata"]["uid"] for p in r.pods() if p["metadata"]["name"] == "r-0")
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "2"}}}}},
+        content_type="application/merge-patch+json",
+    )
+
+    def blocked() -> bool:
+        return any(
+            e.get("event") == "rollout.blocked" and e.get("node") == "r-0"
+            for e in read_json_log(r.log)
+        )
+
+    wait_for("rollout blocked on r-0", blocked, timeout_s=30)
+    held_until = time.monotonic() + 4  # several rollout passes (poll 0.5 s)
+    while time.monotonic() < held_until:
+        pods = {p["metadata"]["name"]: p for p in r.pods()}
+        assert pods["r-0"]["metadata"]["uid"] == uid  # not deleted: the job would be killed
+        assert not pods["r-0"]["metadata"].get("deletionTimestamp")
+        assert r.job(job_id)["JobState"] == "RUNNING"
+        assert r.out_of_service() == {"r-0"}  # drained for the rollout, the others wait
+        time.sleep(0.25)
+    r.slurm.run("scancel", job_id)  # the job ends (its owner cancels it): the rollout goes on
+
+    def all_new() -> bool:
+        sts = r.sts()
+        return (
+            all(
+                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
+                and _ready(p)
+                for p in r.pods()
+            )
+            and not r.out_of_service()
+        )
+
+    wait_for("rollout done after the job ended", all_new, timeout_s=120)
