@@ -46,6 +46,8 @@ class Rollout:
     namespace: str
     log: Path
     agents: list[AgentProcess] = field(default_factory=list)
+    coordinators: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    start_coordinator: Callable[[str, Path], subprocess.Popen[bytes]] | None = None
 
     def pods(self) -> list[dict[str, Any]]:
         """The worker pods."""
@@ -97,7 +99,6 @@ def rollout(
     (kube_node,) = kube.add_fake_nodes([unique("roll")], labels=label)
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
-    procs: list[subprocess.Popen[bytes]] = []
     r = Rollout(kube=kube, slurm=slurm, namespace=namespace, log=tmp_path / "coordinator.log")
     try:
         sts = worker_statefulset(
@@ -138,24 +139,31 @@ def rollout(
                 }
             )
         )
-        with r.log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env={**base, "POD_NAME": "coordinator-0", "SLONKD_CONFIG": str(config)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
+
+        def start(identity: str, log: Path) -> subprocess.Popen[bytes]:
+            """Start a coordinator candidate; return once it leads and its rollout watches."""
+            with log.open("ab") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                    env={**base, "POD_NAME": identity, "SLONKD_CONFIG": str(config)},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                )
+            r.coordinators.append(proc)
+            wait_for(
+                f"{identity}: rollout watching",
+                lambda: any(e.get("event") == "rollout.watching" for e in read_json_log(log)),
+                timeout_s=30,
+                alive=lambda: None if proc.poll() is None else log.read_text()[-2000:],
             )
-        procs.append(proc)
-        wait_for(
-            "rollout watching",
-            lambda: any(e.get("event") == "rollout.watching" for e in read_json_log(r.log)),
-            timeout_s=30,
-            alive=lambda: None if proc.poll() is None else r.log.read_text()[-2000:],
-        )
+            return proc
+
+        r.start_coordinator = start
+        start("coordinator-0", r.log)
         yield r
     finally:
-        for proc in procs:
+        for proc in r.coordinators:
             proc.terminate()
             proc.wait(timeout=15)
         for agent in r.agents:
@@ -296,3 +304,59 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
         )
 
     wait_for("rollout done after the job ended", all_new, timeout_s=120)
+
+
+def test_a_new_leader_carries_on_a_rollout_from_slurms_state(
+    rollout: Rollout, tmp_path: Path
+) -> None:
+    """The leader dies mid-rollout (SIGKILL); the next one finds the drained node and goes on."""
+    r = rollout
+    assert r.start_coordinator is not None
+    job_id = r.slurm.run(
+        "sbatch",
+        "--parsable",
+        "--no-requeue",
+        "-w",
+        "r-0",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 600",
+    ).stdout.strip()
+    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "3"}}}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for("r-0 drained for the rollout", lambda: r.out_of_service() == {"r-0"}, timeout_s=30)
+    r.coordinators[0].kill()  # no lease release, no clean-up: the state is SLURM's alone
+    r.coordinators[0].wait(timeout=10)
+    new_log = tmp_path / "coordinator-1.log"
+    r.start_coordinator("coordinator-1", new_log)  # leads once the dead one's lease expired
+
+    def blocked() -> bool:
+        return any(
+            e.get("event") == "rollout.blocked" and e.get("node") == "r-0"
+            for e in read_json_log(new_log)
+        )
+
+    wait_for("new leader holds r-0 for the job", blocked, timeout_s=30)
+    assert r.job(job_id)["JobState"] == "RUNNING"
+    r.slurm.run("scancel", job_id)
+
+    def all_new() -> bool:
+        sts = r.sts()
+        return (
+            all(
+                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
+                and _ready(p)
+                for p in r.pods()
+            )
+            and not r.out_of_service()
+        )
+
+    wait_for("rollout finished by the new leader", all_new, timeout_s=120)
+    deleted = [e["pod"] for e in read_json_log(new_log) if e.get("event") == "kube.pod_delete"]
+    assert sorted(deleted) == list(NAMES), deleted  # r-0 included: carried on, not restarted
