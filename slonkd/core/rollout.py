@@ -9,7 +9,8 @@ coordinator does, one node (or a few) at a time inside the disruption budget:
 2. its SLURM node is drained with cause ``rollout`` (the reason says so, so a person reading
    ``sinfo -R`` knows why), then the coordinator waits for its jobs up to a limit and
    requeues what is left;
-3. the pod is deleted (its preStop hook does the rest: drain, wait, down);
+3. the pod is evicted (Eviction API: the pool's PodDisruptionBudget holds too); its preStop
+   hook does the rest (drain, wait, down);
 4. once the new pod, on the update revision, is Running and Ready, the ``rollout`` cause is
    released (the agent releases its own ``pod-terminating``; the node resumes when no cause
    is left), and the next pod goes.
@@ -107,7 +108,7 @@ class Phase(StrEnum):
     OUTDATED = "outdated"
     """Its pod runs an older revision; not started yet."""
     DRAINING = "draining"
-    """Drained for the rollout; waiting for its jobs, then its pod is deleted."""
+    """Drained for the rollout; waiting for its jobs, then its pod is evicted."""
     REPLACING = "replacing"
     """Its pod is being deleted or is gone; the StatefulSet makes the new one."""
     STARTING = "starting"
@@ -204,7 +205,7 @@ class RolloutPlan:
     release: tuple[str, ...] = ()
     """Workers whose new pod is Ready: release the rollout's cause."""
     draining: tuple[str, ...] = ()
-    """Drained for the rollout, pod still outdated: wait for jobs, requeue, delete the pod."""
+    """Drained for the rollout, pod still outdated: wait for jobs, requeue, evict the pod."""
     phases: Mapping[str, Phase] = field(default_factory=dict)
     waiting: Mapping[str, str] = field(default_factory=dict)
     """Outdated workers not started this pass, and why."""

@@ -7,8 +7,10 @@ once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 - drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
 - for each node drained for the rollout whose pod is still outdated: wait for its jobs up to
   ``job_wait_s``, then requeue them; a job that cannot be requeued blocks the node's
-  rollout (its pod is not deleted; the job is never killed) until it ends; then delete the
-  pod with its uid as precondition (its preStop hook drains, waits and downs the node);
+  rollout (its pod is not evicted; the job is never killed) until it ends; then evict the
+  pod through the Eviction API with its uid as precondition, so the pool's
+  PodDisruptionBudget holds too (a refusal is retried next pass); its preStop hook drains,
+  waits and downs the node, and the StatefulSet makes the new pod from the update revision;
 - once the node's new pod runs the update revision and is Ready, release ``rollout`` (the
   node resumes when no other cause holds it) and go on with the next.
 
@@ -213,7 +215,7 @@ class RolloutController:
         return bool(plan.start or plan.draining or self._status["in_progress"])
 
     async def _drained(self, view: WorkerView) -> None:
-        """A node drained for the rollout, pod outdated: wait for jobs, requeue, delete."""
+        """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
         pod = view.pod
         if pod is None or pod.terminating:
             return
@@ -252,19 +254,26 @@ class RolloutController:
                 self._blocked[name] = why
                 return
         token = self.elector.check_valid()
-        result = await self.pod_writer.delete(pod.namespace, pod.name, uid=pod.uid)
-        log.info(
-            "kube.pod_delete",
-            node=name,
-            pod=pod.name,
-            uid=pod.uid,
-            cause=str(ROLLOUT_CAUSE),
-            owner="coordinator",
-            outcome=result.outcome.value,
-            revision=pod.labels.get(REVISION_LABEL, ""),
-            fencing_token=token,
-        )
-        if result.outcome in (ChangeOutcome.CHANGED, ChangeOutcome.GONE):
+        result = await self.pod_writer.evict(pod.namespace, pod.name, uid=pod.uid)
+        refused = ""
+        if result.outcome is ChangeOutcome.REFUSED:
+            refused = f"eviction refused (PodDisruptionBudget): {result.detail[:120]}"
+        if not refused or self._blocked.get(name) != refused:  # a refusal is logged once
+            log.info(
+                "kube.evict",
+                node=name,
+                pod=pod.name,
+                uid=pod.uid,
+                cause=str(ROLLOUT_CAUSE),
+                owner="coordinator",
+                outcome=result.outcome.value,
+                detail=result.detail[:200],
+                revision=pod.labels.get(REVISION_LABEL, ""),
+                fencing_token=token,
+            )
+        if refused:
+            self._blocked[name] = refused
+        else:
             self._blocked.pop(name, None)
 
     def _settled(self, slurm_nodes: dict[str, SlurmNode]) -> None:

@@ -28,7 +28,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -245,15 +245,15 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     reasons = r.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout.split()
     assert sorted(reasons) == sorted(f"{n}|none" for n in NAMES), reasons
     events = read_json_log(r.log)
-    deleted = [e["pod"] for e in events if e.get("event") == "kube.pod_delete"]
-    assert sorted(deleted) == sorted(NAMES), deleted
+    evicted = [e["pod"] for e in events if e.get("event") == "kube.evict"]
+    assert sorted(evicted) == sorted(NAMES), evicted
     requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
     r.slurm.run("scancel", job_id)
 
 
 def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rollout) -> None:
-    """A --no-requeue job past the wait: its pod is not deleted (it would die) until it ends."""
+    """A --no-requeue job past the wait: its pod is not evicted (it would die) until it ends."""
     r = rollout
     job_id = r.slurm.run(
         "sbatch",
@@ -285,7 +285,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
     held_until = time.monotonic() + 4  # several rollout passes (poll 0.5 s)
     while time.monotonic() < held_until:
         pods = {p["metadata"]["name"]: p for p in r.pods()}
-        assert pods["r-0"]["metadata"]["uid"] == uid  # not deleted: the job would be killed
+        assert pods["r-0"]["metadata"]["uid"] == uid  # not evicted: the job would be killed
         assert not pods["r-0"]["metadata"].get("deletionTimestamp")
         assert r.job(job_id)["JobState"] == "RUNNING"
         assert r.out_of_service() == {"r-0"}  # drained for the rollout, the others wait
@@ -358,5 +358,54 @@ def test_a_new_leader_carries_on_a_rollout_from_slurms_state(
         )
 
     wait_for("rollout finished by the new leader", all_new, timeout_s=120)
-    deleted = [e["pod"] for e in read_json_log(new_log) if e.get("event") == "kube.pod_delete"]
-    assert sorted(deleted) == list(NAMES), deleted  # r-0 included: carried on, not restarted
+    evicted = [e["pod"] for e in read_json_log(new_log) if e.get("event") == "kube.evict"]
+    assert sorted(evicted) == list(NAMES), evicted  # r-0 included: carried on, not restarted
+
+
+def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None:
+    """A PDB that allows no disruption: the eviction is refused, the pod stays; lifted, it goes."""
+    r = rollout
+    pdb = pod_disruption_budget("r", selector={"slonk.dev/pool": "r"}, min_available=len(NAMES))
+    pdbs = f"/apis/policy/v1/namespaces/{r.namespace}/poddisruptionbudgets"
+    r.kube.api.request("POST", pdbs, pdb)
+    wait_for(
+        "PDB observed",
+        lambda: (
+            r.kube.api.request("GET", f"{pdbs}/r").get("status", {}).get("expectedPods")
+            == len(NAMES)
+        ),
+        timeout_s=30,
+    )
+    uid = next(p["metadata"]["uid"] for p in r.pods() if p["metadata"]["name"] == "r-0")
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "4"}}}}},
+        content_type="application/merge-patch+json",
+    )
+
+    def refused() -> bool:
+        return any(
+            e.get("event") == "kube.evict" and e.get("outcome") == "refused"
+            for e in read_json_log(r.log)
+        )
+
+    wait_for("eviction refused by the PDB", refused, timeout_s=30)
+    pods = {p["metadata"]["name"]: p for p in r.pods()}
+    assert pods["r-0"]["metadata"]["uid"] == uid
+    assert not pods["r-0"]["metadata"].get("deletionTimestamp")
+    assert r.out_of_service() == {"r-0"}  # drained and waiting; nothing else taken
+    r.kube.api.request("DELETE", f"{pdbs}/r")
+
+    def all_new() -> bool:
+        sts = r.sts()
+        return (
+            all(
+                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
+                and _ready(p)
+                for p in r.pods()
+            )
+            and not r.out_of_service()
+        )
+
+    wait_for("rollout done once the budget allows it", all_new, timeout_s=120)
