@@ -68,9 +68,13 @@ def up(root: Path, *, workers: int, timeout_s: float = 900.0) -> int:
         )
         return 1
     _say("Kubernetes binaries (built from Go modules on first use, cached afterwards)")
-    from slonkd.testing.toolchain import ensure_tools
+    from slonkd.testing.toolchain import ToolchainError, ensure_tools
 
-    ensure_tools()  # prints its progress; nothing to do when cached
+    try:
+        ensure_tools()  # prints its progress; nothing to do when cached
+    except ToolchainError as exc:
+        _say(f"cannot build the Kubernetes binaries: {exc} (Go >= 1.25 is needed once)")
+        return 1
     prepare_dir(root)
     log = root / "sandbox.log"
     with log.open("ab") as out, open(os.devnull, "rb") as devnull:

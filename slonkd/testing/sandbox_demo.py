@@ -40,6 +40,8 @@ KILLED = frozenset(
 OPERATOR_REASON = "ops: replacing a DIMM"
 FAILURE_REASON = "Kill task failed"
 MERGE = "application/merge-patch+json"
+FAILURE_TAINT = "slonk.dev/unhealthy"
+CORDONED_BY = "slonk.dev/cordoned-by"
 
 
 class DemoFailed(Exception):
@@ -275,7 +277,7 @@ def scene_slurm_failure(sb: Sandbox) -> None:
         conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
         return (
             bool(node["spec"].get("unschedulable"))
-            and "slonk.dev/unhealthy" in taints
+            and FAILURE_TAINT in taints
             and conds.get("SlurmHealthy") == "False"
         )
 
@@ -414,6 +416,36 @@ def _ready_since(pod: dict[str, Any]) -> float:
     return time.time()
 
 
+def reset_previous(sb: Sandbox, previous: dict[str, Any]) -> None:
+    """Undo, as the operator, what a previous demo left for people to look at."""
+    jobs = [
+        j
+        for j in (
+            previous.get("pod_deleted", {}).get("job"),
+            previous.get("rollout", {}).get("job"),
+        )
+        if j
+    ]
+    if jobs:
+        _say(f"(a previous demo left jobs {', '.join(jobs)}: cancelling them)")
+        sb.slurm("scancel", *jobs, show=True)
+    drained = previous.get("operator_drain", {}).get("pod")
+    if drained and sb.node(drained).get("Reason") == OPERATOR_REASON:
+        _say(f"(a previous demo left {drained} drained: resuming it, as its operator)")
+        sb.slurm("scontrol", "update", f"nodename={drained}", "state=resume", show=True)
+    kube_node = previous.get("slurm_failure", {}).get("kube_node")
+    if kube_node and sb.knode(kube_node)["spec"].get("unschedulable"):
+        _say(f"(a previous demo left K8s node {kube_node} cordoned: uncordoning it)")
+        taints = [
+            t for t in sb.knode(kube_node)["spec"].get("taints") or [] if t["key"] != FAILURE_TAINT
+        ]
+        patch = {
+            "metadata": {"annotations": {CORDONED_BY: None}},
+            "spec": {"unschedulable": False, "taints": taints or None},
+        }
+        sb.api.request("PATCH", f"/api/v1/nodes/{kube_node}", patch, content_type=MERGE)
+
+
 SCENES = (scene_pod_deleted, scene_slurm_failure, scene_rollout, scene_operator_drain)
 
 
@@ -438,6 +470,9 @@ def run_demo(root: Path) -> int:
     began = time.monotonic()
     ok = True
     try:
+        previous = root / "demo.json"
+        if previous.exists():
+            reset_previous(sb, json.loads(previous.read_text()))
         for scene in SCENES:
             scene(sb)
     except DemoFailed as exc:
