@@ -84,6 +84,7 @@ class RolloutController:
         self._jobs_seen: dict[str, int] = {}
         self._status: dict[str, Any] = {"leading": False}
         self._slurm_read = False
+        self._announced = False
         self.pods.add_handler(lambda _e: self._dirty.set())
         self.statefulsets.add_handler(lambda _e: self._dirty.set())
 
@@ -152,7 +153,7 @@ class RolloutController:
     async def reconcile(self) -> bool:
         """One pass; True while something is in progress (poll again soon)."""
         if not self._anything_to_do():
-            self._status = self._summary([], RolloutPlan())
+            self._publish(self._summary([], RolloutPlan()))
             return False
         slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.slurm.read_nodes()}
         self._slurm_read = True
@@ -211,8 +212,18 @@ class RolloutController:
         for name in list(self._drained_at):  # released, or undrained by someone else
             if plan.phases.get(name) not in ACTIVE and name not in plan.start:
                 self._forget(name)
-        self._status = self._summary(views, plan)
+        self._publish(self._summary(views, plan))
         return bool(plan.start or plan.draining or self._status["in_progress"])
+
+    def _publish(self, status: dict[str, Any]) -> None:
+        """Keep ``status`` for :meth:`status`; log it when the progress changed."""
+        changed = {k: v for k, v in status.items() if k != "leading"} != {
+            k: v for k, v in self._status.items() if k != "leading"
+        }
+        self._status = status
+        if changed and (status["outdated"] or status["in_progress"] or self._announced):
+            self._announced = bool(status["outdated"] or status["in_progress"])
+            log.info("rollout.progress", **{k: v for k, v in status.items() if k != "leading"})
 
     async def _drained(self, view: WorkerView) -> None:
         """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""

@@ -247,6 +247,15 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     events = read_json_log(r.log)
     evicted = [e["pod"] for e in events if e.get("event") == "kube.evict"]
     assert sorted(evicted) == sorted(NAMES), evicted
+
+    def progress_lines() -> list[dict[str, Any]]:  # what `slonkd status` shows, as it changed
+        return [e for e in read_json_log(r.log) if e.get("event") == "rollout.progress"]
+
+    wait_for("rollout reports complete", lambda: progress_lines()[-1]["complete"], timeout_s=10)
+    progress = progress_lines()
+    assert progress[-1]["updated"] == len(NAMES)
+    assert progress[-1]["statefulsets"]["r"]["updated"] == len(NAMES)
+    assert any(p["in_progress"] == {"r-1": "draining"} for p in progress), progress
     requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
     r.slurm.run("scancel", job_id)
