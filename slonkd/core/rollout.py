@@ -61,6 +61,11 @@ class StatefulSetRevision:
             return False
         return all(pod.labels.get(k) == v for k, v in self.selector.items())
 
+    def wants(self, pod_name: str) -> bool:
+        """Whether this StatefulSet keeps a pod of that name (``<sts>-<ordinal < replicas>``)."""
+        match = re.fullmatch(re.escape(self.name) + r"-(\d+)", pod_name)
+        return match is not None and int(match[1]) < self.replicas
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RolloutSettings:
@@ -126,7 +131,10 @@ ACTIVE = frozenset({Phase.DRAINING, Phase.REPLACING, Phase.STARTING, Phase.DONE,
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerView:
-    """One worker as the rollout sees it: its pod, its StatefulSet and its SLURM node."""
+    """One worker as the rollout sees it: its pod, its StatefulSet and its SLURM node.
+
+    With no pod, ``statefulset`` is the one that wants a pod of that name back, if any.
+    """
 
     node: str
     pod: Pod | None
@@ -155,7 +163,11 @@ def phase_of(view: WorkerView) -> Phase:
     held = held_by_rollout(view.slurm)
     pod, sts = view.pod, view.statefulset
     if pod is None:
-        return Phase.REPLACING if held else Phase.UNMANAGED
+        if not held:
+            return Phase.UNMANAGED
+        # Gone: replaced soon if its StatefulSet still wants it; otherwise (scaled down,
+        # deleted) nothing will come back, and the rollout lets go of the node.
+        return Phase.REPLACING if sts is not None else Phase.DONE
     if pod.terminating and held:
         return Phase.REPLACING
     revision = pod.labels.get(REVISION_LABEL, "")

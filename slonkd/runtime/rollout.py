@@ -127,7 +127,10 @@ class RolloutController:
         views = []
         for name in sorted(names):
             pod = pods.get(name)
-            sts = next((s for s in statefulsets if pod is not None and s.owns(pod)), None)
+            if pod is not None:
+                sts = next((s for s in statefulsets if s.owns(pod)), None)
+            else:
+                sts = next((s for s in statefulsets if s.wants(name)), None)
             views.append(
                 WorkerView(
                     node=name,
@@ -163,8 +166,7 @@ class RolloutController:
         out_now = sum(
             1
             for n, s in slurm_nodes.items()
-            if (n in workers or held_by_rollout(s))
-            if s.state.out_of_service
+            if (n in workers or held_by_rollout(s)) and s.state.out_of_service
         )
         plan = plan_rollout(views, self.s, out_now=out_now, max_out=self.max_out)
         by_node = {v.node: v for v in views}
@@ -178,12 +180,13 @@ class RolloutController:
                 owner="coordinator",
                 nodes=sorted(result.changed),
                 skipped={s.node: s.why.value for s in result.skipped},
-                detail="new pod on the update revision is Ready",
+                detail="its new pod is Ready on the update revision (or no pod comes back)",
                 fencing_token=token,
             )
             for name in plan.release:
                 self._forget(name)
-                self._settling[name] = time.monotonic()
+                if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
+                    self._settling[name] = time.monotonic()
         if plan.start:
             token = self.elector.check_valid()
             revisions = sorted(

@@ -96,6 +96,12 @@ def test_phases_follow_the_world() -> None:
     assert phase_of(view("w-0", pod("w-0"), drained)) is Phase.DRAINING
     assert phase_of(view("w-0", pod("w-0", terminating=True), drained)) is Phase.REPLACING
     assert phase_of(view("w-0", None, drained)) is Phase.REPLACING
+    # gone for good (scaled down, StatefulSet deleted): the rollout lets go of the node
+    gone = WorkerView(node="w-7", pod=None, statefulset=None, slurm=node("w-7", "DOWN", DRAINED))
+    assert phase_of(gone) is Phase.DONE
+    assert STS.wants("w-3")
+    assert not STS.wants("w-4")
+    assert not STS.wants("x-1")
     assert phase_of(view("w-0", pod("w-0", "w-new", ready=False), drained)) is Phase.STARTING
     assert phase_of(view("w-0", pod("w-0", "w-new"), drained)) is Phase.DONE
     # held by the rollout and by the agent's pod-terminating at once (the cause set in extra)
