@@ -5,8 +5,9 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings
-exit 2 with a one-line reason.
+``max_out_percent``, ``mass_percent``, ``state_name``, ``audit_path``, ``api_port``,
+``api_host``, ``dry_run``, ``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*``
+as for the agent. Bad settings exit 2 with a one-line reason.
 """
 
 from __future__ import annotations
@@ -39,13 +40,33 @@ _NUMBERS = {
     "unready_grace_s",
     "suspect_min_nodes",
     "suspect_fraction",
+    "max_out_percent",
+    "mass_percent",
+    "api_port",
 }
-_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig", "cluster"}
+_KEYS = _NUMBERS | {
+    "pod_selector",
+    "namespace",
+    "identity",
+    "kubeconfig",
+    "cluster",
+    "state_name",
+    "audit_path",
+    "api_host",
+    "dry_run",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``coordinator``."""
-    sub.add_parser("coordinator", help="run the coordinator (leader-elected)", description=__doc__)
+    parser = sub.add_parser(
+        "coordinator", help="run the coordinator (leader-elected)", description=__doc__
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and log every plan (and the audit log) but write nothing",
+    )
 
 
 def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
@@ -61,6 +82,8 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     for key in _NUMBERS & set(values):
         if not isinstance(values[key], int | float) or values[key] < 0:
             raise ValueError(f"{key} must be a non-negative number")
+    if not isinstance(values.get("dry_run", False), bool):
+        raise ValueError("dry_run must be true or false")
     policy = Policy(
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
@@ -78,13 +101,17 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         raise ValueError(f"bad coordinator settings: {exc}") from None
 
 
-def main(_args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run ``slonkd coordinator``."""
     try:
         settings = load_settings(os.environ)
     except ValueError as exc:
         print(f"slonkd coordinator: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    if getattr(args, "dry_run", False):
+        from dataclasses import replace
+
+        settings = replace(settings, dry_run=True)
     from slonkd.runtime.coordinator import run_coordinator
 
     return asyncio.run(run_coordinator(settings))

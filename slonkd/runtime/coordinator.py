@@ -7,8 +7,13 @@ the pod's node), calls ``decide`` and executes the coordinator's actions: SLURM 
 downs and releases grouped by cause into hostlist calls; cordons, taints, the
 ``SlurmHealthy`` condition, Events and evictions per K8s node. It acts only after its
 caches synced and a SLURM read succeeded, checks its lease right before each write batch
-(a paused old leader writes nothing), and keeps a disruption budget: automated actions that
-would take more than ``max_out`` nodes out at once are skipped and logged.
+(a paused old leader writes nothing), and keeps a disruption budget per pool
+(:mod:`slonkd.core.budget`): automated actions past it are refused, the breaker opens and
+stays open until ``slonkd budget reset``. Breaker, pause and remediation history live in the
+state ConfigMap (:class:`~slonkd.adapters.kube.state.StateStore`), so a failover neither
+resets nor repeats them. Every action goes to the audit log; ``dry_run`` logs the plans and
+writes nothing. The last pass is kept as a :class:`Snapshot` for ``slonkd status`` and
+``slonkd explain``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
 
 import structlog
 
@@ -31,9 +38,12 @@ from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
+from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
+from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, Admission, BudgetPolicy, Request, admit
+from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.decide import (
     Action,
     Kind,
@@ -53,7 +63,9 @@ from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
-from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
+from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.coordinator_api import CoordinatorAPI
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -78,7 +90,30 @@ class CoordinatorSettings:
     max_batch_delay_s: float = 1.0
     """... or this long after the first event of a burst, whichever comes first."""
     max_out: int = 10
-    """Most nodes slonkd may hold out of service for budgeted (automated) causes."""
+    """Most nodes of a pool out of service before automated causes stop (the budget)."""
+    max_out_percent: float = 10.0
+    """... or this percentage of the pool, whichever is lower (at least one node)."""
+    mass_percent: float = 20.0
+    """More new automated outages than this percentage of a pool at once: a mass event."""
+    state_name: str = "slonkd-state"
+    """The ConfigMap holding breaker, pause and remediation history."""
+    audit_path: str = ""
+    """JSON-lines audit log of every action ("" : the structured log only)."""
+    dry_run: bool = False
+    """Decide and log the plans, write nothing."""
+    api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
+    api_port: int = 8081
+    """The status API (``slonkd status``); 0: any free port."""
+
+    def __post_init__(self) -> None:
+        BudgetPolicy(  # refuse impossible budgets at start, not at the first pass
+            max_out=self.max_out,
+            max_out_percent=self.max_out_percent,
+            mass_percent=self.mass_percent,
+        )
+        if not 0 <= self.api_port <= 65535:
+            raise ValueError("api_port must be between 0 and 65535")
+
     cluster: str = "lab"
     bus: BusSettings | None = None
     """MQTT, to read the agents' health verdicts; None: no health input."""
@@ -91,6 +126,58 @@ class _Seen:
     ready_since: float | None = None
     unready_since: float | None = None
     uid: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The views, plans and budget of the last pass (for status and explain)."""
+
+    at: float
+    views: tuple[NodeView, ...]
+    plans: tuple[Plan, ...]
+    admission: Admission
+    state: CoordinatorState
+    fencing_token: int
+
+
+def pool_of(pod: Pod | None) -> str:
+    """The pool a worker pod belongs to (its ``slonk.dev/pool`` label)."""
+    if pod is None:
+        return DEFAULT_POOL
+    return pod.labels.get(POOL_LABEL) or DEFAULT_POOL
+
+
+def _is_out(view: NodeView) -> bool:
+    """Taken out by someone: drained in SLURM, or its K8s node cordoned.
+
+    A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
+    marking it is what the budget must weigh (a slurmctld outage makes every node
+    "Not responding" at once, and that must not cordon the fleet).
+    """
+    slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
+    kube_out = view.kube_node is not None and view.kube_node.unschedulable
+    return slurm_out or kube_out
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time from the apiserver (None if unreadable)."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _slurm_text(node: SlurmNode | None) -> str:
+    if node is None:
+        return "unread"
+    return f"{node.state} reason={node.live_reason!r}"
+
+
+def _kube_text(node: Node) -> str:
+    taints = ",".join(sorted(t.key for t in node.taints))
+    return f"unschedulable={node.unschedulable} taints=[{taints}] ready={node.ready}"
 
 
 def label_value(text: str) -> str:
@@ -118,10 +205,15 @@ class Coordinator:
         )
         self._dirty = asyncio.Event()
         self._seen: dict[str, _Seen] = defaultdict(_Seen)
-        self.remediation: dict[str, Remediations] = {}
-        self.handled: dict[str, str] = {}
-        """SLURM node -> fingerprint of the failure already remediated (not blamed twice)."""
-        """Attempts per K8s node (in memory for now: a failover forgets them)."""
+        self.store = StateStore(transport, s.namespace, s.state_name)
+        self.state = CoordinatorState()
+        """Breaker, pause, remediation history and handled failures, as last read/written."""
+        self.budget = BudgetPolicy(
+            max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
+        )
+        self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
+        self.snapshot: Snapshot | None = None
+        self._refused: dict[str, str] = {}
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
@@ -144,7 +236,9 @@ class Coordinator:
             if seen.uid != pod.uid:
                 seen.uid, seen.ready_since, seen.unready_since = pod.uid, None, None
             if ready:
-                seen.ready_since, seen.unready_since = seen.ready_since or now, None
+                # the kubelet's time, so a new leader does not mistake an old failure for history
+                since = seen.ready_since or _epoch(pod.ready_since) or now
+                seen.ready_since, seen.unready_since = min(since, now), None
             else:
                 seen.ready_since, seen.unready_since = None, seen.unready_since or now
             kube = self.nodes.get(pod.node_name) if pod.node_name else None
@@ -157,9 +251,10 @@ class Coordinator:
                     kube_node=kube,
                     pod_ready_since=seen.ready_since,
                     pod_unready_since=seen.unready_since,
-                    remediation=self.remediation.get(pod.node_name or "", Remediations()),
-                    handled_failure=self.handled.get(pod.name, ""),
+                    remediation=self._remediations(pod.node_name or ""),
+                    handled_failure=self.state.handled.get(pod.name, ""),
                     health=self._health_of(pod),
+                    paused=self.state.paused,
                 )
             )
         return views
@@ -167,9 +262,10 @@ class Coordinator:
     # -- one pass ----------------------------------------------------------------------------
 
     async def reconcile_all(self) -> list[Plan]:
-        """Read SLURM once, decide for every worker, apply the coordinator's actions in bulk."""
+        """Read SLURM and the state once, decide for every worker, apply in bulk."""
         began = time.monotonic()
         slurm_nodes = await self.slurm.read_nodes()
+        self.state = await self.store.load()  # an operator's pause or reset is seen here
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
         plans, suspected = suspect_common_causes(
@@ -184,40 +280,38 @@ class Coordinator:
                     detail="many nodes fail the same check at once: suspecting the check",
                 )
             self.suspected = suspected
-        out_now = sum(
-            1 for v in views if v.slurm is not None and v.slurm.state.out_of_service
-        ) + sum(1 for v in views if v.kube_node is not None and v.kube_node.cordoned_by_slonkd)
-        budget = max(0, self.s.max_out - out_now)
+        admission = self._admit(views, plans)
+        token = self.elector.check_valid()  # a paused old leader stops here
+        if admission.open_breaker and not self.state.breaker_open:
+            await self._open_breaker(admission.open_breaker, token)
+        self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
         kube_actions: list[tuple[NodeView, Action]] = []
-        taken: set[str] = set()
         for view, plan in zip(views, plans, strict=True):
             for action in plan.for_writer(Writer.COORDINATOR):
-                if action.budgeted and view.node not in taken:
-                    if budget <= 0:
-                        log.warning(
-                            "budget.exhausted",
-                            node=view.node,
-                            action=action.kind.value,
-                            cause=str(action.cause),
-                            max_out=self.s.max_out,
-                            out_now=out_now,
-                        )
-                        continue
-                    budget -= 1
-                    taken.add(view.node)
+                if action.budgeted and view.node in admission.refused:
+                    continue
                 if action.kind in (Kind.DRAIN, Kind.DOWN, Kind.RELEASE, Kind.REQUEUE):
                     slurm_groups[(action.kind, action.cause)].append(view.node)
                 else:
                     kube_actions.append((view, action))
-        token = self.elector.check_valid()  # a paused old leader stops here
+        before: dict[str, str] = {str(v.node): _slurm_text(v.slurm) for v in views}
         for (kind, cause), names in sorted(
             slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
         ):
-            await self._apply_slurm(kind, cause, names, token)
+            self.elector.check_valid()
+            await self._apply_slurm(kind, cause, names, token, before)
         for view, action in kube_actions:
             self.elector.check_valid()
             await self._apply_kube(view, action, token)
+        self.snapshot = Snapshot(
+            at=time.time(),
+            views=tuple(views),
+            plans=tuple(plans),
+            admission=admission,
+            state=self.state,
+            fencing_token=token,
+        )
         self.passes += 1
         log.debug(
             "coordinator.pass",
@@ -228,7 +322,72 @@ class Coordinator:
         )
         return plans
 
-    async def _apply_slurm(self, kind: Kind, cause: Cause, names: list[str], token: int) -> None:
+    def _admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
+        """The budget's answer for every node an automated cause wants out now."""
+        sizes: dict[str, int] = defaultdict(int)
+        out: dict[str, set[str]] = defaultdict(set)
+        restarting: dict[str, set[str]] = defaultdict(set)
+        requests = []
+        for view, plan in zip(views, plans, strict=True):
+            pool = pool_of(view.pod)
+            sizes[pool] += 1
+            if _is_out(view):
+                out[pool].add(view.node)
+                if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
+                    restarting[pool].add(view.node)
+            if any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
+                requests.append(Request(node=view.node, pool=pool))
+        return admit(
+            requests,
+            out_now={k: frozenset(v) for k, v in out.items()},
+            pool_sizes=sizes,
+            restarting={k: frozenset(v) for k, v in restarting.items()},
+            policy=self.budget,
+            breaker_open=self.state.breaker_open,
+        )
+
+    def _log_refusals(self, admission: Admission) -> None:
+        """One log line per node and reason when the budget keeps it in (not every pass)."""
+        for node, why in sorted(admission.refused.items()):
+            if self._refused.get(node) != why:
+                log.warning("budget.refused", node=node, reason=why, owner="coordinator")
+        self._refused = dict(admission.refused)
+
+    async def _open_breaker(self, why: str, token: int) -> None:
+        """Open the breaker: persisted, logged, an Event; only a human closes it."""
+        log.error("budget.breaker_opened", reason=why, owner="coordinator", fencing_token=token)
+        self.audit.record(
+            action="open-breaker",
+            node="*",
+            cause=why,
+            fencing_token=token,
+            outcome="dry-run" if self.s.dry_run else "opened",
+            dry_run=self.s.dry_run,
+        )
+        if self.s.dry_run:
+            return
+        self.state = await self.store.update(
+            token,
+            lambda st: replace(
+                st, breaker_open=True, breaker_reason=why, breaker_opened_at=time.time()
+            ),
+        )
+        with contextlib.suppress(SlonkdError):
+            await self.events.record(
+                ObjectRef(kind="ConfigMap", name=self.s.state_name, namespace=self.s.namespace),
+                type_="Warning",
+                reason="BreakerOpen",
+                message=f"slonkd: automated actions stopped until `slonkd budget reset`: {why}",
+            )
+
+    async def _apply_slurm(
+        self, kind: Kind, cause: Cause, names: list[str], token: int, before: dict[str, str]
+    ) -> None:
+        if self.s.dry_run:
+            for name in names:
+                self._audit(kind.value, name, cause, token, "dry-run", before.get(name))
+            log.info("coordinator.dry_run", action=kind.value, cause=str(cause), nodes=names)
+            return
         result: UpdateResult
         if kind is Kind.DRAIN:
             result = await self.slurm.drain(names, cause, "by slonkd coordinator")
@@ -239,6 +398,16 @@ class Coordinator:
         else:  # REQUEUE
             for name in names:
                 requeued = await self.slurm.requeue_jobs(name)
+                self._audit(
+                    "requeue",
+                    name,
+                    cause,
+                    token,
+                    "requeued",
+                    before.get(name),
+                    jobs=[str(j) for j in requeued.requeued],
+                    not_requeueable=[str(j) for j in requeued.not_requeueable],
+                )
                 log.info(
                     "slurm.jobs_requeued",
                     node=name,
@@ -248,6 +417,17 @@ class Coordinator:
                     fencing_token=token,
                 )
             return
+        for name in sorted(result.changed):
+            self._audit(kind.value, name, cause, token, "changed", before.get(name))
+        for skip in result.skipped:
+            self._audit(
+                kind.value,
+                skip.node,
+                cause,
+                token,
+                f"skipped: {skip.why.value}",
+                before.get(skip.node),
+            )
         log.info(
             f"slurm.nodes_{kind.value}",
             action=kind.value,
@@ -264,6 +444,26 @@ class Coordinator:
         if kube is None:
             return
         cause = str(action.cause)
+        before = _kube_text(kube)
+        if self.s.dry_run:
+            self._audit(
+                action.kind.value,
+                view.node,
+                action.cause,
+                token,
+                "dry-run",
+                before,
+                kube_node=kube.name,
+                key=action.key,
+            )
+            log.info(
+                "coordinator.dry_run",
+                action=action.kind.value,
+                node=view.node,
+                kube_node=kube.name,
+                cause=cause,
+            )
+            return
         if action.kind is Kind.CORDON:
             result = await self.node_writer.cordon(kube.name, cause=cause)
         elif action.kind is Kind.UNCORDON:
@@ -294,12 +494,20 @@ class Coordinator:
                 view.pod.namespace, view.pod.name, uid=view.pod.uid
             )
             if result.done:
-                self._remediated(kube.name)
-                if view.slurm is not None:
-                    self.handled[view.node] = failure_fingerprint(view.slurm)
+                handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
+                await self._remediated(kube.name, view.node, handled, token)
         else:
             if action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
-                self._remediated(kube.name)
+                await self._remediated(kube.name, view.node, "", token)
+            self._audit(
+                action.kind.value,
+                view.node,
+                action.cause,
+                token,
+                "not implemented",
+                before,
+                kube_node=kube.name,
+            )
             log.info(
                 "coordinator.action_not_implemented",
                 node=view.node,
@@ -307,6 +515,16 @@ class Coordinator:
                 cause=cause,
             )
             return
+        self._audit(
+            action.kind.value,
+            view.node,
+            action.cause,
+            token,
+            result.outcome.value,
+            before,
+            kube_node=kube.name,
+            key=action.key,
+        )
         log.info(
             f"kube.{action.kind.value.replace('-', '_')}",
             node=view.node,
@@ -341,10 +559,46 @@ class Coordinator:
                 self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
             self._dirty.set()
 
-    def _remediated(self, kube_node: str) -> None:
-        before = self.remediation.get(kube_node, Remediations())
-        self.remediation[kube_node] = Remediations(
-            attempts=before.attempts + 1, last_at=time.time()
+    def _remediations(self, kube_node: str) -> Remediations:
+        done = self.state.remediation.get(kube_node)
+        if done is None:
+            return Remediations()
+        return Remediations(attempts=done.attempts, last_at=done.last_at)
+
+    async def _remediated(self, kube_node: str, node: str, handled: str, token: int) -> None:
+        """Record one remediation step (and the failure it handled) in the state ConfigMap."""
+
+        def change(st: CoordinatorState) -> CoordinatorState:
+            was = st.remediation.get(kube_node, Attempts())
+            remediation = {
+                **st.remediation,
+                kube_node: Attempts(attempts=was.attempts + 1, last_at=time.time()),
+            }
+            done = {**st.handled, node: handled} if handled else st.handled
+            return replace(st, remediation=remediation, handled=done)
+
+        self.state = await self.store.update(token, change)
+
+    def _audit(
+        self,
+        action: str,
+        node: str,
+        cause: Cause,
+        token: int,
+        outcome: str,
+        before: str | None,
+        **extra: str | list[str],
+    ) -> None:
+        self.audit.record(
+            action=action,
+            node=node,
+            cause=str(cause),
+            fencing_token=token,
+            outcome=outcome,
+            before=before,
+            after=None if outcome in ("dry-run", "not implemented") else f"{action} {cause}",
+            dry_run=self.s.dry_run,
+            **extra,
         )
 
     # -- leading -----------------------------------------------------------------------------
@@ -399,13 +653,25 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         retry_period_s=s.retry_period_s,
     )
     elector = LeaderElector(transport, lease)
+    api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    await api.start(s.api_host, s.api_port)
+    log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    async def lead(token: int) -> None:
+        coordinator = Coordinator(s, transport, elector)
+        api.leader = coordinator
+        try:
+            await coordinator.lead(token)
+        finally:
+            api.leader = None
+            coordinator.audit.close()
+
     async def campaign() -> None:
-        await elector.run(lambda token: Coordinator(s, transport, elector).lead(token))
+        await elector.run(lead)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -416,6 +682,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         with contextlib.suppress(SlonkdError, TimeoutError):
             async with asyncio.timeout(3):
                 await elector.release()
+        await api.stop()
         await transport.close()
     log.info("coordinator.stopped", identity=s.identity)
     return 0

@@ -153,6 +153,8 @@ def health_fleet(
                     "resync_s": 1,
                     "failure_grace_s": 1,
                     "max_out": 4,
+                    "max_out_percent": 100,
+                    "mass_percent": 100,
                     "suspect_min_nodes": 3,
                     "suspect_fraction": 0.5,
                     "lease_duration_s": 6,
