@@ -46,6 +46,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--peer", action="append", default=[], metavar="HOST")
     p.add_argument("--nic", action="append", default=[], metavar="IFACE")
     p.add_argument("--ib-ports", type=int, default=0, metavar="N")
+    p.add_argument(
+        "--no-dcgm", action="store_true", help="skip dcgmi diag (DCGM is optional; it takes ~1 min)"
+    )
+    p.add_argument(
+        "--nvlink-links",
+        type=int,
+        default=0,
+        metavar="N",
+        help="check NVLink: every GPU must have N active links (H100/H200 SXM: 18)",
+    )
+    p.add_argument(
+        "--fabric-required",
+        action="store_true",
+        help="this node is on an NVSwitch fabric (HGX): no fabric state fails",
+    )
+    p.add_argument("--xid-lookback", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
 
 
@@ -59,6 +75,10 @@ def settings_from(args: argparse.Namespace) -> HealthSettings:
         peers=tuple(args.peer),
         nic_interfaces=tuple(args.nic),
         ib_expected_ports=args.ib_ports,
+        dcgm=not args.no_dcgm,
+        nvlink_links=args.nvlink_links,
+        fabric_required=args.fabric_required,
+        xid_lookback_s=args.xid_lookback,
         timeout_s=args.timeout,
         mount_timeout_s=min(args.timeout, 5.0),
     )
