@@ -60,6 +60,7 @@ _HEALTH_KEYS = {
     "heavy_period_s",
     "dcgm",
     "dcgm_timeout_s",
+    "dcgm_host",
     "nvlink_links",
     "fabric",
     "fabric_required",

@@ -50,6 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--no-dcgm", action="store_true", help="skip dcgmi diag (DCGM is optional; it takes ~1 min)"
     )
     p.add_argument(
+        "--dcgm-host",
+        default="",
+        metavar="HOST",
+        help="nv-hostengine for dcgmi: unix:///path/to/socket or host[:port]",
+    )
+    p.add_argument(
         "--nvlink-links",
         type=int,
         default=0,
@@ -76,6 +82,7 @@ def settings_from(args: argparse.Namespace) -> HealthSettings:
         nic_interfaces=tuple(args.nic),
         ib_expected_ports=args.ib_ports,
         dcgm=not args.no_dcgm,
+        dcgm_host=args.dcgm_host,
         nvlink_links=args.nvlink_links,
         fabric_required=args.fabric_required,
         xid_lookback_s=args.xid_lookback,

@@ -25,7 +25,10 @@ DATA = Path(__file__).parent.parent / "data" / "health"
 ROOT = Path(__file__).parent.parent.parent
 
 DCGMI = """#!/bin/sh
-[ "$*" = "diag -r 1 -j" ] || { echo "unexpected argv: $*" >&2; exit 64; }
+case "$*" in
+  "diag -r 1 -j"|"diag --host unix:///run/nvidia-dcgm/hostengine.sock -r 1 -j") ;;
+  *) echo "unexpected argv: $*" >&2; exit 64 ;;
+esac
 [ -f "$STUB_DIR/dcgmi.sleep" ] && exec /bin/sleep 30
 /bin/cat "$STUB_DIR/dcgmi.out"
 exit "$(/bin/cat "$STUB_DIR/dcgmi.rc")"
@@ -122,6 +125,10 @@ async def test_dcgm_diag_runner(stubs: Stubs, tmp_path: Path) -> None:
         "dcgm-page-retirement-row-remap",
         Remediation.REBOOT,
     )
+    socket = "unix:///run/nvidia-dcgm/hostengine.sock"
+    assert (await _run(_checks(tmp_path, dcgm_host=socket)["dcgm-diag"])).cause == (
+        "dcgm-page-retirement-row-remap"
+    )
     stubs.put("dcgmi.out", "dcgmi/hostengine-down.handwritten.txt")
     stubs.put("dcgmi.rc", text="1")
     assert (await _run(check)).cause == "dcgm-hostengine-unreachable"
@@ -202,6 +209,8 @@ def test_optional_checks_can_be_left_out(tmp_path: Path) -> None:
         ({"heavy_period_s": 0}, "heavy_period_s"),
         ({"xid_lookback_s": -5}, "xid_lookback_s"),
         ({"dcgm_timeout": 10}, "health takes only"),
+        ({"dcgm_host": "--help"}, "dcgm_host"),
+        ({"dcgm_host": "unix://relative"}, "dcgm_host"),
     ],
 )
 def test_bad_agent_health_settings_are_refused(

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from slonkd.adapters.health import probes
 from slonkd.core import dcgm_health, gpu_health, node_health, nvlink_health
 from slonkd.core.health import CheckResult, unknown
 
 Runner = Callable[[], Coroutine[Any, Any, CheckResult]]
+_DCGM_HOST_RE: Final = re.compile(
+    r"unix://(/[A-Za-z0-9._-]+)+|[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:\d{1,5})?"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +40,9 @@ class HealthSettings:
     dcgm: bool = True
     """Run ``dcgmi diag -r 1`` on the heavy schedule (DCGM is optional: missing -> unknown)."""
     dcgm_timeout_s: float = 180.0
+    dcgm_host: str = ""
+    """nv-hostengine to ask (``dcgmi --host``): ``unix:///path/to/socket`` or ``host[:port]``;
+    empty: dcgmi's default, localhost:5555."""
     nvlink_links: int = 0
     """Active NVLink links every GPU must have (0: no NVLink check; H100/H200 SXM: 18)."""
     nvlink: nvlink_health.NvlinkThresholds | None = None
@@ -74,6 +81,10 @@ class HealthSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0")
+        if not isinstance(self.dcgm_host, str) or (
+            self.dcgm_host and not _DCGM_HOST_RE.fullmatch(self.dcgm_host)
+        ):
+            raise ValueError("dcgm_host must be unix:///socket/path or host[:port]")
         if self.dcgm_timeout_s <= 0 or self.heavy_period_s <= 0:
             raise ValueError("dcgm_timeout_s and heavy_period_s must be positive")
 
@@ -296,9 +307,9 @@ def _gpu_extra_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check
     if s.dcgm:
 
         async def dcgm_diag() -> CheckResult:
-            out = await _smi(
-                "dcgmi", ["dcgmi", "diag", "-r", "1", "-j"], s.dcgm_timeout_s, guard, "dcgm-diag"
-            )
+            host = ["--host", s.dcgm_host] if s.dcgm_host else []
+            argv = ["dcgmi", "diag", *host, "-r", "1", "-j"]
+            out = await _smi("dcgmi", argv, s.dcgm_timeout_s, guard, "dcgm-diag")
             if isinstance(out, CheckResult):
                 return out
             return dcgm_health.judge_dcgm_diag(out.stdout, out.stderr, out.rc or 0)
