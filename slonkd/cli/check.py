@@ -46,9 +46,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--peer", action="append", default=[], metavar="HOST")
     p.add_argument("--nic", action="append", default=[], metavar="IFACE")
     p.add_argument("--ib-ports", type=int, default=0, metavar="N")
-    p.add_argument(
-        "--no-dcgm", action="store_true", help="skip dcgmi diag (DCGM is optional; it takes ~1 min)"
+    dcgm = p.add_mutually_exclusive_group()
+    dcgm.add_argument(
+        "--dcgm",
+        action="store_true",
+        help="run dcgmi diag -r 1 also in --prolog mode (where it is skipped: it takes a while)",
     )
+    dcgm.add_argument("--no-dcgm", action="store_true", help="skip dcgmi diag (DCGM is optional)")
     p.add_argument(
         "--dcgm-host",
         default="",
@@ -81,7 +85,7 @@ def settings_from(args: argparse.Namespace) -> HealthSettings:
         peers=tuple(args.peer),
         nic_interfaces=tuple(args.nic),
         ib_expected_ports=args.ib_ports,
-        dcgm=not args.no_dcgm,
+        dcgm=args.dcgm or not (args.no_dcgm or args.prolog),
         dcgm_host=args.dcgm_host,
         nvlink_links=args.nvlink_links,
         fabric_required=args.fabric_required,

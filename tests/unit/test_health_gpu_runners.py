@@ -270,6 +270,22 @@ def test_slonkd_check_runs_the_gpu_checks(stubs: Stubs, tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "fabric: fabric-not-started" in proc.stderr
+    stubs.put("dcgmi.out", "dcgmi/diag-r1-row-remap-fail.handwritten.json")
+    stubs.put("q.out", "nvidia-smi-q/fabric-completed.handwritten.txt")
+    proc = subprocess.run(  # a prolog skips the slow dcgmi diag unless asked for it
+        [*argv, "--prolog"], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    proc = subprocess.run(
+        [*argv, "--prolog", "--dcgm"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 1
+    assert "dcgm-diag: dcgm-page-retirement-row-remap" in proc.stderr
     stubs.put("q.out", "nvidia-smi-q/fabric-completed.handwritten.txt")
     proc = subprocess.run(
         [*argv, "--no-dcgm", "-o", "json"],
