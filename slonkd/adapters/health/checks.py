@@ -96,6 +96,9 @@ class Check:
     name: str
     period_s: float
     run: Runner
+    retry_period_s: float | None = None
+    """After a failing run, the next comes this soon (a heavy check confirms a failure in
+    minutes, not in N of its hourly periods); None: always ``period_s``."""
 
 
 def _read(path: Path) -> str:
@@ -314,7 +317,14 @@ def _gpu_extra_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check
                 return out
             return dcgm_health.judge_dcgm_diag(out.stdout, out.stderr, out.rc or 0)
 
-        checks.append(Check(name="dcgm-diag", period_s=s.heavy_period_s, run=dcgm_diag))
+        checks.append(
+            Check(
+                name="dcgm-diag",
+                period_s=s.heavy_period_s,
+                run=dcgm_diag,
+                retry_period_s=min(s.slow_period_s, s.heavy_period_s),
+            )
+        )
 
     if s.nvlink_links > 0:
         limits = s.nvlink or nvlink_health.NvlinkThresholds(expected_links=s.nvlink_links)
