@@ -62,6 +62,8 @@ _HEALTH_KEYS = {
     "dcgm_timeout_s",
     "dcgm_host",
     "nvlink_links",
+    "nvlink_warn_growth",
+    "nvlink_fail_growth",
     "fabric",
     "fabric_required",
     "xid_lookback_s",

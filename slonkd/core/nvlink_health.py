@@ -48,6 +48,18 @@ class NvlinkThresholds:
     warn_growth: Mapping[str, int] | None = None
     fail_growth: Mapping[str, int] | None = None
 
+    def __post_init__(self) -> None:
+        for table in (self.warn_growth, self.fail_growth):
+            if table is None:
+                continue
+            if not isinstance(table, Mapping):
+                raise ValueError("NVLink growth thresholds must map counter names to numbers")
+            for name, limit in table.items():
+                if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9-]{1,40}", name):
+                    raise ValueError(f"NVLink counter name {str(name)[:40]!r} is not valid")
+                if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                    raise ValueError(f"NVLink threshold for {name} must be a whole number >= 1")
+
     def warn_at(self, counter: str) -> int | None:
         """Growth of ``counter`` that warns (None: never)."""
         table = self.warn_growth if self.warn_growth is not None else _WARN_GROWTH

@@ -210,6 +210,9 @@ def test_optional_checks_can_be_left_out(tmp_path: Path) -> None:
         ({"xid_lookback_s": -5}, "xid_lookback_s"),
         ({"dcgm_timeout": 10}, "health takes only"),
         ({"dcgm_host": "--help"}, "dcgm_host"),
+        ({"nvlink_fail_growth": {"crc": 0}}, "crc must be a whole number"),
+        ({"nvlink_warn_growth": {"CRC Errors": 5}}, "not valid"),
+        ({"nvlink_warn_growth": [1, 2]}, "must map counter names"),
         ({"dcgm_host": "unix://relative"}, "dcgm_host"),
     ],
 )
@@ -229,10 +232,17 @@ def test_bad_agent_health_settings_are_refused(
     }
     with pytest.raises(ValueError, match=message):
         load_settings(env)
-    config.write_text(json.dumps({"health": {"dcgm": False, "nvlink_links": 18}}))
+    good = {"dcgm": False, "nvlink_links": 18, "nvlink_fail_growth": {"recovery": 3}}
+    config.write_text(json.dumps({"health": good}))
     settings = load_settings(env)
     assert settings.health is not None
     assert (settings.health.dcgm, settings.health.nvlink_links) == (False, 18)
+    limits = settings.health.nvlink_limits()
+    assert (limits.expected_links, limits.fail_at("recovery"), limits.fail_at("crc")) == (
+        18,
+        3,
+        None,
+    )
 
 
 def test_slonkd_check_runs_the_gpu_checks(stubs: Stubs, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,7 +45,12 @@ class HealthSettings:
     empty: dcgmi's default, localhost:5555."""
     nvlink_links: int = 0
     """Active NVLink links every GPU must have (0: no NVLink check; H100/H200 SXM: 18)."""
-    nvlink: nvlink_health.NvlinkThresholds | None = None
+    nvlink_warn_growth: Mapping[str, int] | None = None
+    """NVLink counter growth between two runs that warns, per counter (``replay``,
+    ``recovery``, ``crc``, ...); None: ``nvlink_health``'s defaults; a table replaces them
+    whole (a counter it leaves out never warns)."""
+    nvlink_fail_growth: Mapping[str, int] | None = None
+    """The same for a fail."""
     fabric: bool = True
     """Read the fabric state from ``nvidia-smi -q`` (NVSwitch systems; N/A elsewhere)."""
     fabric_required: bool = False
@@ -87,6 +92,15 @@ class HealthSettings:
             raise ValueError("dcgm_host must be unix:///socket/path or host[:port]")
         if self.dcgm_timeout_s <= 0 or self.heavy_period_s <= 0:
             raise ValueError("dcgm_timeout_s and heavy_period_s must be positive")
+        self.nvlink_limits()  # raises on bad thresholds
+
+    def nvlink_limits(self) -> nvlink_health.NvlinkThresholds:
+        """The NVLink thresholds these settings describe (ValueError when malformed)."""
+        return nvlink_health.NvlinkThresholds(
+            expected_links=self.nvlink_links,
+            warn_growth=self.nvlink_warn_growth,
+            fail_growth=self.nvlink_fail_growth,
+        )
 
 
 @dataclass(slots=True)
@@ -327,7 +341,7 @@ def _gpu_extra_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check
         )
 
     if s.nvlink_links > 0:
-        limits = s.nvlink or nvlink_health.NvlinkThresholds(expected_links=s.nvlink_links)
+        limits = s.nvlink_limits()
         last: dict[tuple[int, int], dict[str, int]] = {}
         seen = [False]
 
