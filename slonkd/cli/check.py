@@ -19,6 +19,7 @@ from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.core.health import CheckResult, Verdict
 
 EXIT_FAIL = 1
+EXIT_BAD_SETTINGS = 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,7 +121,12 @@ async def run_once(settings: HealthSettings, only: Sequence[str] = ()) -> list[C
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd check``."""
     started = time.monotonic()
-    results = asyncio.run(run_once(settings_from(args), args.only))
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:
+        print(f"slonkd check: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    results = asyncio.run(run_once(settings, args.only))
     took = time.monotonic() - started
     failed = [r for r in results if r.verdict is Verdict.FAIL]
     if args.output == "json":

@@ -306,3 +306,13 @@ def test_slonkd_check_runs_the_gpu_checks(stubs: Stubs, tmp_path: Path) -> None:
         env=env,
     )
     assert "dcgm-diag" not in {r["check"] for r in json.loads(proc.stdout)["results"]}
+    proc = subprocess.run(
+        [*argv, "--nvlink-links", "-3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "slonkd check: nvlink_links must be between 0 and 64\n"
