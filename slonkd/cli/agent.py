@@ -57,6 +57,16 @@ _HEALTH_KEYS = {
     "mount_timeout_s",
     "fast_period_s",
     "slow_period_s",
+    "heavy_period_s",
+    "dcgm",
+    "dcgm_timeout_s",
+    "dcgm_host",
+    "nvlink_links",
+    "nvlink_warn_growth",
+    "nvlink_fail_growth",
+    "fabric",
+    "fabric_required",
+    "xid_lookback_s",
 }
 
 
@@ -141,7 +151,7 @@ def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | No
     try:
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
         return HealthSettings(**values), hysteresis
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"bad health settings: {exc}") from None
 
 

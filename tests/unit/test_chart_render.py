@@ -245,6 +245,24 @@ def test_cluster_scoped_objects_carry_namespace_and_release(helm: Helm) -> None:
     )
 
 
+def test_agent_mounts_the_dcgm_socket_dir_only_when_asked(helm: Helm) -> None:
+    """agent.health.dcgmSocketDir: a read-only hostPath directory at the same path, or nothing."""
+    pod = _pod(one(render(helm), "StatefulSet", "rel-gpu"))
+    assert "dcgm-socket" not in {v["name"] for v in pod["volumes"]}
+    objs = render(helm, set_json=('agent={"health":{"dcgmSocketDir":"/run/nvidia-dcgm"}}',))
+    pod = _pod(one(objs, "StatefulSet", "rel-gpu"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dcgm-socket"]["hostPath"] == {"path": "/run/nvidia-dcgm", "type": "Directory"}
+    (agent,) = pod["initContainers"]
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert mounts["dcgm-socket"] == {
+        "name": "dcgm-socket",
+        "mountPath": "/run/nvidia-dcgm",
+        "readOnly": True,
+    }
+    assert mounts["kmsg"]["mountPath"] == "/dev/kmsg"  # the other agent.health keys kept
+
+
 BREAKING = {
     "no pools key": (["pools=null"], "missing property 'pools'"),
     "empty pools": (["pools=[]"], "/pools': minItems"),
@@ -280,6 +298,10 @@ BREAKING = {
             '"terminationGracePeriodSeconds":900}'
         ],
         "additional properties 'terminationGracePeriodSecond' not allowed",
+    ),
+    "dcgm socket dir not absolute": (
+        ['agent={"health":{"dcgmSocketDir":"run/nvidia-dcgm"}}'],
+        "/agent/health/dcgmSocketDir",
     ),
     "serving not above training": (
         ['priorityClasses={"create":true,"control":10,"serving":5,"training":5}'],
