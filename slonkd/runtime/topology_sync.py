@@ -237,17 +237,20 @@ class TopologySync:
         await self.nodes.synced.wait()
         await self.pods.synced.wait()
         log.info("topology.started", plugin=self.s.spec.plugin, configmap=self.s.configmap)
+        cause = "start"
         while True:
             self._dirty.clear()
             try:
-                await self.sync_once()
+                await self.sync_once(cause=cause)
                 self.state.error = ""
             except (SlonkdError, OSError) as exc:
                 self.state.error = str(exc)[:300]
-                log.warning("topology.sync_failed", error=self.state.error)
+                log.warning("topology.sync_failed", error=self.state.error, cause=cause)
+            cause = "resync"
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.s.resync_s):
                     await self._dirty.wait()
+                    cause = "labels"
             await self._quiet()
 
     async def _quiet(self) -> None:
@@ -260,11 +263,11 @@ class TopologySync:
             except TimeoutError:
                 return
 
-    async def sync_once(self) -> bool:
+    async def sync_once(self, *, cause: str) -> bool:
         """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""
         names = [n.name for n in await self.slurm.read_nodes()]
         labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get)
-        return await self.apply(labels, cause="labels")
+        return await self.apply(labels, cause=cause)
 
     async def apply(self, labels: Mapping[str, Mapping[str, str]], *, cause: str) -> bool:
         """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure."""
@@ -272,6 +275,8 @@ class TopologySync:
         st = self.state
         st.desired = rendered
         if rendered.sha256 == st.applied:
+            if cause != "resync":
+                log.info("topology.unchanged", sha256=rendered.sha256[:16], cause=cause)
             if self._drift_due():
                 await self.refresh_drift()
             return False
