@@ -196,78 +196,22 @@ class _State:
     error: str = ""
 
 
-class TopologySync:
-    """Keeps slurmctld's topology in step with the node labels (one leader's task)."""
+class TopologyApplier:
+    """Renders labels and brings slurmctld to the result: publish, wait, reconfigure."""
 
     def __init__(
         self,
         s: TopologySettings,
         *,
-        transport: KubeTransport | None,
-        namespace: str,
-        nodes: Informer[Node],
-        pods: Informer[Pod],
+        configmap: OwnedConfigMap | None,
         slurm: ScontrolBackend,
         check_valid: Callable[[], int] = lambda: 0,
     ) -> None:
         self.s = s
-        self.nodes = nodes
-        self.pods = pods
+        self.configmap = configmap
         self.slurm = slurm
         self.check_valid = check_valid
-        self.configmap = (
-            OwnedConfigMap(transport, namespace, s.configmap)
-            if s.configmap is not None and transport is not None
-            else None
-        )
         self.state = _State()
-        self._dirty = asyncio.Event()
-        nodes.add_handler(self._on_node)
-        pods.add_handler(lambda _e: self._dirty.set())
-
-    def _on_node(self, event: Any) -> None:
-        old = event.old
-        if old is None or old.labels != event.obj.labels:
-            self._dirty.set()  # only label changes matter (status heartbeats do not)
-
-    # -- the loop ----------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Sync now, then on (debounced) changes and on every resync, until cancelled."""
-        await self.nodes.synced.wait()
-        await self.pods.synced.wait()
-        log.info("topology.started", plugin=self.s.spec.plugin, configmap=self.s.configmap)
-        cause = "start"
-        while True:
-            self._dirty.clear()
-            try:
-                await self.sync_once(cause=cause)
-                self.state.error = ""
-            except (SlonkdError, OSError) as exc:
-                self.state.error = str(exc)[:300]
-                log.warning("topology.sync_failed", error=self.state.error, cause=cause)
-            cause = "resync"
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.s.resync_s):
-                    await self._dirty.wait()
-                    cause = "labels"
-            await self._quiet()
-
-    async def _quiet(self) -> None:
-        began = time.monotonic()
-        while time.monotonic() - began < self.s.max_delay_s:
-            self._dirty.clear()
-            try:
-                async with asyncio.timeout(self.s.debounce_s):
-                    await self._dirty.wait()
-            except TimeoutError:
-                return
-
-    async def sync_once(self, *, cause: str) -> bool:
-        """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""
-        names = [n.name for n in await self.slurm.read_nodes()]
-        labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get)
-        return await self.apply(labels, cause=cause)
 
     async def apply(self, labels: Mapping[str, Mapping[str, str]], *, cause: str) -> bool:
         """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure."""
@@ -410,3 +354,72 @@ class TopologySync:
             },
             "error": st.error,
         }
+
+
+class TopologySync(TopologyApplier):
+    """Keeps slurmctld's topology in step with the node labels (one leader's task)."""
+
+    def __init__(
+        self,
+        s: TopologySettings,
+        *,
+        transport: KubeTransport,
+        namespace: str,
+        nodes: Informer[Node],
+        pods: Informer[Pod],
+        slurm: ScontrolBackend,
+        check_valid: Callable[[], int] = lambda: 0,
+    ) -> None:
+        configmap = (
+            OwnedConfigMap(transport, namespace, s.configmap) if s.configmap is not None else None
+        )
+        super().__init__(s, configmap=configmap, slurm=slurm, check_valid=check_valid)
+        self.nodes = nodes
+        self.pods = pods
+        self._dirty = asyncio.Event()
+        nodes.add_handler(self._on_node)
+        pods.add_handler(lambda _e: self._dirty.set())
+
+    def _on_node(self, event: Any) -> None:
+        old = event.old
+        if old is None or old.labels != event.obj.labels:
+            self._dirty.set()  # only label changes matter (status heartbeats do not)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Sync now, then on (debounced) changes and on every resync, until cancelled."""
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+        log.info("topology.started", plugin=self.s.spec.plugin, configmap=self.s.configmap)
+        cause = "start"
+        while True:
+            self._dirty.clear()
+            try:
+                await self.sync_once(cause=cause)
+                self.state.error = ""
+            except (SlonkdError, OSError) as exc:
+                self.state.error = str(exc)[:300]
+                log.warning("topology.sync_failed", error=self.state.error, cause=cause)
+            cause = "resync"
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.s.resync_s):
+                    await self._dirty.wait()
+                    cause = "labels"
+            await self._quiet()
+
+    async def _quiet(self) -> None:
+        began = time.monotonic()
+        while time.monotonic() - began < self.s.max_delay_s:
+            self._dirty.clear()
+            try:
+                async with asyncio.timeout(self.s.debounce_s):
+                    await self._dirty.wait()
+            except TimeoutError:
+                return
+
+    async def sync_once(self, *, cause: str) -> bool:
+        """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""
+        names = [n.name for n in await self.slurm.read_nodes()]
+        labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get)
+        return await self.apply(labels, cause=cause)
