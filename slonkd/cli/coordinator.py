@@ -7,7 +7,9 @@ and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
 ``max_out_percent``, ``mass_percent``, ``state_name``, ``audit_path``, ``api_port``,
 ``api_host``, ``dry_run``, ``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*``
-as for the agent. Bad settings exit 2 with a one-line reason.
+as for the agent. Bad settings exit 2 with a one-line reason. ``topology`` (an object, see
+:mod:`slonkd.runtime.topology_sync`) turns on topology.conf from node labels; its ConfigMap
+defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ _KEYS = _NUMBERS | {
     "audit_path",
     "api_host",
     "dry_run",
+    "topology",
 }
 
 
@@ -89,7 +92,11 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
+    from slonkd.runtime.topology_sync import topology_settings
 
+    if values.get("topology") is not None:
+        cm = env.get("SLONKD_TOPOLOGY_CONFIGMAP") or None
+        values["topology"] = topology_settings(values["topology"], default_configmap=cm)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")

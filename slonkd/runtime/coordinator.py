@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -66,6 +67,7 @@ from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -119,6 +121,8 @@ class CoordinatorSettings:
     """MQTT, to read the agents' health verdicts; None: no health input."""
     suspect_min_nodes: int = 3
     suspect_fraction: float = 0.3
+    topology: TopologySettings | None = None
+    """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
 
 
 @dataclass(slots=True)
@@ -224,6 +228,19 @@ class Coordinator:
             self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
         self.nodes.add_handler(lambda _e: self._dirty.set())
         self.pods.add_handler(lambda _e: self._dirty.set())
+        self.topology: TopologySync | None = None
+        if s.topology is not None:
+            self.topology = TopologySync(
+                s.topology, transport=transport, namespace=s.namespace, nodes=self.nodes,
+                pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
+            )  # fmt: skip
+
+    def status_sections(self) -> dict[str, Any]:
+        """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
+        sections: dict[str, Any] = {}
+        if self.topology is not None:
+            sections["topology"] = self.topology.status()
+        return sections
 
     # -- views -----------------------------------------------------------------------------
 
@@ -612,6 +629,8 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.topology is not None:
+                group.create_task(self.topology.run())
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))

@@ -98,6 +98,7 @@ class CoordinatorAPI:
             "suspected": sorted(str(c) for c in self.leader.suspected),
             "nodes": [node_row(v, p, refused) for v, p in zip(snap.views, snap.plans, strict=True)],
         }
+        body.update(self.leader.status_sections())
         for name, source in self.sections.items():
             body[name] = source()
         return _json(body)
