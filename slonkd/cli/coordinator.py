@@ -5,11 +5,11 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``max_out_percent``, ``mass_percent``, ``state_name``, ``audit_path``, ``api_port``,
-``api_host``, ``dry_run``, ``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*``
-as for the agent. Bad settings exit 2 with a one-line reason. ``topology`` (an object, see
-:mod:`slonkd.runtime.topology_sync`) turns on topology.conf from node labels; its ConfigMap
-defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
+``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
+``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``cluster``; MQTT (the agents'
+health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2 with a one-line
+reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
+topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ _NUMBERS = {
     "max_out_percent",
     "mass_percent",
     "api_port",
+    "poll_s",
+    "max_reads_per_s",
 }
 _KEYS = _NUMBERS | {
     "pod_selector",

@@ -67,6 +67,7 @@ from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -86,7 +87,12 @@ class CoordinatorSettings:
     retry_period_s: float = 2.0
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     policy: Policy = field(default_factory=Policy)
-    resync_s: float = 10.0
+    resync_s: float = 30.0
+    """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
+    poll_s: float = 0.5
+    """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
+    max_reads_per_s: float = 2.0
+    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
     max_batch_delay_s: float = 1.0
@@ -113,6 +119,8 @@ class CoordinatorSettings:
             max_out_percent=self.max_out_percent,
             mass_percent=self.mass_percent,
         )
+        if self.max_reads_per_s <= 0:
+            raise ValueError("max_reads_per_s must be positive")
         if not 0 <= self.api_port <= 65535:
             raise ValueError("api_port must be between 0 and 65535")
 
@@ -217,6 +225,12 @@ class Coordinator:
         )
         self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
         self.snapshot: Snapshot | None = None
+        self.reads = ReadLimiter(s.max_reads_per_s)
+        self.watch = (
+            SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
+            if s.poll_s > 0
+            else None
+        )
         self._refused: dict[str, str] = {}
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
@@ -281,6 +295,7 @@ class Coordinator:
     async def reconcile_all(self) -> list[Plan]:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
         began = time.monotonic()
+        await self.reads.acquire()
         slurm_nodes = await self.slurm.read_nodes()
         self.state = await self.store.load()  # an operator's pause or reset is seen here
         views = self._views(slurm_nodes, time.time())
@@ -288,19 +303,24 @@ class Coordinator:
         plans, suspected = suspect_common_causes(
             views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
         )
-        if suspected != self.suspected:
-            for cause in suspected - self.suspected:
-                log.warning(
-                    "health.cause_suspected",
-                    cause=str(cause),
-                    owner="coordinator",
-                    detail="many nodes fail the same check at once: suspecting the check",
-                )
-            self.suspected = suspected
+        newly = sorted(str(c) for c in suspected - self.suspected)
+        for suspect in newly:
+            log.warning(
+                "health.cause_suspected",
+                cause=suspect,
+                owner="coordinator",
+                detail="many nodes fail the same check at once: suspecting the check",
+            )
+        self.suspected = suspected
         admission = self._admit(views, plans)
         token = self.elector.check_valid()  # a paused old leader stops here
-        if admission.open_breaker and not self.state.breaker_open:
-            await self._open_breaker(admission.open_breaker, token)
+        why = admission.open_breaker or (
+            f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
+            if newly
+            else ""
+        )
+        if why and not self.state.breaker_open:
+            await self._open_breaker(why, token)
         self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
         kube_actions: list[tuple[NodeView, Action]] = []
@@ -634,6 +654,8 @@ class Coordinator:
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
+            if self.watch is not None:
+                group.create_task(self.watch.run())
             while True:
                 self._dirty.clear()
                 try:
