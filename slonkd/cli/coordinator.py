@@ -6,9 +6,9 @@ and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
 ``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
-``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``cluster``; MQTT (the agents'
-health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2 with a one-line
-reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
+``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
+MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2
+with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 """
 
@@ -59,6 +59,7 @@ _KEYS = _NUMBERS | {
     "api_host",
     "dry_run",
     "topology",
+    "remediate",
 }
 
 
@@ -87,11 +88,13 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     for key in _NUMBERS & set(values):
         if not isinstance(values[key], int | float) or values[key] < 0:
             raise ValueError(f"{key} must be a non-negative number")
-    if not isinstance(values.get("dry_run", False), bool):
-        raise ValueError("dry_run must be true or false")
+    for flag in ("dry_run", "remediate"):
+        if not isinstance(values.get(flag, False), bool):
+            raise ValueError(f"{flag} must be true or false")
     policy = Policy(
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
+        remediate=bool(values.pop("remediate", True)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
     from slonkd.runtime.topology_sync import topology_settings

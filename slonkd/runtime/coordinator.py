@@ -89,7 +89,7 @@ class CoordinatorSettings:
     policy: Policy = field(default_factory=Policy)
     resync_s: float = 30.0
     """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
-    poll_s: float = 0.5
+    poll_s: float = 1.0
     """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
     max_reads_per_s: float = 2.0
     """Most slurmctld reads per second of this coordinator, polls and full reads together."""
@@ -150,6 +150,7 @@ class Snapshot:
     admission: Admission
     state: CoordinatorState
     fencing_token: int
+    duration_ms: float = 0.0
 
 
 def pool_of(pod: Pod | None) -> str:
@@ -251,7 +252,14 @@ class Coordinator:
 
     def status_sections(self) -> dict[str, Any]:
         """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
-        sections: dict[str, Any] = {}
+        sections: dict[str, Any] = {
+            "passes": {
+                "count": self.passes,
+                "last_ms": self.snapshot.duration_ms if self.snapshot else None,
+                "slurm_reads": self.reads.reads,
+                "slurm_polls": self.watch.polls if self.watch else 0,
+            }
+        }
         if self.topology is not None:
             sections["topology"] = self.topology.status()
         return sections
@@ -348,6 +356,7 @@ class Coordinator:
             admission=admission,
             state=self.state,
             fencing_token=token,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
         )
         self.passes += 1
         log.debug(

@@ -2,16 +2,18 @@
 
 slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator polls
 the cheap reasons-only read (``sinfo -R``: only nodes that carry a reason) every
-``poll_s`` and starts a full pass when what it shows changed. Every slurmctld read of the
-coordinator, polls and full reads alike, goes through one :class:`ReadLimiter`, so the
-coordinator never sends more than ``max_reads_per_s`` reads to slurmctld, whatever happens.
+``poll_s`` (one second) and starts a full pass at once when what it shows changed. Every
+slurmctld read of the coordinator, polls and full reads alike, goes through one
+:class:`ReadLimiter`, so the coordinator never sends slurmctld more than
+``max_reads_per_s`` reads in any second, whatever happens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
@@ -25,24 +27,40 @@ Fingerprint = frozenset[tuple[tuple[str, ...], str, str]]
 
 
 class ReadLimiter:
-    """Spaces slurmctld reads at least ``1 / per_s`` seconds apart (shared by all readers)."""
+    """At most ``per_s`` slurmctld reads in any one-second window (shared by all readers).
 
-    def __init__(self, per_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    A window rather than an even spacing: the poll that sees a change and the full read it
+    asks for may follow each other at once, as long as the second holds at most that many.
+    """
+
+    def __init__(
+        self,
+        per_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         if per_s <= 0:
             raise ValueError("max_reads_per_s must be positive")
-        self.gap = 1.0 / per_s
+        self.per_window = max(1, int(per_s))
+        self.window_s = self.per_window / per_s
         self._clock = clock
-        self._last = float("-inf")
+        self._sleep = sleep
+        self._recent: deque[float] = deque()
         self._lock = asyncio.Lock()
         self.reads = 0
 
     async def acquire(self) -> None:
         """Wait for this reader's turn."""
         async with self._lock:
-            wait = self._last + self.gap - self._clock()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last = self._clock()
+            while True:
+                now = self._clock()
+                while self._recent and self._recent[0] <= now - self.window_s:
+                    self._recent.popleft()
+                if len(self._recent) < self.per_window:
+                    break
+                await self._sleep(self._recent[0] + self.window_s - now)
+            self._recent.append(self._clock())
             self.reads += 1
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -23,17 +22,25 @@ def _group(nodes: tuple[str, ...], reason: str, state: str = "drained") -> Reaso
     )
 
 
-def test_reads_from_any_number_of_readers_are_spaced_by_the_rate() -> None:
-    """Ten readers at once at 20 reads/s take at least 9 gaps of 50 ms."""
+def test_no_window_holds_more_reads_than_the_limit() -> None:
+    """At 2 reads/s no one-second window holds more than 2 reads (on a fake clock)."""
+    now = [0.0]
+    stamps: list[float] = []
 
-    async def main() -> float:
-        limiter = ReadLimiter(20)
-        began = time.monotonic()
-        await asyncio.gather(*(limiter.acquire() for _ in range(10)))
-        assert limiter.reads == 10
-        return time.monotonic() - began
+    async def fake_sleep(seconds: float) -> None:
+        now[0] += seconds
 
-    assert asyncio.run(main()) >= 9 * 0.05 - 0.01
+    async def main() -> None:
+        limiter = ReadLimiter(2, clock=lambda: now[0], sleep=fake_sleep)
+        for _ in range(7):
+            await limiter.acquire()
+            stamps.append(now[0])
+
+    asyncio.run(main())
+    assert stamps[:2] == [0.0, 0.0]  # a poll and the full read it asks for: back to back
+    for i, t in enumerate(stamps):
+        assert sum(1 for u in stamps if t - 1.0 < u <= t) <= 2, (i, stamps)
+    assert stamps[-1] >= 3.0  # 7 reads at 2 a second need at least 3 s
 
 
 def test_a_fingerprint_changes_with_state_reason_or_nodes_not_with_order() -> None:
