@@ -120,7 +120,7 @@ class Coordinator:
         env = {
             **os.environ,
             "POD_NAMESPACE": NS,
-            "POD_NAME": "bench-coordinator",
+            "POD_NAME": f"bench-coordinator-{root.name}",
             "KUBECONFIG": str(kube.kubeconfig),
             "SLURM_CONF": str(slurm.conf),
             "SLONKD_CONFIG": str(conf),
@@ -274,6 +274,7 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
                 f"reads_per_s_{size}": passes["slurm_reads"] / max(1.0, time.monotonic() - began),
                 f"coordinator_rss_{size}_mb": _rss_mb(co.proc.pid),
                 f"nodes_seen_{size}": float(nodes),
+                **{f"resync_{size}_{k}_ms": float(v) for k, v in passes["last_phases_ms"].items()},
             }
         finally:
             co.stop()

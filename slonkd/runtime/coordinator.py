@@ -34,7 +34,7 @@ import structlog
 
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.events import EventRecorder
-from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
@@ -151,6 +151,7 @@ class Snapshot:
     state: CoordinatorState
     fencing_token: int
     duration_ms: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 def pool_of(pod: Pod | None) -> str:
@@ -170,6 +171,11 @@ def _is_out(view: NodeView) -> bool:
     slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
     kube_out = view.kube_node is not None and view.kube_node.unschedulable
     return slurm_out or kube_out
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal but for the resourceVersion (a heartbeat changes nothing slonkd looks at)."""
+    return bool(replace(old, resource_version="") == replace(new, resource_version=""))
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -241,8 +247,8 @@ class Coordinator:
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
             self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
-        self.nodes.add_handler(lambda _e: self._dirty.set())
-        self.pods.add_handler(lambda _e: self._dirty.set())
+        self.nodes.add_handler(self._on_change)
+        self.pods.add_handler(self._on_change)
         self.topology: TopologySync | None = None
         if s.topology is not None:
             self.topology = TopologySync(
@@ -250,12 +256,19 @@ class Coordinator:
                 pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
             )  # fmt: skip
 
+    def _on_change(self, event: CacheEvent[Any]) -> None:
+        """Start a pass for a change that matters (not a kubelet heartbeat)."""
+        if event.old is not None and _same(event.old, event.obj):
+            return
+        self._dirty.set()
+
     def status_sections(self) -> dict[str, Any]:
         """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
         sections: dict[str, Any] = {
             "passes": {
                 "count": self.passes,
                 "last_ms": self.snapshot.duration_ms if self.snapshot else None,
+                "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
                 "slurm_reads": self.reads.reads,
                 "slurm_polls": self.watch.polls if self.watch else 0,
             }
@@ -302,10 +315,12 @@ class Coordinator:
 
     async def reconcile_all(self) -> list[Plan]:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
-        began = time.monotonic()
         await self.reads.acquire()
+        began = time.monotonic()
         slurm_nodes = await self.slurm.read_nodes()
+        read_at = time.monotonic()
         self.state = await self.store.load()  # an operator's pause or reset is seen here
+        state_at = time.monotonic()
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
         plans, suspected = suspect_common_causes(
@@ -341,6 +356,7 @@ class Coordinator:
                 else:
                     kube_actions.append((view, action))
         before: dict[str, str] = {str(v.node): _slurm_text(v.slurm) for v in views}
+        decided_at = time.monotonic()
         for (kind, cause), names in sorted(
             slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
         ):
@@ -357,6 +373,12 @@ class Coordinator:
             state=self.state,
             fencing_token=token,
             duration_ms=round((time.monotonic() - began) * 1000, 1),
+            phases_ms={
+                "slurm_read": round((read_at - began) * 1000, 1),
+                "state_read": round((state_at - read_at) * 1000, 1),
+                "decide": round((decided_at - state_at) * 1000, 1),
+                "apply": round((time.monotonic() - decided_at) * 1000, 1),
+            },
         )
         self.passes += 1
         log.debug(
