@@ -3,7 +3,8 @@
 ``workers`` builds the whole picture for one test: a fresh kwok node, a SLURM cluster whose
 nodes are the StatefulSet's pod names, the kubelet stand-in, the StatefulSet (with
 ``slonkd prestop`` as its preStop hook unless told otherwise) and one ``slonkd agent``
-process per pod, each started with the environment the chart's downward API would give it.
+process per pod, each started with the environment the chart's downward API would give it
+and a /healthz, /readyz, /metrics port of its own on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 
@@ -87,6 +88,11 @@ class AgentProcess:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=15)
         self.proc = None
+
+    @property
+    def http_url(self) -> str:
+        """Where its /healthz, /readyz and /metrics are served."""
+        return f"http://127.0.0.1:{self.env['SLONKD_METRICS_PORT']}"
 
     def events(self) -> list[dict[str, Any]]:
         """The agent's log lines that are JSON."""
@@ -184,7 +190,7 @@ def workers(
         )
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
         slurm.wait_idle(names, timeout_s=60)
-        for name in names:
+        for name, port in zip(names, free_ports(len(names)), strict=True):
             env = {
                 **os.environ,
                 "POD_NAME": name,
@@ -194,6 +200,8 @@ def workers(
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
                 "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+                "SLONKD_METRICS_PORT": str(port),
             }
             agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
             agent.start()
