@@ -29,7 +29,7 @@ from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
 
-if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.agent import AgentSettings
 
 EXIT_BAD_SETTINGS = 2

@@ -3,8 +3,7 @@
 ``workers`` builds the whole picture for one test: a fresh kwok node, a SLURM cluster whose
 nodes are the StatefulSet's pod names, the kubelet stand-in, the StatefulSet (with
 ``slonkd prestop`` as its preStop hook unless told otherwise) and one ``slonkd agent``
-process per pod, each started with the environment the chart's downward API would give it
-and a /healthz, /readyz, /metrics port of its own on 127.0.0.1.
+process per pod, each started with the environment the chart's downward API would give it.
 """
 
 from __future__ import annotations
@@ -62,7 +61,14 @@ class AgentProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Start the agent and wait until its caches synced."""
+        """Start the agent and wait until its caches synced.
+
+        Its /healthz, /readyz and /metrics get a free port on 127.0.0.1 (kept on restart)
+        unless the env names one: agents side by side must not all ask for 9464.
+        """
+        if "SLONKD_METRICS_PORT" not in self.env:
+            self.env["SLONKD_METRICS_PORT"] = str(free_ports(1)[0])
+            self.env.setdefault("SLONKD_METRICS_ADDRESS", "127.0.0.1")
         ready = Path(self.env["SLONKD_READY_FILE"])
         ready.unlink(missing_ok=True)
         with self.log.open("ab") as out:
@@ -91,7 +97,7 @@ class AgentProcess:
 
     @property
     def http_url(self) -> str:
-        """Where its /healthz, /readyz and /metrics are served."""
+        """Where its /healthz, /readyz and /metrics are served (after :meth:`start`)."""
         return f"http://127.0.0.1:{self.env['SLONKD_METRICS_PORT']}"
 
     def events(self) -> list[dict[str, Any]]:
@@ -190,7 +196,7 @@ def workers(
         )
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
         slurm.wait_idle(names, timeout_s=60)
-        for name, port in zip(names, free_ports(len(names)), strict=True):
+        for name in names:
             env = {
                 **os.environ,
                 "POD_NAME": name,
@@ -200,8 +206,6 @@ def workers(
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
                 "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
-                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
-                "SLONKD_METRICS_PORT": str(port),
             }
             agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
             agent.start()
