@@ -26,7 +26,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
 
-if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinator import CoordinatorSettings
 
 EXIT_BAD_SETTINGS = 2
