@@ -6,6 +6,10 @@
   same checks at a 0.2 s period for 10 s.
 - ``hung_mount_unknown_s``: time for the mount check of a path that blocks (a FIFO without a
   writer) to answer ``unknown`` with a 1 s deadline.
+- ``gpu_parse_ms``: CPU time to judge one 8-GPU dcgmi diag document, NVLink listing (status
+  and counters, 144 links) and ``nvidia-smi -q`` fabric output (the hand-written fixtures of
+  tests/data/health; median of 200). Without a GPU here the GPU tools themselves are missing,
+  so the process timings above include their checks only as "not installed".
 
 Prints a table, then one JSON object as the last line. Not part of CI.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.core import dcgm_health, nvlink_health
 
 LOOP_SCRIPT = """
 import asyncio, resource, sys
@@ -34,7 +39,7 @@ from slonkd.core.health import Hysteresis
 from slonkd.runtime.health_loop import HealthLoop
 async def main():
     s = HealthSettings(disk_paths=("/",), mounts=("/proc",), slurmd_port=1, fast_period_s=0.2,
-                       slow_period_s=0.2, expected_gpus=8)
+                       slow_period_s=0.2, heavy_period_s=0.2, expected_gpus=8, nvlink_links=18)
     async def on_change(r):
         pass
     checks = build_checks(s, ProbeGuard())
@@ -65,6 +70,28 @@ async def _hung(path: str) -> float:
     return time.monotonic() - began
 
 
+def _gpu_parse_ms() -> float:
+    data = Path(__file__).parent.parent / "tests" / "data" / "health"
+    diag = (data / "dcgmi" / "diag-r1-pass.handwritten.json").read_text()
+    status = (data / "nvlink" / "status-h100-18.handwritten.txt").read_text()
+    errors = (data / "nvlink" / "errors-h100-clean.handwritten.txt").read_text()
+    fabric = (data / "nvidia-smi-q" / "fabric-completed.handwritten.txt").read_text()
+    limits = nvlink_health.NvlinkThresholds(expected_links=18)
+    before = nvlink_health.parse_nvlink_errors(errors)
+    times = []
+    for _ in range(200):
+        began = time.perf_counter()
+        results = [
+            dcgm_health.judge_dcgm_diag(diag, "", 0),
+            nvlink_health.judge_nvlink_run(status, errors, before, limits, expected_gpus=8)[0],
+            nvlink_health.judge_fabric(fabric, required=True, expected_gpus=8),
+        ]
+        times.append(time.perf_counter() - began)
+        if any(r.verdict.value != "ok" for r in results):
+            raise RuntimeError(f"healthy fixtures must pass: {results}")
+    return statistics.median(times) * 1000
+
+
 def main() -> int:
     """Measure and print."""
     check = [
@@ -80,6 +107,8 @@ def main() -> int:
         "1",
         "--expected-gpus",
         "8",
+        "--nvlink-links",
+        "18",
     ]
     runs = [_time(check) for _ in range(5)]
     floor = [_time([sys.executable, "-c", "pass"]) for _ in range(5)]
@@ -95,6 +124,7 @@ def main() -> int:
         "python_start_s": round(statistics.median(floor), 3),
         "agent_with_checks_rss_mb": round(rss_mb, 1),
         "hung_mount_unknown_s": round(hung, 3),
+        "gpu_parse_ms": round(_gpu_parse_ms(), 3),
         "bench_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     for key, value in result.items():

@@ -19,6 +19,7 @@ from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.core.health import CheckResult, Verdict
 
 EXIT_FAIL = 1
+EXIT_BAD_SETTINGS = 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +47,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--peer", action="append", default=[], metavar="HOST")
     p.add_argument("--nic", action="append", default=[], metavar="IFACE")
     p.add_argument("--ib-ports", type=int, default=0, metavar="N")
+    dcgm = p.add_mutually_exclusive_group()
+    dcgm.add_argument(
+        "--dcgm",
+        action="store_true",
+        help="run dcgmi diag -r 1 also in --prolog mode (where it is skipped: it takes a while)",
+    )
+    dcgm.add_argument("--no-dcgm", action="store_true", help="skip dcgmi diag (DCGM is optional)")
+    p.add_argument(
+        "--dcgm-host",
+        default="",
+        metavar="HOST",
+        help="nv-hostengine for dcgmi: unix:///path/to/socket or host[:port]",
+    )
+    p.add_argument(
+        "--nvlink-links",
+        type=int,
+        default=0,
+        metavar="N",
+        help="check NVLink: every GPU must have N active links (H100/H200 SXM: 18)",
+    )
+    p.add_argument(
+        "--fabric-required",
+        action="store_true",
+        help="this node is on an NVSwitch fabric (HGX): no fabric state fails",
+    )
+    p.add_argument("--xid-lookback", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
 
 
@@ -59,6 +86,11 @@ def settings_from(args: argparse.Namespace) -> HealthSettings:
         peers=tuple(args.peer),
         nic_interfaces=tuple(args.nic),
         ib_expected_ports=args.ib_ports,
+        dcgm=args.dcgm or not (args.no_dcgm or args.prolog),
+        dcgm_host=args.dcgm_host,
+        nvlink_links=args.nvlink_links,
+        fabric_required=args.fabric_required,
+        xid_lookback_s=args.xid_lookback,
         timeout_s=args.timeout,
         mount_timeout_s=min(args.timeout, 5.0),
     )
@@ -89,7 +121,12 @@ async def run_once(settings: HealthSettings, only: Sequence[str] = ()) -> list[C
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd check``."""
     started = time.monotonic()
-    results = asyncio.run(run_once(settings_from(args), args.only))
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:
+        print(f"slonkd check: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    results = asyncio.run(run_once(settings, args.only))
     took = time.monotonic() - started
     failed = [r for r in results if r.verdict is Verdict.FAIL]
     if args.output == "json":

@@ -5,9 +5,13 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``cluster``, ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``,
-``settle_s``, or null: rollouts off); MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for
-the agent. Bad settings exit 2 with a one-line reason.
+``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
+``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
+MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2
+with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
+topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
+``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
+null: off) tunes the worker rollouts of OnDelete StatefulSets (on by default).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from slonkd.cli.config import bus_settings, config_file
 from slonkd.core.decide import Policy
 from slonkd.core.rollout import RolloutSettings
 
-if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinator import CoordinatorSettings
 
 EXIT_BAD_SETTINGS = 2
@@ -41,13 +45,38 @@ _NUMBERS = {
     "unready_grace_s",
     "suspect_min_nodes",
     "suspect_fraction",
+    "max_out_percent",
+    "mass_percent",
+    "api_port",
+    "poll_s",
+    "max_reads_per_s",
 }
-_KEYS = _NUMBERS | {"pod_selector", "namespace", "identity", "kubeconfig", "cluster", "rollout"}
+_KEYS = _NUMBERS | {
+    "pod_selector",
+    "namespace",
+    "identity",
+    "kubeconfig",
+    "cluster",
+    "state_name",
+    "audit_path",
+    "api_host",
+    "dry_run",
+    "topology",
+    "remediate",
+    "rollout",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``coordinator``."""
-    sub.add_parser("coordinator", help="run the coordinator (leader-elected)", description=__doc__)
+    parser = sub.add_parser(
+        "coordinator", help="run the coordinator (leader-elected)", description=__doc__
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and log every plan (and the audit log) but write nothing",
+    )
 
 
 def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
@@ -63,15 +92,23 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     for key in _NUMBERS & set(values):
         if not isinstance(values[key], int | float) or values[key] < 0:
             raise ValueError(f"{key} must be a non-negative number")
+    for flag in ("dry_run", "remediate"):
+        if not isinstance(values.get(flag, False), bool):
+            raise ValueError(f"{flag} must be true or false")
     policy = Policy(
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
+        remediate=bool(values.pop("remediate", True)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
+    from slonkd.runtime.topology_sync import topology_settings
 
     if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
         raw = values["rollout"]
         values["rollout"] = None if raw is None else RolloutSettings.from_mapping(raw)
+    if values.get("topology") is not None:
+        cm = env.get("SLONKD_TOPOLOGY_CONFIGMAP") or None
+        values["topology"] = topology_settings(values["topology"], default_configmap=cm)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
@@ -83,13 +120,17 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         raise ValueError(f"bad coordinator settings: {exc}") from None
 
 
-def main(_args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run ``slonkd coordinator``."""
     try:
         settings = load_settings(os.environ)
     except ValueError as exc:
         print(f"slonkd coordinator: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    if getattr(args, "dry_run", False):
+        from dataclasses import replace
+
+        settings = replace(settings, dry_run=True)
     from slonkd.runtime.coordinator import run_coordinator
 
     return asyncio.run(run_coordinator(settings))

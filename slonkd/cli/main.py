@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
-Subcommands arrive with their issues: ``sandbox``, ``agent``, ``prestop``, ``check`` and
-``coordinator`` exist; ``status`` does not yet.
+Subcommands: ``sandbox``, ``agent``, ``prestop``, ``check``, ``coordinator``, and the
+operator's ``status``, ``explain``, ``pause``, ``unpause`` and ``budget reset``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from slonkd import __version__
-from slonkd.cli import agent, check, coordinator, prestop, sandbox
+from slonkd.cli import agent, check, coordinator, ops, prestop, sandbox
 from slonkd.runtime.logging import configure_logging
 
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_parser(sub)
     coordinator.add_parser(sub)
     prestop.add_parser(sub)
+    ops.add_parsers(sub)
     return parser
 
 
@@ -48,6 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "prestop":
         configure_logging()
         return prestop.main(args)
+    if args.command == "status":
+        return ops.status(args)
+    if args.command == "explain":
+        return ops.explain_node(args)
+    if args.command in ("pause", "unpause"):
+        return ops.operator(args, str(args.command))
+    if args.command == "budget":
+        return ops.operator(args, "budget reset")
     parser.print_help(sys.stderr)
     return 2
 

@@ -215,6 +215,8 @@ class XidEvent:
     device: str
     xid: int
     text: str
+    at_us: int | None = None
+    """Kernel log time of the record, microseconds since boot (None: the line had none)."""
 
 
 def parse_kmsg_record(line: str) -> str:
@@ -225,6 +227,21 @@ def parse_kmsg_record(line: str) -> str:
     return re.sub(r"^\[\s*\d+\.\d+\]\s*", "", line)
 
 
+_DMESG_TIME_RE: Final = re.compile(r"^\[\s*(\d{1,10})\.(\d{1,6})\]")
+
+
+def record_time_us(line: str) -> int | None:
+    """The time of a ``/dev/kmsg`` record or ``[ s.us]`` dmesg line, in microseconds since boot."""
+    head, sep, _message = line.partition(";")
+    fields = head.split(",")
+    if sep and len(fields) >= 3 and fields[0].isdigit():
+        return int(fields[2]) if fields[2].isdigit() and len(fields[2]) <= 18 else None
+    match = _DMESG_TIME_RE.match(line)
+    if match:
+        return int(match[1]) * 1_000_000 + int(match[2].ljust(6, "0"))
+    return None
+
+
 def find_xids(lines: Iterable[str]) -> list[XidEvent]:
     """Every Xid message among kernel log lines (kmsg records or dmesg text)."""
     events = []
@@ -233,7 +250,10 @@ def find_xids(lines: Iterable[str]) -> list[XidEvent]:
         if match:
             events.append(
                 XidEvent(
-                    device=match["dev"], xid=int(match["xid"]), text=match["rest"].strip(" ,")[:200]
+                    device=match["dev"],
+                    xid=int(match["xid"]),
+                    text=match["rest"].strip(" ,")[:200],
+                    at_us=record_time_us(line),
                 )
             )
     return events
@@ -257,3 +277,64 @@ def judge_xids(events: Iterable[XidEvent], policy: XidPolicy) -> CheckResult:
         top = max(fails, key=lambda r: ladder.index(r.remediation))
         return fail(name, top.cause, top.remediation, "; ".join(r.evidence for r in fails))
     return worst(name, found)
+
+
+# --- Xids across runs: latching and the first-run policy -----------------------------------
+
+_OUTLIVES_POD: Final = frozenset({Remediation.REBOOT, Remediation.MANUAL})
+MAX_LATCHED: Final = 64
+
+
+@dataclass(slots=True, kw_only=True)
+class XidTracker:
+    """Judges each new batch of kernel log records, remembering fatal Xids between runs.
+
+    The kernel log is read incrementally, so a fatal Xid is seen by exactly one run; it is
+    *latched*: every later run of this agent still fails with it, so the hysteresis (N of
+    M runs) turns it into a fail verdict, and only the remediation clears it.
+
+    First-run policy. The first read returns the whole ring buffer, i.e. everything since
+    boot, including Xids logged before this agent (pod) started. Of those, only Xids whose
+    remediation outlives a pod restart (reboot, manual: the hardware stays broken until the
+    node reboots, which also empties the ring buffer) are latched as failures. Restart-pod
+    class Xids (e.g. 94, a contained ECC error) from before the start were already remedied
+    by the very pod restart that started this agent: they are reported once as history
+    (``warn``) and never fail, so a restarted pod does not fail again on its own past.
+    "Before the start" is ``record time < started_us - lookback_s``; records without a
+    time count as current.
+    """
+
+    policy: XidPolicy
+    started_us: int
+    """When this agent started, on the kernel log clock (CLOCK_MONOTONIC, microseconds)."""
+    lookback_s: float = 0.0
+    """Records this much older than the start still count as current (a slow pod start)."""
+    latched: dict[tuple[str, int], XidEvent] = field(default_factory=dict)
+
+    def _history(self, ev: XidEvent) -> bool:
+        cutoff = self.started_us - int(self.lookback_s * 1_000_000)
+        return ev.at_us is not None and ev.at_us < cutoff
+
+    def observe(self, events: Iterable[XidEvent]) -> CheckResult:
+        """The verdict after reading ``events`` (the records new since the last run)."""
+        name = "xid"
+        history: list[CheckResult] = []
+        for ev in events:
+            remediation = self.policy.fatal.get(ev.xid)
+            if self._history(ev) and remediation not in _OUTLIVES_POD:
+                if remediation is not None or ev.xid not in self.policy.informational:
+                    history.append(
+                        warn(
+                            name,
+                            f"gpu-xid-{ev.xid}",
+                            f"before this agent started (history): Xid {ev.xid} on {ev.device}",
+                        )
+                    )
+                continue
+            if remediation is not None and len(self.latched) < MAX_LATCHED:
+                self.latched.setdefault((ev.device, ev.xid), ev)
+            elif remediation is None and ev.xid not in self.policy.informational:
+                history.append(warn(name, f"gpu-xid-{ev.xid}", f"Xid {ev.xid} on {ev.device}"))
+        if self.latched:
+            return judge_xids(list(self.latched.values()), self.policy)
+        return worst(name, history)

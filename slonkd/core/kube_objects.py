@@ -68,6 +68,8 @@ class Pod:
     node_name: KubeNodeName | None
     phase: PodPhase
     ready: bool
+    ready_since: str | None = None
+    """When the Ready condition last became True (RFC 3339), as the kubelet reported it."""
     deletion_timestamp: str | None = None
     deletion_grace_s: int | None = None
     termination_grace_s: int | None = None

@@ -142,6 +142,8 @@ class WorkerView:
     slurm: SlurmNode | None
     settling: bool = False
     """The rollout released this node a moment ago and waits for it to be back in service."""
+    pool: str = "default"
+    """The pool (``slonk.dev/pool``) whose disruption budget the worker counts against."""
 
 
 def held_by_rollout(slurm: SlurmNode | None) -> bool:
@@ -224,19 +226,24 @@ class RolloutPlan:
 
 
 def plan_rollout(
-    views: Sequence[WorkerView], settings: RolloutSettings, *, out_now: int, max_out: int
+    views: Sequence[WorkerView],
+    settings: RolloutSettings,
+    *,
+    budget: Mapping[str, tuple[int, int]],
+    hold: str = "",
 ) -> RolloutPlan:
     """The next steps of the rollout over ``views``.
 
-    ``out_now`` is how many worker nodes are out of service in SLURM right now (for any
-    cause, the rollout's own included) and ``max_out`` the disruption budget: a worker whose
-    node is in service costs one unit of it when its drain starts. At most
-    ``settings.max_parallel`` workers are in the rollout at once. Outdated pods that are not
-    Ready go first (they serve nothing), then the others by name.
+    ``budget`` maps each pool to ``(out, limit)``: how many of its nodes are out of service
+    now (for any cause, the rollout's own included) and how many may be (the disruption
+    budget). A worker whose node is in service costs one unit of its pool's budget when its
+    drain starts. At most ``settings.max_parallel`` workers are in the rollout at once.
+    ``hold`` (slonkd paused, breaker open) stops new starts; work in progress goes on.
+    Outdated pods that are not Ready go first (they serve nothing), then the others by name.
     """
     phases = {v.node: phase_of(v) for v in views}
     active = sum(1 for p in phases.values() if p in ACTIVE)
-    budget = max_out - out_now
+    left = {pool: limit - out for pool, (out, limit) in budget.items()}
     room = settings.max_parallel - active
     candidates = sorted(
         (v for v in views if phases[v.node] is Phase.OUTDATED),
@@ -245,7 +252,7 @@ def plan_rollout(
     start: list[str] = []
     waiting: dict[str, str] = {}
     for view in candidates:
-        why = _why_not(view)
+        why = hold or _why_not(view)
         if why:
             waiting[view.node] = why
             continue
@@ -253,12 +260,14 @@ def plan_rollout(
         cost = 0 if view.slurm.state.out_of_service else 1
         if room <= 0:
             waiting[view.node] = f"at most {settings.max_parallel} at a time"
-        elif cost > budget:
-            waiting[view.node] = f"disruption budget: {out_now} of {max_out} nodes out"
+        elif cost > left.get(view.pool, 0):
+            limit = budget.get(view.pool, (0, 0))[1]
+            out = limit - left.get(view.pool, 0)  # counting this pass's starts
+            waiting[view.node] = f"disruption budget of pool {view.pool}: {out} of {limit} out"
         else:
             start.append(view.node)
             room -= 1
-            budget -= cost
+            left[view.pool] = left.get(view.pool, 0) - cost
     return RolloutPlan(
         start=tuple(start),
         release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE)),

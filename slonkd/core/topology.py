@@ -178,3 +178,36 @@ def leaf_membership(text: str) -> dict[str, str]:
         for node in nodes:
             members[node] = name
     return members
+
+
+STAMP_PREFIX: Final = "# slonkd-topology-sha256: "
+"""First line of the published file: the hash of the rest, so any copy can be checked."""
+
+
+def stamped(rendered: Rendered) -> str:
+    """The file to publish: a stamp line carrying the content hash, then the content."""
+    return f"{STAMP_PREFIX}{rendered.sha256}\n{rendered.text}"
+
+
+def stamped_hash(text: str) -> str | None:
+    """The hash a published file carries, or None if it has no stamp or does not match it.
+
+    A copy that is mid-update, edited by hand or truncated reads as None: never as the
+    content it claims to be.
+    """
+    first, sep, rest = text.partition("\n")
+    if not sep or not first.startswith(STAMP_PREFIX):
+        return None
+    claimed = first.removeprefix(STAMP_PREFIX).strip()
+    if hashlib.sha256(rest.encode()).hexdigest() != claimed:
+        return None
+    return claimed
+
+
+def drift(desired: Mapping[str, str], shown: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """``{node: (leaf from labels, leaf slurmctld has)}`` where they differ (``""``: absent)."""
+    return {
+        node: (desired.get(node, ""), shown.get(node, ""))
+        for node in sorted(set(desired) | set(shown))
+        if desired.get(node, "") != shown.get(node, "")
+    }

@@ -7,8 +7,13 @@ the pod's node), calls ``decide`` and executes the coordinator's actions: SLURM 
 downs and releases grouped by cause into hostlist calls; cordons, taints, the
 ``SlurmHealthy`` condition, Events and evictions per K8s node. It acts only after its
 caches synced and a SLURM read succeeded, checks its lease right before each write batch
-(a paused old leader writes nothing), and keeps a disruption budget: automated actions that
-would take more than ``max_out`` nodes out at once are skipped and logged.
+(a paused old leader writes nothing), and keeps a disruption budget per pool
+(:mod:`slonkd.core.budget`): automated actions past it are refused, the breaker opens and
+stays open until ``slonkd budget reset``. Breaker, pause and remediation history live in the
+state ConfigMap (:class:`~slonkd.adapters.kube.state.StateStore`), so a failover neither
+resets nor repeats them. Every action goes to the audit log; ``dry_run`` logs the plans and
+writes nothing. The last pass is kept as a :class:`Snapshot` for ``slonkd status`` and
+``slonkd explain``.
 """
 
 from __future__ import annotations
@@ -20,20 +25,26 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import structlog
 
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.events import EventRecorder
-from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
+from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
+from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, Admission, BudgetPolicy, Request, admit
+from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.decide import (
     Action,
     Kind,
@@ -54,8 +65,12 @@ from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.rollout import RolloutSettings
-from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
+from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.rollout import RolloutController
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -74,18 +89,50 @@ class CoordinatorSettings:
     retry_period_s: float = 2.0
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     policy: Policy = field(default_factory=Policy)
-    resync_s: float = 10.0
+    resync_s: float = 30.0
+    """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
+    poll_s: float = 1.0
+    """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
+    max_reads_per_s: float = 2.0
+    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
     max_batch_delay_s: float = 1.0
     """... or this long after the first event of a burst, whichever comes first."""
     max_out: int = 10
-    """Most nodes slonkd may hold out of service for budgeted (automated) causes."""
+    """Most nodes of a pool out of service before automated causes stop (the budget)."""
+    max_out_percent: float = 10.0
+    """... or this percentage of the pool, whichever is lower (at least one node)."""
+    mass_percent: float = 20.0
+    """More new automated outages than this percentage of a pool at once: a mass event."""
+    state_name: str = "slonkd-state"
+    """The ConfigMap holding breaker, pause and remediation history."""
+    audit_path: str = ""
+    """JSON-lines audit log of every action ("" : the structured log only)."""
+    dry_run: bool = False
+    """Decide and log the plans, write nothing."""
+    api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
+    api_port: int = 8081
+    """The status API (``slonkd status``); 0: any free port."""
+
+    def __post_init__(self) -> None:
+        BudgetPolicy(  # refuse impossible budgets at start, not at the first pass
+            max_out=self.max_out,
+            max_out_percent=self.max_out_percent,
+            mass_percent=self.mass_percent,
+        )
+        if self.max_reads_per_s <= 0:
+            raise ValueError("max_reads_per_s must be positive")
+        if not 0 <= self.api_port <= 65535:
+            raise ValueError("api_port must be between 0 and 65535")
+
     cluster: str = "lab"
     bus: BusSettings | None = None
     """MQTT, to read the agents' health verdicts; None: no health input."""
     suspect_min_nodes: int = 3
     suspect_fraction: float = 0.3
+    topology: TopologySettings | None = None
+    """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
 
@@ -95,6 +142,65 @@ class _Seen:
     ready_since: float | None = None
     unready_since: float | None = None
     uid: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The views, plans and budget of the last pass (for status and explain)."""
+
+    at: float
+    views: tuple[NodeView, ...]
+    plans: tuple[Plan, ...]
+    admission: Admission
+    state: CoordinatorState
+    fencing_token: int
+    duration_ms: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+def pool_of(pod: Pod | None) -> str:
+    """The pool a worker pod belongs to (its ``slonk.dev/pool`` label)."""
+    if pod is None:
+        return DEFAULT_POOL
+    return pod.labels.get(POOL_LABEL) or DEFAULT_POOL
+
+
+def _is_out(view: NodeView) -> bool:
+    """Taken out by someone: drained in SLURM, or its K8s node cordoned.
+
+    A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
+    marking it is what the budget must weigh (a slurmctld outage makes every node
+    "Not responding" at once, and that must not cordon the fleet).
+    """
+    slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
+    kube_out = view.kube_node is not None and view.kube_node.unschedulable
+    return slurm_out or kube_out
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal but for the resourceVersion (a heartbeat changes nothing slonkd looks at)."""
+    return bool(replace(old, resource_version="") == replace(new, resource_version=""))
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time from the apiserver (None if unreadable)."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _slurm_text(node: SlurmNode | None) -> str:
+    if node is None:
+        return "unread"
+    return f"{node.state} reason={node.live_reason!r}"
+
+
+def _kube_text(node: Node) -> str:
+    taints = ",".join(sorted(t.key for t in node.taints))
+    return f"unschedulable={node.unschedulable} taints=[{taints}] ready={node.ready}"
 
 
 def label_value(text: str) -> str:
@@ -122,10 +228,21 @@ class Coordinator:
         )
         self._dirty = asyncio.Event()
         self._seen: dict[str, _Seen] = defaultdict(_Seen)
-        self.remediation: dict[str, Remediations] = {}
-        self.handled: dict[str, str] = {}
-        """SLURM node -> fingerprint of the failure already remediated (not blamed twice)."""
-        """Attempts per K8s node (in memory for now: a failover forgets them)."""
+        self.store = StateStore(transport, s.namespace, s.state_name)
+        self.state = CoordinatorState()
+        """Breaker, pause, remediation history and handled failures, as last read/written."""
+        self.budget = BudgetPolicy(
+            max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
+        )
+        self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
+        self.snapshot: Snapshot | None = None
+        self.reads = ReadLimiter(s.max_reads_per_s)
+        self.watch = (
+            SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
+            if s.poll_s > 0
+            else None
+        )
+        self._refused: dict[str, str] = {}
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
@@ -134,19 +251,52 @@ class Coordinator:
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
             self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
-        self.nodes.add_handler(lambda _e: self._dirty.set())
-        self.pods.add_handler(lambda _e: self._dirty.set())
+        self.nodes.add_handler(self._on_change)
+        self.pods.add_handler(self._on_change)
+        self.topology: TopologySync | None = None
+        if s.topology is not None:
+            self.topology = TopologySync(
+                s.topology, transport=transport, namespace=s.namespace, nodes=self.nodes,
+                pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
+            )  # fmt: skip
         self.rollout: RolloutController | None = None
         if s.rollout is not None:
             self.rollout = RolloutController(
-                s.rollout,
-                namespace=s.namespace,
-                transport=transport,
-                pods=self.pods,
-                slurm=self.slurm,
-                elector=elector,
-                max_out=s.max_out,
-            )
+                s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
+                slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
+                hold=self._rollout_hold, dry_run=s.dry_run,
+            )  # fmt: skip
+
+    def _on_change(self, event: CacheEvent[Any]) -> None:
+        """Start a pass for a change that matters (not a kubelet heartbeat)."""
+        if event.old is not None and _same(event.old, event.obj):
+            return
+        self._dirty.set()
+
+    def status_sections(self) -> dict[str, Any]:
+        """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
+        sections: dict[str, Any] = {
+            "passes": {
+                "count": self.passes,
+                "last_ms": self.snapshot.duration_ms if self.snapshot else None,
+                "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
+                "slurm_reads": self.reads.reads,
+                "slurm_polls": self.watch.polls if self.watch else 0,
+            }
+        }
+        if self.topology is not None:
+            sections["topology"] = self.topology.status()
+        if self.rollout is not None:
+            sections["rollout"] = self.rollout.status()
+        return sections
+
+    def _rollout_hold(self) -> str:
+        """Why rollouts may not take another node now ("" when they may)."""
+        if self.state.paused:
+            return f"slonkd is paused: {self.state.paused_reason}"
+        if self.state.breaker_open:
+            return f"breaker open: {self.state.breaker_reason}"
+        return ""
 
     # -- views -----------------------------------------------------------------------------
 
@@ -159,7 +309,9 @@ class Coordinator:
             if seen.uid != pod.uid:
                 seen.uid, seen.ready_since, seen.unready_since = pod.uid, None, None
             if ready:
-                seen.ready_since, seen.unready_since = seen.ready_since or now, None
+                # the kubelet's time, so a new leader does not mistake an old failure for history
+                since = seen.ready_since or _epoch(pod.ready_since) or now
+                seen.ready_since, seen.unready_since = min(since, now), None
             else:
                 seen.ready_since, seen.unready_since = None, seen.unready_since or now
             kube = self.nodes.get(pod.node_name) if pod.node_name else None
@@ -172,9 +324,10 @@ class Coordinator:
                     kube_node=kube,
                     pod_ready_since=seen.ready_since,
                     pod_unready_since=seen.unready_since,
-                    remediation=self.remediation.get(pod.node_name or "", Remediations()),
-                    handled_failure=self.handled.get(pod.name, ""),
+                    remediation=self._remediations(pod.node_name or ""),
+                    handled_failure=self.state.handled.get(pod.name, ""),
                     health=self._health_of(pod),
+                    paused=self.state.paused,
                 )
             )
         return views
@@ -182,57 +335,72 @@ class Coordinator:
     # -- one pass ----------------------------------------------------------------------------
 
     async def reconcile_all(self) -> list[Plan]:
-        """Read SLURM once, decide for every worker, apply the coordinator's actions in bulk."""
+        """Read SLURM and the state once, decide for every worker, apply in bulk."""
+        await self.reads.acquire()
         began = time.monotonic()
         slurm_nodes = await self.slurm.read_nodes()
+        read_at = time.monotonic()
+        self.state = await self.store.load()  # an operator's pause or reset is seen here
+        state_at = time.monotonic()
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
         plans, suspected = suspect_common_causes(
             views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
         )
-        if suspected != self.suspected:
-            for cause in suspected - self.suspected:
-                log.warning(
-                    "health.cause_suspected",
-                    cause=str(cause),
-                    owner="coordinator",
-                    detail="many nodes fail the same check at once: suspecting the check",
-                )
-            self.suspected = suspected
-        out_now = sum(
-            1 for v in views if v.slurm is not None and v.slurm.state.out_of_service
-        ) + sum(1 for v in views if v.kube_node is not None and v.kube_node.cordoned_by_slonkd)
-        budget = max(0, self.s.max_out - out_now)
+        newly = sorted(str(c) for c in suspected - self.suspected)
+        for suspect in newly:
+            log.warning(
+                "health.cause_suspected",
+                cause=suspect,
+                owner="coordinator",
+                detail="many nodes fail the same check at once: suspecting the check",
+            )
+        self.suspected = suspected
+        admission = self._admit(views, plans)
+        token = self.elector.check_valid()  # a paused old leader stops here
+        why = admission.open_breaker or (
+            f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
+            if newly
+            else ""
+        )
+        if why and not self.state.breaker_open:
+            await self._open_breaker(why, token)
+        self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
         kube_actions: list[tuple[NodeView, Action]] = []
-        taken: set[str] = set()
         for view, plan in zip(views, plans, strict=True):
             for action in plan.for_writer(Writer.COORDINATOR):
-                if action.budgeted and view.node not in taken:
-                    if budget <= 0:
-                        log.warning(
-                            "budget.exhausted",
-                            node=view.node,
-                            action=action.kind.value,
-                            cause=str(action.cause),
-                            max_out=self.s.max_out,
-                            out_now=out_now,
-                        )
-                        continue
-                    budget -= 1
-                    taken.add(view.node)
+                if action.budgeted and view.node in admission.refused:
+                    continue
                 if action.kind in (Kind.DRAIN, Kind.DOWN, Kind.RELEASE, Kind.REQUEUE):
                     slurm_groups[(action.kind, action.cause)].append(view.node)
                 else:
                     kube_actions.append((view, action))
-        token = self.elector.check_valid()  # a paused old leader stops here
+        before: dict[str, str] = {str(v.node): _slurm_text(v.slurm) for v in views}
+        decided_at = time.monotonic()
         for (kind, cause), names in sorted(
             slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
         ):
-            await self._apply_slurm(kind, cause, names, token)
+            self.elector.check_valid()
+            await self._apply_slurm(kind, cause, names, token, before)
         for view, action in kube_actions:
             self.elector.check_valid()
             await self._apply_kube(view, action, token)
+        self.snapshot = Snapshot(
+            at=time.time(),
+            views=tuple(views),
+            plans=tuple(plans),
+            admission=admission,
+            state=self.state,
+            fencing_token=token,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+            phases_ms={
+                "slurm_read": round((read_at - began) * 1000, 1),
+                "state_read": round((state_at - read_at) * 1000, 1),
+                "decide": round((decided_at - state_at) * 1000, 1),
+                "apply": round((time.monotonic() - decided_at) * 1000, 1),
+            },
+        )
         self.passes += 1
         log.debug(
             "coordinator.pass",
@@ -243,7 +411,72 @@ class Coordinator:
         )
         return plans
 
-    async def _apply_slurm(self, kind: Kind, cause: Cause, names: list[str], token: int) -> None:
+    def _admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
+        """The budget's answer for every node an automated cause wants out now."""
+        sizes: dict[str, int] = defaultdict(int)
+        out: dict[str, set[str]] = defaultdict(set)
+        restarting: dict[str, set[str]] = defaultdict(set)
+        requests = []
+        for view, plan in zip(views, plans, strict=True):
+            pool = pool_of(view.pod)
+            sizes[pool] += 1
+            if _is_out(view):
+                out[pool].add(view.node)
+                if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
+                    restarting[pool].add(view.node)
+            if any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
+                requests.append(Request(node=view.node, pool=pool))
+        return admit(
+            requests,
+            out_now={k: frozenset(v) for k, v in out.items()},
+            pool_sizes=sizes,
+            restarting={k: frozenset(v) for k, v in restarting.items()},
+            policy=self.budget,
+            breaker_open=self.state.breaker_open,
+        )
+
+    def _log_refusals(self, admission: Admission) -> None:
+        """One log line per node and reason when the budget keeps it in (not every pass)."""
+        for node, why in sorted(admission.refused.items()):
+            if self._refused.get(node) != why:
+                log.warning("budget.refused", node=node, reason=why, owner="coordinator")
+        self._refused = dict(admission.refused)
+
+    async def _open_breaker(self, why: str, token: int) -> None:
+        """Open the breaker: persisted, logged, an Event; only a human closes it."""
+        log.error("budget.breaker_opened", reason=why, owner="coordinator", fencing_token=token)
+        self.audit.record(
+            action="open-breaker",
+            node="*",
+            cause=why,
+            fencing_token=token,
+            outcome="dry-run" if self.s.dry_run else "opened",
+            dry_run=self.s.dry_run,
+        )
+        if self.s.dry_run:
+            return
+        self.state = await self.store.update(
+            token,
+            lambda st: replace(
+                st, breaker_open=True, breaker_reason=why, breaker_opened_at=time.time()
+            ),
+        )
+        with contextlib.suppress(SlonkdError):
+            await self.events.record(
+                ObjectRef(kind="ConfigMap", name=self.s.state_name, namespace=self.s.namespace),
+                type_="Warning",
+                reason="BreakerOpen",
+                message=f"slonkd: automated actions stopped until `slonkd budget reset`: {why}",
+            )
+
+    async def _apply_slurm(
+        self, kind: Kind, cause: Cause, names: list[str], token: int, before: dict[str, str]
+    ) -> None:
+        if self.s.dry_run:
+            for name in names:
+                self._audit(kind.value, name, cause, token, "dry-run", before.get(name))
+            log.info("coordinator.dry_run", action=kind.value, cause=str(cause), nodes=names)
+            return
         result: UpdateResult
         if kind is Kind.DRAIN:
             result = await self.slurm.drain(names, cause, "by slonkd coordinator")
@@ -254,6 +487,16 @@ class Coordinator:
         else:  # REQUEUE
             for name in names:
                 requeued = await self.slurm.requeue_jobs(name)
+                self._audit(
+                    "requeue",
+                    name,
+                    cause,
+                    token,
+                    "requeued",
+                    before.get(name),
+                    jobs=[str(j) for j in requeued.requeued],
+                    not_requeueable=[str(j) for j in requeued.not_requeueable],
+                )
                 log.info(
                     "slurm.jobs_requeued",
                     node=name,
@@ -263,6 +506,17 @@ class Coordinator:
                     fencing_token=token,
                 )
             return
+        for name in sorted(result.changed):
+            self._audit(kind.value, name, cause, token, "changed", before.get(name))
+        for skip in result.skipped:
+            self._audit(
+                kind.value,
+                skip.node,
+                cause,
+                token,
+                f"skipped: {skip.why.value}",
+                before.get(skip.node),
+            )
         log.info(
             f"slurm.nodes_{kind.value}",
             action=kind.value,
@@ -279,6 +533,26 @@ class Coordinator:
         if kube is None:
             return
         cause = str(action.cause)
+        before = _kube_text(kube)
+        if self.s.dry_run:
+            self._audit(
+                action.kind.value,
+                view.node,
+                action.cause,
+                token,
+                "dry-run",
+                before,
+                kube_node=kube.name,
+                key=action.key,
+            )
+            log.info(
+                "coordinator.dry_run",
+                action=action.kind.value,
+                node=view.node,
+                kube_node=kube.name,
+                cause=cause,
+            )
+            return
         if action.kind is Kind.CORDON:
             result = await self.node_writer.cordon(kube.name, cause=cause)
         elif action.kind is Kind.UNCORDON:
@@ -309,12 +583,20 @@ class Coordinator:
                 view.pod.namespace, view.pod.name, uid=view.pod.uid
             )
             if result.done:
-                self._remediated(kube.name)
-                if view.slurm is not None:
-                    self.handled[view.node] = failure_fingerprint(view.slurm)
+                handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
+                await self._remediated(kube.name, view.node, handled, token)
         else:
             if action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
-                self._remediated(kube.name)
+                await self._remediated(kube.name, view.node, "", token)
+            self._audit(
+                action.kind.value,
+                view.node,
+                action.cause,
+                token,
+                "not implemented",
+                before,
+                kube_node=kube.name,
+            )
             log.info(
                 "coordinator.action_not_implemented",
                 node=view.node,
@@ -322,6 +604,16 @@ class Coordinator:
                 cause=cause,
             )
             return
+        self._audit(
+            action.kind.value,
+            view.node,
+            action.cause,
+            token,
+            result.outcome.value,
+            before,
+            kube_node=kube.name,
+            key=action.key,
+        )
         log.info(
             f"kube.{action.kind.value.replace('-', '_')}",
             node=view.node,
@@ -356,10 +648,46 @@ class Coordinator:
                 self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
             self._dirty.set()
 
-    def _remediated(self, kube_node: str) -> None:
-        before = self.remediation.get(kube_node, Remediations())
-        self.remediation[kube_node] = Remediations(
-            attempts=before.attempts + 1, last_at=time.time()
+    def _remediations(self, kube_node: str) -> Remediations:
+        done = self.state.remediation.get(kube_node)
+        if done is None:
+            return Remediations()
+        return Remediations(attempts=done.attempts, last_at=done.last_at)
+
+    async def _remediated(self, kube_node: str, node: str, handled: str, token: int) -> None:
+        """Record one remediation step (and the failure it handled) in the state ConfigMap."""
+
+        def change(st: CoordinatorState) -> CoordinatorState:
+            was = st.remediation.get(kube_node, Attempts())
+            remediation = {
+                **st.remediation,
+                kube_node: Attempts(attempts=was.attempts + 1, last_at=time.time()),
+            }
+            done = {**st.handled, node: handled} if handled else st.handled
+            return replace(st, remediation=remediation, handled=done)
+
+        self.state = await self.store.update(token, change)
+
+    def _audit(
+        self,
+        action: str,
+        node: str,
+        cause: Cause,
+        token: int,
+        outcome: str,
+        before: str | None,
+        **extra: str | list[str],
+    ) -> None:
+        self.audit.record(
+            action=action,
+            node=node,
+            cause=str(cause),
+            fencing_token=token,
+            outcome=outcome,
+            before=before,
+            after=None if outcome in ("dry-run", "not implemented") else f"{action} {cause}",
+            dry_run=self.s.dry_run,
+            **extra,
         )
 
     # -- leading -----------------------------------------------------------------------------
@@ -373,11 +701,15 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.topology is not None:
+                group.create_task(self.topology.run())
             if self.rollout is not None:
                 group.create_task(self.rollout.run())
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
+            if self.watch is not None:
+                group.create_task(self.watch.run())
             while True:
                 self._dirty.clear()
                 try:
@@ -416,13 +748,25 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         retry_period_s=s.retry_period_s,
     )
     elector = LeaderElector(transport, lease)
+    api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    await api.start(s.api_host, s.api_port)
+    log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    async def lead(token: int) -> None:
+        coordinator = Coordinator(s, transport, elector)
+        api.leader = coordinator
+        try:
+            await coordinator.lead(token)
+        finally:
+            api.leader = None
+            coordinator.audit.close()
+
     async def campaign() -> None:
-        await elector.run(lambda token: Coordinator(s, transport, elector).lead(token))
+        await elector.run(lead)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -433,6 +777,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         with contextlib.suppress(SlonkdError, TimeoutError):
             async with asyncio.timeout(3):
                 await elector.release()
+        await api.stop()
         await transport.close()
     log.info("coordinator.stopped", identity=s.identity)
     return 0

@@ -112,5 +112,9 @@ class HealthLoop:
         await asyncio.sleep(random.uniform(0, check.period_s * self.jitter))  # noqa: S311 - jitter
         while True:
             await self.run_once(check)
+            period = check.period_s
+            last = self._states[check.name].history[-1]
+            if check.retry_period_s is not None and last.verdict is Verdict.FAIL:
+                period = min(period, check.retry_period_s)
             factor = random.uniform(1 - self.jitter, 1 + self.jitter)  # noqa: S311 - jitter
-            await asyncio.sleep(check.period_s * factor)
+            await asyncio.sleep(period * factor)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -33,6 +35,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Pod
@@ -48,7 +51,8 @@ from slonkd.core.rollout import (
     plan_rollout,
     progress,
 )
-from slonkd.core.slurm_node import SlurmNode
+from slonkd.core.slurm_node import NodeFlag, SlurmNode
+from slonkd.runtime.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.rollout")
 
@@ -65,14 +69,24 @@ class RolloutController:
         pods: Informer[Pod],
         slurm: ScontrolBackend,
         elector: LeaderElector,
-        max_out: int,
+        budget: BudgetPolicy,
+        reads: ReadLimiter | None = None,
+        hold: Callable[[], str] = lambda: "",
+        dry_run: bool = False,
     ) -> None:
         self.s = settings
         self.namespace = namespace
         self.pods = pods
         self.slurm = slurm
         self.elector = elector
-        self.max_out = max_out
+        self.budget = budget
+        """The coordinator's per-pool disruption budget (the rollout takes from it)."""
+        self.reads = reads
+        """The coordinator's slurmctld read limiter, shared by every reader."""
+        self.hold = hold
+        """Why no new node may be taken now (paused, breaker open); "" when it may."""
+        self.dry_run = dry_run
+        """Plan and report, write nothing (the coordinator's dry run)."""
         self.statefulsets = statefulset_informer(transport, namespace)
         self.pod_writer = PodWriter(transport)
         self._dirty = asyncio.Event()
@@ -138,9 +152,26 @@ class RolloutController:
                     statefulset=sts,
                     slurm=slurm_nodes.get(name),
                     settling=name in self._settling,
+                    pool=(pod.labels.get(POOL_LABEL) if pod else None) or DEFAULT_POOL,
                 )
             )
         return views
+
+    def _budget(self, views: list[WorkerView]) -> dict[str, tuple[int, int]]:
+        """Per pool: (nodes out of service now, the budget's limit for the pool's size)."""
+        size: dict[str, int] = defaultdict(int)
+        out: dict[str, int] = defaultdict(int)
+        for v in views:
+            if v.pod is None:
+                continue
+            size[v.pool] += 1
+            if v.slurm is not None and NodeFlag.DRAIN in v.slurm.state.flags:
+                out[v.pool] += 1  # drained by anyone, the rollout included (as the budget)
+        return {pool: (out[pool], self.budget.limit(n)) for pool, n in size.items()}
+
+    async def _read_turn(self) -> None:
+        if self.reads is not None:
+            await self.reads.acquire()
 
     def _anything_to_do(self) -> bool:
         """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
@@ -158,18 +189,23 @@ class RolloutController:
         if not self._anything_to_do():
             self._publish(self._summary([], RolloutPlan()))
             return False
+        await self._read_turn()
         slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.slurm.read_nodes()}
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
-        workers = {v.node for v in views if v.pod is not None}
-        out_now = sum(
-            1
-            for n, s in slurm_nodes.items()
-            if (n in workers or held_by_rollout(s)) and s.state.out_of_service
-        )
-        plan = plan_rollout(views, self.s, out_now=out_now, max_out=self.max_out)
+        plan = plan_rollout(views, self.s, budget=self._budget(views), hold=self.hold())
         by_node = {v.node: v for v in views}
+        if self.dry_run:
+            if plan.start or plan.release or plan.draining:
+                log.info(
+                    "rollout.dry_run",
+                    would_drain=list(plan.start),
+                    would_release=list(plan.release),
+                    would_wait_and_evict=list(plan.draining),
+                )
+            self._publish(self._summary(views, plan))
+            return False
         if plan.release:
             token = self.elector.check_valid()
             result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
@@ -235,6 +271,7 @@ class RolloutController:
             return
         name = view.node
         drained_at = self._drained_at.setdefault(name, time.monotonic())
+        await self._read_turn()
         jobs = await self.slurm.jobs_on(name)
         waited = time.monotonic() - drained_at
         if jobs and waited < self.s.job_wait_s:

@@ -215,8 +215,11 @@ def run_sandbox(
             "SLONKD_MQTT_HOST": mqtt.host,
             "SLONKD_MQTT_PORT": str(mqtt.port),
         }
+        api_port = procs.free_ports(1)[0]
+        coordinator_url = f"http://127.0.0.1:{api_port}"
+        config = {**COORDINATOR_CONFIG, "api_host": "127.0.0.1", "api_port": api_port}
         coordinator_json = root / "coordinator.json"
-        coordinator_json.write_text(json.dumps(COORDINATOR_CONFIG, indent=2))
+        coordinator_json.write_text(json.dumps(config, indent=2))
         coordinator_log = logs / "coordinator.log"
         with coordinator_log.open("ab") as out:
             coordinator = subprocess.Popen(
@@ -245,6 +248,7 @@ def run_sandbox(
         _say("coordinator leading and synced")
         ready_dir = root / "run"
         ready_dir.mkdir(exist_ok=True)
+        metrics_ports = dict(zip(names, procs.free_ports(len(names)), strict=True))
 
         def agent_env(pod: str) -> dict[str, str]:
             config = root / "run" / f"agent-{pod}.json"
@@ -256,6 +260,8 @@ def run_sandbox(
                 "SLONKD_MQTT_PASSWORD": passwords.get(pod, ""),
                 "SLONKD_RESYNC_S": str(AGENT_RESYNC_S),
                 "SLONKD_READY_FILE": str(ready_dir / f"ready-{pod}"),
+                "SLONKD_METRICS_PORT": str(metrics_ports.get(pod, 0)),
+                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
             }
 
         keeper = stack.enter_context(
@@ -285,6 +291,7 @@ def run_sandbox(
             f"export SLONKD_MQTT_USER=coordinator"
             f" SLONKD_MQTT_PASSWORD={passwords['coordinator']}\n"
             f"export PATH={shlex.quote(str(kube.kubectl_path.parent))}:$PATH\n"
+            f"export SLONKD_COORDINATOR_URL={coordinator_url} POD_NAMESPACE={NAMESPACE}\n"
         )
         env.chmod(0o600)
         state.update(
@@ -302,6 +309,10 @@ def run_sandbox(
                     "token": kube.admin_token,
                 },
                 "kube_nodes": kube_nodes,
+                "coordinator_url": coordinator_url,
+                "agent_metrics": {
+                    n: f"http://127.0.0.1:{p}/metrics" for n, p in metrics_ports.items()
+                },
                 "logs": {
                     "sandbox": str(root / "sandbox.log"),
                     "coordinator": str(coordinator_log),
@@ -332,6 +343,7 @@ def print_where_to_look(state: dict[str, Any]) -> None:
     root = state["dir"]
     lines = [
         f"source {state['env']}",
+        "slonkd status                                  # the coordinator's view, rollouts",
         "sinfo -R; sinfo -N; squeue                    # SLURM (SLURM_CONF in env.sh)",
         f"kubectl -n {state['namespace']} get pods -o wide; kubectl get nodes",
         f"coordinator log: {state['logs']['coordinator']}",

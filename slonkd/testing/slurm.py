@@ -44,7 +44,8 @@ class SlurmLayout:
     features: tuple[str, ...] = ("f_a", "f_b")
     slurmd_timeout_s: int = 10
     topology_plugin: str | None = None
-    """e.g. ``topology/tree``: then ``topology.conf`` starts with all nodes on one switch."""
+    """e.g. ``topology/tree``: ``topology.conf`` starts with all nodes on one switch (or
+    in one block for ``topology/block``, 24.11 only)."""
 
 
 @dataclass(slots=True)
@@ -216,6 +217,13 @@ class SlurmCluster:
 
     # -- config ----------------------------------------------------------------------------
 
+    def _initial_topology(self) -> None:
+        """With a topology plugin: all nodes on one switch (tree) or in one block."""
+        if self.layout.topology_plugin and not self.topology_conf.exists():
+            every = ",".join([*self.layout.nodes, *self.extra_node_names])
+            kind = "BlockName" if self.layout.topology_plugin == "topology/block" else "SwitchName"
+            self.topology_conf.write_text(f"{kind}=harness Nodes={every}\n")
+
     def _prepare(self) -> Path:
         root = self.root
         for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
@@ -242,9 +250,7 @@ class SlurmCluster:
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
         self.conf.write_text(render_slurm_conf(self))
-        if self.layout.topology_plugin and not self.topology_conf.exists():
-            every = ",".join([*self.layout.nodes, *self.extra_node_names])
-            self.topology_conf.write_text(f"SwitchName=harness Nodes={every}\n")
+        self._initial_topology()
         munge_socket = root / "munge" / "munge.sock"
         spec = {
             "root": str(root),

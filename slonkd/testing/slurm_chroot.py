@@ -113,6 +113,7 @@ class ChrootSlurmCluster(SlurmCluster):
         view = dataclasses.replace(self, root=Path(self.inner(root)))
         conf = render_slurm_conf(view).replace("SwitchType=switch/none\n", "")
         self.conf.write_text(conf)
+        self._initial_topology()
         inner = self.inner
         chroot = ["chroot", str(self.fsroot)]
         munge_socket = root / "munge" / "munge.sock"

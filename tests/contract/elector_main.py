@@ -22,7 +22,7 @@ import structlog
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.coordinator_state import Attempts, CoordinatorState
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -46,8 +46,8 @@ async def main(args: argparse.Namespace) -> None:
     store = StateStore(transport, args.namespace, args.state)
 
     def record(state: CoordinatorState, n: int) -> CoordinatorState:
-        attempts = {**state.remediation_attempts, args.identity: n}
-        return replace(state, remediation_attempts=attempts)
+        attempts = {**state.remediation, args.identity: Attempts(attempts=n)}
+        return replace(state, remediation=attempts)
 
     async def work(token: int) -> None:
         emit("leading", token=token)

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import wait_for
 
@@ -166,7 +167,7 @@ async def test_state_written_by_one_coordinator_is_read_by_the_next_and_fenced(
             nodes_out=frozenset({"gpu-1", "gpu-2"}),
             breaker_open=True,
             breaker_reason="mass NotReady",
-            remediation_attempts={"gpu-1": 2},
+            remediation={"gpu-1": Attempts(attempts=2, last_at=5.0)},
         ),
     )
     second = StateStore(kube_transport, namespace, "slonkd-state")
@@ -179,6 +180,16 @@ async def test_state_written_by_one_coordinator_is_read_by_the_next_and_fenced(
     with pytest.raises(FencedError):
         await second.update(2, lambda s: CoordinatorState())
     assert (await second.load()).nodes_out == {"gpu-1", "gpu-2"}
+    # an operator's change (pause) keeps the leader's token and the leader's fields
+    paused = await second.operator_update(
+        lambda s: replace(s, paused=True, paused_by="alice", paused_reason="firmware")
+    )
+    assert paused.fencing_token == 3
+    again = await first.load()
+    assert again.paused
+    assert again.paused_by == "alice"
+    assert again.remediation["gpu-1"] == Attempts(attempts=2, last_at=5.0)
+    assert again.breaker_open
 
 
 async def test_elector_in_process_is_valid_only_while_leading(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from slonkd.adapters.kube.configmaps import OwnedConfigMap
 from slonkd.adapters.kube.errors import Call, KubeForbidden
 from slonkd.adapters.kube.events import EventRecorder
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
@@ -161,6 +162,9 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         await store.update(got[0], lambda s: CoordinatorState(nodes_out=frozenset({node})))
         await store.update(got[0], lambda s: s)
         assert (await store.load()).nodes_out == {node}
+        topology = OwnedConfigMap(transport, namespace, "slonkd-topology")
+        assert (await topology.publish({"topology.conf": "# a\n"})).detail == "created"
+        assert (await topology.publish({"topology.conf": "# b\n"})).detail == "updated"
         token = kube.create_token(namespace, "default")
         who = await review_token(transport, token)
         assert who.authenticated
@@ -174,6 +178,8 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         other = StateStore(transport, namespace, "not-slonkd-state")
         with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["get"\]'):
             await other.update(got[0], lambda s: CoordinatorState(breaker_open=True))
+        with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["get"\]'):
+            await OwnedConfigMap(transport, namespace, "kube-root-ca.crt").publish({"x": "y"})
         with pytest.raises(KubeForbidden, match="pods/eviction"):
             await PodWriter(transport).evict("default", "anything")
         with pytest.raises(KubeForbidden, match=r'resources: \["statefulsets"\], verbs: \["patch"'):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import read_json_log
@@ -40,6 +41,42 @@ class Fleet:
     namespace: str
     kube_nodes: list[str]
     log: Path
+    env: dict[str, str]
+    audit: Path
+    procs: list[subprocess.Popen[bytes]]
+
+    def api_url(self) -> str:
+        """The leader's status API (its port is chosen at start and logged)."""
+        ports = [e["port"] for e in self.events() if e.get("event") == "coordinator.api_listening"]
+        return f"http://127.0.0.1:{ports[-1]}"
+
+    def slonkd(self, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run an operator command (``slonkd status`` ...) as an operator would."""
+        env = {**self.env, "SLONKD_COORDINATOR_URL": url or self.api_url()}
+        return subprocess.run(
+            [sys.executable, "-m", "slonkd.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def state(self) -> dict[str, str]:
+        """The coordinator's state ConfigMap data."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
+        return dict(self.kube.api.request("GET", path).get("data") or {})
+
+    def fail(self, nodes: list[str], reason: str = "Kill task failed") -> None:
+        """Mark SLURM nodes failed with a SLURM-style reason, in one call."""
+        hostlist = ",".join(nodes)
+        self.slurm.run(
+            "scontrol", "update", f"nodename={hostlist}", "state=fail", f"reason={reason}"
+        )
+
+    def cordoned(self) -> set[str]:
+        """K8s nodes of the fleet that are cordoned."""
+        return {n for n in self.kube_nodes if self.knode(n)["spec"].get("unschedulable")}
 
     def events(self) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines."""
@@ -64,6 +101,27 @@ class Fleet:
         return dict(self.kube.api.request("GET", f"/api/v1/nodes/{name}"))
 
 
+BASE_CONFIG: dict[str, Any] = {
+    "resync_s": 1,
+    "failure_grace_s": 1,
+    "unready_grace_s": 30,
+    "max_out": 15,
+    "max_out_percent": 100,
+    "mass_percent": 100,
+    "lease_duration_s": 6,
+    "renew_deadline_s": 4,
+    "retry_period_s": 1,
+    "api_host": "127.0.0.1",
+    "api_port": 0,
+}
+
+
+@pytest.fixture
+def coordinator_config() -> dict[str, Any]:
+    """Settings of the fleet's coordinator (tests override it)."""
+    return dict(BASE_CONFIG)
+
+
 @pytest.fixture
 def fleet(
     kube: KubeCluster,
@@ -71,6 +129,7 @@ def fleet(
     unique: Callable[[str], str],
     slurm_factory: Callable[..., SlurmCluster],
     tmp_path: Path,
+    coordinator_config: dict[str, Any],
 ) -> Iterator[Fleet]:
     """20 worker pods on 10 kwok nodes, 20 idle slurmd, one coordinator with fast timings."""
     names = tuple(f"w-{i}" for i in range(PODS))
@@ -104,17 +163,7 @@ def fleet(
     wait_for("20 pods Running", all_running, timeout_s=90)
     config = tmp_path / "coordinator.json"
     config.write_text(
-        json.dumps(
-            {
-                "resync_s": 1,
-                "failure_grace_s": 1,
-                "unready_grace_s": 30,
-                "max_out": 15,
-                "lease_duration_s": 6,
-                "renew_deadline_s": 4,
-                "retry_period_s": 1,
-            }
-        )
+        json.dumps({"audit_path": str(tmp_path / "audit.jsonl"), **coordinator_config})
     )
     env = {
         **os.environ,
@@ -133,7 +182,16 @@ def fleet(
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )
-    f = Fleet(kube=kube, slurm=slurm, namespace=namespace, kube_nodes=kube_nodes, log=log)
+    f = Fleet(
+        kube=kube,
+        slurm=slurm,
+        namespace=namespace,
+        kube_nodes=kube_nodes,
+        log=log,
+        env=env,
+        audit=tmp_path / "audit.jsonl",
+        procs=[proc],
+    )
     try:
         wait_for(
             "coordinator synced",
@@ -143,8 +201,10 @@ def fleet(
         )
         yield f
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        for p in f.procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=15)
 
 
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:
@@ -233,3 +293,269 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     cordons = [e for e in fleet.events() if e.get("event") == "kube.cordon"]
     assert {e["kube_node"] for e in cordons} == {kube_node}
     assert fleet.reasons()[victim] == "Kill task failed"  # SLURM's reason: slonkd never clears it
+    # every action is in the audit log with its cause and fencing token
+    audit = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    cordon = [a for a in audit if a["action"] == "cordon" and a["node"] == victim]
+    assert cordon, audit
+    assert cordon[0]["cause"].startswith("slurm-failure")
+    assert isinstance(cordon[0]["fencing_token"], int)
+    assert "unschedulable=False" in cordon[0]["before"]
+    # the operator's view: slonkd status and slonkd explain
+    shown = fleet.slonkd("status", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    body = json.loads(shown.stdout)
+    assert body["leading"] is True
+    rows = {r["node"]: r for r in body["nodes"]}
+    assert len(rows) == PODS
+    assert rows["w-0"]["slurm_state"].startswith("IDLE")
+    table = fleet.slonkd("status")
+    assert table.returncode == 0
+    assert "breaker: closed" in table.stdout
+    explained = fleet.slonkd("explain", "w-0")
+    assert explained.returncode == 0, explained.stderr
+    assert json.loads(explained.stdout)["decision"]["actions"] == []
+    assert fleet.slonkd("explain", "no-such-node").returncode == 1
+
+
+def _spawn_coordinator(fleet: Fleet, identity: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+            env={**fleet.env, "POD_NAME": identity},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+    fleet.procs.append(proc)
+    return proc
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "max_out": 3, "mass_percent": 100}])
+def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """6 of 20 nodes fail at once: at most the budget (3) is marked, the breaker opens and stays.
+
+    The breaker lives in the state ConfigMap: a new leader after a SIGKILL of the old one
+    finds it open and takes nothing more out; only `slonkd budget reset` closes it.
+    """
+    failing = [f"w-{i}" for i in (1, 4, 7, 10, 13, 16)]
+    fleet.fail(failing)
+    wait_for("breaker open", lambda: fleet.state().get("breakerOpen") == "true", timeout_s=20)
+    time.sleep(3)  # a few more passes
+    marked = {e["node"] for e in fleet.events() if e.get("event") == "kube.cordon"}
+    assert 1 <= len(marked) <= 3, marked
+    assert len(fleet.cordoned()) <= 3
+    assert "exhausted" in fleet.state()["breakerReason"]
+    assert any(e.get("event") == "budget.breaker_opened" for e in fleet.events())
+    events = fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")
+    assert any(e.get("reason") == "BreakerOpen" for e in events["items"])
+    cordoned_before = fleet.cordoned()
+    # failover: a second candidate takes over after the leader is SIGKILLed
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    fleet.procs[0].kill()
+    wait_for(
+        "second leads",
+        lambda: any(e.get("event") == "coordinator.synced" for e in read_json_log(second_log)),
+        timeout_s=40,
+    )
+    time.sleep(4)
+    second = read_json_log(second_log)
+    assert not [e for e in second if e.get("event") in ("kube.cordon", "kube.evict")]
+    assert any(e.get("event") == "budget.refused" for e in second), [
+        (e.get("event"), e.get("node"), e.get("error")) for e in second
+    ]
+    assert fleet.cordoned() == cordoned_before
+    assert fleet.state()["breakerOpen"] == "true"
+    # only a human closes it
+    reset = fleet.slonkd("budget", "reset", "--namespace", fleet.namespace, "--by", "alice")
+    assert reset.returncode == 0, reset.stderr
+    written = json.loads(reset.stdout.split("done (", 1)[1].rstrip().removesuffix(")"))
+    assert written["breakerOpen"] is False
+    assert written["breakerReason"] == "reset by alice"
+    # with the breaker closed, the failures it held back are handled, inside the budget again
+    rest = set(failing) - marked
+
+    def rest_handled() -> bool:
+        evicted = {e["node"] for e in read_json_log(second_log) if e.get("event") == "kube.evict"}
+        return bool(evicted & rest) and len(fleet.cordoned()) <= 3
+
+    wait_for("held-back failures handled after the reset", rest_handled, timeout_s=30)
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG}])
+def test_pause_stops_automated_actions_until_unpause(fleet: Fleet) -> None:
+    """`slonkd pause` is seen at the next pass: a failure is marked only after unpause."""
+    paused = fleet.slonkd("pause", "--namespace", fleet.namespace, "--reason", "fw upgrade")
+    assert paused.returncode == 0, paused.stderr
+    wait_for(
+        "status shows the pause",
+        lambda: json.loads(fleet.slonkd("status", "-o", "json").stdout)["state"]["paused"],
+        timeout_s=10,
+    )
+    fleet.fail(["w-2"])
+    time.sleep(4)
+    assert not fleet.cordoned()
+    explained = json.loads(fleet.slonkd("explain", "w-2").stdout)
+    assert any("paused" in n for n in explained["decision"]["notes"])
+    assert fleet.slonkd("unpause", "--namespace", fleet.namespace).returncode == 0
+    wait_for("marked after unpause", lambda: len(fleet.cordoned()) == 1, timeout_s=45)
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "dry_run": True}])
+def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
+    """With dry_run the plans go to the audit log and SLURM and Kubernetes stay as they are."""
+    fleet.fail(["w-6"])
+    for n in fleet.kube_nodes[:2]:
+        fleet.kube.kubectl("cordon", n)
+    affected = [p for n in fleet.kube_nodes[:2] for p in fleet.pods_on(n)]
+
+    def planned() -> bool:
+        audit = fleet.audit.read_text() if fleet.audit.exists() else ""
+        records = [json.loads(line) for line in audit.splitlines()]
+        return any(r["action"] == "cordon" and r["node"] == "w-6" for r in records) and all(
+            any(r["action"] == "drain" and r["node"] == p for r in records) for p in affected
+        )
+
+    wait_for("plans audited", planned, timeout_s=20)
+    records = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    assert all(r["dry_run"] and r["outcome"] == "dry-run" for r in records)
+    assert fleet.cordoned() == set(fleet.kube_nodes[:2])  # the admin's, nothing of slonkd's
+    assert all(fleet.reasons()[p] == "none" for p in affected)
+    assert fleet.reasons()["w-6"] == "Kill task failed"
+
+
+def _cordon(fleet: Fleet, nodes: list[str], *, on: bool = True) -> None:
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        list(
+            pool.map(
+                lambda n: fleet.kube.api.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{n}",
+                    {"spec": {"unschedulable": on}},
+                    content_type="application/merge-patch+json",
+                ),
+                nodes,
+            )
+        )
+
+
+def _audited(fleet: Fleet, action: str) -> list[str]:
+    """Nodes of the audit records of ``action`` that changed something, in order."""
+    if not fleet.audit.exists():
+        return []
+    records = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    return [r["node"] for r in records if r["action"] == action and r["outcome"] == "changed"]
+
+
+def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A standby never acts; the leader SIGKILLed in a bulk drain: the standby finishes it.
+
+    No node is drained twice (the audit log of both has one drain a node at most).
+    """
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    time.sleep(4)
+    assert not [e for e in read_json_log(second_log) if e.get("event") == "coordinator.leading"]
+    cordoned = fleet.kube_nodes[:5]
+    affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
+    _cordon(fleet, cordoned)
+    fleet.procs[0].kill()  # the leader dies while (or before) it drains them
+    wait_for(
+        "all drained by one of them",
+        lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
+        timeout_s=45,
+    )
+    assert any(e.get("event") == "coordinator.leading" for e in read_json_log(second_log))
+    time.sleep(3)
+    drains = _audited(fleet, "drain")
+    assert sorted(set(drains)) == sorted(set(drains) & set(affected))
+    assert len(drains) == len(set(drains)), drains  # nobody drained twice
+    _cordon(fleet, cordoned, on=False)
+    wait_for(
+        "resumed by the new leader",
+        lambda: all(fleet.reasons()[n] == "none" for n in affected),
+        timeout_s=30,
+    )
+
+
+def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path: Path) -> None:
+    """SIGSTOP the leader past its lease; the standby leads; SIGCONT: the old one writes nothing."""
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    time.sleep(2)
+    first = fleet.procs[0]
+    first.send_signal(signal.SIGSTOP)
+    stopped_at = len(fleet.log.read_text().splitlines())
+    try:
+        wait_for(
+            "standby leads",
+            lambda: any(e.get("event") == "coordinator.synced" for e in read_json_log(second_log)),
+            timeout_s=40,
+        )
+        target = fleet.kube_nodes[6]
+        affected = fleet.pods_on(target)
+        _cordon(fleet, [target])
+        wait_for(
+            "drained by the new leader",
+            lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
+            timeout_s=20,
+        )
+    finally:
+        first.send_signal(signal.SIGCONT)
+    time.sleep(5)  # the old leader wakes, finds its lease gone and stops
+    _cordon(fleet, [target], on=False)
+    wait_for("resumed", lambda: all(fleet.reasons()[n] == "none" for n in affected), timeout_s=20)
+    time.sleep(2)
+    after = [json.loads(line) for line in fleet.log.read_text().splitlines()[stopped_at:] if line]
+    writes = [
+        e
+        for e in after
+        if str(e.get("event", "")).startswith(("slurm.nodes_", "kube.cordon", "kube.evict"))
+        or e.get("event") == "audit.action"
+    ]
+    assert not writes, writes
+
+
+def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None:
+    """The apiserver and then slurmctld restart under a running coordinator: it converges."""
+    fleet.kube.kill_apiserver()
+    first, second = fleet.kube_nodes[7], fleet.kube_nodes[8]
+    try:
+        time.sleep(3)
+    finally:
+        fleet.kube.start_apiserver()
+    _cordon(fleet, [first])
+    drained_first = fleet.pods_on(first)
+    try:
+        wait_for(
+            "drained after the apiserver came back",
+            lambda: all(
+                fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in drained_first
+            ),
+            timeout_s=60,
+        )
+    except HarnessError:
+        raise AssertionError(fleet.log.read_text()[-4000:]) from None
+    fleet.slurm.stop_slurmctld()
+    try:
+        _cordon(fleet, [second])
+        time.sleep(3)
+    finally:
+        fleet.slurm.start_slurmctld()
+    drained_second = fleet.pods_on(second)
+    wait_for(
+        "drained after slurmctld came back",
+        lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in drained_second),
+        timeout_s=60,
+    )
+    assert fleet.procs[0].poll() is None  # it rode both out
+    _cordon(fleet, [first, second], on=False)
+    wait_for(
+        "resumed",
+        lambda: all(fleet.reasons()[n] == "none" for n in drained_first + drained_second),
+        timeout_s=30,
+    )

@@ -136,6 +136,7 @@ def rollout(
                     "renew_deadline_s": 4,
                     "retry_period_s": 1,
                     "rollout": {"max_parallel": 1, "job_wait_s": 2, "poll_s": 0.5},
+                    "api_port": 0,
                 }
             )
         )

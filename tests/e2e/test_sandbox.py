@@ -169,6 +169,13 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
             assert rows[name][1] == "none", rows
             assert rows[name][0] in ("idle", "mix", "alloc"), rows
 
+    # slonkd status reaches the sandbox's coordinator: the rollout is complete
+    status = slonkd("status", "-o", "json", "--url", state["coordinator_url"], timeout_s=30)
+    assert status.returncode == 0, status.stderr
+    rollout = json.loads(status.stdout)["rollout"]
+    assert rollout["complete"] is True, rollout
+    assert rollout["updated"] == len(workers), rollout
+
     # down: stops exactly what up started, and nothing is left behind
     started = state["processes"] + descendants(supervisor["pid"])
     down = slonkd("sandbox", "down", "--dir", str(root), timeout_s=180)

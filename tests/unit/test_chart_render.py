@@ -141,6 +141,10 @@ def test_worker_pod_has_agent_sidecar_prestop_and_pod_bound_token(helm: Helm) ->
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["SLONKD_SLURM_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    # the agent serves /healthz, /readyz and /metrics on SLONKD_METRICS_PORT (its default too)
+    assert env["SLONKD_METRICS_PORT"]["value"] == "9464"
+    assert agent["ports"] == [{"name": "agent-metrics", "containerPort": 9464}]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent-metrics"}
     # kwok deletes pods at once unless labelled for the harness's kubelet stand-in.
     assert "slonk.dev/kubelet" not in sts["spec"]["template"]["metadata"]["labels"]
 
@@ -245,6 +249,24 @@ def test_cluster_scoped_objects_carry_namespace_and_release(helm: Helm) -> None:
     )
 
 
+def test_agent_mounts_the_dcgm_socket_dir_only_when_asked(helm: Helm) -> None:
+    """agent.health.dcgmSocketDir: a read-only hostPath directory at the same path, or nothing."""
+    pod = _pod(one(render(helm), "StatefulSet", "rel-gpu"))
+    assert "dcgm-socket" not in {v["name"] for v in pod["volumes"]}
+    objs = render(helm, set_json=('agent={"health":{"dcgmSocketDir":"/run/nvidia-dcgm"}}',))
+    pod = _pod(one(objs, "StatefulSet", "rel-gpu"))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dcgm-socket"]["hostPath"] == {"path": "/run/nvidia-dcgm", "type": "Directory"}
+    (agent,) = pod["initContainers"]
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert mounts["dcgm-socket"] == {
+        "name": "dcgm-socket",
+        "mountPath": "/run/nvidia-dcgm",
+        "readOnly": True,
+    }
+    assert mounts["kmsg"]["mountPath"] == "/dev/kmsg"  # the other agent.health keys kept
+
+
 BREAKING = {
     "no pools key": (["pools=null"], "missing property 'pools'"),
     "empty pools": (["pools=[]"], "/pools': minItems"),
@@ -280,6 +302,10 @@ BREAKING = {
             '"terminationGracePeriodSeconds":900}'
         ],
         "additional properties 'terminationGracePeriodSecond' not allowed",
+    ),
+    "dcgm socket dir not absolute": (
+        ['agent={"health":{"dcgmSocketDir":"run/nvidia-dcgm"}}'],
+        "/agent/health/dcgmSocketDir",
     ),
     "serving not above training": (
         ['priorityClasses={"create":true,"control":10,"serving":5,"training":5}'],

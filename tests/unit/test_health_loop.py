@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Iterator
 
 from slonkd.adapters.health.checks import Check
@@ -57,3 +60,63 @@ async def test_a_crashing_check_is_unknown_not_ok() -> None:
     assert "boom" in first.evidence
     assert (await loop.run_once(check)).verdict is Verdict.OK
     assert [r.verdict for r in seen] == [Verdict.UNKNOWN, Verdict.OK]
+
+
+async def test_a_heavy_check_confirms_a_failure_on_its_retry_period() -> None:
+    """An hourly check that fails is re-run on its retry period until the verdict is fail."""
+    bad = fail("dcgm-diag", "dcgm-inforom", Remediation.MANUAL)
+    runs: list[float] = []
+    failed = asyncio.Event()
+
+    async def run() -> CheckResult:
+        runs.append(time.monotonic())
+        return bad
+
+    async def on_change(result: CheckResult) -> None:
+        if result.verdict is Verdict.FAIL:
+            failed.set()
+
+    check = Check(name="dcgm-diag", period_s=3600.0, run=run, retry_period_s=0.01)
+    loop = HealthLoop(
+        checks=[check],
+        policy=Hysteresis(fail_n=3, window_m=5, clear_k=3),
+        on_change=on_change,
+        jitter=0.0,
+    )
+    task = asyncio.create_task(loop.run())
+    try:
+        async with asyncio.timeout(10):
+            await failed.wait()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert len(runs) == 3
+    assert loop.verdicts()["dcgm-diag"].cause == "dcgm-inforom"
+
+
+async def test_a_passing_heavy_check_keeps_its_long_period() -> None:
+    """Without a failure the retry period is not used: one run, then the hourly wait."""
+    runs: list[float] = []
+    ran = asyncio.Event()
+
+    async def run() -> CheckResult:
+        runs.append(time.monotonic())
+        ran.set()
+        return ok("dcgm-diag")
+
+    async def on_change(result: CheckResult) -> None:
+        return None
+
+    check = Check(name="dcgm-diag", period_s=3600.0, run=run, retry_period_s=0.01)
+    loop = HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change, jitter=0.0)
+    task = asyncio.create_task(loop.run())
+    try:
+        async with asyncio.timeout(10):
+            await ran.wait()
+        await asyncio.sleep(0.2)  # twenty retry periods: a retry would have run by now
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert len(runs) == 1

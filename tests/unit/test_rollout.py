@@ -77,6 +77,7 @@ def fleet(n: int = 4) -> list[WorkerView]:
 
 
 DRAINED = "slonkd:rollout replacing pod"
+ROOMY = {"default": (0, 10)}
 
 
 def test_statefulset_owns_its_pods_only() -> None:
@@ -121,7 +122,7 @@ def test_phases_follow_the_world() -> None:
 
 def test_one_at_a_time_in_name_order() -> None:
     """max_parallel 1: the first outdated worker starts; the others wait and say why."""
-    plan = plan_rollout(fleet(), RolloutSettings(), out_now=0, max_out=10)
+    plan = plan_rollout(fleet(), RolloutSettings(), budget={"default": (0, 10)})
     assert plan.start == ("w-0",)
     assert plan.waiting == {n: "at most 1 at a time" for n in ("w-1", "w-2", "w-3")}
 
@@ -130,20 +131,20 @@ def test_nothing_new_starts_while_one_is_in_progress() -> None:
     """A drained worker (or one whose pod is being replaced) holds the single slot."""
     views = fleet()
     views[0] = view("w-0", None, node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
     assert plan.start == ()
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
     assert plan.release == ("w-0",)
     assert plan.start == ()  # the next goes once the release is seen
 
 
 def test_parallel_and_budget_bound_the_starts() -> None:
     """max_parallel 3 inside a budget with 1 unit left: one starts."""
-    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), out_now=9, max_out=10)
+    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), budget={"default": (9, 10)})
     assert plan.start == ("w-0",)
-    assert plan.waiting["w-1"] == "disruption budget: 9 of 10 nodes out"
-    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), out_now=0, max_out=10)
+    assert plan.waiting["w-1"] == "disruption budget of pool default: 10 of 10 out"
+    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), budget={"default": (0, 10)})
     assert plan.start == ("w-0", "w-1", "w-2")
 
 
@@ -151,7 +152,7 @@ def test_a_node_already_out_costs_no_budget_and_unready_pods_go_first() -> None:
     """A pod that is not Ready goes first; a node slonkd holds already fits a full budget."""
     views = fleet()
     views[2] = view("w-2", pod("w-2", ready=False), node("w-2", "IDLE+DRAIN", "slonkd:health:x"))
-    plan = plan_rollout(views, RolloutSettings(), out_now=10, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (10, 10)})
     assert plan.start == ("w-2",)
 
 
@@ -160,7 +161,7 @@ def test_operator_and_slurm_holds_are_left_alone() -> None:
     views = fleet(3)
     views[0] = view("w-0", pod("w-0"), node("w-0", "IDLE+DRAIN", "disk swap by ops"))
     views[1] = view("w-1", pod("w-1"), node("w-1", "DOWN", "Not responding"))
-    plan = plan_rollout(views, RolloutSettings(), out_now=2, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (2, 10)})
     assert plan.start == ("w-2",)
     assert "someone else" in plan.waiting["w-0"]
     assert "someone else" in plan.waiting["w-1"]
@@ -172,7 +173,7 @@ def test_unknown_slurm_node_and_terminating_pod_wait() -> None:
         view("w-0", pod("w-0"), None),
         view("w-1", pod("w-1", terminating=True), node("w-1")),
     ]
-    plan = plan_rollout(views, RolloutSettings(max_parallel=2), out_now=0, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(max_parallel=2), budget={"default": (0, 10)})
     assert plan.start == ()
     assert plan.waiting["w-0"] == "SLURM node not seen"
     assert "terminating" in plan.waiting["w-1"]
@@ -183,7 +184,7 @@ def test_progress_counts() -> None:
     views = fleet(3)
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0"))
     views[1] = view("w-1", pod("w-1"), node("w-1", "IDLE+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
     out = progress(views, plan, [STS])
     assert out["updated"] == 1
     assert out["outdated"] == 1
@@ -274,8 +275,29 @@ def test_a_released_node_holds_the_slot_until_back_in_service() -> None:
         slurm=node("w-0", "DOWN+DRAIN", "slonkd:pod-terminating held"),
         settling=True,
     )
-    plan = plan_rollout(views, RolloutSettings(), out_now=1, max_out=10)
+    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
     assert plan.phases["w-0"] is Phase.SETTLING
     assert plan.start == ()
     views[0] = replace(views[0], settling=False)
-    assert plan_rollout(views, RolloutSettings(), out_now=1, max_out=10).start == ("w-1",)
+    assert plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)}).start == ("w-1",)
+
+
+def test_a_hold_stops_new_starts_but_not_work_in_progress() -> None:
+    """slonkd paused (or its breaker open): nothing new is drained; a Ready new pod is released."""
+    views = fleet()
+    views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
+    plan = plan_rollout(views, RolloutSettings(max_parallel=3), budget=ROOMY, hold="paused")
+    assert plan.start == ()
+    assert plan.release == ("w-0",)
+    assert plan.waiting["w-1"] == "paused"
+
+
+def test_each_pool_has_its_own_budget() -> None:
+    """A full pool waits while another pool's workers go."""
+    views = fleet(2) + [replace(v, pool="serve") for v in fleet(4)[2:]]
+    plan = plan_rollout(
+        views, RolloutSettings(max_parallel=4), budget={"default": (1, 1), "serve": (0, 1)}
+    )
+    assert plan.start == ("w-2",)
+    assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
+    assert plan.waiting["w-3"] == "disruption budget of pool serve: 1 of 1 out"

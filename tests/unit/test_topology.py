@@ -8,7 +8,17 @@ import time
 import pytest
 
 from slonkd.core.errors import ParseError
-from slonkd.core.topology import TopologySpec, leaf_membership, render, render_block, render_tree
+from slonkd.core.topology import (
+    STAMP_PREFIX,
+    TopologySpec,
+    drift,
+    leaf_membership,
+    render,
+    render_block,
+    render_tree,
+    stamped,
+    stamped_hash,
+)
 
 KEYS = ("zone", "spine", "leaf")
 
@@ -141,3 +151,26 @@ def test_leaf_membership_reads_scontrol_show_topology() -> None:
     }
     with pytest.raises(ParseError):
         leaf_membership("SwitchName=s Nodes=n[1-")
+
+
+def test_a_stamped_file_carries_its_hash_and_a_changed_copy_does_not() -> None:
+    """The stamp line names the content's hash; a truncated or edited copy reads as None."""
+    rendered = render({"w-0": _labels("z", "s", "l")}, TopologySpec(tree_keys=KEYS))
+    text = stamped(rendered)
+    assert text.startswith(STAMP_PREFIX)
+    assert stamped_hash(text) == rendered.sha256
+    assert stamped_hash(text[:-5]) is None  # mid-update or truncated
+    assert stamped_hash(text.replace("w-0", "w-1")) is None  # edited by hand
+    assert stamped_hash(rendered.text) is None  # no stamp: the chart's placeholder, say
+    assert stamped_hash("") is None
+    assert leaf_membership(text) == leaf_membership(rendered.text)  # the stamp is a comment
+
+
+def test_drift_lists_nodes_whose_leaf_differs_or_is_missing() -> None:
+    """Moved, missing on either side: drift; equal: none."""
+    assert drift({"a": "s1", "b": "s2"}, {"a": "s1", "b": "s2"}) == {}
+    assert drift({"a": "s1", "b": "s2", "c": "s3"}, {"a": "s1", "b": "s9", "d": "s1"}) == {
+        "b": ("s2", "s9"),
+        "c": ("s3", ""),
+        "d": ("", "s1"),
+    }

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Coroutine, Sequence
+import re
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from slonkd.adapters.health import probes
-from slonkd.core import gpu_health, node_health
+from slonkd.core import dcgm_health, gpu_health, node_health, nvlink_health
 from slonkd.core.health import CheckResult, unknown
 
 Runner = Callable[[], Coroutine[Any, Any, CheckResult]]
+_DCGM_HOST_RE: Final = re.compile(
+    r"unix://(/[A-Za-z0-9._-]+)+|[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:\d{1,5})?"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +34,27 @@ class HealthSettings:
     expected_gpus: int = 0
     gpu: gpu_health.GpuThresholds | None = None
     xid: gpu_health.XidPolicy = field(default_factory=gpu_health.XidPolicy)
+    xid_lookback_s: float = 0.0
+    """On the first kernel log read, Xids older than the agent's start minus this count only
+    if a reboot or a person must fix them (see ``gpu_health.XidTracker``)."""
+    dcgm: bool = True
+    """Run ``dcgmi diag -r 1`` on the heavy schedule (DCGM is optional: missing -> unknown)."""
+    dcgm_timeout_s: float = 180.0
+    dcgm_host: str = ""
+    """nv-hostengine to ask (``dcgmi --host``): ``unix:///path/to/socket`` or ``host[:port]``;
+    empty: dcgmi's default, localhost:5555."""
+    nvlink_links: int = 0
+    """Active NVLink links every GPU must have (0: no NVLink check; H100/H200 SXM: 18)."""
+    nvlink_warn_growth: Mapping[str, int] | None = None
+    """NVLink counter growth between two runs that warns, per counter (``replay``,
+    ``recovery``, ``crc``, ...); None: ``nvlink_health``'s defaults; a table replaces them
+    whole (a counter it leaves out never warns)."""
+    nvlink_fail_growth: Mapping[str, int] | None = None
+    """The same for a fail."""
+    fabric: bool = True
+    """Read the fabric state from ``nvidia-smi -q`` (NVSwitch systems; N/A elsewhere)."""
+    fabric_required: bool = False
+    """This node must have a fabric (HGX): no fabric section / N/A fails instead of passing."""
     disk_paths: Sequence[str] = ("/",)
     disk: node_health.DiskThresholds = field(default_factory=node_health.DiskThresholds)
     mounts: Sequence[str] = ()
@@ -45,6 +71,36 @@ class HealthSettings:
     mount_timeout_s: float = 5.0
     fast_period_s: float = 30.0
     slow_period_s: float = 300.0
+    heavy_period_s: float = 3600.0
+    """Period of the heavy checks (dcgmi diag), jittered like the others."""
+
+    def __post_init__(self) -> None:
+        for flag in ("dcgm", "fabric", "fabric_required"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be true or false")
+        if isinstance(self.nvlink_links, bool) or not isinstance(self.nvlink_links, int):
+            raise ValueError("nvlink_links must be a whole number")
+        if not 0 <= self.nvlink_links <= 64:
+            raise ValueError("nvlink_links must be between 0 and 64")
+        for name in ("dcgm_timeout_s", "heavy_period_s", "xid_lookback_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0")
+        if not isinstance(self.dcgm_host, str) or (
+            self.dcgm_host and not _DCGM_HOST_RE.fullmatch(self.dcgm_host)
+        ):
+            raise ValueError("dcgm_host must be unix:///socket/path or host[:port]")
+        if self.dcgm_timeout_s <= 0 or self.heavy_period_s <= 0:
+            raise ValueError("dcgm_timeout_s and heavy_period_s must be positive")
+        self.nvlink_limits()  # raises on bad thresholds
+
+    def nvlink_limits(self) -> nvlink_health.NvlinkThresholds:
+        """The NVLink thresholds these settings describe (ValueError when malformed)."""
+        return nvlink_health.NvlinkThresholds(
+            expected_links=self.nvlink_links,
+            warn_growth=self.nvlink_warn_growth,
+            fail_growth=self.nvlink_fail_growth,
+        )
 
 
 @dataclass(slots=True)
@@ -54,6 +110,9 @@ class Check:
     name: str
     period_s: float
     run: Runner
+    retry_period_s: float | None = None
+    """After a failing run, the next comes this soon (a heavy check confirms a failure in
+    minutes, not in N of its hourly periods); None: always ``period_s``."""
 
 
 def _read(path: Path) -> str:
@@ -148,15 +207,21 @@ def build_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check]:
 
         checks.append(Check(name="nvidia-smi", period_s=s.fast_period_s, run=nvidia_smi))
         reader = probes.KmsgReader(s.kmsg_path)
+        tracker = gpu_health.XidTracker(
+            policy=s.xid,
+            started_us=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000,
+            lookback_s=s.xid_lookback_s,
+        )
 
         async def xid() -> CheckResult:
             try:
                 records = await asyncio.to_thread(reader.read_new)
             except OSError as exc:
                 return unknown("xid", "kmsg-unreadable", f"{s.kmsg_path}: {exc.strerror}")
-            return gpu_health.judge_xids(gpu_health.find_xids(records), s.xid)
+            return tracker.observe(gpu_health.find_xids(records))
 
         checks.append(Check(name="xid", period_s=s.fast_period_s, run=xid))
+        checks += _gpu_extra_checks(s, guard)
 
     for path in s.disk_paths:
 
@@ -233,4 +298,94 @@ def build_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check]:
             return node_health.judge_pcie(await asyncio.to_thread(read_pcie, sysfs, s.pcie_vendors))
 
         checks.append(Check(name="pcie", period_s=s.slow_period_s, run=pcie))
+    return checks
+
+
+async def _smi(
+    key: str, argv: list[str], timeout_s: float, guard: probes.ProbeGuard, check: str
+) -> probes.Outcome | CheckResult:
+    """Run a GPU tool; the ``unknown`` result when it is missing or late."""
+    out = await probes.run_command(key, argv, timeout_s=timeout_s, guard=guard)
+    if out.missing:
+        return unknown(check, "tool-missing", f"{argv[0]} not installed")
+    if out.timed_out:
+        return unknown(
+            check,
+            f"{argv[0]}-hung",
+            "still stuck from an earlier run" if out.stuck else "no answer before the deadline",
+            timed_out=True,
+        )
+    return out
+
+
+def _gpu_extra_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check]:
+    """dcgmi diag (heavy), NVLink state and errors, fabric state (slow)."""
+    checks: list[Check] = []
+    if s.dcgm:
+
+        async def dcgm_diag() -> CheckResult:
+            host = ["--host", s.dcgm_host] if s.dcgm_host else []
+            argv = ["dcgmi", "diag", *host, "-r", "1", "-j"]
+            out = await _smi("dcgmi", argv, s.dcgm_timeout_s, guard, "dcgm-diag")
+            if isinstance(out, CheckResult):
+                return out
+            return dcgm_health.judge_dcgm_diag(out.stdout, out.stderr, out.rc or 0)
+
+        checks.append(
+            Check(
+                name="dcgm-diag",
+                period_s=s.heavy_period_s,
+                run=dcgm_diag,
+                retry_period_s=min(s.slow_period_s, s.heavy_period_s),
+            )
+        )
+
+    if s.nvlink_links > 0:
+        limits = s.nvlink_limits()
+        last: dict[tuple[int, int], dict[str, int]] = {}
+        seen = [False]
+
+        async def nvlink() -> CheckResult:
+            status = await _smi(
+                "nvlink-status", ["nvidia-smi", "nvlink", "--status"], s.timeout_s, guard, "nvlink"
+            )
+            if isinstance(status, CheckResult):
+                return status
+            errors = await _smi(
+                "nvlink-errors", ["nvidia-smi", "nvlink", "-e"], s.timeout_s, guard, "nvlink"
+            )
+            if isinstance(errors, CheckResult):
+                return errors
+            result, counters = nvlink_health.judge_nvlink_run(
+                status.stdout + status.stderr,
+                errors.stdout + errors.stderr,
+                last if seen[0] else None,
+                limits,
+                expected_gpus=s.expected_gpus,
+            )
+            if counters is not None:
+                last.clear()
+                last.update(counters)
+                seen[0] = True
+            return result
+
+        checks.append(Check(name="nvlink", period_s=s.fast_period_s, run=nvlink))
+
+    if s.fabric:
+
+        async def fabric() -> CheckResult:
+            out = await _smi("nvidia-smi-q", ["nvidia-smi", "-q"], s.timeout_s, guard, "fabric")
+            if isinstance(out, CheckResult):
+                return out
+            if out.rc not in (0, None) and "GPU " not in out.stdout:
+                lost = nvlink_health.smi_lost(out.stdout + out.stderr)
+                if lost is None:
+                    return unknown("fabric", "nvidia-smi-error", f"rc {out.rc}: {out.stderr[:200]}")
+            return nvlink_health.judge_fabric(
+                out.stdout + "\n" + out.stderr,
+                required=s.fabric_required,
+                expected_gpus=s.expected_gpus,
+            )
+
+        checks.append(Check(name="fabric", period_s=s.slow_period_s, run=fabric))
     return checks

@@ -194,6 +194,7 @@ class KmsgReader:
     def __init__(self, path: str = "/dev/kmsg") -> None:
         self._path = path
         self._fd: int | None = None
+        self._partial = ""
 
     def read_new(self, limit: int = 100_000) -> list[str]:
         """Records added since the last call (all of the ring buffer on the first call)."""
@@ -211,7 +212,11 @@ class KmsgReader:
                 raise
             if not chunk:
                 break
-            records.append(chunk.decode(errors="replace").rstrip("\n"))
+            # /dev/kmsg gives one whole record per read; a plain file (a saved dmesg) gives
+            # many lines per read, the last maybe cut: keep that part for the next read.
+            text = self._partial + chunk.decode(errors="replace")
+            *lines, self._partial = text.split("\n")
+            records.extend(lines)
         return records
 
     def close(self) -> None:

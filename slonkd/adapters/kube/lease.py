@@ -89,6 +89,13 @@ class LeaderElector:
     # -- what callers ask ------------------------------------------------------------------
 
     @property
+    def holder(self) -> str:
+        """The holder this candidate last saw on the Lease ("" : none seen yet)."""
+        if self._token is not None and self.is_valid():
+            return self._s.identity
+        return self._observed[0] if self._observed else ""
+
+    @property
     def token(self) -> int | None:
         """The fencing token while leading, else None."""
         return self._token

@@ -60,10 +60,13 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     meta = _meta(obj, "pod")
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
+    ready_conditions = [
+        c
         for c in status.get("conditions") or ()
-    )
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+    ]
+    ready = bool(ready_conditions)
+    ready_at = ready_conditions[0].get("lastTransitionTime") if ready_conditions else None
     containers = tuple(
         ContainerState(
             name=_s(c.get("name")),
@@ -87,6 +90,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         node_name=KubeNodeName(_s(node_name)) if node_name else None,
         phase=phase,
         ready=ready,
+        ready_since=ready_at if isinstance(ready_at, str) else None,
         deletion_timestamp=meta.get("deletionTimestamp"),
         deletion_grace_s=int(grace) if grace is not None else None,
         termination_grace_s=int(termination) if termination is not None else None,

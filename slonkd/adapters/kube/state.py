@@ -55,15 +55,27 @@ class StateStore:
         self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
     ) -> CoordinatorState:
         """Apply ``change`` to the stored state as the leader holding ``token``."""
+        return await self._write(change, token)
+
+    async def operator_update(
+        self, change: Callable[[CoordinatorState], CoordinatorState]
+    ) -> CoordinatorState:
+        """Apply an operator's ``change`` (pause, breaker reset): the leader's token is kept."""
+        return await self._write(change, None)
+
+    async def _write(
+        self, change: Callable[[CoordinatorState], CoordinatorState], token: int | None
+    ) -> CoordinatorState:
         for _attempt in range(self._retries):
             obj = await self._read()
             state = CoordinatorState.from_data(obj.get("data") if obj else None)
-            if state.fencing_token > token:
+            if token is not None and state.fencing_token > token:
                 raise FencedError(
                     f"state {self._namespace}/{self._name} was written by a newer leader "
                     f"(token {state.fencing_token} > {token})"
                 )
-            new = replace(change(state), fencing_token=token)
+            kept = state.fencing_token if token is None else token
+            new = replace(change(state), fencing_token=kept)
             try:
                 if obj is None:
                     body = {

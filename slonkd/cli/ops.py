@@ -1,0 +1,186 @@
+"""Operator commands: ``slonkd status``, ``explain``, ``pause``, ``unpause``, ``budget reset``.
+
+``status`` and ``explain`` read the leader's HTTP API (``--url``, else
+``SLONKD_COORDINATOR_URL``, else http://127.0.0.1:8081). ``pause``, ``unpause`` and
+``budget reset`` write the coordinator's state ConfigMap with the operator's own Kubernetes
+credentials (``KUBECONFIG`` or in-cluster), so RBAC decides who may; the leader sees the
+change at its next pass. Exit codes: 0 done, 1 the coordinator or the apiserver could not
+be reached or refused, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.errors import SlonkdError
+
+DEFAULT_URL = "http://127.0.0.1:8081"
+TIMEOUT_S = 10.0
+COLUMNS = ("node", "slurm_state", "kube_state", "owner", "reason", "causes", "since", "drift")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the operator commands."""
+    status = sub.add_parser("status", help="per node: SLURM and K8s state, owner, causes, drift")
+    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    status.add_argument("--url", help=f"the coordinator's API (default {DEFAULT_URL})")
+    explain = sub.add_parser("explain", help="what the coordinator saw of NODE and decided")
+    explain.add_argument("node")
+    explain.add_argument("--url", help=f"the coordinator's API (default {DEFAULT_URL})")
+    for name, text in (
+        ("pause", "stop every automated action of the coordinator (cluster-wide)"),
+        ("unpause", "let the coordinator act again"),
+    ):
+        p = sub.add_parser(name, help=text)
+        _state_args(p)
+        if name == "pause":
+            p.add_argument("--reason", default="", help="why (shown in slonkd status)")
+    budget = sub.add_parser("budget", help="the disruption budget's breaker")
+    budget_sub = budget.add_subparsers(dest="budget_command", metavar="ACTION", required=True)
+    reset = budget_sub.add_parser("reset", help="close the breaker (a human decision)")
+    _state_args(reset)
+
+
+def _state_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--namespace", help="the coordinator's namespace (default $POD_NAMESPACE)")
+    p.add_argument("--state", default="slonkd-state", help="state ConfigMap (%(default)s)")
+    p.add_argument("--by", default="", help="who does it (default: the login name)")
+
+
+def _url(args: argparse.Namespace) -> str:
+    base: str = args.url or os.environ.get("SLONKD_COORDINATOR_URL") or DEFAULT_URL
+    return base.rstrip("/")
+
+
+async def _get(url: str) -> tuple[int, Any]:
+    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+        return response.status, await response.json(content_type=None)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    text = "-" if value in (None, "") else str(value)
+    return text.replace("\n", " ")[:60]
+
+
+def render_table(body: dict[str, Any]) -> str:
+    """The status as a table for people."""
+    state = body.get("state", {})
+    lines = [
+        f"leader {body.get('identity')} (fencing token {body.get('fencing_token')})"
+        + ("  DRY RUN" if body.get("dry_run") else ""),
+        "paused: "
+        + (
+            f"yes, by {state.get('pausedBy') or '?'}: {state.get('pausedReason') or '-'}"
+            if state.get("paused")
+            else "no"
+        ),
+        "breaker: "
+        + (f"OPEN: {state.get('breakerReason')}" if state.get("breakerOpen") else "closed"),
+        "budget: "
+        + "; ".join(
+            f"{p['pool']} {p['out']}/{p['size']} out (limit {p['limit']})"
+            for p in body.get("budget", [])
+        ),
+    ]
+    for section in ("topology", "rollout"):
+        if body.get(section):
+            lines.append(f"{section}: {json.dumps(body[section], sort_keys=True)[:300]}")
+    rows = [[_cell(n.get(c)) for c in COLUMNS] for n in body.get("nodes", [])]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
+    lines.append("  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))
+    lines.extend("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(lines)
+
+
+def status(args: argparse.Namespace) -> int:
+    """``slonkd status``."""
+    try:
+        code, body = asyncio.run(_get(f"{_url(args)}/v1/status"))
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        print(
+            f"slonkd status: cannot reach the coordinator at {_url(args)}: {exc}", file=sys.stderr
+        )
+        return 1
+    if code != 200:
+        holder = body.get("holder", "") if isinstance(body, dict) else ""
+        print(
+            f"slonkd status: {code}: not the leader; the leader is {holder or '?'}", file=sys.stderr
+        )
+        return 1
+    print(
+        json.dumps(body, indent=2, sort_keys=True) if args.output == "json" else render_table(body)
+    )
+    return 0
+
+
+def explain_node(args: argparse.Namespace) -> int:
+    """``slonkd explain NODE``."""
+    url = f"{_url(args)}/v1/explain/{quote(args.node, safe='')}"
+    try:
+        code, body = asyncio.run(_get(url))
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        print(f"slonkd explain: cannot reach the coordinator: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(body, indent=2, sort_keys=True))
+    return 0 if code == 200 else 1
+
+
+async def _operator_update(args: argparse.Namespace, what: str) -> CoordinatorState:
+    from slonkd.adapters.kube.state import StateStore
+    from slonkd.adapters.kube.transport import KubeTransport
+
+    namespace = args.namespace or os.environ.get("POD_NAMESPACE", "")
+    if not namespace:
+        raise ValueError("no namespace: pass --namespace or set POD_NAMESPACE")
+    who = args.by or getpass.getuser()
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        transport = await KubeTransport.from_kubeconfig(kubeconfig)
+    else:
+        transport = KubeTransport.in_cluster()
+    try:
+        store = StateStore(transport, namespace, args.state)
+        if what == "pause":
+            return await store.operator_update(
+                lambda s: replace(
+                    s, paused=True, paused_by=who, paused_reason=args.reason, paused_at=time.time()
+                )
+            )
+        if what == "unpause":
+            return await store.operator_update(
+                lambda s: replace(s, paused=False, paused_by=who, paused_reason="", paused_at=0.0)
+            )
+        return await store.operator_update(
+            lambda s: replace(s, breaker_open=False, breaker_reason=f"reset by {who}")
+        )
+    finally:
+        await transport.close()
+
+
+def operator(args: argparse.Namespace, what: str) -> int:
+    """``slonkd pause`` / ``unpause`` / ``budget reset``."""
+    try:
+        state = asyncio.run(_operator_update(args, what))
+    except ValueError as exc:
+        print(f"slonkd {what}: {exc}", file=sys.stderr)
+        return 2
+    except SlonkdError as exc:
+        print(f"slonkd {what}: {str(exc)[:300]}", file=sys.stderr)
+        return 1
+    print(f"slonkd {what}: done ({json.dumps(state.as_json(), sort_keys=True)})")
+    return 0

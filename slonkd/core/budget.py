@@ -1,0 +1,140 @@
+"""The disruption budget: how many nodes automated causes may take out, per pool.
+
+One budget is shared by every automated cause (SLURM failures, health verdicts, K8s node
+trouble). It counts the nodes already out of service for any reason (an operator's drain
+too), so slonkd never adds to an outage past the limit. Past the limit, or when many nodes of
+a pool ask to go out at once (a mass event: a broker outage, a rack losing power, a bad check
+rollout), nothing more is taken and the breaker opens; it stays open until a human closes it
+(``slonkd budget reset``), and while it is open no automated cause takes a node out.
+Bringing nodes back is never budgeted. Nodes out only because their pod is restarting
+(a rollout, a preemption) use the budget too, but a request they crowd out is deferred, not
+a reason to open the breaker: a rolling update must never open it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_POOL = "default"
+POOL_LABEL = "slonk.dev/pool"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetPolicy:
+    """Limits per pool; the lower of the count and the percentage wins."""
+
+    max_out: int = 10
+    """Most nodes of one pool out of service at once (automated causes stop there)."""
+    max_out_percent: float = 10.0
+    """... or this percentage of the pool, whichever is lower (at least one node)."""
+    mass_percent: float = 20.0
+    """More new candidates than this percentage of a pool in one pass is a mass event."""
+
+    def __post_init__(self) -> None:
+        if self.max_out < 0:
+            raise ValueError("max_out must not be negative")
+        for name in ("max_out_percent", "mass_percent"):
+            if not 0 <= getattr(self, name) <= 100:
+                raise ValueError(f"{name} must be between 0 and 100")
+
+    def limit(self, pool_size: int) -> int:
+        """Most nodes of a pool of ``pool_size`` that may be out at once."""
+        by_percent = max(1, math.floor(pool_size * self.max_out_percent / 100))
+        return min(self.max_out, by_percent)
+
+    def mass(self, pool_size: int) -> int:
+        """New candidates in one pass above which a pool is in a mass event."""
+        return max(self.limit(pool_size), math.ceil(pool_size * self.mass_percent / 100))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """One node that an automated cause wants out of service."""
+
+    node: str
+    pool: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolUse:
+    """How much of one pool's budget is used."""
+
+    pool: str
+    size: int
+    out: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """Which requests may go ahead, which may not and why, and whether the breaker opens."""
+
+    admitted: frozenset[str] = frozenset()
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Node -> why it stays in."""
+    open_breaker: str = ""
+    """Non-empty: the reason the breaker opens now."""
+    pools: tuple[PoolUse, ...] = ()
+
+
+def admit(
+    requests: Iterable[Request],
+    *,
+    out_now: Mapping[str, frozenset[str]],
+    pool_sizes: Mapping[str, int],
+    restarting: Mapping[str, frozenset[str]] | None = None,
+    policy: BudgetPolicy,
+    breaker_open: bool,
+) -> Admission:
+    """Decide which of ``requests`` fit the budget; deterministic (by node name).
+
+    ``out_now``: nodes already out of service per pool, for any reason; ``restarting``: those
+    of them that are out only while their pod restarts.
+    """
+    by_pool: dict[str, list[str]] = defaultdict(list)
+    for r in requests:
+        by_pool[r.pool].append(r.node)
+    admitted: set[str] = set()
+    refused: dict[str, str] = {}
+    reasons: list[str] = []
+    pools = []
+    for pool in sorted(set(pool_sizes) | set(by_pool)):
+        size = pool_sizes.get(pool, 0)
+        out = out_now.get(pool, frozenset())
+        limit = policy.limit(size)
+        pools.append(PoolUse(pool=pool, size=size, out=len(out), limit=limit))
+        wanted = sorted(set(by_pool.get(pool, ())))
+        admitted.update(n for n in wanted if n in out)  # already out: costs nothing more
+        new = [n for n in wanted if n not in out]
+        if not new:
+            continue
+        if breaker_open:
+            refused.update((n, "breaker open: a human must reset it") for n in new)
+            continue
+        if len(new) > policy.mass(size):
+            why = f"mass event in pool {pool}: {len(new)} of {size} nodes at once"
+            refused.update((n, why) for n in new)
+            reasons.append(why)
+            continue
+        room = max(0, limit - len(out))
+        admitted.update(new[:room])
+        passing = out & (restarting or {}).get(pool, frozenset())
+        if len(new) > room and len(new) <= limit - len(out - passing):
+            why = f"deferred: {len(passing)} nodes of pool {pool} are restarting"
+            refused.update((n, why) for n in new[room:])
+        elif len(new) > room:
+            why = (
+                f"budget of pool {pool} exhausted: {len(out)} of {size} out, "
+                f"limit {limit}, {len(new)} more wanted"
+            )
+            refused.update((n, why) for n in new[room:])
+            reasons.append(why)
+    return Admission(
+        admitted=frozenset(admitted),
+        refused=refused,
+        open_breaker="; ".join(reasons),
+        pools=tuple(pools),
+    )

@@ -1,0 +1,124 @@
+"""The coordinator's HTTP API: ``/v1/status``, ``/v1/nodes``, ``/v1/explain/{node}``.
+
+Every replica serves it; only the leader has a pass to show, the others answer 503 with the
+holder they last saw on the Lease so ``slonkd status`` can say where to look. ``/healthz``
+says the process is alive; ``/readyz`` that it is campaigning (a standby is ready too: it is
+doing its job). Read-only: operators change slonkd through Kubernetes objects (hold label,
+the state ConfigMap) so that RBAC, not this API, decides who may.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from slonkd.core.status import explain, node_row
+
+StatusSource = Callable[[], Mapping[str, Any] | None]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+class CoordinatorAPI:
+    """Serves the leader's last pass; ``leader`` is set while this replica leads."""
+
+    def __init__(self, *, identity: str, holder: Callable[[], str]) -> None:
+        self.identity = identity
+        self._holder = holder
+        self.leader: Any = None
+        """The leading :class:`~slonkd.runtime.coordinator.Coordinator`, or None."""
+        self.sections: dict[str, StatusSource] = {}
+        """Extra status sections (topology, rollout) by name."""
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._healthz)
+        app.router.add_get("/v1/status", self._status)
+        app.router.add_get("/v1/nodes", self._nodes)
+        app.router.add_get("/v1/explain/{node}", self._explain)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port`` (port 0: any free port, see :attr:`port`)."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        addresses = self._runner.addresses
+        self.port = int(addresses[0][1]) if addresses else port
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    def _not_leading(self) -> web.Response | None:
+        leader = self.leader
+        if leader is None or leader.snapshot is None:
+            return _json(
+                {
+                    "leading": False,
+                    "identity": self.identity,
+                    "holder": self._holder(),
+                    "error": "this replica is not the leader (or has not finished a pass yet)",
+                },
+                status=503,
+            )
+        return None
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        if (refusal := self._not_leading()) is not None:
+            return refusal
+        snap = self.leader.snapshot
+        refused = snap.admission.refused
+        body: dict[str, Any] = {
+            "leading": True,
+            "identity": self.identity,
+            "fencing_token": snap.fencing_token,
+            "at": snap.at,
+            "dry_run": self.leader.s.dry_run,
+            "state": snap.state.as_json(),
+            "budget": [
+                {"pool": p.pool, "size": p.size, "out": p.out, "limit": p.limit}
+                for p in snap.admission.pools
+            ],
+            "suspected": sorted(str(c) for c in self.leader.suspected),
+            "nodes": [node_row(v, p, refused) for v, p in zip(snap.views, snap.plans, strict=True)],
+        }
+        body.update(self.leader.status_sections())
+        for name, source in self.sections.items():
+            body[name] = source()
+        return _json(body)
+
+    async def _nodes(self, _request: web.Request) -> web.Response:
+        if (refusal := self._not_leading()) is not None:
+            return refusal
+        snap = self.leader.snapshot
+        rows = [
+            node_row(v, p, snap.admission.refused)
+            for v, p in zip(snap.views, snap.plans, strict=True)
+        ]
+        return _json(rows)
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        if (refusal := self._not_leading()) is not None:
+            return refusal
+        snap = self.leader.snapshot
+        name = request.match_info["node"]
+        for view, plan in zip(snap.views, snap.plans, strict=True):
+            if str(view.node) == name:
+                return _json(explain(view, plan, snap.admission.refused))
+        return _json({"error": f"no worker node {name[:100]!r} in the last pass"}, status=404)

@@ -1,0 +1,425 @@
+"""The coordinator's topology task: node labels -> ``topology.conf`` -> ``scontrol reconfigure``.
+
+While leading, the coordinator runs :meth:`TopologySync.run` as one extra task. It reuses the
+coordinator's node and pod informers: a worker pod's SLURM node is the pod's name and its
+labels are those of the K8s node the pod runs on (``pod.spec.nodeName``), so a pod that moves
+moves its SLURM node in the topology. Every SLURM node slurmctld knows is rendered (one without
+a pod, or whose K8s node lacks the labels, goes to the documented default of
+:mod:`slonkd.core.topology`); pods that are not SLURM nodes are left out, since slurmctld
+refuses a file naming unknown nodes.
+
+On changes (debounced) and on a resync period it renders the file, and when its content hash
+differs from what slurmctld was last reconfigured with it publishes the stamped file (the first
+line carries the hash) to the ConfigMap it owns and/or a path, waits until slurmctld's copy (a
+file the coordinator can read: the kubelet updates a mounted ConfigMap late) carries the new
+hash, then runs ``scontrol reconfigure`` once. A new leader whose desired file slurmctld
+already runs (its copy carries the hash and ``scontrol show topology`` matches) does not
+reconfigure. :meth:`TopologySync.status` reports hashes, the last reconfigure and the drift
+between the labels and ``scontrol show topology``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.configmaps import OwnedConfigMap
+from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.errors import SlonkdError, TerminalError
+from slonkd.core.kube_changes import ChangeOutcome
+from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.topology import (
+    Rendered,
+    TopologySpec,
+    drift,
+    leaf_membership,
+    render,
+    stamped,
+    stamped_hash,
+)
+
+log = structlog.get_logger("slonkd.topology")
+
+DRIFT_SHOWN = 50
+"""Most drifting nodes listed by name in :meth:`TopologySync.status` (all are counted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologySettings:
+    """What to render, where to publish it, where slurmctld's copy is read, and timings."""
+
+    spec: TopologySpec = field(default_factory=TopologySpec)
+    configmap: str | None = "slonkd-topology"
+    """The ConfigMap slonkd owns in the coordinator's namespace (None: publish no ConfigMap)."""
+    configmap_key: str = "topology.conf"
+    path: str | None = None
+    """Also (or only) write the file here, atomically (None: write no file)."""
+    slurmctld_copy: str | None = None
+    """The file slurmctld reads, as the coordinator sees it; None: ``path``."""
+    debounce_s: float = 2.0
+    """A render starts once no label or pod change arrived for this long ..."""
+    max_delay_s: float = 10.0
+    """... or this long after the first change of a burst."""
+    resync_s: float = 60.0
+    """Render (and compare) at least this often, and refresh the drift."""
+    copy_timeout_s: float = 300.0
+    """How long to wait for slurmctld's copy to carry a new hash before trying again later."""
+    copy_poll_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.configmap is None and self.path is None:
+            raise ValueError("topology: set configmap and/or path (where to publish the file)")
+        if self.copy is None:
+            raise ValueError(
+                "topology: set slurmctld_copy (the file slurmctld reads, as the coordinator "
+                "sees it): reconfigure waits until it carries the new content"
+            )
+        for name in ("debounce_s", "max_delay_s", "resync_s", "copy_timeout_s", "copy_poll_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"topology: {name} must be a non-negative number")
+        if self.spec.plugin not in ("tree", "block"):
+            raise ValueError(f"topology: plugin must be tree or block, not {self.spec.plugin!r}")
+
+    @property
+    def copy(self) -> str | None:
+        """Where slurmctld's copy is read."""
+        return self.slurmctld_copy or self.path
+
+
+_SPEC_KEYS = {"plugin", "tree_keys", "block_key", "block_sizes"}
+_KEYS = _SPEC_KEYS | {
+    "configmap",
+    "configmap_key",
+    "path",
+    "slurmctld_copy",
+    "debounce_s",
+    "max_delay_s",
+    "resync_s",
+    "copy_timeout_s",
+    "copy_poll_s",
+}
+
+
+def topology_settings(doc: Any, *, default_configmap: str | None = None) -> TopologySettings:
+    """Settings from the ``topology`` object of the coordinator's JSON config; ValueError."""
+    if not isinstance(doc, dict):
+        raise ValueError("topology: must be a JSON object")
+    if set(doc) - _KEYS:
+        raise ValueError(f"topology: unknown keys {sorted(set(doc) - _KEYS)}")
+    spec_args: dict[str, Any] = {k: doc[k] for k in _SPEC_KEYS & set(doc)}
+    if "tree_keys" in spec_args:
+        keys = spec_args["tree_keys"]
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise ValueError("topology: tree_keys must be a non-empty list of label keys")
+        spec_args["tree_keys"] = tuple(keys)
+    if "block_sizes" in spec_args:
+        sizes = spec_args["block_sizes"]
+        if not isinstance(sizes, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes
+        ):
+            raise ValueError("topology: block_sizes must be a list of positive integers")
+        spec_args["block_sizes"] = tuple(sizes)
+    for key in ("plugin", "block_key", "configmap", "configmap_key", "path", "slurmctld_copy"):
+        if key in doc and doc[key] is not None and not isinstance(doc[key], str):
+            raise ValueError(f"topology: {key} must be a string")
+    rest = {k: v for k, v in doc.items() if k not in _SPEC_KEYS}
+    if "configmap" not in rest and default_configmap:
+        rest["configmap"] = default_configmap
+    try:
+        return TopologySettings(spec=TopologySpec(**spec_args), **rest)
+    except TypeError as exc:
+        raise ValueError(f"topology: {exc}") from None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader sees the old or the new file, whole."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_if_changed(path: Path, text: str, sha256: str) -> bool:
+    """Write the stamped ``text`` unless ``path`` already carries ``sha256``; True: written."""
+    try:
+        current = path.read_text()
+    except FileNotFoundError:
+        current = ""
+    if stamped_hash(current) == sha256:
+        return False
+    write_atomically(path, text)
+    return True
+
+
+def labels_by_slurm_node(
+    slurm_names: Sequence[str], pods: Mapping[str, Pod], nodes: Callable[[str], Node | None]
+) -> dict[str, Mapping[str, str]]:
+    """``{SLURM node: labels of the K8s node its pod runs on}``; no pod or node: no labels."""
+    pod_node: dict[str, str] = {p.name: p.node_name for p in pods.values() if p.node_name}
+    out: dict[str, Mapping[str, str]] = {}
+    for name in slurm_names:
+        kube_name = pod_node.get(name)
+        kube = nodes(kube_name) if kube_name else None
+        out[name] = kube.labels if kube is not None else {}
+    return out
+
+
+@dataclass(slots=True)
+class _State:
+    desired: Rendered | None = None
+    applied: str | None = None
+    """The hash slurmctld was reconfigured with (or found running), None: unknown."""
+    copy_hash: str | None = None
+    last_reconfigure: dict[str, Any] | None = None
+    reconfigures: int = 0
+    drift: dict[str, tuple[str, str]] = field(default_factory=dict)
+    drift_checked_at: float | None = None
+    waiting_since: float | None = None
+    error: str = ""
+
+
+class TopologyApplier:
+    """Renders labels and brings slurmctld to the result: publish, wait, reconfigure."""
+
+    def __init__(
+        self,
+        s: TopologySettings,
+        *,
+        configmap: OwnedConfigMap | None,
+        slurm: ScontrolBackend,
+        check_valid: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.s = s
+        self.configmap = configmap
+        self.slurm = slurm
+        self.check_valid = check_valid
+        self.state = _State()
+
+    async def apply(self, labels: Mapping[str, Mapping[str, str]], *, cause: str) -> bool:
+        """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure."""
+        rendered = render(labels, self.s.spec)
+        st = self.state
+        st.desired = rendered
+        if rendered.sha256 == st.applied:
+            if cause != "resync":
+                log.info("topology.unchanged", sha256=rendered.sha256[:16], cause=cause)
+            if self._drift_due():
+                await self.refresh_drift()
+            return False
+        await self._publish(rendered, cause)
+        if not await self._wait_for_copy(rendered.sha256):
+            return False
+        shown = await self.show_topology()
+        if st.applied is None and leaf_membership(shown) == leaf_membership(rendered.text):
+            st.applied = rendered.sha256  # a new leader: slurmctld already runs this file
+            self._set_drift(shown)
+            log.info("topology.already_applied", sha256=rendered.sha256[:16], cause=cause)
+            return False
+        token = self.check_valid()  # a paused old leader stops here
+        began = time.monotonic()
+        await self.slurm.runner.run("scontrol", "reconfigure")
+        took = time.monotonic() - began
+        st.applied = rendered.sha256
+        st.reconfigures += 1
+        st.last_reconfigure = {"at": time.time(), "sha256": rendered.sha256, "took_s": took}
+        log.info(
+            "topology.reconfigured",
+            sha256=rendered.sha256[:16],
+            nodes=len(labels),
+            cause=cause,
+            owner="coordinator",
+            took_s=round(took, 3),
+            fencing_token=token,
+        )
+        await self.refresh_drift()
+        return True
+
+    # -- steps -------------------------------------------------------------------------------
+
+    async def _publish(self, rendered: Rendered, cause: str) -> None:
+        text = stamped(rendered)
+        token = self.check_valid()
+        if self.configmap is not None:
+            result = await self.configmap.publish({self.s.configmap_key: text})
+            if result.outcome is ChangeOutcome.FOREIGN:
+                raise TerminalError(result.detail)
+            log.info(
+                "topology.configmap_published",
+                configmap=self.configmap.name,
+                sha256=rendered.sha256[:16],
+                outcome=result.outcome.value,
+                cause=cause,
+                fencing_token=token,
+            )
+        if self.s.path is not None:
+            path = Path(self.s.path)
+            if write_if_changed(path, text, rendered.sha256):
+                log.info(
+                    "topology.file_written",
+                    path=str(path),
+                    sha256=rendered.sha256[:16],
+                    cause=cause,
+                    fencing_token=token,
+                )
+
+    def read_copy_hash(self) -> str | None:
+        """The hash slurmctld's copy carries now (None: missing, unstamped or mid-update)."""
+        assert self.s.copy is not None  # noqa: S101 - settings refuse None
+        try:
+            text = Path(self.s.copy).read_text()
+        except FileNotFoundError:
+            text = ""
+        self.state.copy_hash = stamped_hash(text)
+        return self.state.copy_hash
+
+    async def _wait_for_copy(self, sha256: str) -> bool:
+        st = self.state
+        st.waiting_since = time.time()
+        deadline = time.monotonic() + self.s.copy_timeout_s
+        while self.read_copy_hash() != sha256:
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "topology.copy_stale",
+                    path=self.s.copy,
+                    want=sha256[:16],
+                    have=(st.copy_hash or "")[:16],
+                    waited_s=self.s.copy_timeout_s,
+                    detail="slurmctld's copy did not get the new file: not reconfiguring yet",
+                )
+                st.waiting_since = None
+                return False
+            await asyncio.sleep(self.s.copy_poll_s)
+        waited = time.time() - st.waiting_since
+        st.waiting_since = None
+        log.info("topology.copy_current", path=self.s.copy, waited_s=round(waited, 3))
+        return True
+
+    async def show_topology(self) -> str:
+        """``scontrol show topology`` as slurmctld runs it now."""
+        return await self.slurm.runner.run("scontrol", "show", "topology")
+
+    def _drift_due(self) -> bool:
+        at = self.state.drift_checked_at
+        return at is None or time.monotonic() - at >= self.s.resync_s
+
+    async def refresh_drift(self) -> None:
+        """Compare the labels' leaves with slurmctld's (``scontrol show topology``)."""
+        self._set_drift(await self.show_topology())
+
+    def _set_drift(self, shown: str) -> None:
+        st = self.state
+        desired = leaf_membership(st.desired.text) if st.desired else {}
+        st.drift = drift(desired, leaf_membership(shown))
+        st.drift_checked_at = time.monotonic()
+        if st.drift:
+            log.warning(
+                "topology.drift", nodes=len(st.drift), sample=sorted(st.drift)[:DRIFT_SHOWN]
+            )
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able state for ``slonkd status``."""
+        st = self.state
+        return {
+            "plugin": self.s.spec.plugin,
+            "desired_sha256": st.desired.sha256 if st.desired else None,
+            "slurmctld_copy_sha256": st.copy_hash,
+            "applied_sha256": st.applied,
+            "waiting_for_copy_since": st.waiting_since,
+            "last_reconfigure": st.last_reconfigure,
+            "reconfigures": st.reconfigures,
+            "drift_count": len(st.drift),
+            "drift": {
+                n: {"labels": want, "slurmctld": have}
+                for n, (want, have) in list(st.drift.items())[:DRIFT_SHOWN]
+            },
+            "error": st.error,
+        }
+
+
+class TopologySync(TopologyApplier):
+    """Keeps slurmctld's topology in step with the node labels (one leader's task)."""
+
+    def __init__(
+        self,
+        s: TopologySettings,
+        *,
+        transport: KubeTransport,
+        namespace: str,
+        nodes: Informer[Node],
+        pods: Informer[Pod],
+        slurm: ScontrolBackend,
+        check_valid: Callable[[], int] = lambda: 0,
+    ) -> None:
+        configmap = (
+            OwnedConfigMap(transport, namespace, s.configmap) if s.configmap is not None else None
+        )
+        super().__init__(s, configmap=configmap, slurm=slurm, check_valid=check_valid)
+        self.nodes = nodes
+        self.pods = pods
+        self._dirty = asyncio.Event()
+        nodes.add_handler(self._on_node)
+        pods.add_handler(lambda _e: self._dirty.set())
+
+    def _on_node(self, event: Any) -> None:
+        old = event.old
+        if old is None or old.labels != event.obj.labels:
+            self._dirty.set()  # only label changes matter (status heartbeats do not)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Sync now, then on (debounced) changes and on every resync, until cancelled."""
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+        log.info("topology.started", plugin=self.s.spec.plugin, configmap=self.s.configmap)
+        cause = "start"
+        while True:
+            self._dirty.clear()
+            try:
+                await self.sync_once(cause=cause)
+                self.state.error = ""
+            except (SlonkdError, OSError) as exc:
+                self.state.error = str(exc)[:300]
+                log.warning("topology.sync_failed", error=self.state.error, cause=cause)
+            cause = "resync"
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.s.resync_s):
+                    await self._dirty.wait()
+                    cause = "labels"
+            await self._quiet()
+
+    async def _quiet(self) -> None:
+        began = time.monotonic()
+        while time.monotonic() - began < self.s.max_delay_s:
+            self._dirty.clear()
+            try:
+                async with asyncio.timeout(self.s.debounce_s):
+                    await self._dirty.wait()
+            except TimeoutError:
+                return
+
+    async def sync_once(self, *, cause: str) -> bool:
+        """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""
+        names = [n.name for n in await self.slurm.read_nodes()]
+        labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get)
+        return await self.apply(labels, cause=cause)

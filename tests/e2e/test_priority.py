@@ -1,0 +1,226 @@
+"""Serving preempts SLURM training through the chart's PriorityClasses, without losing a job.
+
+The chart's PriorityClasses (rendered by helm, applied to the harness) rank serving above the
+training workers. One kwok node has room for one pod: the worker pod ``w-0`` (training, bound
+to a real slurmd by the kubelet stand-in, its agent running, ``slonkd prestop`` as preStop)
+runs a requeueable job. A serving pod that does not fit makes the real kube-scheduler preempt
+``w-0``: the stand-in runs its preStop, so the SLURM node is drained and downed by slonkd and
+the job requeued (Restarts rises; never FAILED, CANCELLED or NODE_FAIL) before its slurmd
+stops. The StatefulSet's new ``w-0`` waits (training never preempts); once the serving pod is
+gone it is scheduled again and its agent returns the node to service.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slonkd.testing.helm import Helm
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubelet import KubeletStandIn
+from slonkd.testing.procs import wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.toolchain import ensure_tools
+from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+RELEASE = "rel"
+LOST = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "OUT_OF_MEMORY"}
+
+
+@pytest.fixture
+def priority_classes(
+    kube: KubeCluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """The chart's PriorityClasses for this namespace, created in the cluster, by tier."""
+    helm = Helm(binary=ensure_tools().helm, home=tmp_path_factory.mktemp("helm"))
+    out = helm.run(
+        "template",
+        RELEASE,
+        str(Path(__file__).resolve().parents[2] / "deploy" / "helm" / "slonk"),
+        f"--namespace={namespace}",
+        "--show-only=templates/priorityclasses.yaml",
+    ).stdout
+    classes = {
+        doc["metadata"]["name"].rsplit("-", 1)[1]: doc
+        for doc in yaml.safe_load_all(out)
+        if doc and doc.get("kind") == "PriorityClass"
+    }
+    for doc in classes.values():
+        kube.api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", doc)
+    yield classes
+    for doc in classes.values():
+        kube.api.request(
+            "DELETE",
+            f"/apis/scheduling.k8s.io/v1/priorityclasses/{doc['metadata']['name']}",
+            ok=(200, 202, 404),
+        )
+
+
+def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:
+    text = slurm.run("scontrol", "-o", "show", "job", job_id).stdout
+    state = re.search(r"JobState=(\S+)", text)
+    restarts = re.search(r"Restarts=(\d+)", text)
+    return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
+
+
+def _serving_pod(name: str, priority_class: str, node_selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "serving"}},
+        "spec": {
+            "priorityClassName": priority_class,
+            "containers": [
+                {"name": "serve", "image": "serving:dev", "resources": {"requests": {"cpu": "2"}}}
+            ],
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "nodeSelector": {"type": "kwok", **node_selector},
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+    priority_classes: dict[str, dict[str, Any]],
+) -> None:
+    """Preempted by the scheduler: drain, requeue, down; back to service after serving leaves."""
+    serving, training = priority_classes["serving"], priority_classes["training"]
+    assert serving["value"] > training["value"]
+    assert serving["preemptionPolicy"] == "PreemptLowerPriority"
+    assert training["preemptionPolicy"] == "Never"
+
+    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
+    label = {"slonk.dev/test": namespace}
+    (kube_node,) = kube.add_fake_nodes(
+        [unique("prio")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
+    )
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def pod(name: str) -> dict[str, Any] | None:
+        items = kube.api.request("GET", pods, params={"fieldSelector": f"metadata.name={name}"})
+        return items["items"][0] if items["items"] else None
+
+    with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
+        sts = worker_statefulset(
+            "w",
+            replicas=1,
+            node_selector=label,
+            grace_s=GRACE_S,
+            prestop=PRESTOP,
+            priority_class=training["metadata"]["name"],
+        )
+        sts["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "2"}  # the whole node: serving can only get it by preemption
+        }
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        slurm.wait_idle(["w-0"], timeout_s=60)
+        agent = AgentProcess(
+            env={
+                **os.environ,
+                "POD_NAME": "w-0",
+                "POD_NAMESPACE": namespace,
+                "NODE_NAME": kube_node,
+                "KUBECONFIG": str(kube.kubeconfig),
+                "SLURM_CONF": str(slurm.conf),
+                "SLONKD_RESYNC_S": "2",
+                "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
+            },
+            log=tmp_path / "agent-w-0.log",
+        )
+        agent.start()
+        try:
+            job = slurm.run(
+                "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null",
+                "--wrap", "sleep 600",
+            ).stdout.strip()  # fmt: skip
+            wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
+            first = pod("w-0")
+            assert first is not None
+            uid = first["metadata"]["uid"]
+
+            kube.api.request(
+                "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
+            )
+            wait_for(
+                "w-0 preempted",
+                lambda: any(
+                    e["event"] == "pod.terminating" and e.get("uid") == uid for e in si.events()
+                ),
+                timeout_s=60,
+            )
+            victim = pod("w-0")
+            if victim is not None and victim["metadata"]["uid"] == uid:
+                conditions = {c["type"] for c in victim["status"].get("conditions", [])}
+                assert "DisruptionTarget" in conditions  # the scheduler's preemption mark
+            wait_for(
+                "slurmd stopped",
+                lambda: any(
+                    e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in si.events()
+                ),
+                timeout_s=GRACE_S + 20,
+            )
+            events = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+            assert any(
+                e.get("reason") == "Preempted" and e["involvedObject"].get("uid") == uid
+                for e in events
+            ), [(e.get("reason"), e["involvedObject"].get("name")) for e in events]
+            state, restarts = _job(slurm, job)
+            assert state not in LOST
+            assert restarts >= 1, (state, restarts)
+            shown = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
+            assert "Reason=slonkd:pod-terminating" in shown, shown
+            assert "Not responding" not in shown
+            drains = [a for a in agent.actions() if a["action"] == "drain"]
+            assert drains  # the agent drained as the deletion started
+            wait_for(
+                "serving pod running",
+                lambda: (pod("serve") or {}).get("status", {}).get("phase") == "Running",
+                timeout_s=30,
+            )
+            replacement = pod("w-0")
+            assert replacement is not None
+            assert replacement["metadata"]["uid"] != uid
+            assert not replacement["spec"].get("nodeName")  # training waits, never preempts
+
+            kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
+
+            def back() -> bool:
+                p = pod("w-0")
+                return bool(
+                    p
+                    and p["status"].get("phase") == "Running"
+                    and any(
+                        e["event"] == "slurmd.started" and e.get("uid") == p["metadata"]["uid"]
+                        for e in si.events()
+                    )
+                )
+
+            wait_for("w-0 scheduled again", back, timeout_s=60)
+            wait_for(
+                "w-0 back in service",
+                lambda: slurm.node_states().get("w-0") in {"idle", "mixed", "allocated"},
+                timeout_s=40,
+            )
+            assert "Reason=" not in slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
+            assert [a["action"] for a in agent.actions()][-1] == "release"
+            state, restarts = _job(slurm, job)
+            assert state not in LOST
+            assert restarts >= 1
+        finally:
+            agent.stop()

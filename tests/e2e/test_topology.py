@@ -1,0 +1,250 @@
+"""topology.conf from node labels, end to end: a real coordinator, kwok nodes, a real slurmctld.
+
+The coordinator owns the topology ConfigMap; a stand-in for the kubelet's ConfigMap sync copies
+its data into the file slurmctld reads, a second late (as a kubelet does). The coordinator must
+wait for that copy before ``scontrol reconfigure``; `scontrol show topology` then matches the
+labels. A relabel re-renders; a change that leaves the file the same does not reconfigure; a
+pod that moves to another K8s node moves its SLURM node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.core.topology import leaf_membership, stamped_hash
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubeapi import ApiError
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import read_json_log
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+PODS = 4
+KEYS = ("slonk.dev/zone", "slonk.dev/spine", "slonk.dev/leaf")
+CONFIGMAP = "slonkd-topology"
+SYNC_DELAY_S = 1.0
+
+
+def _labels(leaf: str) -> dict[str, str]:
+    return dict(zip(KEYS, ("z1", "s1", leaf), strict=True))
+
+
+def _reconfigures(topo: Topo, n: int) -> Callable[[], bool]:
+    return lambda: len(topo.events("topology.reconfigured")) == n
+
+
+def _leaf(zone: str, spine: str, leaf: str) -> str:
+    return f"l2-{zone}_{spine}_{leaf}"
+
+
+class ConfigMapSync(threading.Thread):
+    """The kubelet's part: copy the ConfigMap's topology.conf to slurmctld's file, late."""
+
+    def __init__(self, kube: KubeCluster, namespace: str, target: Path) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.namespace, self.target = kube, namespace, target
+        self.stopped = threading.Event()
+        self.copies = 0
+
+    def run(self) -> None:
+        """Poll the ConfigMap; copy a new content after the delay."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps/{CONFIGMAP}"
+        while not self.stopped.wait(0.2):
+            try:
+                data = self.kube.api.request("GET", path).get("data") or {}
+            except ApiError:
+                continue  # not created yet
+            text = data.get("topology.conf", "")
+            current = self.target.read_text() if self.target.exists() else ""
+            if text and text != current and not self.stopped.wait(SYNC_DELAY_S):
+                self.target.write_text(text)
+                self.copies += 1
+
+
+@dataclass(slots=True)
+class Topo:
+    """The cluster, the coordinator's log, and helpers."""
+
+    kube: KubeCluster
+    slurm: SlurmCluster
+    namespace: str
+    kube_nodes: list[str]
+    log: Path
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The coordinator's log lines of one event."""
+        return [e for e in read_json_log(self.log) if e.get("event") == name]
+
+    def shown(self) -> dict[str, str]:
+        """``{SLURM node: leaf switch}`` as slurmctld runs it."""
+        return leaf_membership(self.slurm.run("scontrol", "show", "topology").stdout)
+
+    def placement(self) -> dict[str, str]:
+        """``{pod: K8s node}`` of the live worker pods."""
+        items = self.kube.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in items
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        }
+
+    def label(self, node: str, labels: dict[str, str | None]) -> None:
+        """Merge-patch a K8s node's labels (None removes one)."""
+        self.kube.api.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            {"metadata": {"labels": labels}},
+            content_type="application/merge-patch+json",
+        )
+
+    def expected(self, leaves: dict[str, str]) -> dict[str, str]:
+        """``{SLURM node: leaf}`` from the pods' placement and each K8s node's leaf."""
+        return {pod: leaves[node] for pod, node in self.placement().items()}
+
+
+@pytest.fixture
+def topo(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+) -> Iterator[Topo]:
+    """4 worker pods on 2 labelled kwok nodes, a tree-topology slurmctld, a coordinator."""
+    names = tuple(f"w-{i}" for i in range(PODS))
+    slurm = slurm_factory(SlurmLayout(nodes=names, topology_plugin="topology/tree"))
+    test_label = {"slonk.dev/test": namespace}
+    kube_nodes = [
+        kube.add_fake_nodes([unique(f"t{leaf}")], labels={**test_label, **_labels(leaf)})[0]
+        for leaf in ("l1", "l2")
+    ]
+    sts = worker_statefulset("w", replicas=PODS, node_selector=test_label, standin=False)
+    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",  # a cordon must not block a move
+            "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
+        }
+    ]
+    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+    log = tmp_path / "coordinator.log"
+    t = Topo(kube=kube, slurm=slurm, namespace=namespace, kube_nodes=kube_nodes, log=log)
+    wait_for("4 pods placed", lambda: len(t.placement()) == PODS, timeout_s=90)
+    config = tmp_path / "coordinator.json"
+    config.write_text(
+        json.dumps(
+            {
+                "resync_s": 5,
+                "max_out": 0,  # this test is about topology: no automated drains
+                "lease_duration_s": 6,
+                "renew_deadline_s": 4,
+                "retry_period_s": 1,
+                "topology": {
+                    "tree_keys": list(KEYS),
+                    "configmap": CONFIGMAP,
+                    "slurmctld_copy": str(slurm.topology_conf),
+                    "debounce_s": 0.3,
+                    "max_delay_s": 2,
+                    "resync_s": 30,
+                    "copy_timeout_s": 30,
+                    "copy_poll_s": 0.2,
+                },
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "POD_NAMESPACE": namespace,
+        "POD_NAME": "coordinator-0",
+        "KUBECONFIG": str(kube.kubeconfig),
+        "SLURM_CONF": str(slurm.conf),
+        "SLONKD_CONFIG": str(config),
+    }
+    sync = ConfigMapSync(kube, namespace, slurm.topology_conf)
+    sync.start()
+    with t.log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        wait_for(
+            "coordinator synced",
+            lambda: bool(t.events("coordinator.synced")),
+            timeout_s=30,
+            alive=lambda: None if proc.poll() is None else t.log.read_text()[-2000:],
+        )
+        yield t
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        sync.stopped.set()
+        sync.join(timeout=5)
+
+
+def test_labels_render_reconfigure_and_only_on_change(topo: Topo) -> None:
+    """Labels -> ConfigMap -> (late) copy -> reconfigure -> show topology; again on relabel only."""
+    a, b = topo.kube_nodes
+    leaves = {a: _leaf("z1", "s1", "l1"), b: _leaf("z1", "s1", "l2")}
+    wait_for("first reconfigure", _reconfigures(topo, 1), timeout_s=40)
+    assert topo.shown() == topo.expected(leaves)
+    cm = topo.kube.api.request("GET", f"/api/v1/namespaces/{topo.namespace}/configmaps/{CONFIGMAP}")
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slonkd"
+    published = stamped_hash(cm["data"]["topology.conf"])
+    (first,) = topo.events("topology.reconfigured")
+    assert published is not None
+    assert published.startswith(first["sha256"])
+    (copied,) = topo.events("topology.copy_current")
+    assert copied["waited_s"] >= SYNC_DELAY_S * 0.9  # it waited for the late copy
+
+    # relabel: b's leaf changes -> one more reconfigure, slurmctld follows
+    topo.label(b, {KEYS[2]: "l3"})
+    leaves[b] = _leaf("z1", "s1", "l3")
+    wait_for("second reconfigure", _reconfigures(topo, 2), timeout_s=40)
+    assert topo.shown() == topo.expected(leaves)
+
+    # a label the topology does not read: rendered again, same file, no reconfigure
+    before = len(topo.events("topology.unchanged"))
+    topo.label(a, {"slonk.dev/unrelated": "x"})
+    wait_for("re-rendered", lambda: len(topo.events("topology.unchanged")) > before, timeout_s=30)
+    assert len(topo.events("topology.reconfigured")) == 2
+    assert topo.shown() == topo.expected(leaves)
+
+
+def test_a_pod_that_moves_moves_its_slurm_node(topo: Topo) -> None:
+    """w-0 rescheduled onto the other K8s node: its SLURM node changes leaf."""
+    a, b = topo.kube_nodes
+    leaves = {a: _leaf("z1", "s1", "l1"), b: _leaf("z1", "s1", "l2")}
+    wait_for("first reconfigure", _reconfigures(topo, 1), timeout_s=40)
+    old = topo.placement()["w-0"]
+    other = b if old == a else a
+    topo.kube.api.request(
+        "PATCH",
+        f"/api/v1/nodes/{old}",
+        {"spec": {"unschedulable": True}},
+        content_type="application/merge-patch+json",
+    )
+    topo.kube.api.request(
+        "DELETE", f"/api/v1/namespaces/{topo.namespace}/pods/w-0", {"gracePeriodSeconds": 0}
+    )
+    wait_for("w-0 on the other node", lambda: topo.placement().get("w-0") == other, timeout_s=60)
+    wait_for(
+        "w-0 moved in slurmctld", lambda: topo.shown().get("w-0") == leaves[other], timeout_s=40
+    )
+    assert topo.shown() == topo.expected(leaves)

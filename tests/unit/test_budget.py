@@ -1,0 +1,137 @@
+"""The disruption budget: per pool, count and percent, mass events, the breaker."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slonkd.core.budget import Admission, BudgetPolicy, Request, admit
+
+
+def _admit(
+    wanted: list[str],
+    *,
+    out: set[str] | None = None,
+    size: int = 100,
+    policy: BudgetPolicy | None = None,
+    breaker_open: bool = False,
+) -> Admission:
+    return admit(
+        [Request(node=n, pool="gpu") for n in wanted],
+        out_now={"gpu": frozenset(out or set())},
+        pool_sizes={"gpu": size},
+        policy=policy or BudgetPolicy(max_out=5, max_out_percent=10, mass_percent=20),
+        breaker_open=breaker_open,
+    )
+
+
+def test_within_budget_all_admitted_and_breaker_stays_shut() -> None:
+    """Requests inside the budget all go ahead."""
+    result = _admit(["n1", "n2"])
+    assert result.admitted == {"n1", "n2"}
+    assert not result.refused
+    assert not result.open_breaker
+
+
+def test_nodes_already_out_count_against_the_budget() -> None:
+    """Nodes out for any reason use the budget first."""
+    result = _admit(["n1", "n2", "n3"], out={"x1", "x2", "x3", "x4"})
+    assert result.admitted == {"n1"}
+    assert set(result.refused) == {"n2", "n3"}
+    assert "exhausted" in result.open_breaker
+
+
+def test_a_node_already_out_costs_nothing_more() -> None:
+    """Marking a node that is already out takes nothing more."""
+    result = _admit(["x1"], out={"x1", "x2", "x3", "x4", "x5"})
+    assert result.admitted == {"x1"}
+    assert not result.open_breaker
+
+
+def test_percent_wins_when_lower_but_at_least_one_node() -> None:
+    """The lower limit wins; a small pool may still lose one node."""
+    policy = BudgetPolicy(max_out=10, max_out_percent=10, mass_percent=50)
+    assert policy.limit(30) == 3
+    assert policy.limit(4) == 1
+    assert _admit(["a", "b"], size=4, policy=policy).admitted == {"a"}
+
+
+def test_mass_event_takes_nothing_and_opens_the_breaker() -> None:
+    """30 of 100 nodes at once: more than 20 % -> none taken, not even the budget's 5."""
+    result = _admit([f"n{i}" for i in range(30)])
+    assert result.admitted == frozenset()
+    assert len(result.refused) == 30
+    assert "mass event" in result.open_breaker
+
+
+def test_open_breaker_refuses_every_new_node_without_reopening() -> None:
+    """An open breaker stops every new automated outage."""
+    result = _admit(["n1"], breaker_open=True)
+    assert not result.admitted
+    assert result.refused["n1"].startswith("breaker open")
+    assert result.open_breaker == ""
+
+
+def test_pools_are_budgeted_apart() -> None:
+    """One pool's outage does not use another pool's budget."""
+    result = admit(
+        [Request(node="a1", pool="a"), Request(node="b1", pool="b")],
+        out_now={"a": frozenset({"a0"}), "b": frozenset()},
+        pool_sizes={"a": 10, "b": 10},
+        policy=BudgetPolicy(max_out=1, max_out_percent=100, mass_percent=100),
+        breaker_open=False,
+    )
+    assert result.admitted == {"b1"}
+    assert set(result.refused) == {"a1"}
+    assert [p.pool for p in result.pools] == ["a", "b"]
+
+
+def test_bad_policy_is_refused() -> None:
+    """Impossible limits are refused with a clear error."""
+    with pytest.raises(ValueError, match="max_out_percent"):
+        BudgetPolicy(max_out_percent=150)
+    with pytest.raises(ValueError, match="max_out"):
+        BudgetPolicy(max_out=-1)
+
+
+@given(
+    wanted=st.sets(st.integers(0, 99), max_size=60),
+    out=st.sets(st.integers(0, 99), max_size=30),
+    max_out=st.integers(0, 20),
+    percent=st.floats(0, 100),
+    mass=st.floats(0, 100),
+    breaker=st.booleans(),
+)
+def test_never_more_out_than_the_limit_unless_already_out(
+    wanted: set[int], out: set[int], max_out: int, percent: float, mass: float, breaker: bool
+) -> None:
+    """Whatever the inputs: never past the limit, every request answered once."""
+    policy = BudgetPolicy(max_out=max_out, max_out_percent=percent, mass_percent=mass)
+    names = {f"n{i}" for i in wanted}
+    out_names = {f"n{i}" for i in out}
+    result = _admit(sorted(names), out=out_names, policy=policy, breaker_open=breaker)
+    new = result.admitted - out_names
+    assert len(out_names) + len(new) <= max(len(out_names), policy.limit(100))
+    assert result.admitted | set(result.refused) == names
+    assert not result.admitted & set(result.refused)
+    if breaker:
+        assert not new
+    if result.refused and not breaker:
+        assert result.open_breaker
+
+
+def test_nodes_restarting_defer_a_request_without_opening_the_breaker() -> None:
+    """A rollout holding the budget delays a failure's marking; the breaker stays shut."""
+    restarting = {"r1", "r2", "r3", "r4", "r5"}
+    result = admit(
+        [Request(node="n1", pool="gpu")],
+        out_now={"gpu": frozenset(restarting)},
+        pool_sizes={"gpu": 100},
+        restarting={"gpu": frozenset(restarting)},
+        policy=BudgetPolicy(max_out=5, max_out_percent=10, mass_percent=20),
+        breaker_open=False,
+    )
+    assert not result.admitted
+    assert result.refused["n1"].startswith("deferred")
+    assert result.open_breaker == ""
