@@ -39,6 +39,7 @@ from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Pod
+from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.rollout import (
     ACTIVE,
     REVISION_LABEL,
@@ -55,6 +56,7 @@ from slonkd.core.slurm_node import NodeFlag, SlurmNode
 from slonkd.runtime.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.rollout")
+_NOT_OURS = (ReasonOwner.FOREIGN, ReasonOwner.SLURM)
 
 
 class RolloutController:
@@ -335,6 +337,14 @@ class RolloutController:
             if node is not None and not node.state.out_of_service:
                 del self._settling[name]
                 log.info("rollout.node_replaced", node=name, cause=str(ROLLOUT_CAUSE))
+            elif node is not None and reason_owner(node.live_reason) in _NOT_OURS:
+                del self._settling[name]  # an operator (or SLURM) holds it now: not ours to wait
+                log.info(
+                    "rollout.node_replaced",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    detail=f"held by someone else now: {node.reason[:80]}",
+                )
             elif now - released_at > self.s.settle_s:
                 del self._settling[name]
                 log.warning(
