@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import re
 import signal
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -710,6 +711,14 @@ class Coordinator:
                 return
 
 
+def _dump_tasks() -> None:
+    """SIGUSR1: every asyncio task and where it waits, to stderr (for a stuck process)."""
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()} {task!r}"[:300], file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def run_coordinator(s: CoordinatorSettings) -> int:
     """Campaign for the Lease and lead while holding it, until SIGTERM/SIGINT."""
     if s.kubeconfig:
@@ -732,6 +741,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
     async def lead(token: int) -> None:
         coordinator = Coordinator(s, transport, elector)

@@ -539,7 +539,9 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
             timeout_s=60,
         )
     except HarnessError:
-        raise AssertionError(fleet.log.read_text()[-4000:]) from None
+        fleet.procs[0].send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        raise AssertionError(fleet.log.read_text()[-12000:]) from None
     fleet.slurm.stop_slurmctld()
     try:
         _cordon(fleet, [second])
