@@ -7,7 +7,9 @@ Settings come from the environment the chart sets (the downward API gives ``POD_
 ``failure_grace_s``, ``unready_grace_s``, ``cluster``, ``health`` (the checks: see
 ``HealthSettings``) and ``hysteresis`` (``fail_n``, ``window_m``, ``clear_k``). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
-(or ``SLONKD_MQTT_PASSWORD_FILE``). Bad settings exit 2 with a one-line reason.
+(or ``SLONKD_MQTT_PASSWORD_FILE``), or from the coordinator with ``SLONKD_MQTT_BOOTSTRAP_URL``
+and ``SLONKD_TOKEN_FILE`` (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2 with a
+one-line reason.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import agent_bus_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
 
@@ -112,11 +115,12 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     from slonkd.runtime.agent import AgentSettings
 
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
-    bus = bus_settings(env, f"slonkd-agent-{slurm_node}")
+    bus, bootstrap = agent_bus_settings(env, f"slonkd-agent-{slurm_node}")
     health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
     return AgentSettings(
         cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
         bus=bus,
+        bootstrap=bootstrap,
         health=health,
         hysteresis=hysteresis,
         pod_name=str(values["pod_name"]),

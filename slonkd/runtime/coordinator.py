@@ -66,7 +66,9 @@ from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.credentials import CredentialSettings, credential_issuer
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -131,6 +133,8 @@ class CoordinatorSettings:
     suspect_fraction: float = 0.3
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
+    credentials: CredentialSettings | None = None
+    """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
 
 
 @dataclass(slots=True)
@@ -241,6 +245,13 @@ class Coordinator:
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
             self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
+        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+            CommandSender(
+                self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
+            )
+            if self.bus is not None
+            else None
+        )
         self.nodes.add_handler(lambda _e: self._dirty.set())
         self.pods.add_handler(lambda _e: self._dirty.set())
         self.topology: TopologySync | None = None
@@ -658,6 +669,8 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.commands is not None:
+                group.create_task(self.commands.announce_when_connected())
             if self.topology is not None:
                 group.create_task(self.topology.run())
             await self.nodes.synced.wait()
@@ -704,6 +717,10 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     )
     elector = LeaderElector(transport, lease)
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    if s.credentials is not None:
+        api.credentials = credential_issuer(
+            s.credentials, transport, s.namespace, s.cluster, s.pod_selector
+        )
     await api.start(s.api_host, s.api_port)
     log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
