@@ -34,8 +34,9 @@ from slonkd.core.messages import check_name
 
 log = structlog.get_logger("slonkd.credentials")
 
-MAX_TOKEN_BYTES = 16 * 1024
-"""Longer bearer values are refused before any TokenReview."""
+MAX_TOKEN_BYTES = 8000
+"""Longer bearer values are refused before any TokenReview (real tokens are 1-2 KB; aiohttp
+itself refuses header lines over 8190 bytes with 400)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

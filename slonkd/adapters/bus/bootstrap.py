@@ -107,7 +107,7 @@ async def fetch_credentials(s: BootstrapSettings) -> IssuedCredentials:
     retrying = tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception_type(TransientError),
         stop=tenacity.stop_after_attempt(s.attempts) | tenacity.stop_after_delay(s.max_total_s),
-        wait=tenacity.wait_exponential_jitter(initial=s.wait_min_s, max=s.wait_max_s),
+        wait=tenacity.wait_random_exponential(multiplier=s.wait_min_s, max=s.wait_max_s),
         before_sleep=lambda rs: log.warning(
             "bus.bootstrap_retrying",
             attempt=rs.attempt_number,
