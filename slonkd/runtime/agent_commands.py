@@ -81,7 +81,7 @@ class CommandListener:
     """Reads the agent's bus and obeys the commands its gate admits."""
 
     def __init__(self, bus: Bus, *, node: str, recheck: Handler, memory: int = 1024) -> None:
-        self._bus = bus
+        self.bus = bus
         self.gate = CommandGate(node=node, memory=memory)
         self._handlers: dict[str, Handler] = {RECHECK: recheck}
         self.obeyed: list[str] = []
@@ -91,7 +91,7 @@ class CommandListener:
 
     async def run(self) -> None:
         """Handle messages until cancelled."""
-        async for message in self._bus.messages():
+        async for message in self.bus.messages():
             await self.handle(message)
 
     async def handle(self, message: Received) -> None:
