@@ -98,10 +98,16 @@ class CommandListener:
         """One validated message: learn a leader's token, or obey or refuse a command."""
         payload = message.payload
         if isinstance(payload, CoordinatorStatus):
-            if self.gate.observe(payload):
-                log.info(
-                    "agent.leader_seen", leader=payload.leader, fencing_token=payload.fencing_token
-                )
+            newer = self.gate.observe(payload)
+            log.info(
+                "agent.leader_seen",
+                node=self.gate.node,
+                leader=payload.leader,
+                online=payload.online,
+                fencing_token=payload.fencing_token,
+                newest_token=self.gate.newest_token,
+                newer=newer,
+            )
             return
         if not isinstance(payload, Command):
             return
