@@ -68,7 +68,11 @@ from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
-from slonkd.runtime.credentials import CredentialSettings, credential_issuer
+from slonkd.runtime.credentials import (
+    CredentialSettings,
+    coordinator_bus_credentials,
+    credential_issuer,
+)
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -244,7 +248,13 @@ class Coordinator:
         self.bus: Bus | None = None
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
-            self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
+            own = None  # no MQTT user but a dynsec admin: this replica makes its own client
+            if s.credentials is not None and not s.bus.username:
+                own = coordinator_bus_credentials(
+                    s.credentials, cluster=s.cluster, identity=s.identity
+                )
+            subscriptions = [topic, str(slurm_events_topic(s.cluster))]
+            self.bus = Bus(s.bus, subscriptions=subscriptions, credentials=own)
         self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
             CommandSender(
                 self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid

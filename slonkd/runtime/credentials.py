@@ -18,6 +18,9 @@ leader state. It must not decide anything about SLURM or Kubernetes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
+import secrets
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -26,7 +29,8 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.client import CredentialSource
+from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
 from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import ParseError, SlonkdError, TransientError
@@ -50,7 +54,7 @@ class CredentialSettings:
     audiences: Sequence[str] = ()
     """TokenReview audiences (the agent's projected token's ``audience``); () : the apiserver's."""
     service_account: str = ""
-    """If set, only tokens of this ServiceAccount are accepted."""
+    """If set, only this ServiceAccount's tokens (``name`` or ``system:serviceaccount:ns:name``)."""
     per_pod_limit: int = 5
     """Most issues for one pod within ``per_pod_window_s`` ..."""
     per_pod_window_s: float = 60.0
@@ -156,7 +160,8 @@ class CredentialIssuer:
         ctx = {"pod": pod[:80], "namespace": who.namespace[:80]}
         if who.namespace != self._namespace:
             raise _Refused(403, "pod is outside the coordinator's namespace", **ctx)
-        if self.s.service_account and who.service_account != self.s.service_account:
+        wanted = self.s.service_account
+        if wanted and wanted not in (who.service_account, who.username):
             raise _Refused(403, "token of another ServiceAccount", **ctx)
         try:
             check_name(pod, "node")
@@ -217,3 +222,30 @@ def _bearer(header: str) -> str:
     if len(token) > MAX_TOKEN_BYTES or not token.isascii() or not token.isprintable():
         raise _Refused(401, "malformed bearer token")
     return token
+
+
+def coordinator_bus_credentials(
+    settings: CredentialSettings, *, cluster: str, identity: str
+) -> CredentialSource:
+    """The coordinator's own MQTT client, (re)created in dynsec with the admin's rights.
+
+    The admin may not publish on ``slonk/#``, so each replica makes itself a client with the
+    coordinator's role (every node's commands, its status) and a fresh password whenever
+    the bus needs one: at start and after the broker refuses the last.
+    """
+    admin = DynSecAdmin(
+        host=settings.admin_host,
+        port=settings.admin_port,
+        username=settings.admin_user,
+        password=settings.admin_password,
+    )
+    name = f"coordinator-{identity}"
+    if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        name = f"coordinator-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
+
+    async def provision() -> tuple[str, str]:
+        password = secrets.token_urlsafe(24)
+        await admin.ensure_client(name, password, coordinator_role(cluster, name))
+        return name, password
+
+    return provision

@@ -1,16 +1,16 @@
 """The bus end to end: an agent bootstraps its MQTT client from its pod token, then obeys a recheck.
 
-Real processes against the real services: ``slonkd coordinator`` (dynsec admin, credential
-issuer, leader) and a ``slonkd agent`` whose only MQTT secret is a pod-bound token minted
-by TokenRequest for its worker pod. The agent fetches its own credentials, connects to a
-dynsec mosquitto, learns the leader's fencing token from the retained coordinator status,
-and obeys a ``recheck`` sent through ``POST /v1/nodes/{node}/recheck`` (loopback only) by
-republishing its status.
+Real processes against the real services, configured as the chart configures them:
+``slonkd coordinator`` (only the dynsec admin's secret: it makes its own bus client, serves
+the credential issuer, leads) and a ``slonkd agent`` whose only MQTT secret is a pod-bound
+token minted by TokenRequest for its worker pod. The agent fetches its own credentials,
+connects to a dynsec mosquitto, learns the leader's fencing token from the retained
+coordinator status, and obeys a ``recheck`` sent through ``POST /v1/nodes/{node}/recheck``
+(loopback only) by republishing its status.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
 from slonkd.testing.mosquitto import Mosquitto
 from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from tests.e2e.conftest import Workers, read_json_log
@@ -32,7 +31,6 @@ from tests.e2e.conftest import Workers, read_json_log
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
 AUDIENCE = "slonkd-bus"
-COORDINATOR_PW = "coordinator-password"
 
 
 def _post(url: str) -> tuple[int, dict[str, Any]]:
@@ -80,14 +78,6 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
     broker.start()
     coordinator: subprocess.Popen[bytes] | None = None
     try:
-        admin = DynSecAdmin(
-            host=broker.host,
-            port=broker.port,
-            username=broker.admin_user,
-            password=broker.admin_password,
-        )
-        role = coordinator_role("lab", "slonkd-coordinator")
-        asyncio.run(admin.ensure_client("slonkd-coordinator", COORDINATOR_PW, role))
         api_port = free_ports(1)[0]
         config = tmp_path / "coordinator.json"
         config.write_text(json.dumps({"api_host": "0.0.0.0", "api_port": api_port, "resync_s": 1}))  # noqa: S104 - the test reaches it from outside loopback too
@@ -100,10 +90,9 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
             "KUBECONFIG": str(w.kube.kubeconfig),
             "SLURM_CONF": str(w.slurm.conf),
             "SLONKD_CONFIG": str(config),
-            "SLONKD_MQTT_USER": "slonkd-coordinator",
-            "SLONKD_MQTT_PASSWORD": COORDINATOR_PW,
-            "SLONKD_DYNSEC_ADMIN_USER": broker.admin_user,
-            "SLONKD_DYNSEC_ADMIN_PASSWORD": broker.admin_password,
+            "SLONKD_AGENT_SERVICE_ACCOUNT": f"system:serviceaccount:{w.namespace}:default",
+            "SLONKD_MQTT_ADMIN_USERNAME": broker.admin_user,
+            "SLONKD_MQTT_ADMIN_PASSWORD": broker.admin_password,
             "SLONKD_TOKEN_AUDIENCE": AUDIENCE,
         }
         coordinator_log = tmp_path / "coordinator.log"
@@ -131,7 +120,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         agent.env.update(
             {
                 **mqtt,
-                "SLONKD_MQTT_BOOTSTRAP_URL": f"{base}/v1/credentials",
+                "SLONKD_COORDINATOR_URL": base,  # as the chart sets it: bootstrap from there
                 "SLONKD_TOKEN_FILE": str(token_file),
             }
         )

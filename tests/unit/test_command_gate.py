@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slonkd.cli.bus_env import agent_bus_settings, credential_settings
+from slonkd.cli.bus_env import agent_bus_settings, coordinator_bus_settings, credential_settings
 from slonkd.core.command_gate import RECHECK, CommandGate, Refusal
 from slonkd.core.messages import Command, CoordinatorStatus
 
@@ -93,17 +93,38 @@ def test_agent_bus_settings_static_and_bootstrap() -> None:
     with pytest.raises(ValueError, match="http"):
         agent_bus_settings({**env, "SLONKD_MQTT_BOOTSTRAP_URL": "file:///etc/passwd"}, "c")
     assert agent_bus_settings({}, "c") == (None, None)
+    chart = {"SLONKD_MQTT_HOST": "b", "SLONKD_COORDINATOR_URL": "http://coord:8081/"}
+    _, boot = agent_bus_settings(chart, "cid")
+    assert boot is not None
+    assert boot.url == "http://coord:8081/v1/credentials"
+    _, boot = agent_bus_settings({**chart, **static}, "cid")
+    assert boot is None  # a static user wins
+
+
+def test_coordinator_bus_settings_make_their_own_client_with_a_dynsec_admin() -> None:
+    """Without an MQTT user but with the dynsec admin, the coordinator's bus has no password."""
+    admin = {"SLONKD_MQTT_HOST": "b", "SLONKD_MQTT_ADMIN_USERNAME": "admin"}
+    own = coordinator_bus_settings(admin, "cid")
+    assert own is not None
+    assert (own.username, own.password) == ("", "")
+    static = coordinator_bus_settings(
+        {**admin, "SLONKD_MQTT_USER": "c", "SLONKD_MQTT_PASSWORD": "p"}, "cid"
+    )
+    assert static is not None
+    assert (static.username, static.password) == ("c", "p")
+    with pytest.raises(ValueError, match="SLONKD_MQTT_USER"):
+        coordinator_bus_settings({"SLONKD_MQTT_HOST": "b"}, "cid")
 
 
 def test_credential_settings_from_env() -> None:
     """The issuer is off without an admin user, and needs a broker and a password with one."""
     assert credential_settings({}) is None
     with pytest.raises(ValueError, match="password"):
-        credential_settings({"SLONKD_DYNSEC_ADMIN_USER": "admin", "SLONKD_MQTT_HOST": "b"})
+        credential_settings({"SLONKD_MQTT_ADMIN_USERNAME": "admin", "SLONKD_MQTT_HOST": "b"})
     s = credential_settings(
         {
-            "SLONKD_DYNSEC_ADMIN_USER": "admin",
-            "SLONKD_DYNSEC_ADMIN_PASSWORD": "pw",
+            "SLONKD_MQTT_ADMIN_USERNAME": "admin",
+            "SLONKD_MQTT_ADMIN_PASSWORD": "pw",
             "SLONKD_MQTT_HOST": "b",
             "SLONKD_MQTT_PORT": "1884",
             "SLONKD_TOKEN_AUDIENCE": "slonkd, ,other",

@@ -24,7 +24,7 @@ from slonkd.core.errors import TerminalError, TransientError
 
 log = structlog.get_logger("slonkd.bus.bootstrap")
 
-DEFAULT_TOKEN_FILE = "/var/run/secrets/slonk.dev/bus/token"  # noqa: S105 - a path, not a secret
+DEFAULT_TOKEN_FILE = "/var/run/secrets/slonk.dev/token/token"  # noqa: S105 - a path, not a secret
 """Where the chart mounts the projected token (audience: the coordinator)."""
 
 
