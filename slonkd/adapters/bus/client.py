@@ -128,7 +128,9 @@ class Bus:
                 async with self._make_client() as client:
                     self._client = client
                     for sub in self._subscriptions:
-                        await client.subscribe(sub, qos=1)
+                        granted = await client.subscribe(sub, qos=1)
+                        if any(_code(c) >= 0x80 for c in granted):
+                            log.warning("bus.subscription_refused", topic=sub[:200])
                     self.connects += 1
                     attempt = 0
                     self._connected.set()
@@ -207,3 +209,9 @@ def _auth_refused(exc: Exception) -> bool:
     rc = getattr(exc, "rc", None)
     value = getattr(rc, "value", rc)
     return isinstance(value, int) and value in _AUTH_REFUSED
+
+
+def _code(granted: object) -> int:
+    """A SUBACK entry (an int or a paho ReasonCode) as its numeric code."""
+    value = getattr(granted, "value", granted)
+    return value if isinstance(value, int) else 0x80
