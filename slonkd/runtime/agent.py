@@ -36,7 +36,12 @@ from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase
 from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
 from slonkd.core.slurm_node import NodeName
-from slonkd.runtime.agent_commands import CommandListener, agent_bus, run_checks_now
+from slonkd.runtime.agent_commands import (
+    CommandListener,
+    agent_bus,
+    republish_on_reconnect,
+    run_checks_now,
+)
 from slonkd.runtime.health_loop import HealthLoop
 from slonkd.runtime.reconcile import run_worker
 from slonkd.runtime.workqueue import WorkQueue
@@ -244,6 +249,9 @@ class Agent:
                         group.create_task(self.publish_status(), name="first-status")
                     if self.commands is not None:
                         group.create_task(self.commands.run(), name="commands")
+                        group.create_task(
+                            republish_on_reconnect(self.commands.bus, self.publish_status)
+                        )
                     if self.health is not None:
                         group.create_task(self.health.run(), name="health")
                     group.create_task(stopper(), name="stopper")

@@ -68,6 +68,14 @@ def agent_bus(
     )
 
 
+async def republish_on_reconnect(bus: Bus, publish: Callable[[], Awaitable[None]]) -> None:
+    """Publish the status again after every reconnect (a kick or a rotation fires the will)."""
+    seen = 1  # the first connection's status is the agent's first publish
+    while True:
+        seen = await bus.next_connect(seen)
+        await publish()
+
+
 async def run_checks_now(health: HealthLoop | None, publish: Callable[[], Awaitable[None]]) -> None:
     """Run every health check once, now (verdict changes are published), then publish."""
     if health is not None:

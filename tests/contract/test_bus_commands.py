@@ -11,10 +11,12 @@ cannot hide a redelivery).
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import aiomqtt
@@ -24,7 +26,7 @@ from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role
 from slonkd.core.command_gate import RECHECK, Refusal
 from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_topic
-from slonkd.runtime.agent_commands import CommandListener, agent_bus
+from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
 from slonkd.testing.mosquitto import Mosquitto
 from tests.contract.kube_helpers import until
@@ -224,3 +226,57 @@ async def test_another_agents_credentials_cannot_command_this_agent(bench: Bench
         assert sum(listener.bus.dropped.values()) == 0
         assert listener.gate.newest_token == 3
     assert bench.rechecks == [real.id]
+
+
+async def test_the_agent_republishes_its_status_after_a_reconnect(bench: Bench) -> None:
+    """After a connection loss that left "offline" retained (a will), the status is online again.
+
+    A second client with the agent's id takes its session over, publishes the retained
+    offline status a will would, and leaves; the agent's bus reconnects and republishes.
+    """
+    creds = bench.agents["n1"]
+    topic = node_topic(CLUSTER, "n1", Channel.STATUS)
+    settings = bench.settings(creds.username, creds.password, "slonkd-agent-n1")
+    bus = agent_bus(
+        replace(settings, reconnect_min_s=0.5, reconnect_max_s=1.0),
+        cluster=CLUSTER,
+        node="n1",
+        will=(topic, AgentStatus(node="n1", online=False)),
+    )
+
+    async def publish() -> None:
+        await bus.publish(topic, AgentStatus(node="n1", online=True), retain=True)
+
+    async with running(bus):
+        await publish()
+        task = asyncio.create_task(republish_on_reconnect(bus, publish))
+        try:
+            async with aiomqtt.Client(
+                bench.broker.host,
+                bench.broker.port,
+                username=creds.username,
+                password=creds.password,
+                identifier="slonkd-agent-n1",
+                protocol=aiomqtt.ProtocolVersion.V5,
+            ) as usurper:
+                offline = encode(AgentStatus(node="n1", online=False))
+                await usurper.publish(str(topic), offline, qos=1, retain=True)
+            await until("the bus reconnected", lambda: bus.connects >= 2)
+            await until("the status online again", lambda: retained_online(bench, topic))
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
+def retained_online(bench: Bench, topic: object) -> bool:
+    """Whether the broker's retained status on ``topic`` says online (read as the admin)."""
+    out = subprocess.run(
+        [
+            "mosquitto_sub", "-h", bench.broker.host, "-p", str(bench.broker.port),
+            "-u", bench.broker.admin_user, "-P", bench.broker.admin_password,
+            "-t", str(topic), "-C", "1", "-W", "2", "--retained-only",
+        ],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    return bool(out.stdout.strip()) and bool(json.loads(out.stdout).get("online"))

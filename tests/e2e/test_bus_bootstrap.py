@@ -33,8 +33,9 @@ pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 AUDIENCE = "slonkd-bus"
 
 
-def _post(url: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, method="POST", data=b"")  # noqa: S310 - a test URL
+def _post(url: str, token: str = "") -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method="POST", data=b"", headers=headers)  # noqa: S310 - a test URL
     try:
         with urllib.request.urlopen(request, timeout=10) as r:  # noqa: S310 - a test URL
             return int(r.status), json.loads(r.read())
@@ -50,6 +51,19 @@ def _get_status(url: str) -> int:
         return int(exc.code)
     except OSError:
         return 0
+
+
+def _retained_status(broker: Mosquitto, node: str) -> dict[str, Any]:
+    """The retained status of ``node`` as the broker holds it now (read as the admin)."""
+    out = subprocess.run(
+        [
+            "mosquitto_sub", "-h", broker.host, "-p", str(broker.port), "-u", broker.admin_user,
+            "-P", broker.admin_password, "-t", f"slonk/v1/lab/nodes/{node}/status",
+            "-C", "1", "-W", "3", "--retained-only",
+        ],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    return dict(json.loads(out.stdout)) if out.stdout.strip() else {}
 
 
 def _outward_address() -> str | None:
@@ -160,6 +174,21 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         outward = _outward_address()
         if outward is not None:  # the endpoint is bound to loopback: any other peer gets 403
             assert _post(f"http://{outward}:{api_port}/v1/nodes/w-0/recheck")[0] == 403
+
+        # Re-key w-0 under the running agent: the broker drops it, it fetches new credentials,
+        # reconnects, and its retained status still says online.
+        assert _post(f"{base}/v1/credentials", token)[0] == 200
+        wait_for(
+            "the agent reconnected",
+            lambda: len(_events(agent.log, "bus.connected")) >= 2,
+            timeout_s=30,
+        )
+
+        def online() -> bool:
+            return bool(_retained_status(broker, "w-0").get("online"))
+
+        wait_for("the retained status online again", online, timeout_s=30)
+        assert len(_events(agent.log, "bus.bootstrap_done")) == 2
         for path in (agent.log, coordinator_log):
             text = path.read_text()
             assert token not in text

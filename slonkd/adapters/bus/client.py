@@ -81,11 +81,18 @@ class Bus:
         self.dropped: Counter[str] = Counter()
         """Messages refused at the boundary, by reason (for metrics and tests)."""
         self.connects = 0
+        self._connect_seen = asyncio.Condition()
 
     @property
     def connected(self) -> bool:
         """Whether a connection is up right now."""
         return self._connected.is_set()
+
+    async def next_connect(self, seen: int) -> int:
+        """Wait until the bus has connected more than ``seen`` times; the new count."""
+        async with self._connect_seen:
+            await self._connect_seen.wait_for(lambda: self.connects > seen)
+        return self.connects
 
     async def wait_connected(self, timeout_s: float) -> None:
         """Wait until connected; raise TransientError after ``timeout_s``."""
@@ -134,6 +141,8 @@ class Bus:
                     self.connects += 1
                     attempt = 0
                     self._connected.set()
+                    async with self._connect_seen:
+                        self._connect_seen.notify_all()
                     log.info(
                         "bus.connected", client_id=self._settings.client_id, connects=self.connects
                     )
