@@ -151,8 +151,12 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         )
         leader_token = _events(agent.log, "agent.leader_seen")[-1]["fencing_token"]
 
-        status, body = _post(f"{base}/v1/nodes/w-0/recheck")
-        assert status == 200, body
+        sent = subprocess.run(  # the operator's command, from "inside the coordinator's pod"
+            [sys.executable, "-m", "slonkd.cli.main", "recheck", "w-0", "--url", base],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        body = json.loads(sent.stdout)
         assert body["fencing_token"] == leader_token
         wait_for(
             "the recheck obeyed",
@@ -171,6 +175,12 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         wait_for("the status republished after the recheck", republished, timeout_s=30)
         assert len(_events(agent.log, "agent.command_obeyed")) == 1
         assert _post(f"{base}/v1/nodes/nobody/recheck")[0] == 404
+        unknown = subprocess.run(
+            [sys.executable, "-m", "slonkd.cli.main", "recheck", "nobody", "--url", base],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert unknown.returncode == 1
+        assert "404" in unknown.stderr
         outward = _outward_address()
         if outward is not None:  # the endpoint is bound to loopback: any other peer gets 403
             assert _post(f"http://{outward}:{api_port}/v1/nodes/w-0/recheck")[0] == 403
