@@ -7,7 +7,8 @@ and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
 ``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
 ``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
-MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2
+MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
+turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 """
@@ -23,7 +24,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
@@ -104,10 +106,14 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         values["topology"] = topology_settings(values["topology"], default_configmap=cm)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
-    bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
+    bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     try:
         return CoordinatorSettings(
-            policy=policy, slurm=SlurmSettings(env=slurm_env), bus=bus, **values
+            policy=policy,
+            slurm=SlurmSettings(env=slurm_env),
+            bus=bus,
+            credentials=credential_settings(env),
+            **values,
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None

@@ -67,7 +67,13 @@ from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.credentials import (
+    CredentialSettings,
+    coordinator_bus_credentials,
+    credential_issuer,
+)
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -132,6 +138,8 @@ class CoordinatorSettings:
     suspect_fraction: float = 0.3
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
+    credentials: CredentialSettings | None = None
+    """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
 
 
 @dataclass(slots=True)
@@ -247,7 +255,20 @@ class Coordinator:
         self.bus: Bus | None = None
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
-            self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
+            own = None  # no MQTT user but a dynsec admin: this replica makes its own client
+            if s.credentials is not None and not s.bus.username:
+                own = coordinator_bus_credentials(
+                    s.credentials, cluster=s.cluster, identity=s.identity
+                )
+            subscriptions = [topic, str(slurm_events_topic(s.cluster))]
+            self.bus = Bus(s.bus, subscriptions=subscriptions, credentials=own)
+        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+            CommandSender(
+                self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
+            )
+            if self.bus is not None
+            else None
+        )
         self.nodes.add_handler(self._on_change)
         self.pods.add_handler(self._on_change)
         self.topology: TopologySync | None = None
@@ -681,6 +702,8 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.commands is not None:
+                group.create_task(self.commands.announce_when_connected())
             if self.topology is not None:
                 group.create_task(self.topology.run())
             await self.nodes.synced.wait()
@@ -735,6 +758,10 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     )
     elector = LeaderElector(transport, lease)
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    if s.credentials is not None:
+        api.credentials = credential_issuer(
+            s.credentials, transport, s.namespace, s.cluster, s.pod_selector
+        )
     await api.start(s.api_host, s.api_port)
     log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
