@@ -403,7 +403,7 @@ class Coordinator:
             },
         )
         self.passes += 1
-        log.debug(
+        (log.info if slurm_groups or kube_actions else log.debug)(
             "coordinator.pass",
             nodes=len(views),
             slurm_calls=len(slurm_groups),

@@ -101,6 +101,7 @@ class SlurmWatch:
                 self.polls += 1
                 if self.last is not None and seen != self.last:
                     self.changes += 1
+                    log.debug("coordinator.slurm_changed", groups=len(seen))
                     self.changed()
                 self.last = seen
             await asyncio.sleep(max(0.0, self.poll_s - (time.monotonic() - began)))
