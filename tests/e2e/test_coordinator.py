@@ -613,3 +613,31 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
         e.get("reason") == "SlurmRebootRequested" and e["involvedObject"]["name"] == kube_node
         for e in events
     )
+
+
+def test_a_killed_slurmd_under_a_ready_pod_is_a_failure(fleet: Fleet) -> None:
+    """slurmd dies while its pod stays Running and Ready: SLURM says "Not responding".
+
+    The K8s node is cordoned, tainted, marked SlurmHealthy=False and the pod evicted once.
+    """
+    victim = "w-11"
+    kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
+    fleet.slurm.control({"op": "kill_slurmd", "node": victim})
+
+    def marked() -> bool:
+        node = fleet.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        return (
+            bool(node["spec"].get("unschedulable"))
+            and "slonk.dev/unhealthy" in taints
+            and conds.get("SlurmHealthy") == "False"
+        )
+
+    wait_for("marked after SLURM noticed", marked, timeout_s=60)
+    assert fleet.reasons()[victim] == "Not responding"  # SLURM's own reason, left as it is
+    wait_for(
+        "evicted once",
+        lambda: [e["node"] for e in fleet.events() if e.get("event") == "kube.evict"] == [victim],
+        timeout_s=20,
+    )
