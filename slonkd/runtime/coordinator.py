@@ -77,6 +77,7 @@ from slonkd.runtime.credentials import (
     credential_issuer,
 )
 from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.settle import settle
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -790,18 +791,9 @@ class Coordinator:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.s.resync_s):
                         await self._dirty.wait()
-                await self._quiet()
-
-    async def _quiet(self) -> None:
-        """Let a burst of events settle (debounce), so one pass handles it in bulk."""
-        began = time.monotonic()
-        while time.monotonic() - began < self.s.max_batch_delay_s:
-            self._dirty.clear()
-            try:
-                async with asyncio.timeout(self.s.debounce_s):
-                    await self._dirty.wait()
-            except TimeoutError:
-                return
+                await settle(
+                    self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_batch_delay_s
+                )
 
 
 def _dump_tasks() -> None:

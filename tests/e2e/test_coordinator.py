@@ -15,7 +15,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log
+from tests.e2e.conftest import marked_unhealthy, read_json_log, set_unschedulable
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -212,18 +211,7 @@ def fleet(
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:
     """Cordon 5 K8s nodes: their pods' SLURM nodes drain in few calls; uncordon resumes them."""
     cordoned = fleet.kube_nodes[:5]
-    with ThreadPoolExecutor(5) as pool:  # an operator's script cordoning a rack at once
-        list(
-            pool.map(
-                lambda n: fleet.kube.api.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{n}",
-                    {"spec": {"unschedulable": True}},
-                    content_type="application/merge-patch+json",
-                ),
-                cordoned,
-            )
-        )
+    set_unschedulable(fleet.kube, cordoned)  # an operator's script cordoning a rack at once
     affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
     assert 2 <= len(affected) < PODS  # the scheduler spread them; the rest stay untouched
 
@@ -261,14 +249,7 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     )
 
     def marked() -> bool:
-        node = fleet.knode(kube_node)
-        taints = {t["key"] for t in node["spec"].get("taints", [])}
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-        return (
-            bool(node["spec"].get("unschedulable"))
-            and "slonk.dev/unhealthy" in taints
-            and conds.get("SlurmHealthy") == "False"
-        )
+        return marked_unhealthy(fleet.knode(kube_node))
 
     wait_for("K8s node marked", marked, timeout_s=20)
     assert fleet.knode(kube_node)["metadata"]["annotations"].get("slonk.dev/cordoned-by")
@@ -434,21 +415,6 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
     assert fleet.reasons()["w-6"] == "Kill task failed"
 
 
-def _cordon(fleet: Fleet, nodes: list[str], *, on: bool = True) -> None:
-    with ThreadPoolExecutor(len(nodes)) as pool:
-        list(
-            pool.map(
-                lambda n: fleet.kube.api.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{n}",
-                    {"spec": {"unschedulable": on}},
-                    content_type="application/merge-patch+json",
-                ),
-                nodes,
-            )
-        )
-
-
 def _audited(fleet: Fleet, action: str) -> list[str]:
     """Nodes of the audit records of ``action`` that changed something, in order."""
     if not fleet.audit.exists():
@@ -470,7 +436,7 @@ def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
     assert not [e for e in read_json_log(second_log) if e.get("event") == "coordinator.leading"]
     cordoned = fleet.kube_nodes[:5]
     affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
-    _cordon(fleet, cordoned)
+    set_unschedulable(fleet.kube, cordoned)
     fleet.procs[0].kill()  # the leader dies while (or before) it drains them
     wait_for(
         "all drained by one of them",
@@ -482,7 +448,7 @@ def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
     drains = _audited(fleet, "drain")
     assert sorted(set(drains)) == sorted(set(drains) & set(affected))
     assert len(drains) == len(set(drains)), drains  # nobody drained twice
-    _cordon(fleet, cordoned, on=False)
+    set_unschedulable(fleet.kube, cordoned, on=False)
     wait_for(
         "resumed by the new leader",
         lambda: all(fleet.reasons()[n] == "none" for n in affected),
@@ -506,7 +472,7 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
         )
         target = fleet.kube_nodes[6]
         affected = fleet.pods_on(target)
-        _cordon(fleet, [target])
+        set_unschedulable(fleet.kube, [target])
         wait_for(
             "drained by the new leader",
             lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
@@ -515,7 +481,7 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
     finally:
         first.send_signal(signal.SIGCONT)
     time.sleep(5)  # the old leader wakes, finds its lease gone and stops
-    _cordon(fleet, [target], on=False)
+    set_unschedulable(fleet.kube, [target], on=False)
     wait_for("resumed", lambda: all(fleet.reasons()[n] == "none" for n in affected), timeout_s=20)
     time.sleep(2)
     after = [json.loads(line) for line in fleet.log.read_text().splitlines()[stopped_at:] if line]
@@ -536,7 +502,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         time.sleep(3)
     finally:
         fleet.kube.start_apiserver()
-    _cordon(fleet, [first])
+    set_unschedulable(fleet.kube, [first])
     drained_first = fleet.pods_on(first)
     try:
         wait_for(
@@ -552,7 +518,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         raise AssertionError(fleet.log.read_text()[-12000:]) from None
     fleet.slurm.stop_slurmctld()
     try:
-        _cordon(fleet, [second])
+        set_unschedulable(fleet.kube, [second])
         time.sleep(3)
     finally:
         fleet.slurm.start_slurmctld()
@@ -563,7 +529,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         timeout_s=60,
     )
     assert fleet.procs[0].poll() is None  # it rode both out
-    _cordon(fleet, [first, second], on=False)
+    set_unschedulable(fleet.kube, [first, second], on=False)
     wait_for(
         "resumed",
         lambda: all(fleet.reasons()[n] == "none" for n in drained_first + drained_second),
@@ -625,14 +591,7 @@ def test_a_killed_slurmd_under_a_ready_pod_is_a_failure(fleet: Fleet) -> None:
     fleet.slurm.control({"op": "kill_slurmd", "node": victim})
 
     def marked() -> bool:
-        node = fleet.knode(kube_node)
-        taints = {t["key"] for t in node["spec"].get("taints", [])}
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-        return (
-            bool(node["spec"].get("unschedulable"))
-            and "slonk.dev/unhealthy" in taints
-            and conds.get("SlurmHealthy") == "False"
-        )
+        return marked_unhealthy(fleet.knode(kube_node))
 
     wait_for("marked after SLURM noticed", marked, timeout_s=60)
     assert fleet.reasons()[victim] == "Not responding"  # SLURM's own reason, left as it is

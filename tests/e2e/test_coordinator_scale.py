@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log
+from tests.e2e.conftest import read_json_log, set_unschedulable
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -175,21 +174,6 @@ def big_fleet(
                 proc.wait(timeout=15)
 
 
-def _cordon(fleet: BigFleet, nodes: list[str], *, on: bool = True) -> None:
-    with ThreadPoolExecutor(8) as pool:
-        list(
-            pool.map(
-                lambda n: fleet.kube.api.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{n}",
-                    {"spec": {"unschedulable": on}},
-                    content_type="application/merge-patch+json",
-                ),
-                nodes,
-            )
-        )
-
-
 @pytest.mark.parametrize(
     "big_config", [{**CONFIG, "max_out": 60, "max_out_percent": 100, "mass_percent": 100}]
 )
@@ -198,7 +182,7 @@ def test_cordon_50_k8s_nodes_drains_50_slurm_nodes_in_few_bulk_calls(big_fleet: 
     f = big_fleet
     pods = sorted(f.placement, key=lambda p: int(p.split("-")[1]))
     chosen = pods[::2]  # every other pod: the hostlist cannot collapse into one range
-    _cordon(f, [f.placement[p] for p in chosen])
+    set_unschedulable(f.kube, [f.placement[p] for p in chosen])
 
     def drained() -> bool:
         reasons = f.reasons()
@@ -210,7 +194,7 @@ def test_cordon_50_k8s_nodes_drains_50_slurm_nodes_in_few_bulk_calls(big_fleet: 
     drains = [e for e in f.events() if e.get("event") == "slurm.nodes_drain"]
     assert sorted(n for e in drains for n in e["nodes"]) == sorted(chosen)
     assert sum(e["calls"] for e in drains) <= 6, drains  # a few bulk calls, not 50
-    _cordon(f, [f.placement[p] for p in chosen], on=False)
+    set_unschedulable(f.kube, [f.placement[p] for p in chosen], on=False)
     wait_for("resumed", lambda: all(f.reasons()[p] == "none" for p in chosen), timeout_s=60)
     resumes = [e for e in f.events() if e.get("event") == "slurm.nodes_release"]
     assert sum(e["calls"] for e in resumes) <= 6, resumes
