@@ -3,7 +3,7 @@
 Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
-``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
+``max_out``, ``lease_name``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
 ``max_out_percent``, ``mass_percent``, ``state_name``, ``audit_path``, ``api_port``,
 ``api_host``, ``dry_run``, ``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*``
@@ -52,6 +52,7 @@ _KEYS = _NUMBERS | {
     "identity",
     "kubeconfig",
     "cluster",
+    "lease_name",
     "state_name",
     "audit_path",
     "api_host",
