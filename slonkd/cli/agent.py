@@ -67,6 +67,7 @@ _HEALTH_KEYS = {
     "fabric",
     "fabric_required",
     "xid_lookback_s",
+    "sysfs_root",
 }
 
 
