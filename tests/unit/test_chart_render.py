@@ -89,9 +89,12 @@ def test_default_values_render_every_component(helm: Helm) -> None:
         "rel-gpu",
         "rel-coordinator",
     }
-    # topology.conf belongs to the coordinator: never rendered, only mounted if it exists.
+    # topology.conf belongs to the coordinator: its ConfigMap is never rendered, only mounted
+    # if it exists; the chart's only topology.conf is the seed in the SLURM config.
     assert not [o for o in objs if "topology" in o["metadata"]["name"]]
-    assert all("topology.conf" not in o.get("data", {}) for o in kinds(objs, "ConfigMap"))
+    assert [
+        o["metadata"]["name"] for o in kinds(objs, "ConfigMap") if "topology.conf" in o["data"]
+    ] == ["rel-slurm-config"]
 
 
 def _pod(sts: Obj) -> Obj:
