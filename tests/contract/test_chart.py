@@ -651,5 +651,10 @@ def test_multi_pool_values_install_and_run_every_pool(
             for p in inst.pods(**{"app.kubernetes.io/component": "slurmd"})
         )
         assert declared == running
+        links = {
+            pool: _live_json(inst, f"multi-{pool}-agent", "agent.json")["health"]["nvlink_links"]
+            for pool in ("h100", "a100", "cpu")
+        }
+        assert links == {"h100": 18, "a100": 0, "cpu": 0}  # the h100 pool's override only
     finally:
         _teardown(inst)
