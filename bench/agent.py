@@ -6,30 +6,38 @@ preStop waits for a gate, so the drain measured is the agent's own. Each round d
 10 pods one after the other and records the time from the return of the API delete call to
 DRAIN visible in ``scontrol -o show node`` (polled in a tight loop, a few ms a read); 5
 rounds give 50 events. Next to it: what a 30 s polling loop would give (uniform delay: median 15 s,
-p99 29.7 s). Then one agent's RSS, its CPU over 60 s at rest, and the RSS of the imports alone.
+p99 29.7 s). Then one agent's RSS with its /healthz, /readyz, /metrics server running and
+scraped (its drain counter must equal the drains measured), its CPU over 60 s at rest while
+probed and scraped every 15 s as a kubelet and Prometheus would, and the RSS of the imports.
 
-Prints a table, then one JSON object as the last line. Not part of CI.
+Prints a table, then one JSON object as the last line. Not part of CI. Options: --rounds N
+(default 5), --idle-s S (default 60).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 
 PODS = 10
 ROUNDS = 5
+IDLE_S = 60.0
+SCRAPE_EVERY_S = 15.0
 GATED = [
     sys.executable,
     "-c",
@@ -56,9 +64,32 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - http://127.0.0.1
+        return str(response.read().decode())
+
+
+def _drains_counted(metrics_text: str) -> float:
+    for line in metrics_text.splitlines():
+        if line.startswith('slonkd_transitions_total{action="drain",cause="pod-terminating"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def main() -> int:
     """Run the measurement."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="deletions of all pods")
+    parser.add_argument("--idle-s", type=float, default=IDLE_S, help="idle CPU window")
+    args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-agent-"))
+    try:
+        return _measure(root, args.rounds, args.idle_s)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(root: Path, rounds: int, idle_s: float) -> int:
     names = tuple(f"w-{i}" for i in range(PODS))
     gate = root / "open"
     latencies: list[float] = []
@@ -82,6 +113,7 @@ def main() -> int:
                 ),
             )
             slurm.wait_idle(names, timeout_s=120)
+            ports = dict(zip(names, free_ports(len(names)), strict=True))
             for name in names:
                 env = {
                     **os.environ,
@@ -91,6 +123,8 @@ def main() -> int:
                     "KUBECONFIG": str(kube.kubeconfig),
                     "SLURM_CONF": str(slurm.conf),
                     "SLONKD_READY_FILE": str(root / f"ready-{name}"),
+                    "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+                    "SLONKD_METRICS_PORT": str(ports[name]),
                 }
                 with (root / f"agent-{name}.log").open("ab") as out:
                     agents.append(
@@ -107,7 +141,7 @@ def main() -> int:
                 lambda: all((root / f"ready-{n}").exists() for n in names),
                 timeout_s=60,
             )
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 gate.unlink(missing_ok=True)
                 uids = {}
                 for name in names:  # one event at a time: latency, not queueing
@@ -139,10 +173,17 @@ def main() -> int:
                 wait_for("pods back", back, timeout_s=120)
                 slurm.wait_idle(names, timeout_s=120)
             pid = agents[0].pid
+            base = f"http://127.0.0.1:{ports[names[0]]}"
+            drains_counted = _drains_counted(_get(f"{base}/metrics"))
             rss = _rss_mb(pid)
             cpu0, t0 = _cpu_s(pid), time.monotonic()
-            time.sleep(60)
+            while (left := t0 + idle_s - time.monotonic()) > 0:
+                _get(f"{base}/healthz")
+                _get(f"{base}/readyz")
+                _get(f"{base}/metrics")
+                time.sleep(min(SCRAPE_EVERY_S, left))
             idle_cpu_pct = (_cpu_s(pid) - cpu0) / (time.monotonic() - t0) * 100
+            rss_after_idle = _rss_mb(pid)
             for agent in agents:
                 agent.terminate()
             for agent in agents:
@@ -162,11 +203,15 @@ def main() -> int:
     result = {
         "events": len(latencies),
         "drain_latency_p50_ms": round(statistics.median(latencies), 1),
+        "drain_latency_p90_ms": round(_pct(latencies, 0.90), 1),
         "drain_latency_p99_ms": round(_pct(latencies, 0.99), 1),
         "drain_latency_max_ms": round(max(latencies), 1),
         "poll30s_p50_ms": 15000.0,
         "poll30s_p99_ms": 29700.0,
         "agent_rss_mb": round(rss, 1),
+        "agent_rss_after_idle_mb": round(rss_after_idle, 1),
+        "agent_drains_counted": drains_counted,
+        "agent_drains_expected": rounds,
         "agent_idle_cpu_pct": round(idle_cpu_pct, 3),
         "agent_import_rss_mb": round(import_rss, 1),
     }

@@ -5,15 +5,20 @@ Settings come from the environment the chart sets (the downward API gives ``POD_
 ``SLONKD_CONFIG``. Keys: ``slurm_node`` (default: the pod name), ``kubeconfig`` (default:
 ``$KUBECONFIG``, else the in-cluster ServiceAccount), ``resync_s``, ``ready_file``,
 ``failure_grace_s``, ``unready_grace_s``, ``cluster``, ``health`` (the checks: see
-``HealthSettings``) and ``hysteresis`` (``fail_n``, ``window_m``, ``clear_k``). MQTT comes from
+``HealthSettings``), ``hysteresis`` (``fail_n``, ``window_m``, ``clear_k``), ``metrics_port``
+(``$SLONKD_METRICS_PORT``, default 9464, 0: off; serves /healthz, /readyz and /metrics) and
+``metrics_address`` (``$SLONKD_METRICS_ADDRESS``, default 0.0.0.0). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
-(or ``SLONKD_MQTT_PASSWORD_FILE``). Bad settings exit 2 with a one-line reason.
+(or ``SLONKD_MQTT_PASSWORD_FILE``), or from the coordinator with ``SLONKD_MQTT_BOOTSTRAP_URL``
+and ``SLONKD_TOKEN_FILE`` (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2 with a
+one-line reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import re
 import sys
@@ -22,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import agent_bus_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
 
-if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.agent import AgentSettings
 
 EXIT_BAD_SETTINGS = 2
@@ -44,6 +50,8 @@ _KEYS = {
     "cluster",
     "health",
     "hysteresis",
+    "metrics_port",
+    "metrics_address",
 }
 _HEALTH_KEYS = {
     "expected_gpus",
@@ -86,6 +94,8 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         "kubeconfig": env.get("KUBECONFIG") or None,
         "resync_s": env.get("SLONKD_RESYNC_S", "30"),
         "ready_file": env.get("SLONKD_READY_FILE") or None,
+        "metrics_port": env.get("SLONKD_METRICS_PORT", "9464"),
+        "metrics_address": env.get("SLONKD_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104 - pod IP
     }
     values.update(config_file(env, _KEYS))
     for key, what in (
@@ -110,14 +120,18 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         raise ValueError("resync_s and the grace periods must be numbers of seconds") from None
     if resync <= 0:
         raise ValueError("resync_s must be positive")
+    metrics_port, metrics_address = _metrics_listen(
+        values["metrics_port"], values["metrics_address"]
+    )
     from slonkd.runtime.agent import AgentSettings
 
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
-    bus = bus_settings(env, f"slonkd-agent-{slurm_node}")
+    bus, bootstrap = agent_bus_settings(env, f"slonkd-agent-{slurm_node}")
     health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
     return AgentSettings(
         cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
         bus=bus,
+        bootstrap=bootstrap,
         health=health,
         hysteresis=hysteresis,
         pod_name=str(values["pod_name"]),
@@ -129,7 +143,26 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         ready_file=values["ready_file"],
         policy=policy,
         slurm=SlurmSettings(env=slurm_env),
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
     )
+
+
+def _metrics_listen(raw_port: Any, raw_address: Any) -> tuple[int, str]:
+    """The port (0: off) and the IP address of /healthz, /readyz and /metrics."""
+    try:
+        port = int(str(raw_port))
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"metrics_port {str(raw_port)[:20]!r} is not a port number (0: off)")
+    try:
+        address = str(ipaddress.ip_address(str(raw_address)))
+    except ValueError:
+        raise ValueError(
+            f"metrics_address {str(raw_address)[:60]!r} is not an IP address (0.0.0.0: all)"
+        ) from None
+    return port, address
 
 
 def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | None, Hysteresis]:

@@ -5,11 +5,12 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_name``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``max_out_percent``, ``mass_percent``, ``state_name``, ``audit_path``, ``api_port``,
-``api_host``, ``dry_run``, ``cluster``; MQTT (the agents' health) from ``SLONKD_MQTT_*``
-as for the agent. Bad settings exit 2 with a one-line reason. ``topology`` (an object, see
-:mod:`slonkd.runtime.topology_sync`) turns on topology.conf from node labels; its ConfigMap
-defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
+``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
+``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
+MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
+turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
+with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
+topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 
-if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
+if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinator import CoordinatorSettings
 
 EXIT_BAD_SETTINGS = 2
@@ -45,6 +47,8 @@ _NUMBERS = {
     "max_out_percent",
     "mass_percent",
     "api_port",
+    "poll_s",
+    "max_reads_per_s",
 }
 _KEYS = _NUMBERS | {
     "pod_selector",
@@ -58,6 +62,7 @@ _KEYS = _NUMBERS | {
     "api_host",
     "dry_run",
     "topology",
+    "remediate",
 }
 
 
@@ -86,11 +91,13 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     for key in _NUMBERS & set(values):
         if not isinstance(values[key], int | float) or values[key] < 0:
             raise ValueError(f"{key} must be a non-negative number")
-    if not isinstance(values.get("dry_run", False), bool):
-        raise ValueError("dry_run must be true or false")
+    for flag in ("dry_run", "remediate"):
+        if not isinstance(values.get(flag, False), bool):
+            raise ValueError(f"{flag} must be true or false")
     policy = Policy(
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
+        remediate=bool(values.pop("remediate", True)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
     from slonkd.runtime.topology_sync import topology_settings
@@ -100,10 +107,14 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         values["topology"] = topology_settings(values["topology"], default_configmap=cm)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
-    bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
+    bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     try:
         return CoordinatorSettings(
-            policy=policy, slurm=SlurmSettings(env=slurm_env), bus=bus, **values
+            policy=policy,
+            slurm=SlurmSettings(env=slurm_env),
+            bus=bus,
+            credentials=credential_settings(env),
+            **values,
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None

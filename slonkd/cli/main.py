@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``sandbox``, ``agent``, ``prestop``, ``check``, ``coordinator``, and the
-operator's ``status``, ``explain``, ``pause``, ``unpause`` and ``budget reset``.
+operator's ``status``, ``explain``, ``pause``, ``unpause``, ``budget reset`` and ``recheck``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonkd import __version__
-from slonkd.cli import agent, check, coordinator, ops, prestop
+from slonkd.cli import agent, check, coordinator, ops, prestop, recheck
 from slonkd.runtime.logging import configure_logging
 
 
@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     coordinator.add_parser(sub)
     prestop.add_parser(sub)
     ops.add_parsers(sub)
+    recheck.add_parser(sub)
     return parser
 
 
@@ -85,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ops.operator(args, str(args.command))
     if args.command == "budget":
         return ops.operator(args, "budget reset")
+    if args.command == "recheck":
+        return recheck.main(args)
     parser.print_help(sys.stderr)
     return 2
 

@@ -8,6 +8,10 @@ the node's next pod is Ready). Everything else (cordons, health drains, eviction
 coordinator's. The SLURM adapter re-checks ownership right before each write, so a restart
 or a stale event converges without a duplicate action, and a drain someone else made is
 never touched. One root TaskGroup owns every task; SIGTERM/SIGINT stop it with a deadline.
+
+It serves /healthz, /readyz and /metrics (:mod:`slonkd.runtime.http_server`) on
+``metrics_address:metrics_port``; ready means both informers synced and the reconcile loop
+runs, never anything about slurmctld or MQTT (one outage must not unready every pod).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from pathlib import Path
 
 import structlog
 
+from slonkd.adapters.bus.bootstrap import BootstrapSettings
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.adapters.kube.informer import CacheEvent
+from slonkd.adapters.kube.kubeconfig import KubeConfigError
 from slonkd.adapters.kube.sources import agent_informers
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
@@ -33,13 +39,26 @@ from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
 from slonkd.core.errors import TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase
-from slonkd.core.messages import AgentStatus, Channel, node_topic
+from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
 from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.agent_commands import (
+    CommandListener,
+    agent_bus,
+    republish_on_reconnect,
+    run_checks_now,
+)
 from slonkd.runtime.health_loop import HealthLoop
+from slonkd.runtime.http_server import HttpServer, ServeError
+from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.reconcile import run_worker
 from slonkd.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.agent")
+
+METRICS_PORT = 9464
+"""Port of /healthz, /readyz and /metrics (the chart's ``agent.metricsPort``)."""
+EXIT_BAD_KUBECONFIG = 2
+EXIT_CANNOT_SERVE = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +83,12 @@ class AgentSettings:
     health: HealthSettings | None = None
     """Checks to run on schedules; None: no health checks."""
     hysteresis: Hysteresis = field(default_factory=Hysteresis)
+    metrics_port: int = METRICS_PORT
+    """Port of /healthz, /readyz and /metrics; 0: no HTTP server."""
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - the kubelet and Prometheus reach it by pod IP
+    """Address to listen on (0.0.0.0: every interface of the pod)."""
+    bootstrap: BootstrapSettings | None = None
+    """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
 
 
 @dataclass(slots=True)
@@ -103,9 +128,16 @@ class Agent:
         self.verdicts: dict[str, CheckResult] = {}
         self.status_topic = node_topic(settings.cluster, settings.slurm_node, Channel.STATUS)
         self.bus: Bus | None = None
+        self.commands: CommandListener | None = None
         if settings.bus is not None:
             offline = AgentStatus(node=settings.slurm_node, online=False, pod=settings.pod_name)
-            self.bus = Bus(settings.bus, will=(self.status_topic, offline))
+            self.bus = agent_bus(
+                settings.bus, cluster=settings.cluster, node=settings.slurm_node,
+                will=(self.status_topic, offline), bootstrap=settings.bootstrap,
+            )  # fmt: skip
+            self.commands = CommandListener(
+                self.bus, node=settings.slurm_node, recheck=self._recheck
+            )
         self.health: HealthLoop | None = None
         if settings.health is not None:
             checks = build_checks(settings.health, ProbeGuard())
@@ -116,6 +148,36 @@ class Agent:
         self._last_notes: tuple[str, ...] = ()
         self.nodes.add_handler(self._on_event)
         self.pods.add_handler(self._on_event)
+        self._worker: asyncio.Task[None] | None = None
+        self.metrics = Metrics(role="agent")
+        self.metrics.watch_informer("nodes", self.nodes.stats)
+        self.metrics.watch_informer("pods", self.pods.stats)
+        self.metrics.watch_queue(lambda: len(self.queue))
+        self.metrics.watch_ready(lambda: self.readiness()[0])
+        self.metrics.watch_health(self.verdicts)
+        if self.bus is not None:
+            self.metrics.watch_bus(self.bus)
+        self.http: HttpServer | None = None
+        if settings.metrics_port:
+            self.http = HttpServer(
+                host=settings.metrics_address,
+                port=settings.metrics_port,
+                registry=self.metrics.registry,
+                ready=self.readiness,
+            )
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once both informers synced while the reconcile loop runs (no remote call)."""
+        if self._worker is None or self._worker.done():
+            return False, "reconcile loop not running"
+        informers = (("node", self.nodes.synced), ("pod", self.pods.synced))
+        waiting = [what for what, synced in informers if not synced.is_set()]
+        if waiting:
+            return False, f"not synced yet: {' and '.join(waiting)} informer"
+        return True, "ready"
+
+    async def _recheck(self, _command: Command) -> None:
+        await run_checks_now(self.health, self.publish_status)
 
     async def _on_verdict(self, result: CheckResult) -> None:
         self.verdicts[result.check] = result
@@ -137,6 +199,7 @@ class Agent:
             await self.bus.publish(self.status_topic, status, retain=True)
             log.info("agent.status_published", node=self.s.slurm_node, health=status.health)
         except TransientError as exc:
+            self.metrics.error("bus-publish")
             log.warning("agent.status_not_published", node=self.s.slurm_node, error=str(exc)[:200])
 
     def _on_event(self, _event: CacheEvent[Node] | CacheEvent[Pod]) -> None:
@@ -182,6 +245,12 @@ class Agent:
                 continue
             after = await self.backend.read_node(key)
             self.actions += 1
+            self.metrics.applied(
+                action.kind.value,
+                action.cause.name,
+                changed=key in result.changed,
+                skipped=[s.why.value for s in result.skipped],
+            )
             bound.info(
                 "agent.mirror_applied",
                 action=action.kind.value,
@@ -216,23 +285,37 @@ class Agent:
             kube_node=self.s.kube_node,
         )
         self.queue.add(self.s.slurm_node)
-        with contextlib.suppress(_StopGroup):
-            try:
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(self.nodes.run(), name="informer:node")
-                    group.create_task(self.pods.run(), name="informer:pod")
-                    group.create_task(
-                        run_worker(self.queue, self.reconcile, name="agent"), name="worker"
-                    )
-                    group.create_task(mark_ready(), name="ready")
-                    if self.bus is not None:
-                        group.create_task(self.bus.run(), name="bus")
-                        group.create_task(self.publish_status(), name="first-status")
-                    if self.health is not None:
-                        group.create_task(self.health.run(), name="health")
-                    group.create_task(stopper(), name="stopper")
-            except* _Stop:
-                raise _StopGroup from None
+        if self.http is not None:
+            await self.http.start()  # before anything else: a port taken fails at once
+        try:
+            with contextlib.suppress(_StopGroup):
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self.nodes.run(), name="informer:node")
+                        group.create_task(self.pods.run(), name="informer:pod")
+                        self._worker = group.create_task(
+                            run_worker(
+                                self.queue, self.reconcile, name="agent", metrics=self.metrics
+                            ),
+                            name="worker",
+                        )
+                        group.create_task(mark_ready(), name="ready")
+                        if self.bus is not None:
+                            group.create_task(self.bus.run(), name="bus")
+                            group.create_task(self.publish_status(), name="first-status")
+                        if self.commands is not None:
+                            group.create_task(self.commands.run(), name="commands")
+                            group.create_task(
+                                republish_on_reconnect(self.commands.bus, self.publish_status)
+                            )
+                        if self.health is not None:
+                            group.create_task(self.health.run(), name="health")
+                        group.create_task(stopper(), name="stopper")
+                except* _Stop:
+                    raise _StopGroup from None
+        finally:
+            if self.http is not None:
+                await self.http.stop()
         log.info("agent.stopped", node=self.s.slurm_node, actions=self.actions)
 
 
@@ -250,12 +333,19 @@ async def run_agent(settings: AgentSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if settings.kubeconfig:
-        transport = await KubeTransport.from_kubeconfig(settings.kubeconfig)
-    else:
-        transport = KubeTransport.in_cluster()
+    try:
+        if settings.kubeconfig:
+            transport = await KubeTransport.from_kubeconfig(settings.kubeconfig)
+        else:
+            transport = KubeTransport.in_cluster()
+    except KubeConfigError as exc:
+        log.error("agent.bad_kube_config", error=str(exc))
+        return EXIT_BAD_KUBECONFIG
     try:
         await Agent(settings, transport).run(stop)
+    except ServeError as exc:
+        log.error("agent.cannot_serve", error=str(exc))
+        return EXIT_CANNOT_SERVE
     finally:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(settings.shutdown_deadline_s):

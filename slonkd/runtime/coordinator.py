@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import re
 import signal
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ import structlog
 
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.events import EventRecorder
-from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
@@ -66,7 +67,14 @@ from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.credentials import (
+    CredentialSettings,
+    coordinator_bus_credentials,
+    credential_issuer,
+)
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -86,7 +94,12 @@ class CoordinatorSettings:
     retry_period_s: float = 2.0
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     policy: Policy = field(default_factory=Policy)
-    resync_s: float = 10.0
+    resync_s: float = 30.0
+    """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
+    poll_s: float = 1.0
+    """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
+    max_reads_per_s: float = 2.0
+    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
     max_batch_delay_s: float = 1.0
@@ -113,6 +126,8 @@ class CoordinatorSettings:
             max_out_percent=self.max_out_percent,
             mass_percent=self.mass_percent,
         )
+        if self.max_reads_per_s <= 0:
+            raise ValueError("max_reads_per_s must be positive")
         if not 0 <= self.api_port <= 65535:
             raise ValueError("api_port must be between 0 and 65535")
 
@@ -123,6 +138,8 @@ class CoordinatorSettings:
     suspect_fraction: float = 0.3
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
+    credentials: CredentialSettings | None = None
+    """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
 
 
 @dataclass(slots=True)
@@ -142,6 +159,8 @@ class Snapshot:
     admission: Admission
     state: CoordinatorState
     fencing_token: int
+    duration_ms: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 def pool_of(pod: Pod | None) -> str:
@@ -161,6 +180,11 @@ def _is_out(view: NodeView) -> bool:
     slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
     kube_out = view.kube_node is not None and view.kube_node.unschedulable
     return slurm_out or kube_out
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal but for the resourceVersion (a heartbeat changes nothing slonkd looks at)."""
+    return bool(replace(old, resource_version="") == replace(new, resource_version=""))
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -217,6 +241,12 @@ class Coordinator:
         )
         self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
         self.snapshot: Snapshot | None = None
+        self.reads = ReadLimiter(s.max_reads_per_s)
+        self.watch = (
+            SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
+            if s.poll_s > 0
+            else None
+        )
         self._refused: dict[str, str] = {}
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
@@ -225,9 +255,22 @@ class Coordinator:
         self.bus: Bus | None = None
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
-            self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
-        self.nodes.add_handler(lambda _e: self._dirty.set())
-        self.pods.add_handler(lambda _e: self._dirty.set())
+            own = None  # no MQTT user but a dynsec admin: this replica makes its own client
+            if s.credentials is not None and not s.bus.username:
+                own = coordinator_bus_credentials(
+                    s.credentials, cluster=s.cluster, identity=s.identity
+                )
+            subscriptions = [topic, str(slurm_events_topic(s.cluster))]
+            self.bus = Bus(s.bus, subscriptions=subscriptions, credentials=own)
+        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+            CommandSender(
+                self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
+            )
+            if self.bus is not None
+            else None
+        )
+        self.nodes.add_handler(self._on_change)
+        self.pods.add_handler(self._on_change)
         self.topology: TopologySync | None = None
         if s.topology is not None:
             self.topology = TopologySync(
@@ -235,9 +278,23 @@ class Coordinator:
                 pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
             )  # fmt: skip
 
+    def _on_change(self, event: CacheEvent[Any]) -> None:
+        """Start a pass for a change that matters (not a kubelet heartbeat)."""
+        if event.old is not None and _same(event.old, event.obj):
+            return
+        self._dirty.set()
+
     def status_sections(self) -> dict[str, Any]:
         """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
-        sections: dict[str, Any] = {}
+        sections: dict[str, Any] = {
+            "passes": {
+                "count": self.passes,
+                "last_ms": self.snapshot.duration_ms if self.snapshot else None,
+                "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
+                "slurm_reads": self.reads.reads,
+                "slurm_polls": self.watch.polls if self.watch else 0,
+            }
+        }
         if self.topology is not None:
             sections["topology"] = self.topology.status()
         return sections
@@ -280,27 +337,35 @@ class Coordinator:
 
     async def reconcile_all(self) -> list[Plan]:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
+        await self.reads.acquire()
         began = time.monotonic()
         slurm_nodes = await self.slurm.read_nodes()
+        read_at = time.monotonic()
         self.state = await self.store.load()  # an operator's pause or reset is seen here
+        state_at = time.monotonic()
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
         plans, suspected = suspect_common_causes(
             views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
         )
-        if suspected != self.suspected:
-            for cause in suspected - self.suspected:
-                log.warning(
-                    "health.cause_suspected",
-                    cause=str(cause),
-                    owner="coordinator",
-                    detail="many nodes fail the same check at once: suspecting the check",
-                )
-            self.suspected = suspected
+        newly = sorted(str(c) for c in suspected - self.suspected)
+        for suspect in newly:
+            log.warning(
+                "health.cause_suspected",
+                cause=suspect,
+                owner="coordinator",
+                detail="many nodes fail the same check at once: suspecting the check",
+            )
+        self.suspected = suspected
         admission = self._admit(views, plans)
         token = self.elector.check_valid()  # a paused old leader stops here
-        if admission.open_breaker and not self.state.breaker_open:
-            await self._open_breaker(admission.open_breaker, token)
+        why = admission.open_breaker or (
+            f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
+            if newly
+            else ""
+        )
+        if why and not self.state.breaker_open:
+            await self._open_breaker(why, token)
         self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
         kube_actions: list[tuple[NodeView, Action]] = []
@@ -313,6 +378,7 @@ class Coordinator:
                 else:
                     kube_actions.append((view, action))
         before: dict[str, str] = {str(v.node): _slurm_text(v.slurm) for v in views}
+        decided_at = time.monotonic()
         for (kind, cause), names in sorted(
             slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
         ):
@@ -328,9 +394,16 @@ class Coordinator:
             admission=admission,
             state=self.state,
             fencing_token=token,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+            phases_ms={
+                "slurm_read": round((read_at - began) * 1000, 1),
+                "state_read": round((state_at - read_at) * 1000, 1),
+                "decide": round((decided_at - state_at) * 1000, 1),
+                "apply": round((time.monotonic() - decided_at) * 1000, 1),
+            },
         )
         self.passes += 1
-        log.debug(
+        (log.info if slurm_groups or kube_actions else log.debug)(
             "coordinator.pass",
             nodes=len(views),
             slurm_calls=len(slurm_groups),
@@ -629,11 +702,15 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.commands is not None:
+                group.create_task(self.commands.announce_when_connected())
             if self.topology is not None:
                 group.create_task(self.topology.run())
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
+            if self.watch is not None:
+                group.create_task(self.watch.run())
             while True:
                 self._dirty.clear()
                 try:
@@ -657,6 +734,14 @@ class Coordinator:
                 return
 
 
+def _dump_tasks() -> None:
+    """SIGUSR1: every asyncio task and where it waits, to stderr (for a stuck process)."""
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()} {task!r}"[:300], file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def run_coordinator(s: CoordinatorSettings) -> int:
     """Campaign for the Lease and lead while holding it, until SIGTERM/SIGINT."""
     if s.kubeconfig:
@@ -673,12 +758,17 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     )
     elector = LeaderElector(transport, lease)
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    if s.credentials is not None:
+        api.credentials = credential_issuer(
+            s.credentials, transport, s.namespace, s.cluster, s.pod_selector
+        )
     await api.start(s.api_host, s.api_port)
     log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
     async def lead(token: int) -> None:
         coordinator = Coordinator(s, transport, elector)

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from slonkd.core.status import explain, node_row
+from slonkd.runtime.commands import recheck_endpoint
 
 StatusSource = Callable[[], Mapping[str, Any] | None]
 
@@ -35,6 +36,8 @@ class CoordinatorAPI:
         """Extra status sections (topology, rollout) by name."""
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.credentials: Any = None
+        """A :class:`~slonkd.runtime.credentials.CredentialIssuer` (any replica), or None."""
 
     def app(self) -> web.Application:
         """The aiohttp application."""
@@ -44,6 +47,9 @@ class CoordinatorAPI:
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/nodes", self._nodes)
         app.router.add_get("/v1/explain/{node}", self._explain)
+        if self.credentials is not None:
+            app.router.add_post("/v1/credentials", self.credentials.handle)
+        app.router.add_post("/v1/nodes/{node}/recheck", self._recheck)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -122,3 +128,6 @@ class CoordinatorAPI:
             if str(view.node) == name:
                 return _json(explain(view, plan, snap.admission.refused))
         return _json({"error": f"no worker node {name[:100]!r} in the last pass"}, status=404)
+
+    async def _recheck(self, request: web.Request) -> web.Response:
+        return await recheck_endpoint(request, self.leader, self._not_leading)

@@ -4,7 +4,8 @@ A reconcile function gets a key (a node name), reads a fresh view itself, decide
 It returns how long until it wants to look again (``None``: only on the next event).
 Success forgets the key's failures; a :class:`TransientError` (or any unexpected error)
 retries with backoff; a :class:`TerminalError` is reported and not retried until the next
-event. Every run is one log line with its reconcile id and duration.
+event. Every run is one log line with its reconcile id and duration, and, given
+:class:`~slonkd.runtime.metrics.Metrics`, one observation of the latency histogram.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from slonkd.core.errors import TerminalError, TransientError
+from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.reconcile")
@@ -26,7 +28,9 @@ Reconcile = Callable[[str, str], Awaitable[float | None]]
 _ids = itertools.count(1)
 
 
-async def run_worker(queue: WorkQueue, reconcile: Reconcile, *, name: str = "worker") -> None:
+async def run_worker(
+    queue: WorkQueue, reconcile: Reconcile, *, name: str = "worker", metrics: Metrics | None = None
+) -> None:
     """Process keys until cancelled (one key at a time per worker)."""
     while True:
         key = await queue.get()
@@ -65,10 +69,13 @@ async def run_worker(queue: WorkQueue, reconcile: Reconcile, *, name: str = "wor
             )
         finally:
             queue.done(key)
+        duration_s = time.monotonic() - began
+        if metrics is not None:
+            metrics.reconciled(outcome, duration_s)
         log.debug(
             "reconcile.finished",
             node=key,
             reconcile_id=rid,
             outcome=outcome,
-            duration_ms=round((time.monotonic() - began) * 1000, 1),
+            duration_ms=round(duration_s * 1000, 1),
         )

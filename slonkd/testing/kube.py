@@ -60,7 +60,7 @@ class KubeCluster:
 
     @property
     def kubeconfig(self) -> Path:
-        """An admin kubeconfig (system:masters) for kubectl and kubernetes_asyncio."""
+        """An admin kubeconfig (system:masters) for kubectl and slonkd's transport."""
         return self.root / "admin.kubeconfig"
 
     @property

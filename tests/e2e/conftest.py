@@ -22,7 +22,7 @@ import pytest
 
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 
@@ -61,7 +61,14 @@ class AgentProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Start the agent and wait until its caches synced."""
+        """Start the agent and wait until its caches synced.
+
+        Its /healthz, /readyz and /metrics get a free port on 127.0.0.1 (kept on restart)
+        unless the env names one: agents side by side must not all ask for 9464.
+        """
+        if "SLONKD_METRICS_PORT" not in self.env:
+            self.env["SLONKD_METRICS_PORT"] = str(free_ports(1)[0])
+            self.env.setdefault("SLONKD_METRICS_ADDRESS", "127.0.0.1")
         ready = Path(self.env["SLONKD_READY_FILE"])
         ready.unlink(missing_ok=True)
         with self.log.open("ab") as out:
@@ -87,6 +94,11 @@ class AgentProcess:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=15)
         self.proc = None
+
+    @property
+    def http_url(self) -> str:
+        """Where its /healthz, /readyz and /metrics are served (after :meth:`start`)."""
+        return f"http://127.0.0.1:{self.env['SLONKD_METRICS_PORT']}"
 
     def events(self) -> list[dict[str, Any]]:
         """The agent's log lines that are JSON."""

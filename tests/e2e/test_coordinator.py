@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import read_json_log
@@ -423,3 +424,140 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
     assert fleet.cordoned() == set(fleet.kube_nodes[:2])  # the admin's, nothing of slonkd's
     assert all(fleet.reasons()[p] == "none" for p in affected)
     assert fleet.reasons()["w-6"] == "Kill task failed"
+
+
+def _cordon(fleet: Fleet, nodes: list[str], *, on: bool = True) -> None:
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        list(
+            pool.map(
+                lambda n: fleet.kube.api.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{n}",
+                    {"spec": {"unschedulable": on}},
+                    content_type="application/merge-patch+json",
+                ),
+                nodes,
+            )
+        )
+
+
+def _audited(fleet: Fleet, action: str) -> list[str]:
+    """Nodes of the audit records of ``action`` that changed something, in order."""
+    if not fleet.audit.exists():
+        return []
+    records = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    return [r["node"] for r in records if r["action"] == action and r["outcome"] == "changed"]
+
+
+def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A standby never acts; the leader SIGKILLed in a bulk drain: the standby finishes it.
+
+    No node is drained twice (the audit log of both has one drain a node at most).
+    """
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    time.sleep(4)
+    assert not [e for e in read_json_log(second_log) if e.get("event") == "coordinator.leading"]
+    cordoned = fleet.kube_nodes[:5]
+    affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
+    _cordon(fleet, cordoned)
+    fleet.procs[0].kill()  # the leader dies while (or before) it drains them
+    wait_for(
+        "all drained by one of them",
+        lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
+        timeout_s=45,
+    )
+    assert any(e.get("event") == "coordinator.leading" for e in read_json_log(second_log))
+    time.sleep(3)
+    drains = _audited(fleet, "drain")
+    assert sorted(set(drains)) == sorted(set(drains) & set(affected))
+    assert len(drains) == len(set(drains)), drains  # nobody drained twice
+    _cordon(fleet, cordoned, on=False)
+    wait_for(
+        "resumed by the new leader",
+        lambda: all(fleet.reasons()[n] == "none" for n in affected),
+        timeout_s=30,
+    )
+
+
+def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path: Path) -> None:
+    """SIGSTOP the leader past its lease; the standby leads; SIGCONT: the old one writes nothing."""
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    time.sleep(2)
+    first = fleet.procs[0]
+    first.send_signal(signal.SIGSTOP)
+    stopped_at = len(fleet.log.read_text().splitlines())
+    try:
+        wait_for(
+            "standby leads",
+            lambda: any(e.get("event") == "coordinator.synced" for e in read_json_log(second_log)),
+            timeout_s=40,
+        )
+        target = fleet.kube_nodes[6]
+        affected = fleet.pods_on(target)
+        _cordon(fleet, [target])
+        wait_for(
+            "drained by the new leader",
+            lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
+            timeout_s=20,
+        )
+    finally:
+        first.send_signal(signal.SIGCONT)
+    time.sleep(5)  # the old leader wakes, finds its lease gone and stops
+    _cordon(fleet, [target], on=False)
+    wait_for("resumed", lambda: all(fleet.reasons()[n] == "none" for n in affected), timeout_s=20)
+    time.sleep(2)
+    after = [json.loads(line) for line in fleet.log.read_text().splitlines()[stopped_at:] if line]
+    writes = [
+        e
+        for e in after
+        if str(e.get("event", "")).startswith(("slurm.nodes_", "kube.cordon", "kube.evict"))
+        or e.get("event") == "audit.action"
+    ]
+    assert not writes, writes
+
+
+def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None:
+    """The apiserver and then slurmctld restart under a running coordinator: it converges."""
+    fleet.kube.kill_apiserver()
+    first, second = fleet.kube_nodes[7], fleet.kube_nodes[8]
+    try:
+        time.sleep(3)
+    finally:
+        fleet.kube.start_apiserver()
+    _cordon(fleet, [first])
+    drained_first = fleet.pods_on(first)
+    try:
+        wait_for(
+            "drained after the apiserver came back",
+            lambda: all(
+                fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in drained_first
+            ),
+            timeout_s=60,
+        )
+    except HarnessError:
+        fleet.procs[0].send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        raise AssertionError(fleet.log.read_text()[-12000:]) from None
+    fleet.slurm.stop_slurmctld()
+    try:
+        _cordon(fleet, [second])
+        time.sleep(3)
+    finally:
+        fleet.slurm.start_slurmctld()
+    drained_second = fleet.pods_on(second)
+    wait_for(
+        "drained after slurmctld came back",
+        lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in drained_second),
+        timeout_s=60,
+    )
+    assert fleet.procs[0].poll() is None  # it rode both out
+    _cordon(fleet, [first, second], on=False)
+    wait_for(
+        "resumed",
+        lambda: all(fleet.reasons()[n] == "none" for n in drained_first + drained_second),
+        timeout_s=30,
+    )

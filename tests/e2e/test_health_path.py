@@ -240,7 +240,10 @@ def test_failing_check_drains_cordons_and_evicts_once(health_fleet: HealthFleet)
 
 
 def test_same_failure_on_many_nodes_suspects_the_check(health_fleet: HealthFleet) -> None:
-    """Three of four slurmd die at once: the check is suspected; at most two nodes go out."""
+    """Three of four slurmd die at once: the check is suspected, the breaker opens.
+
+    At most two nodes go out (before the third verdict arrived), none after.
+    """
     f = health_fleet
     for name in NAMES[:3]:
         f.slurm.control({"op": "kill_slurmd", "node": name})
@@ -262,3 +265,8 @@ def test_same_failure_on_many_nodes_suspects_the_check(health_fleet: HealthFleet
     assert len(cordoned) <= 2  # suspect_min_nodes - 1: taken out before the third verdict came
     assert len(drained) <= 2
     assert sum(bool(f.knode(n)["spec"].get("unschedulable")) for n in f.kube_nodes) <= 2
+    # and the breaker opens: no automated action until a human has looked (slonkd budget reset)
+    cm = f"/api/v1/namespaces/{f.namespace}/configmaps/slonkd-state"
+    state = f.kube.api.request("GET", cm)["data"]
+    assert state["breakerOpen"] == "true"
+    assert "suspected" in state["breakerReason"]

@@ -145,6 +145,10 @@ def test_worker_pod_has_agent_sidecar_prestop_and_pod_bound_token(helm: Helm) ->
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["SLONKD_SLURM_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    # the agent serves /healthz, /readyz and /metrics on SLONKD_METRICS_PORT (its default too)
+    assert env["SLONKD_METRICS_PORT"]["value"] == "9464"
+    assert agent["ports"] == [{"name": "agent-metrics", "containerPort": 9464}]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent-metrics"}
     # kwok deletes pods at once unless labelled for the harness's kubelet stand-in.
     assert "slonk.dev/kubelet" not in sts["spec"]["template"]["metadata"]["labels"]
 

@@ -1,7 +1,8 @@
-"""Kubernetes adapter (kubernetes_asyncio): watches, ownership-marked changes, leader election.
+"""Kubernetes adapter (plain aiohttp): watches, ownership-marked changes, leader election.
 
-- :mod:`~slonkd.adapters.kube.transport`: the one client (kubernetes_asyncio config, TLS and
-  auth; raw JSON in and out, no model objects), errors translated by
+- :mod:`~slonkd.adapters.kube.transport`: the one client (aiohttp; raw JSON in and out, no
+  model objects), configured by :mod:`~slonkd.adapters.kube.kubeconfig` (kubeconfig or
+  in-cluster ServiceAccount, TLS, tokens), errors translated by
   :mod:`~slonkd.adapters.kube.errors`.
 - :mod:`~slonkd.adapters.kube.informer` and :mod:`~slonkd.adapters.kube.sources`: list +
   watch caches of nodes and worker pods (coordinator) or of one pod and node (agent), parsed

@@ -1,10 +1,11 @@
-"""The adapter's one way to talk to the apiserver: kubernetes_asyncio's client, raw JSON out.
+"""The adapter's one way to talk to the apiserver: plain aiohttp, raw JSON in and out.
 
-kubernetes_asyncio supplies configuration (kubeconfig, in-cluster ServiceAccount with token
-refresh), TLS, authentication and the aiohttp connection pool; every call goes through
-``ApiClient.call_api(..., _preload_content=False)`` and the body is decoded with ``json``
-here. The library's model objects are never built: turning 5,000 nodes into ``V1Node``
-objects takes 11.9 s where raw JSON takes about 1.8 s (see shared/REAL_SERVICES.md).
+Where the apiserver is and the credentials come from :mod:`slonkd.adapters.kube.kubeconfig`
+(a kubeconfig, or the pod's ServiceAccount with its token re-read as it rotates); this
+module owns one aiohttp session (connection pool, TLS context) and decodes bodies with
+``json``. No client library is imported: kubernetes_asyncio's client alone costs about 60 MB
+of RSS per agent, and model objects are never wanted anyway (turning 5,000 nodes into
+``V1Node`` objects takes 11.9 s where raw JSON takes about 1.8 s; see shared/REAL_SERVICES.md).
 
 Errors leave this module as slonkd errors (:mod:`slonkd.adapters.kube.errors`). Every write
 carries ``fieldManager`` so that managedFields tells slonkd's writes from everyone else's.
@@ -19,49 +20,78 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from slonkd.adapters.kube.errors import Call, error_for_exception, error_for_status
+from slonkd.adapters.kube.kubeconfig import (
+    TOKEN_REFRESH_S,
+    ApiEndpoint,
+    TokenSource,
+    in_cluster_endpoint,
+    load_kubeconfig,
+    ssl_context,
+)
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 FIELD_MANAGER = "slonkd"
+POOL_SIZE = 100
+"""Connections at once to the apiserver (kubernetes_asyncio's default, kept)."""
+READ_BUFSIZE = 2**21
+"""Watch lines of large objects exceed aiohttp's default buffer (etcd allows 1.5 MiB)."""
 
 
 class KubeTransport:
-    """Raw-JSON requests and watch streams over one kubernetes_asyncio ``ApiClient``."""
+    """Raw-JSON requests and watch streams over one aiohttp session to one apiserver.
+
+    Building one reads the TLS material and the token (a :class:`KubeConfigError` when they
+    are unusable) but opens no connection; the session is made on the first call.
+    """
 
     def __init__(
         self,
-        api_client: Any,
+        endpoint: ApiEndpoint,
         *,
         field_manager: str = FIELD_MANAGER,
         timeout_s: float = 10.0,
+        pool_size: int = POOL_SIZE,
+        token_refresh_s: float = TOKEN_REFRESH_S,
     ) -> None:
-        self._api = api_client
+        self.endpoint = endpoint
         self.field_manager = field_manager
         self.timeout_s = timeout_s
+        self._pool_size = pool_size
+        self._ssl = ssl_context(endpoint) if endpoint.server.startswith("https://") else None
+        self._token = TokenSource(endpoint.token, endpoint.token_file, refresh_s=token_refresh_s)
+        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    async def from_kubeconfig(cls, path: Path | str, **kwargs: Any) -> KubeTransport:
-        """A transport for the current context of a kubeconfig file."""
-        configuration = k8s_client.Configuration()
-        await k8s_config.load_kube_config(config_file=str(path), client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration), **kwargs)
+    async def from_kubeconfig(
+        cls, path: Path | str, *, context: str | None = None, **kwargs: Any
+    ) -> KubeTransport:
+        """A transport for the current (or the named) context of a kubeconfig file."""
+        endpoint = await asyncio.to_thread(load_kubeconfig, path, context)
+        return cls(endpoint, **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeTransport:
         """A transport for the pod's own ServiceAccount (token re-read as it rotates)."""
-        configuration = k8s_client.Configuration()
-        load: Any = k8s_config.load_incluster_config  # untyped in the library
-        load(client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration), **kwargs)
+        return cls(in_cluster_endpoint(), **kwargs)
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl or True),
+                trust_env=True,  # HTTPS_PROXY / NO_PROXY, as kubectl and client-go honour them
+                read_bufsize=READ_BUFSIZE,
+            )
+        return self._session
 
     async def close(self) -> None:
         """Close the connection pool."""
-        await self._api.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> KubeTransport:
         return self
@@ -86,16 +116,19 @@ class KubeTransport:
         params = dict(query or {})
         if method in ("POST", "PUT", "PATCH"):
             params.setdefault("fieldManager", self.field_manager)
+        data = None if body is None else json.dumps(body).encode()
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
-                path,
+            authorization = self._token.header()
+            if authorization:
+                headers["Authorization"] = authorization
+            response = await self._client().request(
                 method,
-                query_params=list(params.items()),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=client_timeout,
+                self.endpoint.server + path,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=client_timeout,
+                server_hostname=self.endpoint.tls_server_name,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise error_for_exception(exc, call) from exc

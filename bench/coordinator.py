@@ -1,0 +1,309 @@
+"""The coordinator's speed and cost (not in CI): ``python bench/coordinator.py [EVENTS [SIZES]]``.
+
+1. SLURM failure -> K8s cordon + taint latency: 10 worker pods on 10 kwok nodes, bound to 10
+   real slurmd; for each event one node is set FAIL with a SLURM-style reason (the clock
+   starts when that ``scontrol update`` returns) and stops when the apiserver shows the K8s
+   node cordoned and tainted ``slonk.dev/unhealthy``; then the node is resumed and slonkd
+   lifts its marks before the next event. Remediation (eviction) is off so the pods stay.
+   Side by side: one raw ``scontrol update`` and one raw ``kubectl``-like PATCH, the floors.
+2. slurmctld RPCs per second caused by the coordinator at rest (``sdiag`` over 20 s, no
+   other client), against its own read limit.
+3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
+   without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
+   coordinator's RSS.
+
+Prints a table, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from slonkd.adapters.kube.errors import Call
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.testing.kube import KWOK_ANNOTATION, KubeCluster, fake_node_body
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+
+NS = "bench"
+_SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
+_CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE",
+                "REQUEST_JOB_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_BUILD_INFO",
+                "REQUEST_JOB_REQUEUE", "REQUEST_RECONFIGURE", "REQUEST_TOPO_INFO")  # fmt: skip
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "slurmd", "slonk.dev/pool": "worker"},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "slurmd", "image": "slonk/slurm:dev"}],
+            "tolerations": [{"key": KWOK_ANNOTATION, "operator": "Exists"}],
+            "automountServiceAccountToken": False,
+        },
+    }
+
+
+async def _create(kube: KubeCluster, nodes: list[str], pods: list[str]) -> float:
+    """Create kwok nodes and one pod per node bound to it; seconds it took."""
+    began = time.monotonic()
+    transport = await KubeTransport.from_kubeconfig(kube.kubeconfig, timeout_s=60)
+    limit = asyncio.Semaphore(16)
+
+    async def one(path: str, resource: str, body: dict[str, Any]) -> None:
+        async with limit:
+            await transport.request(
+                Call(verb="create", resource=resource), "POST", path, body=body, timeout_s=60
+            )
+
+    try:
+        await asyncio.gather(*(one("/api/v1/nodes", "nodes", fake_node_body(n)) for n in nodes))
+        await asyncio.gather(
+            *(
+                one(f"/api/v1/namespaces/{NS}/pods", "pods", _pod(p, n))
+                for p, n in zip(pods, nodes, strict=True)
+            )
+        )
+    finally:
+        await transport.close()
+    return time.monotonic() - began
+
+
+def _running(kube: KubeCluster, want: int) -> bool:
+    items = kube.api.request("GET", f"/api/v1/namespaces/{NS}/pods")["items"]
+    ready = sum(
+        any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p["status"].get("conditions", [])
+        )
+        for p in items
+    )
+    return bool(ready >= want)
+
+
+class Coordinator:
+    """A ``slonkd coordinator`` process with its config and log."""
+
+    def __init__(self, root: Path, kube: KubeCluster, slurm: SlurmCluster, **config: Any) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.log = root / "coordinator.log"
+        conf = root / "coordinator.json"
+        conf.write_text(json.dumps({"api_host": "127.0.0.1", "api_port": 0, **config}))
+        env = {
+            **os.environ,
+            "POD_NAMESPACE": NS,
+            "POD_NAME": f"bench-coordinator-{root.name}",
+            "KUBECONFIG": str(kube.kubeconfig),
+            "SLURM_CONF": str(slurm.conf),
+            "SLONKD_CONFIG": str(conf),
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        self.port = 0
+
+        def listening() -> bool:
+            for line in self.log.read_text().splitlines():
+                if '"coordinator.api_listening"' in line:
+                    self.port = json.loads(line)["port"]
+            return self.port != 0
+
+        wait_for("coordinator API", listening, timeout_s=60, alive=self._dead)
+
+    def _dead(self) -> str | None:
+        return None if self.proc.poll() is None else self.log.read_text()[-2000:]
+
+    def status(self) -> dict[str, Any]:
+        """The leader's ``/v1/status``."""
+        url = f"http://127.0.0.1:{self.port}/v1/status"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            body: dict[str, Any] = json.loads(response.read())
+        return body
+
+    def passes(self) -> int:
+        """Passes done so far (0 before the first)."""
+        try:
+            return int(self.status()["passes"]["count"])
+        except OSError:
+            return 0
+
+    def stop(self) -> None:
+        """SIGTERM, then wait."""
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def _sdiag_client_rpcs(slurm: SlurmCluster) -> int:
+    out = slurm.run("sdiag").stdout
+    return sum(int(c) for name, c, _ in _SDIAG.findall(out) if name in _CLIENT_RPCS)
+
+
+def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
+    """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest."""
+    names = [f"w-{i}" for i in range(10)]
+    slurm = SlurmCluster(root / "slurm", SlurmLayout(nodes=tuple(names)))
+    slurm.start()
+    try:
+        knodes = [f"lat-{n}" for n in names]
+        asyncio.run(_create(kube, knodes, names))
+        wait_for("pods ready", lambda: _running(kube, len(names)), timeout_s=120)
+        time.sleep(2)  # the pods must be Ready for longer than failure_grace_s
+        co = Coordinator(
+            root / "lat", kube, slurm,
+            resync_s=30, failure_grace_s=1, unready_grace_s=3600, remediate=False,
+            max_out=100, max_out_percent=100, mass_percent=100,
+        )  # fmt: skip
+        try:
+            wait_for("first pass", lambda: co.passes() > 0, timeout_s=60)
+            # RPC rate at rest, nothing else talking to slurmctld
+            slurm.run("sdiag", "--reset")
+            time.sleep(20)
+            rpc_per_s = _sdiag_client_rpcs(slurm) / 20
+            samples = []
+            for i in range(events):
+                name = names[i % len(names)]
+                knode = f"lat-{name}"
+
+                def marked(knode: str = knode) -> bool:
+                    spec = kube.api.request("GET", f"/api/v1/nodes/{knode}")["spec"]
+                    taints = {t["key"] for t in spec.get("taints", [])}
+                    return bool(spec.get("unschedulable")) and "slonk.dev/unhealthy" in taints
+
+                slurm.run(
+                    "scontrol", "update", f"nodename={name}", "state=fail",
+                    f"reason=Kill task failed {i}",
+                )  # fmt: skip
+                recorded = time.monotonic()
+                wait_for("cordon+taint", marked, timeout_s=30, interval_s=0.01)
+                samples.append(time.monotonic() - recorded)
+                slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
+
+                def lifted(knode: str = knode) -> bool:
+                    return not _marked_any(kube, knode)
+
+                wait_for("marks lifted", lifted, timeout_s=30)
+                # independent failures: the next one does not arrive in the same second as the
+                # passes that lifted this one (those used the second's read budget)
+                time.sleep(1.5 + (i % 7) / 7)
+            raw_update = []
+            for _ in range(10):
+                began = time.monotonic()
+                slurm.run("scontrol", "update", "nodename=w-0", "comment=bench")
+                raw_update.append(time.monotonic() - began)
+            return {
+                "cordon_latency_p50_ms": statistics.median(samples) * 1000,
+                "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
+                "cordon_latency_max_ms": max(samples) * 1000,
+                "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
+                "slurmctld_rpc_per_s": rpc_per_s,
+                "events": float(len(samples)),
+            }
+        finally:
+            co.stop()
+    finally:
+        slurm.stop()
+
+
+def _marked_any(kube: KubeCluster, knode: str) -> bool:
+    spec = kube.api.request("GET", f"/api/v1/nodes/{knode}")["spec"]
+    taints = {t["key"] for t in spec.get("taints", [])}
+    return bool(spec.get("unschedulable")) or "slonk.dev/unhealthy" in taints
+
+
+def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, float]:
+    """Resync time, reads and RSS at ``size`` nodes (the pods and nodes so far: ``have``)."""
+    slurm = SlurmCluster(
+        root / f"slurm-{size}", SlurmLayout(nodes=("w-0",), extra_prefix="x", extra_nodes=size)
+    )
+    slurm.start()
+    try:
+        new = [f"x{i}" for i in range(have, size)]
+        create_s = asyncio.run(_create(kube, [f"k{n}" for n in new], new))
+        wait_for(
+            f"{size} pods ready", lambda: _running(kube, size + 10), timeout_s=600, interval_s=2
+        )
+        co = Coordinator(
+            root / f"co-{size}", kube, slurm,
+            resync_s=5, failure_grace_s=10**6, unready_grace_s=10**6,
+            max_out=100, max_out_percent=100, mass_percent=100,
+        )  # fmt: skip
+        try:
+            began = time.monotonic()
+            wait_for("first pass", lambda: co.passes() > 0, timeout_s=300, interval_s=0.2)
+            first_s = time.monotonic() - began
+            time.sleep(12)  # two resyncs at rest
+            status = co.status()
+            passes = status["passes"]
+            nodes = len(status["nodes"])
+            return {
+                f"create_{size}_s": create_s,
+                f"first_pass_{size}_s": first_s,
+                f"resync_{size}_s": passes["last_ms"] / 1000,
+                f"resync_{size}_slurm_reads": (passes["slurm_reads"] - passes["slurm_polls"])
+                / max(1, passes["count"]),
+                f"reads_per_s_{size}": passes["slurm_reads"] / max(1.0, time.monotonic() - began),
+                f"coordinator_rss_{size}_mb": _rss_mb(co.proc.pid),
+                f"nodes_seen_{size}": float(nodes),
+                **{f"resync_{size}_{k}_ms": float(v) for k, v in passes["last_phases_ms"].items()},
+            }
+        finally:
+            co.stop()
+    finally:
+        slurm.stop()
+
+
+def main() -> int:
+    """Run every measurement; print the table and the JSON line."""
+    events = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1000, 5000]
+    root = Path(tempfile.mkdtemp(prefix="slonkd-bench-coordinator-"))
+    results: dict[str, float] = {}
+    with KubeCluster(root / "kube", node_monitor_grace_period="1h") as kube:
+        kube.create_namespace(NS)
+        results.update(latency(root, kube, events))
+        have = 0
+        for size in sizes:
+            results.update(scale(root, kube, size, have))
+            have = size
+    width = max(len(k) for k in results)
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:12.3f}")
+    print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
