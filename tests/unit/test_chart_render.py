@@ -425,7 +425,7 @@ CHART_HEALTH = (
     'agent={"health":{"hostSysfs":true,"capabilities":["NET_RAW"],'
     '"dcgmSocketDir":"/run/nvidia-dcgm",'
     '"checks":{"dcgm_host":"unix:///run/nvidia-dcgm/dcgm.sock","xid_lookback_s":120,'
-    '"nvlink_fail_growth":{"crc":9}}},"mqttExistingSecret":"agents-mqtt"}'
+    '"nvlink_fail_growth":{"crc":9}}}}'
 )
 
 
@@ -467,9 +467,13 @@ def test_agent_settings_render_per_pool_and_load_in_the_real_agent(
     assert cpu.hysteresis.clear_k == 3
     assert h100.cluster == "multi"
     assert (h100.slurm_node, h100.pod_name, h100.kube_node) == ("rel-h100-0",) * 2 + ("gpu-node-a",)
+    # MQTT: its own credentials from the coordinator's API (the status API's port)
     assert h100.bus is not None
-    assert h100.bus.username == "secret-username"
     assert h100.bus.host == "rel-mosquitto.hpc.svc.cluster.local"
+    assert h100.bootstrap is not None
+    assert h100.bootstrap.url == "http://rel-coordinator.hpc.svc.cluster.local:8081/v1/credentials"
+    assert h100.bootstrap.token_file == "/var/run/secrets/slonk.dev/token/token"
+    assert h100.metrics_port == 9464
 
 
 def test_agent_pod_grants_what_docs_health_access_lists(helm: Helm) -> None:
@@ -497,17 +501,15 @@ def test_agent_pod_grants_what_docs_health_access_lists(helm: Helm) -> None:
     assert volumes["agent-config"]["configMap"]["name"] == "rel-h100-agent"
     caps = agent["securityContext"]["capabilities"]
     assert caps == {"drop": ["ALL"], "add": ["NET_RAW"]}
-    # nothing in the agent serves HTTP yet: a probe on it would restart the sidecar forever
-    assert "livenessProbe" not in agent
+    # the agent's own /healthz; no readiness probe (a sidecar's would gate the pod's Ready)
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent-metrics"}
     assert "readinessProbe" not in agent
     # a settings change rolls the pool (OnDelete: the coordinator replaces the pods)
     ann = sts["spec"]["template"]["metadata"]["annotations"]
     changed = render(helm, MULTI_POOL, set_json=('agent={"health":{"checks":{"nvlink_links":4}}}',))
     ann2 = one(changed, "StatefulSet", "rel-h100")["spec"]["template"]["metadata"]["annotations"]
     assert ann["checksum/agent-config"] != ann2["checksum/agent-config"]
-    # default values: no shared MQTT secret -> no MQTT env, so the agent does not exit 2
     (plain,) = _pod(one(render(helm), "StatefulSet", "rel-gpu"))["initContainers"]
-    assert not [e for e in plain["env"] if e["name"].startswith("SLONKD_MQTT")]
     assert "add" not in plain["securityContext"]["capabilities"]
 
 
@@ -555,8 +557,13 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     )
     assert (s.max_out, s.max_out_percent, s.mass_percent, s.dry_run) == (4, 25, 30, True)
     assert s.cluster == "slonk"
+    # the credential issuer (dynsec admin from the Secret) and its own dynsec-made bus client
+    assert s.credentials is not None
+    assert s.credentials.admin_user == "secret-username"
+    assert s.credentials.audiences == ("slonkd",)
+    assert s.credentials.service_account == "system:serviceaccount:hpc:rel-agent"
     assert s.bus is not None
-    assert s.bus.username == "secret-username"
+    assert s.bus.username == ""
     # the worker pods are what pod_selector selects
     labels = one(objs, "StatefulSet", "rel-gpu")["spec"]["template"]["metadata"]["labels"]
     wanted = dict(kv.split("=") for kv in s.pod_selector.split(","))
