@@ -59,7 +59,7 @@ from slonkd.core.decide import (
     merge_shared_nodes,
     suspect_common_causes,
 )
-from slonkd.core.errors import SlonkdError
+from slonkd.core.errors import SlonkdError, TransientError
 from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
@@ -74,6 +74,7 @@ from slonkd.runtime.credentials import (
     coordinator_bus_credentials,
     credential_issuer,
 )
+from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -218,10 +219,16 @@ class Coordinator:
     """The leader's reconcile passes over all worker nodes."""
 
     def __init__(
-        self, s: CoordinatorSettings, transport: KubeTransport, elector: LeaderElector
+        self,
+        s: CoordinatorSettings,
+        transport: KubeTransport,
+        elector: LeaderElector,
+        *,
+        metrics: Metrics | None = None,
     ) -> None:
         self.s = s
         self.elector = elector
+        self.metrics = metrics or Metrics(role="coordinator")
         self.slurm = ScontrolBackend(s.slurm)
         self.node_writer = NodeWriter(transport)
         self.pod_writer = PodWriter(transport)
@@ -241,7 +248,7 @@ class Coordinator:
         )
         self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
         self.snapshot: Snapshot | None = None
-        self.reads = ReadLimiter(s.max_reads_per_s)
+        self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
         self.watch = (
             SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
             if s.poll_s > 0
@@ -387,6 +394,11 @@ class Coordinator:
         for view, action in kube_actions:
             self.elector.check_valid()
             await self._apply_kube(view, action, token)
+        self.metrics.reconciled("ok", time.monotonic() - began)
+        self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
+        self.metrics.paused.set(1 if self.state.paused else 0)
+        self.metrics.budget_refused.set(len(admission.refused))
+        self.metrics.suspected.set(len(suspected))
         self.snapshot = Snapshot(
             at=time.time(),
             views=tuple(views),
@@ -507,6 +519,12 @@ class Coordinator:
                     fencing_token=token,
                 )
             return
+        self.metrics.applied(
+            kind.value,
+            cause.name,
+            changed=bool(result.changed),
+            skipped=[skip.why.value for skip in result.skipped],
+        )
         for name in sorted(result.changed):
             self._audit(kind.value, name, cause, token, "changed", before.get(name))
         for skip in result.skipped:
@@ -605,6 +623,9 @@ class Coordinator:
                 cause=cause,
             )
             return
+        self.metrics.applied(
+            action.kind.value, action.cause.name, changed=result.outcome.value == "changed"
+        )
         self._audit(
             action.kind.value,
             view.node,
@@ -716,6 +737,9 @@ class Coordinator:
                 try:
                     await self.reconcile_all()
                 except SlonkdError as exc:
+                    self.metrics.reconciled(
+                        "retry" if isinstance(exc, TransientError) else "terminal", 0.0
+                    )
                     log.warning("coordinator.pass_failed", error=str(exc)[:300])
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.s.resync_s):
@@ -758,6 +782,8 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     )
     elector = LeaderElector(transport, lease)
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    metrics = Metrics(role="coordinator")
+    api.metrics = metrics
     if s.credentials is not None:
         api.credentials = credential_issuer(
             s.credentials, transport, s.namespace, s.cluster, s.pod_selector
@@ -771,7 +797,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
     async def lead(token: int) -> None:
-        coordinator = Coordinator(s, transport, elector)
+        coordinator = Coordinator(s, transport, elector, metrics=metrics)
         api.leader = coordinator
         try:
             await coordinator.lead(token)

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from slonkd.core.status import explain, node_row
 from slonkd.runtime.commands import recheck_endpoint
+from slonkd.runtime.metrics import Metrics
 
 StatusSource = Callable[[], Mapping[str, Any] | None]
 
@@ -38,12 +39,15 @@ class CoordinatorAPI:
         self.port = 0
         self.credentials: Any = None
         """A :class:`~slonkd.runtime.credentials.CredentialIssuer` (any replica), or None."""
+        self.metrics: Metrics | None = None
+        """This process's metrics, served on ``/metrics``."""
 
     def app(self) -> web.Application:
         """The aiohttp application."""
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/nodes", self._nodes)
         app.router.add_get("/v1/explain/{node}", self._explain)
@@ -70,6 +74,11 @@ class CoordinatorAPI:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return web.Response(status=404, text="no metrics in this process")
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     def _not_leading(self) -> web.Response | None:
         leader = self.leader

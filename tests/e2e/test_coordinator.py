@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -350,6 +352,12 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     assert any(e.get("event") == "budget.breaker_opened" for e in fleet.events())
     events = fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")
     assert any(e.get("reason") == "BreakerOpen" for e in events["items"])
+    with urllib.request.urlopen(f"{fleet.api_url()}/metrics", timeout=10) as response:  # noqa: S310
+        scraped = response.read().decode()
+    assert "slonkd_breaker_open 1.0" in scraped
+    assert re.search(
+        r'slonkd_transitions_total\{action="cordon",cause="slurm-failure"\} [1-3]\.0', scraped
+    )
     cordoned_before = fleet.cordoned()
     # failover: a second candidate takes over after the leader is SIGKILLed
     second_log = tmp_path / "coordinator-1.log"
