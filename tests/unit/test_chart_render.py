@@ -200,6 +200,9 @@ def test_multi_pool_values_set_per_pool_grace_network_and_scrape_annotations(hel
     assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"].get("limits", {})
     ann = one(objs, "StatefulSet", "rel-h100")["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true"
+    coord = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]
+    assert coord["metadata"]["annotations"]["prometheus.io/port"] == "8081"  # /metrics: API port
+    assert [p["name"] for p in coord["spec"]["containers"][0]["ports"]] == ["api"]
     home = {v["name"]: v for v in h100["volumes"]}["home"]
     assert home["nfs"] == {"server": "nfs.storage.svc.cluster.local", "path": "/export/home"}
     default_ann = one(render(helm), "StatefulSet", "rel-gpu")["spec"]["template"]["metadata"]
