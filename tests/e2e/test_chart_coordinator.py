@@ -161,7 +161,9 @@ def deployed(
         slurm.wait_idle(NODES)
         config = dict(files["coordinator"])
         port = free_ports(1)[0]
-        host_only = {"api_port": port, "api_host": "127.0.0.1"}
+        # host-only changes, and a short resync: the leader reads the state ConfigMap (an
+        # operator's pause) once per pass, and without SLURM or K8s events that is resync_s
+        host_only = {"api_port": port, "api_host": "127.0.0.1", "resync_s": 2}
         config.update(host_only, audit_path=str(tmp_path / "audit.jsonl"))
         config["topology"] = {**config["topology"], "slurmctld_copy": str(slurm.topology_conf)}
         (tmp_path / "config.json").write_text(json.dumps(config))
@@ -225,6 +227,9 @@ def test_the_chart_config_runs_the_real_coordinator(deployed: Deployed) -> None:
     code, status = d.get("/v1/status")
     assert code == 200
     assert d.get("/readyz")[0] == 200
+    code, metrics = d.get("/metrics")  # where the chart's scrape annotation points
+    assert code == 200
+    assert b"slonkd_paused" in metrics
     assert sorted(row["node"] for row in status["nodes"]) == list(NODES)
     assert [(b["pool"], b["size"], b["limit"]) for b in status["budget"]] == [("gpu", 2, 1)]
     lease = api.request(
