@@ -6,7 +6,8 @@ and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_
 ``max_out``, ``lease_name``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
 ``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
-``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
+``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``,
+``remediation_cooldown_s``, ``cluster``;
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
@@ -48,6 +49,7 @@ _NUMBERS = {
     "mass_percent",
     "api_port",
     "poll_s",
+    "remediation_cooldown_s",
     "max_reads_per_s",
 }
 _KEYS = _NUMBERS | {
@@ -98,6 +100,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
         remediate=bool(values.pop("remediate", True)),
+        remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
     from slonkd.runtime.topology_sync import topology_settings

@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
 from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, Admission, BudgetPolicy, Request, admit
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.decide import (
+    MANUAL_TAINT,
+    REBOOT_TAINT,
     Action,
     Kind,
     NodeView,
@@ -61,7 +63,7 @@ from slonkd.core.decide import (
 )
 from slonkd.core.errors import SlonkdError, TransientError
 from slonkd.core.health import CheckResult, decode_verdict
-from slonkd.core.kube_changes import ObjectRef
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
@@ -582,6 +584,8 @@ class Coordinator:
             )
         elif action.kind is Kind.UNTAINT:
             result = await self.node_writer.remove_taint(kube.name, action.key)
+            if action.key in (REBOOT_TAINT, MANUAL_TAINT):
+                await self.node_writer.set_annotations(kube.name, {action.key: None})
         elif action.kind is Kind.SET_CONDITION:
             healthy = action.key == "True"
             result = await self.node_writer.set_slurm_healthy(
@@ -604,9 +608,9 @@ class Coordinator:
             if result.done:
                 handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
                 await self._remediated(kube.name, view.node, handled, token)
+        elif action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
+            result = await self._escalate(view, kube, action, token)
         else:
-            if action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
-                await self._remediated(kube.name, view.node, "", token)
             self._audit(
                 action.kind.value,
                 view.node,
@@ -669,6 +673,48 @@ class Coordinator:
             else:
                 self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
             self._dirty.set()
+
+    async def _escalate(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult:
+        """The remediation ladder's later steps: a reboot request, then manual repair.
+
+        A reboot request is ``scontrol reboot ASAP`` (when slonkd may hold the SLURM node)
+        plus the ``slonk.dev/reboot-requested`` taint and annotation that the site's reboot
+        tooling acts on; slonkd never reboots a machine. Manual repair is a taint and an
+        annotation for people. Both are recorded as attempts (with the time) in the state.
+        """
+        cause = str(action.cause)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if action.kind is Kind.REQUEST_REBOOT:
+            taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
+            rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
+            log.info(
+                "slurm.reboot_requested",
+                node=view.node,
+                cause=cause,
+                requested=bool(rebooted.changed),
+                skipped={k.node: k.why.value for k in rebooted.skipped},
+                fencing_token=token,
+            )
+        else:
+            taint, reason = MANUAL_TAINT, "SlurmManualRepair"
+        result = await self.node_writer.set_taint(
+            kube.name, taint, TaintEffect.NO_SCHEDULE, label_value(cause)
+        )
+        attempts = self.state.remediation.get(kube.name, Attempts()).attempts + 1
+        await self.node_writer.set_annotations(
+            kube.name, {taint: f"{stamp} {cause[:200]} (attempt {attempts})"}
+        )
+        if result.outcome is ChangeOutcome.CHANGED:
+            await self.events.record(
+                ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
+                type_="Warning",
+                reason=reason,
+                message=f"slonkd: {cause} (remediation attempt {attempts})",
+            )
+            await self._remediated(kube.name, view.node, "", token)
+        return result
 
     def _remediations(self, kube_node: str) -> Remediations:
         done = self.state.remediation.get(kube_node)

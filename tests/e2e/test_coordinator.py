@@ -569,3 +569,75 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         lambda: all(fleet.reasons()[n] == "none" for n in drained_first + drained_second),
         timeout_s=30,
     )
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "remediation_cooldown_s": 1}])
+def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -> None:
+    """The ladder is the hardware's: a restart first, then a reboot request on the same node.
+
+    The reboot request is the ``slonk.dev/reboot-requested`` taint and annotation (for the
+    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap.
+    """
+    kube_node = next(n for n in fleet.kube_nodes if len(fleet.pods_on(n)) == 2)
+    first, second = fleet.pods_on(kube_node)
+    fleet.fail([first])
+    wait_for(
+        "first evicted",
+        lambda: any(e.get("event") == "kube.evict" and e["node"] == first for e in fleet.events()),
+        timeout_s=20,
+    )
+    time.sleep(1.5)  # past the cool-down
+    fleet.fail([second], reason="Prolog error")
+
+    def reboot_requested() -> bool:
+        node = fleet.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        annotations = node["metadata"].get("annotations") or {}
+        return "slonk.dev/reboot-requested" in taints and (
+            "slonk.dev/reboot-requested" in annotations
+        )
+
+    wait_for("reboot requested", reboot_requested, timeout_s=20)
+    node = fleet.knode(kube_node)
+    assert "attempt 2" in node["metadata"]["annotations"]["slonk.dev/reboot-requested"]
+    evictions = [e for e in fleet.events() if e.get("event") == "kube.evict"]
+    assert [e["node"] for e in evictions] == [first]  # the second one was not restarted
+    remediation = json.loads(fleet.state()["remediation"])
+    assert remediation[kube_node]["attempts"] == 2
+    events = [  # a Node's Events live in "default" (or the recorder's namespace)
+        e
+        for ns in ("default", fleet.namespace)
+        for e in fleet.kube.api.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    ]
+    assert any(
+        e.get("reason") == "SlurmRebootRequested" and e["involvedObject"]["name"] == kube_node
+        for e in events
+    )
+
+
+def test_a_killed_slurmd_under_a_ready_pod_is_a_failure(fleet: Fleet) -> None:
+    """slurmd dies while its pod stays Running and Ready: SLURM says "Not responding".
+
+    The K8s node is cordoned, tainted, marked SlurmHealthy=False and the pod evicted once.
+    """
+    victim = "w-11"
+    kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
+    fleet.slurm.control({"op": "kill_slurmd", "node": victim})
+
+    def marked() -> bool:
+        node = fleet.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        return (
+            bool(node["spec"].get("unschedulable"))
+            and "slonk.dev/unhealthy" in taints
+            and conds.get("SlurmHealthy") == "False"
+        )
+
+    wait_for("marked after SLURM noticed", marked, timeout_s=60)
+    assert fleet.reasons()[victim] == "Not responding"  # SLURM's own reason, left as it is
+    wait_for(
+        "evicted once",
+        lambda: [e["node"] for e in fleet.events() if e.get("event") == "kube.evict"] == [victim],
+        timeout_s=20,
+    )
