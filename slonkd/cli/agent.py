@@ -75,6 +75,7 @@ _HEALTH_KEYS = {
     "fabric",
     "fabric_required",
     "xid_lookback_s",
+    "sysfs_root",
 }
 
 
