@@ -5,8 +5,8 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
 ``max_out``, ``lease_name``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
 ``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
-``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``,
+``max_out_percent``, ``mass_percent``, ``poll_s``, ``state_poll_s``, ``max_reads_per_s``,
+``state_name``, ``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``,
 ``remediation_cooldown_s``, ``cluster``;
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
@@ -49,6 +49,7 @@ _NUMBERS = {
     "mass_percent",
     "api_port",
     "poll_s",
+    "state_poll_s",
     "remediation_cooldown_s",
     "max_reads_per_s",
 }

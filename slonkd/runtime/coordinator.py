@@ -103,6 +103,9 @@ class CoordinatorSettings:
     poll_s: float = 1.0
     """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
     max_reads_per_s: float = 2.0
+    state_poll_s: float = 2.0
+    """The state ConfigMap is read this often between passes, so that an operator's pause or
+    breaker reset is seen within seconds rather than at the next resync."""
     """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
@@ -287,6 +290,25 @@ class Coordinator:
                 s.topology, transport=transport, namespace=s.namespace, nodes=self.nodes,
                 pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
             )  # fmt: skip
+
+    async def _watch_state(self) -> None:
+        """Start a pass when an operator pauses, unpauses or resets the breaker."""
+        while True:
+            await asyncio.sleep(self.s.state_poll_s)
+            try:
+                stored = await self.store.load()
+            except SlonkdError as exc:
+                log.debug("coordinator.state_read_failed", error=str(exc)[:200])
+                continue
+            seen = (self.state.paused, self.state.breaker_open)
+            if (stored.paused, stored.breaker_open) != seen:
+                log.info(
+                    "coordinator.operator_change",
+                    paused=stored.paused,
+                    breaker_open=stored.breaker_open,
+                    by=stored.paused_by or stored.breaker_reason[:100],
+                )
+                self._dirty.set()
 
     def _on_change(self, event: CacheEvent[Any]) -> None:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""
@@ -779,6 +801,7 @@ class Coordinator:
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
             if self.watch is not None:
                 group.create_task(self.watch.run())
+            group.create_task(self._watch_state())
             while True:
                 self._dirty.clear()
                 try:
