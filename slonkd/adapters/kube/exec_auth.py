@@ -137,7 +137,7 @@ def _provider(plugin: ExecPlugin, timeout_s: float) -> tuple[Any, type[Exception
     if plugin.env:
         section["env"] = [{"name": n, "value": v} for n, v in plugin.env]
     provider = ExecProvider(ConfigNode("exec", section))
-    deadline = [sys.executable, "-I", str(DEADLINE_SCRIPT), f"{timeout_s:g}", "--"]
+    deadline = [sys.executable, "-I", "-S", str(DEADLINE_SCRIPT), f"{timeout_s:g}", "--"]
     provider.args = [*deadline, *provider.args]
     return provider, ConfigException
 
