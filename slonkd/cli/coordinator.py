@@ -2,12 +2,9 @@
 
 Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
-and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
-``max_out``, ``lease_name``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
-``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``max_out_percent``, ``mass_percent``, ``poll_s``, ``state_poll_s``, ``max_reads_per_s``,
-``state_name``, ``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``,
-``remediation_cooldown_s``, ``cluster``;
+and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`` below
+(the fields of :class:`~slonkd.runtime.coordinator.CoordinatorSettings` and of the policy:
+timings, budget, state, API, audit, dry run, remediation, topology);
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
@@ -61,6 +58,7 @@ _KEYS = _NUMBERS | {
     "cluster",
     "lease_name",
     "state_name",
+    "budget_block_label",
     "audit_path",
     "api_host",
     "dry_run",

@@ -117,6 +117,9 @@ class CoordinatorSettings:
     """... or this percentage of the pool, whichever is lower (at least one node)."""
     mass_percent: float = 20.0
     """More new automated outages than this percentage of a pool at once: a mass event."""
+    budget_block_label: str = ""
+    """A K8s node label naming its topology block: the budget then holds per pool and block
+    (e.g. an NVLink domain) instead of per pool; "" : per pool."""
     state_name: str = "slonkd-state"
     """The ConfigMap holding breaker, pause and remediation history."""
     audit_path: str = ""
@@ -456,7 +459,7 @@ class Coordinator:
         restarting: dict[str, set[str]] = defaultdict(set)
         requests = []
         for view, plan in zip(views, plans, strict=True):
-            pool = pool_of(view.pod)
+            pool = self._budget_group(view)
             sizes[pool] += 1
             if _is_out(view):
                 out[pool].add(view.node)
@@ -472,6 +475,15 @@ class Coordinator:
             policy=self.budget,
             breaker_open=self.state.breaker_open,
         )
+
+    def _budget_group(self, view: NodeView) -> str:
+        """The pool of the node, or its topology block when the budget is per block."""
+        pool = pool_of(view.pod)
+        key = self.s.budget_block_label
+        if not key:
+            return pool
+        block = view.kube_node.labels.get(key, "") if view.kube_node is not None else ""
+        return f"{pool}/{block or 'unlabelled'}"
 
     def _log_refusals(self, admission: Admission) -> None:
         """One log line per node and reason when the budget keeps it in (not every pass)."""
