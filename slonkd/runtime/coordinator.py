@@ -44,7 +44,13 @@ from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
-from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, Admission, BudgetPolicy, Request, admit
+from slonkd.core.budget import (
+    Admission,
+    BudgetPolicy,
+    Request,
+    admit,
+    budget_group,
+)
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.decide import (
     MANUAL_TAINT,
@@ -171,13 +177,6 @@ class Snapshot:
     fencing_token: int
     duration_ms: float = 0.0
     phases_ms: dict[str, float] = field(default_factory=dict)
-
-
-def pool_of(pod: Pod | None) -> str:
-    """The pool a worker pod belongs to (its ``slonk.dev/pool`` label)."""
-    if pod is None:
-        return DEFAULT_POOL
-    return pod.labels.get(POOL_LABEL) or DEFAULT_POOL
 
 
 def _is_out(view: NodeView) -> bool:
@@ -477,13 +476,12 @@ class Coordinator:
         )
 
     def _budget_group(self, view: NodeView) -> str:
-        """The pool of the node, or its topology block when the budget is per block."""
-        pool = pool_of(view.pod)
-        key = self.s.budget_block_label
-        if not key:
-            return pool
-        block = view.kube_node.labels.get(key, "") if view.kube_node is not None else ""
-        return f"{pool}/{block or 'unlabelled'}"
+        """The pool of the node, or its pool and topology block when so configured."""
+        return budget_group(
+            view.pod.labels if view.pod is not None else None,
+            view.kube_node.labels if view.kube_node is not None else None,
+            block_label=self.s.budget_block_label,
+        )
 
     def _log_refusals(self, admission: Admission) -> None:
         """One log line per node and reason when the budget keeps it in (not every pass)."""
