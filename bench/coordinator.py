@@ -1,4 +1,4 @@
-"""The coordinator's speed and cost (not in CI): ``python bench/coordinator.py [EVENTS [SIZES]]``.
+"""The coordinator's speed and cost (not in CI): ``python -m bench.coordinator [EVENTS [SIZES]]``.
 
 1. SLURM failure -> K8s cordon + taint latency: 10 worker pods on 10 kwok nodes, bound to 10
    real slurmd; for each event one node is set FAIL with a SLURM-style reason (the clock
@@ -30,9 +30,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.kube import bound_pod
 from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.testing.kube import KWOK_ANNOTATION, KubeCluster, fake_node_body
+from slonkd.testing.kube import KubeCluster, fake_node_body
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 
@@ -55,23 +56,6 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _pod(name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/name": "slurmd", "slonk.dev/pool": "worker"},
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "slurmd", "image": "slonk/slurm:dev"}],
-            "tolerations": [{"key": KWOK_ANNOTATION, "operator": "Exists"}],
-            "automountServiceAccountToken": False,
-        },
-    }
-
-
 async def _create(kube: KubeCluster, nodes: list[str], pods: list[str]) -> float:
     """Create kwok nodes and one pod per node bound to it; seconds it took."""
     began = time.monotonic()
@@ -88,7 +72,7 @@ async def _create(kube: KubeCluster, nodes: list[str], pods: list[str]) -> float
         await asyncio.gather(*(one("/api/v1/nodes", "nodes", fake_node_body(n)) for n in nodes))
         await asyncio.gather(
             *(
-                one(f"/api/v1/namespaces/{NS}/pods", "pods", _pod(p, n))
+                one(f"/api/v1/namespaces/{NS}/pods", "pods", bound_pod(p, n))
                 for p, n in zip(pods, nodes, strict=True)
             )
         )
@@ -215,6 +199,9 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
                     return not _marked_any(kube, knode)
 
                 wait_for("marks lifted", lifted, timeout_s=30)
+                # independent failures: the next one does not arrive in the same second as the
+                # passes that lifted this one (those used the second's read budget)
+                time.sleep(1.5 + (i % 7) / 7)
             raw_update = []
             for _ in range(10):
                 began = time.monotonic()

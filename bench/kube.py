@@ -58,7 +58,8 @@ def _node(name: str) -> dict[str, Any]:
     )
 
 
-def _pod(name: str, node: str) -> dict[str, Any]:
+def bound_pod(name: str, node: str) -> dict[str, Any]:
+    """A kwok worker pod created with ``nodeName`` (no scheduler), labelled as slurmd."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -98,7 +99,7 @@ async def delivery(transport: KubeTransport, name: str, writes: int = WRITES) ->
 
     informer.add_handler(on_event)
     path = f"/api/v1/namespaces/{NS}/pods"
-    body = _pod(name, "none")
+    body = bound_pod(name, "none")
     body["metadata"]["labels"] = {"bench": name}
     body["spec"].pop("nodeName")
     body["spec"]["nodeSelector"] = {"slonk.dev/nowhere": "true"}
@@ -172,7 +173,7 @@ async def scale_to(kube: KubeCluster, transport: KubeTransport, have: int, want:
     await _create_all(
         transport,
         f"/api/v1/namespaces/{NS}/pods",
-        [_pod(f"w-{n}", n) for n in names],
+        [bound_pod(f"w-{n}", n) for n in names],
     )
     return time.monotonic() - begun
 

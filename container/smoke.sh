@@ -157,7 +157,7 @@ for doc in docs:
         path.write_bytes(base64.b64decode(key))
         path.chmod(0o400)
 PY
-for f in slurm.conf cgroup.conf gres.conf; do [[ -f "$chart/etc/$f" ]] || { log "FAILED: no $f rendered"; exit 1; }; done
+for f in slurm.conf cgroup.conf gres.conf topology.conf; do [[ -f "$chart/etc/$f" ]] || { log "FAILED: no $f rendered"; exit 1; }; done
 [[ "$(stat -c %s "$chart/munge/munge.key")" -ge 1024 ]] || { log "FAILED: munge key too short"; exit 1; }
 ctld_fqdn="sm-slurmctld-0.sm-slurmctld.smoke.svc.cluster.local"
 node_fqdn="sm-gpu-0.sm-slurmd.smoke.svc.cluster.local"

@@ -9,7 +9,9 @@ Settings come from the environment the chart sets (the downward API gives ``POD_
 (``$SLONKD_METRICS_PORT``, default 9464, 0: off; serves /healthz, /readyz and /metrics) and
 ``metrics_address`` (``$SLONKD_METRICS_ADDRESS``, default 0.0.0.0). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
-(or ``SLONKD_MQTT_PASSWORD_FILE``). Bad settings exit 2 with a one-line reason.
+(or ``SLONKD_MQTT_PASSWORD_FILE``), or from the coordinator with ``SLONKD_MQTT_BOOTSTRAP_URL``
+and ``SLONKD_TOKEN_FILE`` (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2 with a
+one-line reason.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import agent_bus_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 from slonkd.core.health import Hysteresis
 
@@ -72,6 +75,7 @@ _HEALTH_KEYS = {
     "fabric",
     "fabric_required",
     "xid_lookback_s",
+    "sysfs_root",
 }
 
 
@@ -122,11 +126,12 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     from slonkd.runtime.agent import AgentSettings
 
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
-    bus = bus_settings(env, f"slonkd-agent-{slurm_node}")
+    bus, bootstrap = agent_bus_settings(env, f"slonkd-agent-{slurm_node}")
     health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
     return AgentSettings(
         cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
         bus=bus,
+        bootstrap=bootstrap,
         health=health,
         hysteresis=hysteresis,
         pod_name=str(values["pod_name"]),

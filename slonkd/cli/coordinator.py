@@ -2,12 +2,11 @@
 
 Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
-and optionally a JSON file in ``SLONKD_CONFIG`` with ``pod_selector``, ``resync_s``, ``debounce_s``,
-``max_out``, ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s``,
-``failure_grace_s``, ``unready_grace_s``, ``suspect_min_nodes``, ``suspect_fraction``,
-``max_out_percent``, ``mass_percent``, ``poll_s``, ``max_reads_per_s``, ``state_name``,
-``audit_path``, ``api_port``, ``api_host``, ``dry_run``, ``remediate``, ``cluster``;
-MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent. Bad settings exit 2
+and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`` below
+(the fields of :class:`~slonkd.runtime.coordinator.CoordinatorSettings` and of the policy:
+timings, budget, state, API, audit, dry run, remediation, topology);
+MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
+turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
@@ -25,7 +24,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import bus_settings, config_file
+from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
+from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
 from slonkd.core.rollout import RolloutSettings
 
@@ -49,6 +49,8 @@ _NUMBERS = {
     "mass_percent",
     "api_port",
     "poll_s",
+    "state_poll_s",
+    "remediation_cooldown_s",
     "max_reads_per_s",
 }
 _KEYS = _NUMBERS | {
@@ -57,7 +59,9 @@ _KEYS = _NUMBERS | {
     "identity",
     "kubeconfig",
     "cluster",
+    "lease_name",
     "state_name",
+    "budget_block_label",
     "audit_path",
     "api_host",
     "dry_run",
@@ -99,6 +103,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
         remediate=bool(values.pop("remediate", True)),
+        remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
     )
     from slonkd.runtime.coordinator import CoordinatorSettings
     from slonkd.runtime.topology_sync import topology_settings
@@ -111,10 +116,14 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         values["topology"] = topology_settings(values["topology"], default_configmap=cm)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
-    bus = bus_settings(env, f"slonkd-coordinator-{values['identity']}")
+    bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     try:
         return CoordinatorSettings(
-            policy=policy, slurm=SlurmSettings(env=slurm_env), bus=bus, **values
+            policy=policy,
+            slurm=SlurmSettings(env=slurm_env),
+            bus=bus,
+            credentials=credential_settings(env),
+            **values,
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None

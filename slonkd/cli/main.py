@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``sandbox``, ``agent``, ``prestop``, ``check``, ``coordinator``, and the
-operator's ``status``, ``explain``, ``pause``, ``unpause`` and ``budget reset``.
+operator's ``status``, ``explain``, ``pause``, ``unpause``, ``budget reset`` and ``recheck``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from slonkd import __version__
-from slonkd.cli import agent, check, coordinator, ops, prestop, sandbox
+from slonkd.cli import agent, check, coordinator, ops, prestop, recheck, sandbox
 from slonkd.runtime.logging import configure_logging
 
 
@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     coordinator.add_parser(sub)
     prestop.add_parser(sub)
     ops.add_parsers(sub)
+    recheck.add_parser(sub)
     return parser
 
 
@@ -57,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ops.operator(args, str(args.command))
     if args.command == "budget":
         return ops.operator(args, "budget reset")
+    if args.command == "recheck":
+        return recheck.main(args)
     parser.print_help(sys.stderr)
     return 2
 

@@ -28,7 +28,17 @@ from slonkd.core.errors import SlonkdError
 
 DEFAULT_URL = "http://127.0.0.1:8081"
 TIMEOUT_S = 10.0
-COLUMNS = ("node", "slurm_state", "kube_state", "owner", "reason", "causes", "since", "drift")
+COLUMNS = (
+    "node",
+    "slurm_state",
+    "kube_state",
+    "hold",
+    "owner",
+    "reason",
+    "causes",
+    "since",
+    "drift",
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +81,8 @@ async def _get(url: str) -> tuple[int, Any]:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "-"
     if isinstance(value, list):
         return ",".join(str(v) for v in value) or "-"
     text = "-" if value in (None, "") else str(value)

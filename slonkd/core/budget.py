@@ -22,6 +22,20 @@ DEFAULT_POOL = "default"
 POOL_LABEL = "slonk.dev/pool"
 
 
+def budget_group(
+    pod_labels: Mapping[str, str] | None,
+    node_labels: Mapping[str, str] | None,
+    *,
+    block_label: str = "",
+) -> str:
+    """Where a node's budget is counted: its pool, or its pool and topology block."""
+    pool = (pod_labels or {}).get(POOL_LABEL) or DEFAULT_POOL
+    if not block_label:
+        return pool
+    block = (node_labels or {}).get(block_label) or "unlabelled"
+    return f"{pool}/{block}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetPolicy:
     """Limits per pool; the lower of the count and the percentage wins."""

@@ -45,6 +45,9 @@ from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 FAILURE_TAINT = "slonk.dev/unhealthy"
 """The NoSchedule taint slonkd puts on a K8s node whose SLURM node failed."""
 REBOOT_TAINT = "slonk.dev/reboot-requested"
+"""NoSchedule taint (and annotation) asking the site's reboot tooling to reboot the node."""
+MANUAL_TAINT = "slonk.dev/manual-repair"
+"""NoSchedule taint (and annotation) marking a node that restarts and reboots did not fix."""
 REASON_CLOCK_SLACK_S = 2.0
 """SLURM stamps reasons to the second: comparisons with observed times allow this much."""
 

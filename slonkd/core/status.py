@@ -49,6 +49,7 @@ def node_row(view: NodeView, plan: Plan, refused: Mapping[str, str]) -> dict[str
         "pod_ready": bool(pod and pod.ready),
         "kube_node": "" if view.kube_node is None else str(view.kube_node.name),
         "kube_state": _kube_state(view),
+        "hold": bool(view.kube_node is not None and view.kube_node.held),
         **_slurm_fields(view),
         "failure": "" if plan.failure is None else str(plan.failure),
         "drift": [f"{a.writer.value}:{a.kind.value}:{a.cause}" for a in plan.actions],

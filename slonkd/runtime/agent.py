@@ -25,6 +25,7 @@ from pathlib import Path
 
 import structlog
 
+from slonkd.adapters.bus.bootstrap import BootstrapSettings
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
@@ -38,8 +39,14 @@ from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
 from slonkd.core.errors import TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase
-from slonkd.core.messages import AgentStatus, Channel, node_topic
+from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
 from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.agent_commands import (
+    CommandListener,
+    agent_bus,
+    republish_on_reconnect,
+    run_checks_now,
+)
 from slonkd.runtime.health_loop import HealthLoop
 from slonkd.runtime.http_server import HttpServer, ServeError
 from slonkd.runtime.metrics import Metrics
@@ -80,6 +87,8 @@ class AgentSettings:
     """Port of /healthz, /readyz and /metrics; 0: no HTTP server."""
     metrics_address: str = "0.0.0.0"  # noqa: S104 - the kubelet and Prometheus reach it by pod IP
     """Address to listen on (0.0.0.0: every interface of the pod)."""
+    bootstrap: BootstrapSettings | None = None
+    """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
 
 
 @dataclass(slots=True)
@@ -119,9 +128,16 @@ class Agent:
         self.verdicts: dict[str, CheckResult] = {}
         self.status_topic = node_topic(settings.cluster, settings.slurm_node, Channel.STATUS)
         self.bus: Bus | None = None
+        self.commands: CommandListener | None = None
         if settings.bus is not None:
             offline = AgentStatus(node=settings.slurm_node, online=False, pod=settings.pod_name)
-            self.bus = Bus(settings.bus, will=(self.status_topic, offline))
+            self.bus = agent_bus(
+                settings.bus, cluster=settings.cluster, node=settings.slurm_node,
+                will=(self.status_topic, offline), bootstrap=settings.bootstrap,
+            )  # fmt: skip
+            self.commands = CommandListener(
+                self.bus, node=settings.slurm_node, recheck=self._recheck
+            )
         self.health: HealthLoop | None = None
         if settings.health is not None:
             checks = build_checks(settings.health, ProbeGuard())
@@ -159,6 +175,9 @@ class Agent:
         if waiting:
             return False, f"not synced yet: {' and '.join(waiting)} informer"
         return True, "ready"
+
+    async def _recheck(self, _command: Command) -> None:
+        await run_checks_now(self.health, self.publish_status)
 
     async def _on_verdict(self, result: CheckResult) -> None:
         self.verdicts[result.check] = result
@@ -284,6 +303,11 @@ class Agent:
                         if self.bus is not None:
                             group.create_task(self.bus.run(), name="bus")
                             group.create_task(self.publish_status(), name="first-status")
+                        if self.commands is not None:
+                            group.create_task(self.commands.run(), name="commands")
+                            group.create_task(
+                                republish_on_reconnect(self.commands.bus, self.publish_status)
+                            )
                         if self.health is not None:
                             group.create_task(self.health.run(), name="health")
                         group.create_task(stopper(), name="stopper")

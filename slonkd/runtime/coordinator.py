@@ -22,11 +22,12 @@ import asyncio
 import contextlib
 import re
 import signal
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,17 @@ from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
-from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, Admission, BudgetPolicy, Request, admit
+from slonkd.core.budget import (
+    Admission,
+    BudgetPolicy,
+    Request,
+    admit,
+    budget_group,
+)
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.decide import (
+    MANUAL_TAINT,
+    REBOOT_TAINT,
     Action,
     Kind,
     NodeView,
@@ -58,17 +67,25 @@ from slonkd.core.decide import (
     merge_shared_nodes,
     suspect_common_causes,
 )
-from slonkd.core.errors import SlonkdError
+from slonkd.core.errors import SlonkdError, TransientError
 from slonkd.core.health import CheckResult, decode_verdict
-from slonkd.core.kube_changes import ObjectRef
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
 from slonkd.core.reasons import Cause
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.credentials import (
+    CredentialSettings,
+    coordinator_bus_credentials,
+    credential_issuer,
+)
+from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.rollout import RolloutController
+from slonkd.runtime.settle import settle
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 from slonkd.runtime.topology_sync import TopologySettings, TopologySync
 
@@ -94,6 +111,9 @@ class CoordinatorSettings:
     poll_s: float = 1.0
     """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
     max_reads_per_s: float = 2.0
+    state_poll_s: float = 2.0
+    """The state ConfigMap is read this often between passes, so that an operator's pause or
+    breaker reset is seen within seconds rather than at the next resync."""
     """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
@@ -105,6 +125,9 @@ class CoordinatorSettings:
     """... or this percentage of the pool, whichever is lower (at least one node)."""
     mass_percent: float = 20.0
     """More new automated outages than this percentage of a pool at once: a mass event."""
+    budget_block_label: str = ""
+    """A K8s node label naming its topology block: the budget then holds per pool and block
+    (e.g. an NVLink domain) instead of per pool; "" : per pool."""
     state_name: str = "slonkd-state"
     """The ConfigMap holding breaker, pause and remediation history."""
     audit_path: str = ""
@@ -133,6 +156,8 @@ class CoordinatorSettings:
     suspect_fraction: float = 0.3
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
+    credentials: CredentialSettings | None = None
+    """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
 
@@ -156,13 +181,6 @@ class Snapshot:
     fencing_token: int
     duration_ms: float = 0.0
     phases_ms: dict[str, float] = field(default_factory=dict)
-
-
-def pool_of(pod: Pod | None) -> str:
-    """The pool a worker pod belongs to (its ``slonk.dev/pool`` label)."""
-    if pod is None:
-        return DEFAULT_POOL
-    return pod.labels.get(POOL_LABEL) or DEFAULT_POOL
 
 
 def _is_out(view: NodeView) -> bool:
@@ -213,10 +231,16 @@ class Coordinator:
     """The leader's reconcile passes over all worker nodes."""
 
     def __init__(
-        self, s: CoordinatorSettings, transport: KubeTransport, elector: LeaderElector
+        self,
+        s: CoordinatorSettings,
+        transport: KubeTransport,
+        elector: LeaderElector,
+        *,
+        metrics: Metrics | None = None,
     ) -> None:
         self.s = s
         self.elector = elector
+        self.metrics = metrics or Metrics(role="coordinator")
         self.slurm = ScontrolBackend(s.slurm)
         self.node_writer = NodeWriter(transport)
         self.pod_writer = PodWriter(transport)
@@ -236,7 +260,7 @@ class Coordinator:
         )
         self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
         self.snapshot: Snapshot | None = None
-        self.reads = ReadLimiter(s.max_reads_per_s)
+        self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
         self.watch = (
             SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
             if s.poll_s > 0
@@ -250,7 +274,20 @@ class Coordinator:
         self.bus: Bus | None = None
         if s.bus is not None:
             topic = f"slonk/v1/{s.cluster}/nodes/+/status"
-            self.bus = Bus(s.bus, subscriptions=[topic, str(slurm_events_topic(s.cluster))])
+            own = None  # no MQTT user but a dynsec admin: this replica makes its own client
+            if s.credentials is not None and not s.bus.username:
+                own = coordinator_bus_credentials(
+                    s.credentials, cluster=s.cluster, identity=s.identity
+                )
+            subscriptions = [topic, str(slurm_events_topic(s.cluster))]
+            self.bus = Bus(s.bus, subscriptions=subscriptions, credentials=own)
+        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+            CommandSender(
+                self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
+            )
+            if self.bus is not None
+            else None
+        )
         self.nodes.add_handler(self._on_change)
         self.pods.add_handler(self._on_change)
         self.topology: TopologySync | None = None
@@ -266,6 +303,25 @@ class Coordinator:
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
                 hold=self._rollout_hold, dry_run=s.dry_run,
             )  # fmt: skip
+
+    async def _watch_state(self) -> None:
+        """Start a pass when an operator pauses, unpauses or resets the breaker."""
+        while True:
+            await asyncio.sleep(self.s.state_poll_s)
+            try:
+                stored = await self.store.load()
+            except SlonkdError as exc:
+                log.debug("coordinator.state_read_failed", error=str(exc)[:200])
+                continue
+            seen = (self.state.paused, self.state.breaker_open)
+            if (stored.paused, stored.breaker_open) != seen:
+                log.info(
+                    "coordinator.operator_change",
+                    paused=stored.paused,
+                    breaker_open=stored.breaker_open,
+                    by=stored.paused_by or stored.breaker_reason[:100],
+                )
+                self._dirty.set()
 
     def _on_change(self, event: CacheEvent[Any]) -> None:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""
@@ -386,6 +442,11 @@ class Coordinator:
         for view, action in kube_actions:
             self.elector.check_valid()
             await self._apply_kube(view, action, token)
+        self.metrics.reconciled("ok", time.monotonic() - began)
+        self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
+        self.metrics.paused.set(1 if self.state.paused else 0)
+        self.metrics.budget_refused.set(len(admission.refused))
+        self.metrics.suspected.set(len(suspected))
         self.snapshot = Snapshot(
             at=time.time(),
             views=tuple(views),
@@ -402,7 +463,7 @@ class Coordinator:
             },
         )
         self.passes += 1
-        log.debug(
+        (log.info if slurm_groups or kube_actions else log.debug)(
             "coordinator.pass",
             nodes=len(views),
             slurm_calls=len(slurm_groups),
@@ -418,7 +479,7 @@ class Coordinator:
         restarting: dict[str, set[str]] = defaultdict(set)
         requests = []
         for view, plan in zip(views, plans, strict=True):
-            pool = pool_of(view.pod)
+            pool = self._budget_group(view)
             sizes[pool] += 1
             if _is_out(view):
                 out[pool].add(view.node)
@@ -433,6 +494,14 @@ class Coordinator:
             restarting={k: frozenset(v) for k, v in restarting.items()},
             policy=self.budget,
             breaker_open=self.state.breaker_open,
+        )
+
+    def _budget_group(self, view: NodeView) -> str:
+        """The pool of the node, or its pool and topology block when so configured."""
+        return budget_group(
+            view.pod.labels if view.pod is not None else None,
+            view.kube_node.labels if view.kube_node is not None else None,
+            block_label=self.s.budget_block_label,
         )
 
     def _log_refusals(self, admission: Admission) -> None:
@@ -506,6 +575,12 @@ class Coordinator:
                     fencing_token=token,
                 )
             return
+        self.metrics.applied(
+            kind.value,
+            cause.name,
+            changed=bool(result.changed),
+            skipped=[skip.why.value for skip in result.skipped],
+        )
         for name in sorted(result.changed):
             self._audit(kind.value, name, cause, token, "changed", before.get(name))
         for skip in result.skipped:
@@ -563,6 +638,8 @@ class Coordinator:
             )
         elif action.kind is Kind.UNTAINT:
             result = await self.node_writer.remove_taint(kube.name, action.key)
+            if action.key in (REBOOT_TAINT, MANUAL_TAINT):
+                await self.node_writer.set_annotations(kube.name, {action.key: None})
         elif action.kind is Kind.SET_CONDITION:
             healthy = action.key == "True"
             result = await self.node_writer.set_slurm_healthy(
@@ -585,9 +662,9 @@ class Coordinator:
             if result.done:
                 handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
                 await self._remediated(kube.name, view.node, handled, token)
+        elif action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
+            result = await self._escalate(view, kube, action, token)
         else:
-            if action.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL):
-                await self._remediated(kube.name, view.node, "", token)
             self._audit(
                 action.kind.value,
                 view.node,
@@ -604,6 +681,9 @@ class Coordinator:
                 cause=cause,
             )
             return
+        self.metrics.applied(
+            action.kind.value, action.cause.name, changed=result.outcome.value == "changed"
+        )
         self._audit(
             action.kind.value,
             view.node,
@@ -647,6 +727,48 @@ class Coordinator:
             else:
                 self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
             self._dirty.set()
+
+    async def _escalate(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult:
+        """The remediation ladder's later steps: a reboot request, then manual repair.
+
+        A reboot request is ``scontrol reboot ASAP`` (when slonkd may hold the SLURM node)
+        plus the ``slonk.dev/reboot-requested`` taint and annotation that the site's reboot
+        tooling acts on; slonkd never reboots a machine. Manual repair is a taint and an
+        annotation for people. Both are recorded as attempts (with the time) in the state.
+        """
+        cause = str(action.cause)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if action.kind is Kind.REQUEST_REBOOT:
+            taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
+            rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
+            log.info(
+                "slurm.reboot_requested",
+                node=view.node,
+                cause=cause,
+                requested=bool(rebooted.changed),
+                skipped={k.node: k.why.value for k in rebooted.skipped},
+                fencing_token=token,
+            )
+        else:
+            taint, reason = MANUAL_TAINT, "SlurmManualRepair"
+        result = await self.node_writer.set_taint(
+            kube.name, taint, TaintEffect.NO_SCHEDULE, label_value(cause)
+        )
+        attempts = self.state.remediation.get(kube.name, Attempts()).attempts + 1
+        await self.node_writer.set_annotations(
+            kube.name, {taint: f"{stamp} {cause[:200]} (attempt {attempts})"}
+        )
+        if result.outcome is ChangeOutcome.CHANGED:
+            await self.events.record(
+                ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
+                type_="Warning",
+                reason=reason,
+                message=f"slonkd: {cause} (remediation attempt {attempts})",
+            )
+            await self._remediated(kube.name, view.node, "", token)
+        return result
 
     def _remediations(self, kube_node: str) -> Remediations:
         done = self.state.remediation.get(kube_node)
@@ -701,6 +823,8 @@ class Coordinator:
             if self.bus is not None:
                 group.create_task(self.bus.run())
                 group.create_task(self._read_statuses())
+            if self.commands is not None:
+                group.create_task(self.commands.announce_when_connected())
             if self.topology is not None:
                 group.create_task(self.topology.run())
             if self.rollout is not None:
@@ -710,27 +834,30 @@ class Coordinator:
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
             if self.watch is not None:
                 group.create_task(self.watch.run())
+            group.create_task(self._watch_state())
             while True:
                 self._dirty.clear()
                 try:
                     await self.reconcile_all()
                 except SlonkdError as exc:
+                    self.metrics.reconciled(
+                        "retry" if isinstance(exc, TransientError) else "terminal", 0.0
+                    )
                     log.warning("coordinator.pass_failed", error=str(exc)[:300])
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.s.resync_s):
                         await self._dirty.wait()
-                await self._quiet()
+                await settle(
+                    self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_batch_delay_s
+                )
 
-    async def _quiet(self) -> None:
-        """Let a burst of events settle (debounce), so one pass handles it in bulk."""
-        began = time.monotonic()
-        while time.monotonic() - began < self.s.max_batch_delay_s:
-            self._dirty.clear()
-            try:
-                async with asyncio.timeout(self.s.debounce_s):
-                    await self._dirty.wait()
-            except TimeoutError:
-                return
+
+def _dump_tasks() -> None:
+    """SIGUSR1: every asyncio task and where it waits, to stderr (for a stuck process)."""
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()} {task!r}"[:300], file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
 
 
 async def run_coordinator(s: CoordinatorSettings) -> int:
@@ -749,15 +876,22 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     )
     elector = LeaderElector(transport, lease)
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    metrics = Metrics(role="coordinator")
+    api.metrics = metrics
+    if s.credentials is not None:
+        api.credentials = credential_issuer(
+            s.credentials, transport, s.namespace, s.cluster, s.pod_selector
+        )
     await api.start(s.api_host, s.api_port)
     log.info("coordinator.api_listening", host=s.api_host, port=api.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
     async def lead(token: int) -> None:
-        coordinator = Coordinator(s, transport, elector)
+        coordinator = Coordinator(s, transport, elector, metrics=metrics)
         api.leader = coordinator
         try:
             await coordinator.lead(token)

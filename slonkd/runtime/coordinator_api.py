@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from slonkd.core.status import explain, node_row
+from slonkd.runtime.commands import recheck_endpoint
+from slonkd.runtime.metrics import Metrics
 
 StatusSource = Callable[[], Mapping[str, Any] | None]
 
@@ -35,15 +37,23 @@ class CoordinatorAPI:
         """Extra status sections (topology, rollout) by name."""
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.credentials: Any = None
+        """A :class:`~slonkd.runtime.credentials.CredentialIssuer` (any replica), or None."""
+        self.metrics: Metrics | None = None
+        """This process's metrics, served on ``/metrics``."""
 
     def app(self) -> web.Application:
         """The aiohttp application."""
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/nodes", self._nodes)
         app.router.add_get("/v1/explain/{node}", self._explain)
+        if self.credentials is not None:
+            app.router.add_post("/v1/credentials", self.credentials.handle)
+        app.router.add_post("/v1/nodes/{node}/recheck", self._recheck)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -64,6 +74,11 @@ class CoordinatorAPI:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return web.Response(status=404, text="no metrics in this process")
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
 
     def _not_leading(self) -> web.Response | None:
         leader = self.leader
@@ -122,3 +137,6 @@ class CoordinatorAPI:
             if str(view.node) == name:
                 return _json(explain(view, plan, snap.admission.refused))
         return _json({"error": f"no worker node {name[:100]!r} in the last pass"}, status=404)
+
+    async def _recheck(self, request: web.Request) -> web.Response:
+        return await recheck_endpoint(request, self.leader, self._not_leading)

@@ -81,6 +81,29 @@ class Metrics:
             "Unix time the last reconcile succeeded",
             registry=self.registry,
         )
+        self.breaker_open = Gauge(
+            "slonkd_breaker_open",
+            "1 while the disruption budget's breaker is open (coordinator; a human resets it)",
+            registry=self.registry,
+        )
+        self.paused = Gauge(
+            "slonkd_paused", "1 while slonkd is paused (coordinator)", registry=self.registry
+        )
+        self.budget_refused = Gauge(
+            "slonkd_budget_refused_nodes",
+            "Nodes an automated cause wants out that the budget keeps in, at the last pass",
+            registry=self.registry,
+        )
+        self.suspected = Gauge(
+            "slonkd_suspected_causes",
+            "Causes suspected because many nodes fail them at once, at the last pass",
+            registry=self.registry,
+        )
+        self.slurm_reads = Counter(
+            "slonkd_slurmctld_reads",
+            "Reads slonkd sent to slurmctld (polls and full reads)",
+            registry=self.registry,
+        )
         for outcome in OUTCOMES:  # every series exists from the start: rate() needs a zero
             self.reconcile_seconds.labels(outcome=outcome)
         for kind in (*ERROR_KINDS.values(), "bus-publish"):

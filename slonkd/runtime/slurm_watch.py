@@ -39,6 +39,7 @@ class ReadLimiter:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_read: Callable[[], None] | None = None,
     ) -> None:
         if per_s <= 0:
             raise ValueError("max_reads_per_s must be positive")
@@ -46,6 +47,7 @@ class ReadLimiter:
         self.window_s = self.per_window / per_s
         self._clock = clock
         self._sleep = sleep
+        self._on_read = on_read
         self._recent: deque[float] = deque()
         self._lock = asyncio.Lock()
         self.reads = 0
@@ -62,6 +64,8 @@ class ReadLimiter:
                 await self._sleep(self._recent[0] + self.window_s - now)
             self._recent.append(self._clock())
             self.reads += 1
+            if self._on_read is not None:
+                self._on_read()
 
 
 def fingerprint(groups: Sequence[ReasonGroup]) -> Fingerprint:
@@ -101,6 +105,7 @@ class SlurmWatch:
                 self.polls += 1
                 if self.last is not None and seen != self.last:
                     self.changes += 1
+                    log.debug("coordinator.slurm_changed", groups=len(seen))
                     self.changed()
                 self.last = seen
             await asyncio.sleep(max(0.0, self.poll_s - (time.monotonic() - began)))

@@ -48,6 +48,7 @@ from slonkd.core.topology import (
     stamped,
     stamped_hash,
 )
+from slonkd.runtime.settle import settle
 
 log = structlog.get_logger("slonkd.topology")
 
@@ -406,17 +407,7 @@ class TopologySync(TopologyApplier):
                 async with asyncio.timeout(self.s.resync_s):
                     await self._dirty.wait()
                     cause = "labels"
-            await self._quiet()
-
-    async def _quiet(self) -> None:
-        began = time.monotonic()
-        while time.monotonic() - began < self.s.max_delay_s:
-            self._dirty.clear()
-            try:
-                async with asyncio.timeout(self.s.debounce_s):
-                    await self._dirty.wait()
-            except TimeoutError:
-                return
+            await settle(self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_delay_s)
 
     async def sync_once(self, *, cause: str) -> bool:
         """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""

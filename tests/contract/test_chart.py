@@ -8,7 +8,12 @@ tokens of the chart's ServiceAccounts making the calls the agent and coordinator
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.testing.helm import CHART_DIR, Helm
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError, KubeApi
@@ -414,6 +420,86 @@ def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Instal
     installed.wait_all_running(EXPECTED)
 
 
+def _live_json(inst: Install, configmap: str, key: str) -> Obj:
+    path = f"/api/v1/namespaces/{inst.ns}/configmaps/{configmap}"
+    doc: Obj = json.loads(inst.kube.api.request("GET", path)["data"][key])
+    return doc
+
+
+def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: Install) -> None:
+    """The installed configs name the objects RBAC grants; NOTES' operator commands run.
+
+    The coordinator's state ConfigMap is the one its Role may write; the pause/unpause/budget
+    reset lines of ``helm get notes`` (the operator's own kubeconfig) change it, and the
+    coordinator's token reads the change; the status API's Service selects both replicas
+    on the API port; each pool's agent ConfigMap is mounted by the live worker pods.
+    """
+    kube, ns, api = installed.kube, installed.ns, installed.kube.api
+    config = _live_json(installed, "slonk-coordinator", "config.json")
+    state_name = config["state_name"]
+    assert (config["lease_name"], state_name) == ("slonk-coordinator", "slonk-coordinator-state")
+    coord = _as(kube, kube.create_token(ns, "slonk-coordinator"))
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    assert _status(coord, "GET", f"{cms}/someone-elses-state") == 403
+
+    notes = installed.helm.run("get", "notes", installed.release, f"--namespace={ns}").stdout
+    commands = [
+        shlex.split(line.strip())
+        for line in notes.splitlines()
+        if line.strip().startswith(("slonkd pause", "slonkd unpause", "slonkd budget reset"))
+    ]
+    assert [c[:2] for c in commands] == [
+        ["slonkd", "pause"],
+        ["slonkd", "unpause"],
+        ["slonkd", "budget"],
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig)}
+    env.pop("POD_NAMESPACE", None)
+    seen = []
+    for argv in commands:
+        assert argv[argv.index("--namespace") + 1] == ns
+        assert argv[argv.index("--state") + 1] == state_name
+        proc = subprocess.run(
+            [sys.executable, "-m", "slonkd.cli.main", *argv[1:]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        data = coord.request("GET", f"{cms}/{state_name}").get("data")
+        seen.append(CoordinatorState.from_data(data).paused)
+    assert seen == [True, False, False]
+
+    # the status API: Service port -> both replicas' api port (a standby answers /readyz too)
+    svc = api.request("GET", f"/api/v1/namespaces/{ns}/services/slonk-coordinator")
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("api", config["api_port"])]
+
+    def api_endpoints() -> bool:
+        slices = api.request(
+            "GET",
+            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+            params={"labelSelector": "kubernetes.io/service-name=slonk-coordinator"},
+        )["items"]
+        ready = [
+            e
+            for s in slices
+            if [p["port"] for p in s.get("ports") or []] == [config["api_port"]]
+            for e in s.get("endpoints") or []
+            if e.get("conditions", {}).get("ready")
+        ]
+        return len(ready) == EXPECTED["slonk-coordinator"]
+
+    wait_for("coordinator API endpoints", api_endpoints, timeout_s=60)
+
+    agent = _live_json(installed, "slonk-gpu-agent", "agent.json")
+    assert agent["health"]["expected_gpus"] == DEFAULT_POOL["gpus"]
+    for pod in installed.pods(**{"app.kubernetes.io/component": "slurmd"}):
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["agent-config"]["configMap"]["name"] == "slonk-gpu-agent"
+
+
 def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
     kube: KubeCluster, installed: Install, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -568,5 +654,10 @@ def test_multi_pool_values_install_and_run_every_pool(
             for p in inst.pods(**{"app.kubernetes.io/component": "slurmd"})
         )
         assert declared == running
+        links = {
+            pool: _live_json(inst, f"multi-{pool}-agent", "agent.json")["health"]["nvlink_links"]
+            for pool in ("h100", "a100", "cpu")
+        }
+        assert links == {"h100": 18, "a100": 0, "cpu": 0}  # the h100 pool's override only
     finally:
         _teardown(inst)

@@ -17,7 +17,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import agent_informers, coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.statefulsets import statefulset_informer
-from slonkd.adapters.kube.tokenreview import review_token
+from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
@@ -170,6 +170,8 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         assert who.authenticated
         assert who.namespace == namespace
         assert who.service_account == "default"
+        # find_worker_pod: the credential issuer's check that the token's pod is a worker
+        assert await find_worker_pod(transport, namespace, "nobody", selector="app=w") is None
         # Outside the rules: delete a node, write another ConfigMap.
         with pytest.raises(KubeForbidden, match=r'resources: \["nodes"\], verbs: \["delete"\]'):
             await transport.request(

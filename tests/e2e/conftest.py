@@ -13,7 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,33 @@ def read_json_log(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             continue
     return out
+
+
+def marked_unhealthy(node: Mapping[str, Any]) -> bool:
+    """A K8s node's JSON carries slonkd's failure marks: cordon, taint, SlurmHealthy=False."""
+    taints = {t["key"] for t in node["spec"].get("taints", [])}
+    conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+    return (
+        bool(node["spec"].get("unschedulable"))
+        and "slonk.dev/unhealthy" in taints
+        and conds.get("SlurmHealthy") == "False"
+    )
+
+
+def set_unschedulable(kube: KubeCluster, nodes: Sequence[str], *, on: bool = True) -> None:
+    """Cordon (or uncordon) K8s nodes at once, as an operator's script would."""
+    with ThreadPoolExecutor(min(8, max(1, len(nodes)))) as pool:
+        list(
+            pool.map(
+                lambda n: kube.api.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{n}",
+                    {"spec": {"unschedulable": on}},
+                    content_type="application/merge-patch+json",
+                ),
+                nodes,
+            )
+        )
 
 
 @dataclass(slots=True)

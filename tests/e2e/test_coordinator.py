@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log
+from tests.e2e.conftest import marked_unhealthy, read_json_log, set_unschedulable
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -210,18 +211,7 @@ def fleet(
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:
     """Cordon 5 K8s nodes: their pods' SLURM nodes drain in few calls; uncordon resumes them."""
     cordoned = fleet.kube_nodes[:5]
-    with ThreadPoolExecutor(5) as pool:  # an operator's script cordoning a rack at once
-        list(
-            pool.map(
-                lambda n: fleet.kube.api.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{n}",
-                    {"spec": {"unschedulable": True}},
-                    content_type="application/merge-patch+json",
-                ),
-                cordoned,
-            )
-        )
+    set_unschedulable(fleet.kube, cordoned)  # an operator's script cordoning a rack at once
     affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
     assert 2 <= len(affected) < PODS  # the scheduler spread them; the rest stay untouched
 
@@ -259,14 +249,7 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     )
 
     def marked() -> bool:
-        node = fleet.knode(kube_node)
-        taints = {t["key"] for t in node["spec"].get("taints", [])}
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-        return (
-            bool(node["spec"].get("unschedulable"))
-            and "slonk.dev/unhealthy" in taints
-            and conds.get("SlurmHealthy") == "False"
-        )
+        return marked_unhealthy(fleet.knode(kube_node))
 
     wait_for("K8s node marked", marked, timeout_s=20)
     assert fleet.knode(kube_node)["metadata"]["annotations"].get("slonk.dev/cordoned-by")
@@ -350,6 +333,12 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     assert any(e.get("event") == "budget.breaker_opened" for e in fleet.events())
     events = fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")
     assert any(e.get("reason") == "BreakerOpen" for e in events["items"])
+    with urllib.request.urlopen(f"{fleet.api_url()}/metrics", timeout=10) as response:  # noqa: S310
+        scraped = response.read().decode()
+    assert "slonkd_breaker_open 1.0" in scraped
+    assert re.search(
+        r'slonkd_transitions_total\{action="cordon",cause="slurm-failure"\} [1-3]\.0', scraped
+    )
     cordoned_before = fleet.cordoned()
     # failover: a second candidate takes over after the leader is SIGKILLed
     second_log = tmp_path / "coordinator-1.log"
@@ -426,21 +415,6 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
     assert fleet.reasons()["w-6"] == "Kill task failed"
 
 
-def _cordon(fleet: Fleet, nodes: list[str], *, on: bool = True) -> None:
-    with ThreadPoolExecutor(len(nodes)) as pool:
-        list(
-            pool.map(
-                lambda n: fleet.kube.api.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{n}",
-                    {"spec": {"unschedulable": on}},
-                    content_type="application/merge-patch+json",
-                ),
-                nodes,
-            )
-        )
-
-
 def _audited(fleet: Fleet, action: str) -> list[str]:
     """Nodes of the audit records of ``action`` that changed something, in order."""
     if not fleet.audit.exists():
@@ -462,7 +436,7 @@ def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
     assert not [e for e in read_json_log(second_log) if e.get("event") == "coordinator.leading"]
     cordoned = fleet.kube_nodes[:5]
     affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
-    _cordon(fleet, cordoned)
+    set_unschedulable(fleet.kube, cordoned)
     fleet.procs[0].kill()  # the leader dies while (or before) it drains them
     wait_for(
         "all drained by one of them",
@@ -474,7 +448,7 @@ def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
     drains = _audited(fleet, "drain")
     assert sorted(set(drains)) == sorted(set(drains) & set(affected))
     assert len(drains) == len(set(drains)), drains  # nobody drained twice
-    _cordon(fleet, cordoned, on=False)
+    set_unschedulable(fleet.kube, cordoned, on=False)
     wait_for(
         "resumed by the new leader",
         lambda: all(fleet.reasons()[n] == "none" for n in affected),
@@ -498,7 +472,7 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
         )
         target = fleet.kube_nodes[6]
         affected = fleet.pods_on(target)
-        _cordon(fleet, [target])
+        set_unschedulable(fleet.kube, [target])
         wait_for(
             "drained by the new leader",
             lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
@@ -507,7 +481,7 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
     finally:
         first.send_signal(signal.SIGCONT)
     time.sleep(5)  # the old leader wakes, finds its lease gone and stops
-    _cordon(fleet, [target], on=False)
+    set_unschedulable(fleet.kube, [target], on=False)
     wait_for("resumed", lambda: all(fleet.reasons()[n] == "none" for n in affected), timeout_s=20)
     time.sleep(2)
     after = [json.loads(line) for line in fleet.log.read_text().splitlines()[stopped_at:] if line]
@@ -528,7 +502,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         time.sleep(3)
     finally:
         fleet.kube.start_apiserver()
-    _cordon(fleet, [first])
+    set_unschedulable(fleet.kube, [first])
     drained_first = fleet.pods_on(first)
     try:
         wait_for(
@@ -539,10 +513,12 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
             timeout_s=60,
         )
     except HarnessError:
-        raise AssertionError(fleet.log.read_text()[-4000:]) from None
+        fleet.procs[0].send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        raise AssertionError(fleet.log.read_text()[-12000:]) from None
     fleet.slurm.stop_slurmctld()
     try:
-        _cordon(fleet, [second])
+        set_unschedulable(fleet.kube, [second])
         time.sleep(3)
     finally:
         fleet.slurm.start_slurmctld()
@@ -553,9 +529,74 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         timeout_s=60,
     )
     assert fleet.procs[0].poll() is None  # it rode both out
-    _cordon(fleet, [first, second], on=False)
+    set_unschedulable(fleet.kube, [first, second], on=False)
     wait_for(
         "resumed",
         lambda: all(fleet.reasons()[n] == "none" for n in drained_first + drained_second),
         timeout_s=30,
+    )
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "remediation_cooldown_s": 1}])
+def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -> None:
+    """The ladder is the hardware's: a restart first, then a reboot request on the same node.
+
+    The reboot request is the ``slonk.dev/reboot-requested`` taint and annotation (for the
+    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap.
+    """
+    kube_node = next(n for n in fleet.kube_nodes if len(fleet.pods_on(n)) == 2)
+    first, second = fleet.pods_on(kube_node)
+    fleet.fail([first])
+    wait_for(
+        "first evicted",
+        lambda: any(e.get("event") == "kube.evict" and e["node"] == first for e in fleet.events()),
+        timeout_s=20,
+    )
+    time.sleep(1.5)  # past the cool-down
+    fleet.fail([second], reason="Prolog error")
+
+    def reboot_requested() -> bool:
+        node = fleet.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        annotations = node["metadata"].get("annotations") or {}
+        return "slonk.dev/reboot-requested" in taints and (
+            "slonk.dev/reboot-requested" in annotations
+        )
+
+    wait_for("reboot requested", reboot_requested, timeout_s=20)
+    node = fleet.knode(kube_node)
+    assert "attempt 2" in node["metadata"]["annotations"]["slonk.dev/reboot-requested"]
+    evictions = [e for e in fleet.events() if e.get("event") == "kube.evict"]
+    assert [e["node"] for e in evictions] == [first]  # the second one was not restarted
+    remediation = json.loads(fleet.state()["remediation"])
+    assert remediation[kube_node]["attempts"] == 2
+    events = [  # a Node's Events live in "default" (or the recorder's namespace)
+        e
+        for ns in ("default", fleet.namespace)
+        for e in fleet.kube.api.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    ]
+    assert any(
+        e.get("reason") == "SlurmRebootRequested" and e["involvedObject"]["name"] == kube_node
+        for e in events
+    )
+
+
+def test_a_killed_slurmd_under_a_ready_pod_is_a_failure(fleet: Fleet) -> None:
+    """slurmd dies while its pod stays Running and Ready: SLURM says "Not responding".
+
+    The K8s node is cordoned, tainted, marked SlurmHealthy=False and the pod evicted once.
+    """
+    victim = "w-11"
+    kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
+    fleet.slurm.control({"op": "kill_slurmd", "node": victim})
+
+    def marked() -> bool:
+        return marked_unhealthy(fleet.knode(kube_node))
+
+    wait_for("marked after SLURM noticed", marked, timeout_s=60)
+    assert fleet.reasons()[victim] == "Not responding"  # SLURM's own reason, left as it is
+    wait_for(
+        "evicted once",
+        lambda: [e["node"] for e in fleet.events() if e.get("event") == "kube.evict"] == [victim],
+        timeout_s=20,
     )

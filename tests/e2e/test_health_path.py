@@ -27,7 +27,7 @@ from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import PRESTOP, AgentProcess, read_json_log
+from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy, read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -216,14 +216,7 @@ def test_failing_check_drains_cordons_and_evicts_once(health_fleet: HealthFleet)
     f.slurm.control({"op": "kill_slurmd", "node": "w-0"})
 
     def marked() -> bool:
-        node = f.knode(kube_node)
-        taints = {t["key"] for t in node["spec"].get("taints", [])}
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-        return (
-            bool(node["spec"].get("unschedulable"))
-            and "slonk.dev/unhealthy" in taints
-            and conds.get("SlurmHealthy") == "False"
-        )
+        return marked_unhealthy(f.knode(kube_node))
 
     wait_for("K8s node marked unhealthy", marked, timeout_s=30)
     drains = [e for e in f.coordinator_events() if e.get("event") == "slurm.nodes_drain"]

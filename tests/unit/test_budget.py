@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slonkd.core.budget import Admission, BudgetPolicy, Request, admit
+from slonkd.core.budget import Admission, BudgetPolicy, Request, admit, budget_group
 
 
 def _admit(
@@ -135,3 +135,13 @@ def test_nodes_restarting_defer_a_request_without_opening_the_breaker() -> None:
     assert not result.admitted
     assert result.refused["n1"].startswith("deferred")
     assert result.open_breaker == ""
+
+
+def test_budget_groups_by_pool_or_by_pool_and_block() -> None:
+    """Per pool by default; per pool and topology block when a block label is set."""
+    pod = {"slonk.dev/pool": "h100"}
+    node = {"topology.slonk.dev/block": "nvl-3"}
+    assert budget_group(pod, node) == "h100"
+    assert budget_group(pod, node, block_label="topology.slonk.dev/block") == "h100/nvl-3"
+    assert budget_group(pod, {}, block_label="topology.slonk.dev/block") == "h100/unlabelled"
+    assert budget_group(None, None) == "default"

@@ -7,6 +7,7 @@ from the pools, least-privilege RBAC, release-scoped cluster objects.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,9 +90,12 @@ def test_default_values_render_every_component(helm: Helm) -> None:
         "rel-gpu",
         "rel-coordinator",
     }
-    # topology.conf belongs to the coordinator: never rendered, only mounted if it exists.
+    # topology.conf belongs to the coordinator: its ConfigMap is never rendered, only mounted
+    # if it exists; the chart's only topology.conf is the seed in the SLURM config.
     assert not [o for o in objs if "topology" in o["metadata"]["name"]]
-    assert all("topology.conf" not in o.get("data", {}) for o in kinds(objs, "ConfigMap"))
+    assert [
+        o["metadata"]["name"] for o in kinds(objs, "ConfigMap") if "topology.conf" in o["data"]
+    ] == ["rel-slurm-config"]
 
 
 def _pod(sts: Obj) -> Obj:
@@ -196,6 +200,9 @@ def test_multi_pool_values_set_per_pool_grace_network_and_scrape_annotations(hel
     assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"].get("limits", {})
     ann = one(objs, "StatefulSet", "rel-h100")["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true"
+    coord = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]
+    assert coord["metadata"]["annotations"]["prometheus.io/port"] == "8081"  # /metrics: API port
+    assert [p["name"] for p in coord["spec"]["containers"][0]["ports"]] == ["api"]
     home = {v["name"]: v for v in h100["volumes"]}["home"]
     assert home["nfs"] == {"server": "nfs.storage.svc.cluster.local", "path": "/export/home"}
     default_ann = one(render(helm), "StatefulSet", "rel-gpu")["spec"]["template"]["metadata"]
@@ -311,6 +318,43 @@ BREAKING = {
         ['priorityClasses={"create":true,"control":10,"serving":5,"training":5}'],
         "need control (10) > serving (5) > training (5)",
     ),
+    "health key the agent does not know": (
+        ['agent={"health":{"checks":{"gpus":8}}}'],
+        "at '/agent/health/checks': additional properties 'gpus' not allowed",
+    ),
+    "pool health key out of range": (
+        [
+            'pools=[{"name":"a","replicas":1,"gpus":1,"cpus":1,"realMemoryMB":1,'
+            '"health":{"checks":{"nvlink_links":99}}}]'
+        ],
+        "at '/pools/0/health/checks/nvlink_links': maximum: got 99, want 64",
+    ),
+    "dcgm host the agent would refuse": (
+        ['agent={"health":{"checks":{"dcgm_host":"unix://run/x"}}}'],
+        "at '/agent/health/checks/dcgm_host'",
+    ),
+    "hysteresis fail_n above window_m": (
+        ['agent={"health":{"hysteresis":{"fail_n":6}}}'],
+        "pools[gpu]: health hysteresis fail_n (6) must not exceed window_m (5)",
+    ),
+    "unknown topology plugin": (
+        ['topology={"plugin":"fat-tree"}'],
+        "at '/topology/plugin': value must be one of 'none', 'tree', 'block'",
+    ),
+    "TopologyPlugin through slurm.config": (
+        [
+            'slurm={"slurmctldPort":6817,"slurmdPort":6818,"config":{"TopologyPlugin":"topology/tree"}}'
+        ],
+        "set the topology plugin with topology.plugin (none, tree or block)",
+    ),
+    "budget percent above 100": (
+        ['coordinator={"budget":{"maxOutPercent":150}}'],
+        "at '/coordinator/budget/maxOutPercent': maximum: got 150, want 100",
+    ),
+    "lease too short for client-go timing": (
+        ['coordinator={"leaseDurationSeconds":2}'],
+        "at '/coordinator/leaseDurationSeconds': minimum: got 2, want 5",
+    ),
 }
 
 
@@ -322,3 +366,292 @@ def test_values_that_break_a_rule_fail_with_a_clear_message(helm: Helm, case: st
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not proc.stdout.strip()
+
+
+# -- wiring of the agent's and the coordinator's settings -----------------------------------
+
+FIELD_VALUES = {
+    "metadata.name": "rel-h100-0",
+    "metadata.namespace": "hpc",
+    "metadata.uid": "0000-1111",
+    "spec.nodeName": "gpu-node-a",
+}
+
+
+def _container_env(container: Obj, config_dir: Path) -> dict[str, str]:
+    """The environment the kubelet would give ``container``; mounted files under ``config_dir``."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        elif "fieldRef" in item["valueFrom"]:
+            env[item["name"]] = FIELD_VALUES[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:  # secretKeyRef: a made-up secret value
+            env[item["name"]] = f"secret-{item['valueFrom']['secretKeyRef']['key']}"
+    if "SLONKD_CONFIG" in env:
+        env["SLONKD_CONFIG"] = str(config_dir / Path(env["SLONKD_CONFIG"]).name)
+    return env
+
+
+def _mounted_config(pod: Obj, container: Obj, objs: list[Obj], tmp_path: Path) -> dict[str, str]:
+    """Write the ConfigMap mounted at dirname($SLONKD_CONFIG) to ``tmp_path``; the env."""
+    path = Path(next(e["value"] for e in container["env"] if e["name"] == "SLONKD_CONFIG"))
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    assert mount["readOnly"] is True
+    volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
+    cm = one(objs, "ConfigMap", volume["configMap"]["name"])
+    for key, text in cm["data"].items():
+        (tmp_path / key).write_text(text)
+    assert (tmp_path / path.name).exists(), f"{path.name} not in ConfigMap {cm['metadata']['name']}"
+    return _container_env(container, tmp_path)
+
+
+def test_schema_knows_exactly_the_health_keys_the_agent_accepts() -> None:
+    """values.schema.json's health checks == slonkd/cli/agent.py's keys: no drift either way."""
+    from slonkd.cli.agent import _HEALTH_KEYS
+
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    checks = schema["definitions"]["healthChecks"]
+    assert checks["additionalProperties"] is False
+    assert set(checks["properties"]) == _HEALTH_KEYS
+    hysteresis = schema["definitions"]["hysteresis"]["properties"]
+    assert set(hysteresis) == {"fail_n", "window_m", "clear_k"}
+
+
+POOL_HEALTH = (
+    'pools=[{"name":"h100","replicas":2,"gpus":8,"cpus":96,"realMemoryMB":1000,'
+    '"health":{"checks":{"nvlink_links":18,"fabric_required":true,'
+    '"nvlink_fail_growth":{"replay":50},"peers":["10.0.0.1"]},"hysteresis":{"clear_k":5}}},'
+    '{"name":"cpu","replicas":1,"gpus":0,"cpus":8,"realMemoryMB":1000}]'
+)
+CHART_HEALTH = (
+    'agent={"health":{"hostSysfs":true,"capabilities":["NET_RAW"],'
+    '"dcgmSocketDir":"/run/nvidia-dcgm",'
+    '"checks":{"dcgm_host":"unix:///run/nvidia-dcgm/dcgm.sock","xid_lookback_s":120,'
+    '"nvlink_fail_growth":{"crc":9}}}}'
+)
+
+
+def test_agent_settings_render_per_pool_and_load_in_the_real_agent(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """Each pool's agent.json (chart defaults < pool overrides) loads in slonkd's agent loader."""
+    from slonkd.cli.agent import load_settings
+
+    objs = render(helm, MULTI_POOL, set_json=(POOL_HEALTH, CHART_HEALTH))
+    loaded = {}
+    for pool in ("h100", "cpu"):
+        pod = _pod(one(objs, "StatefulSet", f"rel-{pool}"))
+        (agent,) = pod["initContainers"]
+        where = tmp_path / pool
+        where.mkdir()
+        env = _mounted_config(pod, agent, objs, where)
+        loaded[pool] = load_settings(env)
+        raw = json.loads((where / "agent.json").read_text())
+        assert set(raw) <= {"cluster", "health", "hysteresis"}
+    h100, cpu = loaded["h100"], loaded["cpu"]
+    assert h100.health is not None
+    assert cpu.health is not None
+    assert (h100.health.expected_gpus, cpu.health.expected_gpus) == (8, 0)
+    assert h100.health.nvlink_links == 18
+    assert cpu.health.nvlink_links == 0
+    assert h100.health.fabric_required is True
+    assert cpu.health.fabric_required is False
+    # a pool's table replaces the chart's table whole; the chart's applies elsewhere
+    assert h100.health.nvlink_fail_growth == {"replay": 50}
+    assert cpu.health.nvlink_fail_growth == {"crc": 9}
+    assert tuple(h100.health.peers) == ("10.0.0.1",)
+    assert h100.health.dcgm_host == "unix:///run/nvidia-dcgm/dcgm.sock"
+    assert h100.health.xid_lookback_s == 120
+    assert h100.health.slurmd_port == 6818
+    assert tuple(h100.health.mounts) == ("/home",)  # the NFS home of multi-pool-values
+    assert h100.health.sysfs_root == "/host/sys"
+    assert (h100.hysteresis.fail_n, h100.hysteresis.window_m, h100.hysteresis.clear_k) == (3, 5, 5)
+    assert cpu.hysteresis.clear_k == 3
+    assert h100.cluster == "multi"
+    assert (h100.slurm_node, h100.pod_name, h100.kube_node) == ("rel-h100-0",) * 2 + ("gpu-node-a",)
+    # MQTT: its own credentials from the coordinator's API (the status API's port)
+    assert h100.bus is not None
+    assert h100.bus.host == "rel-mosquitto.hpc.svc.cluster.local"
+    assert h100.bootstrap is not None
+    assert h100.bootstrap.url == "http://rel-coordinator.hpc.svc.cluster.local:8081/v1/credentials"
+    assert h100.bootstrap.token_file == "/var/run/secrets/slonk.dev/token/token"
+    assert h100.metrics_port == 9464
+
+
+def test_agent_pod_grants_what_docs_health_access_lists(helm: Helm) -> None:
+    """GPUs seen (not requested), /dev/kmsg, host /sys, DCGM socket, home, caps, no dead probe."""
+    objs = render(helm, MULTI_POOL, set_json=(CHART_HEALTH,))
+    sts = one(objs, "StatefulSet", "rel-h100")
+    pod = _pod(sts)
+    (agent,) = pod["initContainers"]
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert "nvidia.com/gpu" not in str(agent.get("resources", {}))
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    for name, path in (
+        ("kmsg", "/dev/kmsg"),
+        ("host-sys", "/host/sys"),
+        ("dcgm-socket", "/run/nvidia-dcgm"),
+        ("home", "/home"),
+        ("agent-config", "/etc/slonkd"),
+    ):
+        assert mounts[name]["mountPath"] == path
+        assert mounts[name]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["host-sys"]["hostPath"] == {"path": "/sys", "type": "Directory"}
+    assert volumes["agent-config"]["configMap"]["name"] == "rel-h100-agent"
+    caps = agent["securityContext"]["capabilities"]
+    assert caps == {"drop": ["ALL"], "add": ["NET_RAW"]}
+    # the agent's own /healthz; no readiness probe (a sidecar's would gate the pod's Ready)
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent-metrics"}
+    assert "readinessProbe" not in agent
+    # a settings change rolls the pool (OnDelete: the coordinator replaces the pods)
+    ann = sts["spec"]["template"]["metadata"]["annotations"]
+    changed = render(helm, MULTI_POOL, set_json=('agent={"health":{"checks":{"nvlink_links":4}}}',))
+    ann2 = one(changed, "StatefulSet", "rel-h100")["spec"]["template"]["metadata"]["annotations"]
+    assert ann["checksum/agent-config"] != ann2["checksum/agent-config"]
+    (plain,) = _pod(one(render(helm), "StatefulSet", "rel-gpu"))["initContainers"]
+    assert "add" not in plain["securityContext"]["capabilities"]
+
+
+def _role_names(objs: list[Obj], role: str, resource: str) -> set[str]:
+    return {
+        n
+        for r in one(objs, "Role", role)["rules"]
+        if resource in r["resources"]
+        for n in r.get("resourceNames", [])
+    }
+
+
+def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """config.json loads in the coordinator's loader; its names are the ones RBAC grants."""
+    from slonkd.adapters.kube.lease import LeaseSettings
+    from slonkd.cli.coordinator import load_settings
+
+    objs = render(
+        helm,
+        set_json=(
+            'coordinator={"apiPort":9000,"budget":{"maxOut":4,"maxOutPercent":25,'
+            '"massPercent":30},"dryRun":true,"audit":{"existingClaim":"audit-rwx"}}',
+        ),
+    )
+    deploy = one(objs, "Deployment", "rel-coordinator")
+    pod = dict(deploy["spec"]["template"]["spec"])
+    (coord,) = pod["containers"]
+    env = _mounted_config(pod, coord, objs, tmp_path)
+    s = load_settings(env)
+    assert s.namespace == "hpc"
+    assert s.identity == "rel-h100-0"
+    assert s.state_name == "rel-coordinator-state"
+    assert s.state_name in _role_names(objs, "rel-coordinator", "configmaps")
+    assert s.lease_name == "rel-coordinator"
+    assert s.lease_name in _role_names(objs, "rel-coordinator", "leases")
+    LeaseSettings(
+        name=s.lease_name,
+        namespace=s.namespace,
+        identity=s.identity,
+        lease_duration_s=s.lease_duration_s,
+        renew_deadline_s=s.renew_deadline_s,
+        retry_period_s=s.retry_period_s,
+    )
+    assert (s.max_out, s.max_out_percent, s.mass_percent, s.dry_run) == (4, 25, 30, True)
+    assert s.cluster == "slonk"
+    # the credential issuer (dynsec admin from the Secret) and its own dynsec-made bus client
+    assert s.credentials is not None
+    assert s.credentials.admin_user == "secret-username"
+    assert s.credentials.audiences == ("slonkd",)
+    assert s.credentials.service_account == "system:serviceaccount:hpc:rel-agent"
+    assert s.bus is not None
+    assert s.bus.username == ""
+    # the worker pods are what pod_selector selects
+    labels = one(objs, "StatefulSet", "rel-gpu")["spec"]["template"]["metadata"]["labels"]
+    wanted = dict(kv.split("=") for kv in s.pod_selector.split(","))
+    assert wanted.items() <= labels.items()
+    # API: container port, probes and Service all on api_port
+    assert s.api_port == 9000
+    ports = {p["name"]: p["containerPort"] for p in coord["ports"]}
+    assert ports["api"] == 9000
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert coord[probe]["httpGet"] == {"path": path, "port": "api"}
+    svc = one(objs, "Service", "rel-coordinator")
+    assert svc["spec"]["ports"] == [{"name": "api", "port": 9000, "targetPort": "api"}]
+    assert (
+        svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (agent,) = _pod(one(objs, "StatefulSet", "rel-gpu"))["initContainers"]
+    url = next(e["value"] for e in agent["env"] if e["name"] == "SLONKD_COORDINATOR_URL")
+    assert url == "http://rel-coordinator.hpc.svc.cluster.local:9000"
+    # audit log on its volume: the claim, one directory per replica
+    mounts = {m["name"]: m for m in coord["volumeMounts"]}
+    assert Path(s.audit_path).parent == Path(mounts["audit"]["mountPath"])
+    assert mounts["audit"]["subPathExpr"] == "$(POD_NAME)"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["audit"]["persistentVolumeClaim"] == {"claimName": "audit-rwx"}
+    default = one(render(helm), "Deployment", "rel-coordinator")["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in default["volumes"]}["audit"] == {
+        "name": "audit",
+        "emptyDir": {},
+    }
+    # SLURM client config and munge for scontrol (reconfigure, drains)
+    assert mounts["slurm-config"]["mountPath"] == "/etc/slurm"
+    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    (munged,) = pod["initContainers"]
+    assert munged["restartPolicy"] == "Always"
+    assert {m["name"] for m in munged["volumeMounts"]} == {"munge-key", "munge-run"}
+
+
+@pytest.mark.parametrize("plugin", ["tree", "block", "none"])
+def test_topology_plugin_reaches_slurm_conf_seed_and_coordinator(
+    helm: Helm, tmp_path: Path, plugin: str
+) -> None:
+    """TopologyPlugin, the seed topology.conf and the coordinator's topology object agree."""
+    from slonkd.cli.coordinator import load_settings
+
+    objs = render(
+        helm, MULTI_POOL, set_json=(f'topology={{"plugin":"{plugin}","blockSizes":[2,4]}}',)
+    )
+    data = one(objs, "ConfigMap", "rel-slurm-config")["data"]
+    conf = data["slurm.conf"]
+    deploy = one(objs, "Deployment", "rel-coordinator")
+    pod = dict(deploy["spec"]["template"]["spec"])
+    (coord,) = pod["containers"]
+    env = _mounted_config(pod, coord, objs, tmp_path)
+    topology = load_settings(env).topology
+    if plugin == "none":
+        assert "TopologyPlugin" not in conf
+        assert "topology.conf" not in data
+        assert topology is None
+        return
+    assert f"TopologyPlugin=topology/{plugin}\n" in conf
+    seed = data["topology.conf"].splitlines()
+    every = "rel-h100-[0-2],rel-a100-[0-1],rel-cpu-0"
+    first = "BlockName=b-unlabelled" if plugin == "block" else "SwitchName=sw-unlabelled"
+    assert seed[1:] == [f"{first} Nodes={every}"]
+    assert topology is not None
+    assert topology.spec.plugin == plugin
+    assert topology.configmap == "rel-topology"
+    assert topology.configmap in _role_names(objs, "rel-coordinator", "configmaps")
+    if plugin == "block":
+        assert tuple(topology.spec.block_sizes or ()) == (2, 4)
+    else:
+        assert tuple(topology.spec.tree_keys) == (
+            "topology.kubernetes.io/zone",
+            "slonk.dev/spine",
+            "slonk.dev/leaf",
+        )
+    # slurmctld's copy, as the coordinator sees it: the same projected volume, where the
+    # coordinator's ConfigMap comes after the chart's (its topology.conf wins over the seed)
+    mounts = {m["name"]: m["mountPath"] for m in coord["volumeMounts"]}
+    assert topology.copy == f"{mounts['slurm-config']}/topology.conf"
+    for spec in (
+        pod,
+        _pod(one(objs, "StatefulSet", "rel-slurmctld")),
+        _pod(one(objs, "StatefulSet", "rel-h100")),
+    ):
+        sources = {v["name"]: v for v in spec["volumes"]}["slurm-config"]["projected"]["sources"]
+        assert [s["configMap"]["name"] for s in sources] == ["rel-slurm-config", "rel-topology"]
+        assert sources[1]["configMap"]["optional"] is True

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.kube.kubeconfig import (
+    ExecPlugin,
     KubeConfigError,
     TokenSource,
     endpoint_from_kubeconfig,
@@ -19,6 +20,7 @@ from slonkd.adapters.kube.kubeconfig import (
 )
 
 PEM = "-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n"
+V1 = "client.authentication.k8s.io/v1"
 
 
 def config(user: dict[str, Any], cluster: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -83,7 +85,12 @@ def test_yaml_kubeconfig_and_a_named_context(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        (config({"exec": {"command": "aws"}}), "exec credential plugins: not supported"),
+        (config({"exec": {"command": "aws"}}), "apiVersion None is not one of"),
+        (config({"exec": {"apiVersion": V1}}), "exec: no command"),
+        (config({"exec": {"command": "a", "apiVersion": V1, "args": "x"}}), "args is not a list"),
+        (config({"exec": {"command": "a", "apiVersion": V1, "env": [{"name": "A"}]}}), "env is"),
+        (config({"exec": {"command": "a", "apiVersion": V1}, "token": "t"}), "or an exec plugin"),
+        (config({"exec": "aws"}), "exec: not a mapping"),
         (config({"auth-provider": {"name": "gcp"}}), "auth-provider plugins: not supported"),
         (config({"username": "a", "password": "b"}), "basic auth: not supported"),
         (config({"token": "t"}, {"server": "10.0.0.1:6443"}), "is not an http(s) URL"),
@@ -101,6 +108,28 @@ def test_unusable_kubeconfigs_are_refused_with_the_reason(doc: Any, message: str
         endpoint_from_kubeconfig(doc, base_dir=Path("/"), source="kc")
     assert message in str(caught.value)
     assert str(caught.value).startswith("kc")
+
+
+def test_exec_plugin_section_is_checked_and_its_relative_command_resolved(tmp_path: Path) -> None:
+    """A command with a slash is relative to the kubeconfig; a bare name is left for PATH."""
+    section = {
+        "command": "bin/get-token",
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "args": ["eks", "get-token"],
+        "env": [{"name": "AWS_PROFILE", "value": "ops"}],
+    }
+    ep = endpoint_from_kubeconfig(config({"exec": section}), base_dir=tmp_path)
+    assert ep.exec_plugin == ExecPlugin(
+        command=str(tmp_path / "bin" / "get-token"),
+        args=("eks", "get-token"),
+        env=(("AWS_PROFILE", "ops"),),
+        api_version="client.authentication.k8s.io/v1beta1",
+    )
+    assert ep.token is ep.token_file is None
+    bare = config({"exec": {"command": "aws", "apiVersion": V1}})
+    assert endpoint_from_kubeconfig(bare, base_dir=tmp_path).exec_plugin == ExecPlugin(
+        command="aws", api_version=V1
+    )
 
 
 def test_unreadable_or_unparsable_file(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiomqtt
@@ -21,10 +21,15 @@ import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from slonkd.core.errors import ParseError, TransientError
+from slonkd.core.errors import ParseError, SlonkdError, TransientError
 from slonkd.core.messages import MAX_PAYLOAD_BYTES, Payload, Topic, decode, encode, parse_topic
 
 log = structlog.get_logger("slonkd.bus")
+
+CredentialSource = Callable[[], Awaitable[tuple[str, str]]]
+"""Fetches (username, password) before the first connect and after the broker refuses them."""
+_AUTH_REFUSED = frozenset({4, 5, 134, 135})
+"""CONNACK codes for bad credentials / not authorised (MQTT 3.1.1 and 5)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,8 +68,11 @@ class Bus:
         subscriptions: Sequence[str] = (),
         will: tuple[Topic, Payload] | None = None,
         queue_size: int = 10_000,
+        credentials: CredentialSource | None = None,
     ) -> None:
         self._settings = settings
+        self._credentials = credentials
+        self._issued: tuple[str, str] | None = None
         self._subscriptions = tuple(subscriptions)
         self._will = will
         self._client: aiomqtt.Client | None = None
@@ -73,11 +81,18 @@ class Bus:
         self.dropped: Counter[str] = Counter()
         """Messages refused at the boundary, by reason (for metrics and tests)."""
         self.connects = 0
+        self._connect_seen = asyncio.Condition()
 
     @property
     def connected(self) -> bool:
         """Whether a connection is up right now."""
         return self._connected.is_set()
+
+    async def next_connect(self, seen: int) -> int:
+        """Wait until the bus has connected more than ``seen`` times; the new count."""
+        async with self._connect_seen:
+            await self._connect_seen.wait_for(lambda: self.connects > seen)
+        return self.connects
 
     async def wait_connected(self, timeout_s: float) -> None:
         """Wait until connected; raise TransientError after ``timeout_s``."""
@@ -95,11 +110,12 @@ class Bus:
         if self._will is not None:
             topic, payload = self._will
             will = aiomqtt.Will(str(topic), encode(payload), qos=1, retain=True)
+        username, password = self._issued or (s.username, s.password)
         return aiomqtt.Client(
             s.host,
             s.port,
-            username=s.username,
-            password=s.password,
+            username=username,
+            password=password,
             identifier=s.client_id,
             protocol=aiomqtt.ProtocolVersion.V5,
             clean_start=False,
@@ -114,21 +130,29 @@ class Bus:
         attempt = 0
         while True:
             try:
+                if self._credentials is not None and self._issued is None:
+                    self._issued = await self._credentials()
                 async with self._make_client() as client:
                     self._client = client
                     for sub in self._subscriptions:
-                        await client.subscribe(sub, qos=1)
+                        granted = await client.subscribe(sub, qos=1)
+                        if any(_code(c) >= 0x80 for c in granted):
+                            log.warning("bus.subscription_refused", topic=sub[:200])
                     self.connects += 1
                     attempt = 0
                     self._connected.set()
+                    async with self._connect_seen:
+                        self._connect_seen.notify_all()
                     log.info(
                         "bus.connected", client_id=self._settings.client_id, connects=self.connects
                     )
                     async for message in client.messages:
                         self._accept(message)
-            except aiomqtt.MqttError as exc:
+            except (aiomqtt.MqttError, SlonkdError) as exc:
                 self._connected.clear()
                 self._client = None
+                if _auth_refused(exc):
+                    self._issued = None  # fetch fresh credentials before the next attempt
                 attempt += 1
                 delay = min(
                     self._settings.reconnect_max_s,
@@ -187,3 +211,16 @@ class Bus:
             await client.publish(str(topic), raw, qos=1, retain=retain, timeout=timeout_s)
         except aiomqtt.MqttError as exc:
             raise TransientError(f"publish to {topic} failed: {exc}") from exc
+
+
+def _auth_refused(exc: Exception) -> bool:
+    """Whether the broker refused the credentials (rather than being unreachable)."""
+    rc = getattr(exc, "rc", None)
+    value = getattr(rc, "value", rc)
+    return isinstance(value, int) and value in _AUTH_REFUSED
+
+
+def _code(granted: object) -> int:
+    """A SUBACK entry (an int or a paho ReasonCode) as its numeric code."""
+    value = getattr(granted, "value", granted)
+    return value if isinstance(value, int) else 0x80

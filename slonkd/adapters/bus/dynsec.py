@@ -69,6 +69,20 @@ def agent_role(cluster: str, node: str) -> dict[str, Any]:
     }
 
 
+def coordinator_role(cluster: str, username: str) -> dict[str, Any]:
+    """The dynsec role of the coordinator: send every node's commands and its own status."""
+    root = f"slonk/v1/{check_name(cluster, 'cluster')}"
+    return {
+        "rolename": f"slonk-{check_name(username, 'client')}",
+        "acls": [
+            {"acltype": "publishClientSend", "topic": f"{root}/nodes/+/commands", "allow": True},
+            {"acltype": "publishClientSend", "topic": f"{root}/coordinator/status", "allow": True},
+            {"acltype": "subscribePattern", "topic": f"{root}/#", "allow": True},
+            {"acltype": "publishClientReceive", "topic": f"{root}/#", "allow": True},
+        ],
+    }
+
+
 class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
@@ -110,6 +124,17 @@ class DynSecAdmin:
         username = agent_username(node)
         role = agent_role(cluster, node)
         password = secrets.token_urlsafe(24)
+        await self._replace(username, password, role)
+        log.info("bus.agent_credentials_issued", node=node, username=username)
+        return AgentCredentials(username=username, password=password)
+
+    async def ensure_client(self, username: str, password: str, role: dict[str, Any]) -> None:
+        """Create or replace a fixed client (the coordinator's) with ``role``."""
+        await self._replace(check_name(username, "client"), password, role)
+        log.info("bus.client_ensured", username=username, role=role["rolename"])
+
+    async def _replace(self, username: str, password: str, role: dict[str, Any]) -> None:
+        """Recreate ``role`` and ``username`` (new password) in one batch."""
         responses = await self._call(
             [
                 {"command": "deleteRole", "rolename": role["rolename"]},
@@ -125,9 +150,16 @@ class DynSecAdmin:
         )
         errors = [r.get("error") for r in responses[1::2] if r.get("error")]
         if len(responses) != 4 or errors:
-            raise TerminalError(f"dynsec refused the credentials of {node}: {errors or responses}")
-        log.info("bus.agent_credentials_issued", node=node, username=username)
-        return AgentCredentials(username=username, password=password)
+            raise TerminalError(f"dynsec refused the client {username}: {errors or responses}")
+
+    async def clients(self) -> list[str]:
+        """The usernames dynsec knows (for checks and tests)."""
+        responses = await self._call([{"command": "listClients", "count": -1, "offset": 0}])
+        data = responses[0].get("data") if responses else None
+        names = data.get("clients") if isinstance(data, dict) else None
+        if not isinstance(names, list):
+            raise TransientError(f"unexpected listClients answer: {str(responses)[:200]}")
+        return [str(n) for n in names]
 
     async def revoke(self, node: str) -> None:
         """Delete ``node``'s agent client (its connection is closed by the broker)."""

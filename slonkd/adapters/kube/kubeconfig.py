@@ -1,19 +1,25 @@
 """Where the apiserver is and how slonkd proves who it is: kubeconfig or in-cluster account.
 
 A lean loader on the standard library, so that no slonkd process imports kubernetes_asyncio
-(its client alone costs about 60 MB of RSS in every agent). It reads:
+(its client alone costs about 60 MB of RSS in every agent) unless a kubeconfig asks for an
+``exec`` credential plugin. It reads:
 
 - a kubeconfig (JSON or YAML): the current context (or a named one), its cluster's
   ``server``, ``certificate-authority`` / ``-data``, ``insecure-skip-tls-verify`` and
   ``tls-server-name``, and its user's ``token``, ``tokenFile``, ``client-certificate`` /
   ``-data`` and ``client-key`` / ``-data``; relative paths are relative to the file, as
   kubectl reads them;
+- or its user's ``exec`` credential plugin (EKS ``aws eks get-token``, GKE
+  ``gke-gcloud-auth-plugin``, OIDC ``kubelogin``): ``command``, ``args``, ``env`` and
+  ``apiVersion`` are checked here into an :class:`ExecPlugin`; running it, caching its token
+  or client certificate until it expires and asking again after a 401 is
+  :mod:`slonkd.adapters.kube.exec_auth`'s job, the one place kubernetes_asyncio is imported
+  (only when such a kubeconfig is loaded; in-cluster agents never import it);
 - the pod's ServiceAccount: ``KUBERNETES_SERVICE_HOST`` / ``_PORT`` and the mounted token
   and CA. The token is re-read once a minute, so a rotated projected token is picked up.
 
-Not supported, and refused with a clear :class:`KubeConfigError`: ``exec`` credential plugins,
-``auth-provider`` and basic auth. slonkd runs in the cluster with a ServiceAccount; a
-kubeconfig for running it elsewhere carries a token or a client certificate.
+Not supported, and refused with a clear :class:`KubeConfigError`: ``auth-provider``
+(deprecated since Kubernetes 1.22; its replacements are exec plugins) and basic auth.
 
 Only :func:`ssl_context` and :class:`TokenSource` touch files after loading; nothing here
 opens a connection.
@@ -38,10 +44,24 @@ from slonkd.core.errors import TerminalError
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REFRESH_S = 60.0
 """How often a token file is read again (client-go and kubernetes_asyncio: one minute)."""
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+"""The ExecCredential versions plugins speak today (v1alpha1 was removed in Kubernetes 1.24)."""
 
 
 class KubeConfigError(TerminalError):
     """The kubeconfig or the in-cluster account cannot be used; the message says why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecPlugin:
+    """A kubeconfig user's ``exec`` section, checked: what to run to get credentials."""
+
+    command: str
+    """A name looked up in PATH, or a path (relative ones resolved against the kubeconfig)."""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    """Added to slonkd's own environment for the plugin."""
+    api_version: str = EXEC_API_VERSIONS[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +80,8 @@ class ApiEndpoint:
     cert_data: str | None = None
     key_file: str | None = None
     key_data: str | None = None
+    exec_plugin: ExecPlugin | None = None
+    """Run for a token or a client certificate (:mod:`slonkd.adapters.kube.exec_auth`)."""
     source: str = ""
     """Where this came from (a kubeconfig path and context, or "in-cluster"), for messages."""
 
@@ -88,6 +110,39 @@ def _path(value: Any, base_dir: Path) -> str:
     return str(path if path.is_absolute() else base_dir / path)
 
 
+def _exec_plugin(section: Any, user: Mapping[str, Any], base_dir: Path, source: str) -> ExecPlugin:
+    """The user's ``exec`` section, or a KubeConfigError naming what is wrong with it."""
+    where = f"{source}: exec"
+    if not isinstance(section, dict):
+        raise KubeConfigError(f"{where}: not a mapping")
+    if "token" in user or "tokenFile" in user:
+        raise KubeConfigError(f"{where}: a user has a token (or tokenFile) or an exec plugin")
+    command = section.get("command")
+    if not isinstance(command, str) or not command:
+        raise KubeConfigError(f"{where}: no command")
+    api_version = section.get("apiVersion")
+    if api_version not in EXEC_API_VERSIONS:
+        raise KubeConfigError(
+            f"{where}: apiVersion {api_version!r} is not one of {', '.join(EXEC_API_VERSIONS)}"
+        )
+    args = section.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise KubeConfigError(f"{where}: args is not a list of strings")
+    env: list[tuple[str, str]] = []
+    for item in section.get("env") or []:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and item["name"]
+            and isinstance(item.get("value"), str)
+        ):
+            raise KubeConfigError(f"{where}: env is not a list of {{name, value}} strings")
+        env.append((item["name"], item["value"]))
+    if os.sep in command and not os.path.isabs(command):
+        command = _path(command, base_dir)  # kubectl: a path is relative to the kubeconfig
+    return ExecPlugin(command=command, args=tuple(args), env=tuple(env), api_version=api_version)
+
+
 def endpoint_from_kubeconfig(
     doc: Any, *, base_dir: Path, context: str | None = None, source: str = "kubeconfig"
 ) -> ApiEndpoint:
@@ -104,14 +159,13 @@ def endpoint_from_kubeconfig(
     if ctx.get("user"):
         user = _named(doc.get("users"), str(ctx["user"]), "user", source)
     for unsupported, why in (
-        ("exec", "exec credential plugins"),
         ("auth-provider", "auth-provider plugins"),
         ("username", "basic auth"),
     ):
         if unsupported in user:
             raise KubeConfigError(
-                f"{source}: {why}: not supported; use a token, a tokenFile or a client "
-                "certificate (in a pod, the ServiceAccount)"
+                f"{source}: {why}: not supported; use a token, a tokenFile, a client "
+                "certificate or an exec plugin (in a pod, the ServiceAccount)"
             )
     server = str(cluster.get("server", "")).rstrip("/")
     if not server.startswith(("https://", "http://")):
@@ -139,6 +193,7 @@ def endpoint_from_kubeconfig(
         cert_data=optional_data(user, "client-certificate-data"),
         key_file=optional_path(user, "client-key"),
         key_data=optional_data(user, "client-key-data"),
+        exec_plugin=_exec_plugin(user["exec"], user, base_dir, source) if "exec" in user else None,
         source=source,
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -120,19 +121,27 @@ class LeaderElector:
             log.info(
                 "kube.lease_acquired", lease=self._s.name, identity=self._s.identity, token=token
             )
+            current = asyncio.current_task()
+            cancelling_before = current.cancelling() if current is not None else 0
+            lost = False
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._renew_until_lost())
                     group.create_task(work(token))
             except* _Lost:
-                pass
+                lost = True
             finally:
                 self._token = None
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                # A TaskGroup that is already aborting (leadership lost) swallows a
-                # cancellation of its parent; honour it here instead of campaigning again.
-                raise asyncio.CancelledError
+            if current is not None:
+                if lost and sys.version_info < (3, 12) and current.cancelling() > cancelling_before:
+                    # Python 3.11's TaskGroup cancels its parent when a child fails during
+                    # __aexit__ and never takes that request back (fixed in 3.12): undo it,
+                    # or the campaign would end as if it had been cancelled.
+                    current.uncancel()
+                if current.cancelling() > cancelling_before:
+                    # A TaskGroup that is already aborting (leadership lost) swallows a
+                    # cancellation of its parent; honour it here instead of campaigning again.
+                    raise asyncio.CancelledError
             log.warning("kube.lease_lost", lease=self._s.name, identity=self._s.identity)
 
     async def release(self) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slonkd.adapters.kube.errors import Call
+from slonkd.adapters.kube.parsing import pod_from_json
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.kube_objects import PodName, TokenIdentity
+from slonkd.core.kube_objects import Pod, PodName, TokenIdentity
 
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
@@ -53,3 +54,19 @@ async def review_token(
         pod_name=PodName(pod) if pod else None,
         pod_uid=_first(extra, POD_UID),
     )
+
+
+async def find_worker_pod(
+    transport: KubeTransport, namespace: str, name: str, *, selector: str
+) -> Pod | None:
+    """The pod ``namespace/name`` if it matches the worker ``selector`` (else None).
+
+    The apiserver applies the selector, so its meaning is exactly the informers' one.
+    """
+    call = Call(verb="list", resource="pods", namespace=namespace)
+    query = {"fieldSelector": f"metadata.name={name}", "labelSelector": selector}
+    listed = await transport.request(
+        call, "GET", f"/api/v1/namespaces/{namespace}/pods", query=query
+    )
+    items = listed.get("items") or []
+    return pod_from_json(items[0]) if items else None

@@ -1,11 +1,14 @@
 """The adapter's one way to talk to the apiserver: plain aiohttp, raw JSON in and out.
 
 Where the apiserver is and the credentials come from :mod:`slonkd.adapters.kube.kubeconfig`
-(a kubeconfig, or the pod's ServiceAccount with its token re-read as it rotates); this
-module owns one aiohttp session (connection pool, TLS context) and decodes bodies with
-``json``. No client library is imported: kubernetes_asyncio's client alone costs about 60 MB
-of RSS per agent, and model objects are never wanted anyway (turning 5,000 nodes into
-``V1Node`` objects takes 11.9 s where raw JSON takes about 1.8 s; see shared/REAL_SERVICES.md).
+(a kubeconfig, or the pod's ServiceAccount with its token re-read as it rotates) and, for a
+kubeconfig with an exec plugin, :mod:`slonkd.adapters.kube.exec_auth` (a request the
+apiserver answers 401 is sent once more with the plugin's next credential); this module
+owns one aiohttp session (connection pool, TLS context) and decodes bodies with ``json``.
+No client library is used for requests: kubernetes_asyncio's client alone costs about 60 MB
+of RSS per agent (only an exec plugin's kubeconfig imports it, for its ExecProvider), and
+model objects are never wanted anyway (turning 5,000 nodes into ``V1Node`` objects takes
+11.9 s where raw JSON takes about 1.8 s; see shared/REAL_SERVICES.md).
 
 Errors leave this module as slonkd errors (:mod:`slonkd.adapters.kube.errors`). Every write
 carries ``fieldManager`` so that managedFields tells slonkd's writes from everyone else's.
@@ -22,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from slonkd.adapters.kube.errors import Call, error_for_exception, error_for_status
+from slonkd.adapters.kube.exec_auth import ExecAuth, ExecCredential
 from slonkd.adapters.kube.kubeconfig import (
     TOKEN_REFRESH_S,
     ApiEndpoint,
@@ -63,6 +67,8 @@ class KubeTransport:
         self._pool_size = pool_size
         self._ssl = ssl_context(endpoint) if endpoint.server.startswith("https://") else None
         self._token = TokenSource(endpoint.token, endpoint.token_file, refresh_s=token_refresh_s)
+        # kubernetes_asyncio is imported here, and only for a kubeconfig with an exec plugin
+        self._exec = ExecAuth(endpoint) if endpoint.exec_plugin else None
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -117,21 +123,38 @@ class KubeTransport:
         if method in ("POST", "PUT", "PATCH"):
             params.setdefault("fieldManager", self.field_manager)
         data = None if body is None else json.dumps(body).encode()
-        try:
-            authorization = self._token.header()
-            if authorization:
-                headers["Authorization"] = authorization
-            response = await self._client().request(
-                method,
-                self.endpoint.server + path,
-                params=params,
-                data=data,
-                headers=headers,
-                timeout=client_timeout,
-                server_hostname=self.endpoint.tls_server_name,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise error_for_exception(exc, call) from exc
+        for attempt in (1, 2):
+            credential: ExecCredential | None = None
+            extra: dict[str, Any] = {}
+            if self._exec is not None:
+                credential = await self._exec.credential()
+                authorization = f"Bearer {credential.token}" if credential.token else None
+                if credential.tls is not None:
+                    extra["ssl"] = credential.tls  # the plugin's client certificate
+            try:
+                if self._exec is None:
+                    authorization = self._token.header()
+                if authorization:
+                    headers["Authorization"] = authorization
+                else:
+                    headers.pop("Authorization", None)
+                response = await self._client().request(
+                    method,
+                    self.endpoint.server + path,
+                    params=params,
+                    data=data,
+                    headers=headers,
+                    timeout=client_timeout,
+                    server_hostname=self.endpoint.tls_server_name,
+                    **extra,
+                )
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                raise error_for_exception(exc, call) from exc
+            if response.status == 401 and self._exec and credential and attempt == 1:
+                response.release()
+                self._exec.rejected(credential)
+                continue
+            break
         return response
 
     async def request(

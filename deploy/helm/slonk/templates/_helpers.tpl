@@ -150,3 +150,86 @@ it exists: the chart never creates that ConfigMap) and the munge key. */}}
 {{- define "slonk.confValue" -}}
 {{- if kindIs "float64" . -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
 {{- end -}}
+
+{{- define "slonk.agentConfigMap" -}}{{ printf "%s-agent" (include "slonk.poolName" .) }}{{- end -}}
+{{- define "slonk.coordinatorState" -}}{{ printf "%s-state" (include "slonk.coordinator" .) }}{{- end -}}
+
+{{/* Every SLURM node of every pool as comma-joined hostlists ("" when there is none). */}}
+{{- define "slonk.allHostlists" -}}
+{{- $lists := list -}}
+{{- range $pool := .Values.pools -}}
+{{- if gt (int $pool.replicas) 0 -}}
+{{- $lists = append $lists (include "slonk.poolHostlist" (dict "root" $ "pool" $pool)) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $lists -}}
+{{- end -}}
+
+{{/* The agent's JSON settings of one pool (SLONKD_CONFIG): {root, pool}. Derived defaults,
+then agent.health.checks, then the pool's health.checks, key by key (a table replaces a
+table whole, as the agent reads it). Only keys slonkd/cli/agent.py accepts: the schema
+refuses any other, and tests/unit/test_chart_render.py feeds this to the agent's loader. */}}
+{{- define "slonk.agentConfig" -}}
+{{- $root := .root -}}
+{{- $pool := .pool -}}
+{{- $health := $root.Values.agent.health -}}
+{{- $checks := dict "expected_gpus" (int $pool.gpus) "slurmd_port" (int $root.Values.slurm.slurmdPort) -}}
+{{- if include "slonk.homeEnabled" $root -}}
+{{- $_ := set $checks "mounts" (list $root.Values.home.mountPath) -}}
+{{- end -}}
+{{- if $health.hostSysfs -}}
+{{- $_ := set $checks "sysfs_root" "/host/sys" -}}
+{{- end -}}
+{{- $poolHealth := $pool.health | default dict -}}
+{{- range $k, $v := ($health.checks | default dict) }}{{ $_ := set $checks $k $v }}{{ end -}}
+{{- range $k, $v := ($poolHealth.checks | default dict) }}{{ $_ := set $checks $k $v }}{{ end -}}
+{{- $hyst := dict -}}
+{{- range $k, $v := ($health.hysteresis | default dict) }}{{ $_ := set $hyst $k (int $v) }}{{ end -}}
+{{- range $k, $v := ($poolHealth.hysteresis | default dict) }}{{ $_ := set $hyst $k (int $v) }}{{ end -}}
+{{- $doc := dict "cluster" $root.Values.clusterName "health" $checks -}}
+{{- if $hyst }}{{ $_ := set $doc "hysteresis" $hyst }}{{ end -}}
+{{- toPrettyJson $doc -}}
+{{- end -}}
+
+{{/* The coordinator's JSON settings (SLONKD_CONFIG); keys as slonkd/cli/coordinator.py reads
+them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
+{{- define "slonk.coordinatorConfig" -}}
+{{- $c := .Values.coordinator -}}
+{{- $lease := int $c.leaseDurationSeconds -}}
+{{- $doc := dict
+  "cluster" .Values.clusterName
+  "pod_selector" (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=slurmd" .Release.Name)
+  "lease_name" (include "slonk.coordinator" .)
+  "lease_duration_s" $lease
+  "renew_deadline_s" (divf (mul $lease 2) 3)
+  "retry_period_s" (divf (mul $lease 2) 15)
+  "state_name" (include "slonk.coordinatorState" .)
+  "api_port" (int $c.apiPort)
+  "audit_path" "/var/lib/slonkd/audit/audit.jsonl"
+  "max_out" (int $c.budget.maxOut)
+  "max_out_percent" $c.budget.maxOutPercent
+  "mass_percent" $c.budget.massPercent
+  "dry_run" $c.dryRun
+-}}
+{{- $t := .Values.topology -}}
+{{- if ne $t.plugin "none" -}}
+{{- $topo := dict
+  "plugin" $t.plugin
+  "configmap" (include "slonk.topologyConfigMap" .)
+  "configmap_key" "topology.conf"
+  "slurmctld_copy" "/etc/slurm/topology.conf"
+  "debounce_s" $t.debounceSeconds
+  "max_delay_s" $t.maxDelaySeconds
+  "resync_s" $t.resyncSeconds
+  "copy_timeout_s" $t.copyTimeoutSeconds
+-}}
+{{- if eq $t.plugin "tree" -}}
+{{- $_ := set $topo "tree_keys" $t.treeKeys -}}
+{{- else -}}
+{{- $_ := set $topo "block_key" $t.blockKey -}}
+{{- with $t.blockSizes }}{{ $_ := set $topo "block_sizes" (list) }}{{ range . }}{{ $_ := set $topo "block_sizes" (append $topo.block_sizes (int .)) }}{{ end }}{{ end -}}
+{{- end -}}
+{{- $_ := set $doc "topology" $topo -}}
+{{- end -}}
+{{- toPrettyJson $doc -}}
+{{- end -}}

@@ -18,6 +18,10 @@
 {{- if gt (len $sts) 52 -}}
 {{- fail (printf "pools: StatefulSet name %q (release-pool) is %d characters; at most 52 keep pod and SLURM node names valid hostnames" $sts (len $sts)) -}}
 {{- end -}}
+{{- $hyst := merge (dict) (($pool.health | default dict).hysteresis | default dict) ($.Values.agent.health.hysteresis | default dict) -}}
+{{- if and (hasKey $hyst "fail_n") (hasKey $hyst "window_m") (gt (int $hyst.fail_n) (int $hyst.window_m)) -}}
+{{- fail (printf "pools[%s]: health hysteresis fail_n (%d) must not exceed window_m (%d): the agent would refuse it and exit" $pool.name (int $hyst.fail_n) (int $hyst.window_m)) -}}
+{{- end -}}
 {{- $grace := int (include "slonk.poolGrace" (dict "root" $ "pool" $pool)) -}}
 {{- if le $grace $margin -}}
 {{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than workers.prestop.marginSeconds (%d): slonkd prestop needs the margin to requeue jobs and mark the node DOWN before the kubelet kills slurmd" $pool.name $grace $margin) -}}
@@ -26,6 +30,9 @@
 {{- $pc := .Values.priorityClasses -}}
 {{- if and $pc.create (not (and (gt (int $pc.control) (int $pc.serving)) (gt (int $pc.serving) (int $pc.training)))) -}}
 {{- fail (printf "priorityClasses: need control (%d) > serving (%d) > training (%d): serving must preempt workers, never SLURM's own pods" (int $pc.control) (int $pc.serving) (int $pc.training)) -}}
+{{- end -}}
+{{- if hasKey .Values.slurm.config "TopologyPlugin" -}}
+{{- fail "slurm.config: set the topology plugin with topology.plugin (none, tree or block), not slurm.config.TopologyPlugin: the coordinator's topology settings and the seed topology.conf follow it" -}}
 {{- end -}}
 {{- if gt (len .Release.Name) 30 -}}
 {{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}

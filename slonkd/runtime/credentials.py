@@ -1,0 +1,251 @@
+"""``POST /v1/credentials``: an agent trades its pod-bound token for its own MQTT client.
+
+A StatefulSet cannot mount one Secret per pod, so each agent presents the projected,
+pod-bound ServiceAccount token of its pod (``Authorization: Bearer ...``). The handler asks
+the apiserver who that is (TokenReview, with the configured audience), and issues
+credentials only when the token is bound to a pod in the coordinator's namespace that
+matches the worker selector with the same uid (the pod name is the SLURM node name). Then
+:meth:`~slonkd.adapters.bus.dynsec.DynSecAdmin.issue` (re)creates that agent's client and
+role with a fresh password: every request rotates it, so a restarted pod (new uid) gets a
+new one and the old one stops working. Everything else is refused (401: no or invalid
+token; 403: a valid token that is not a worker pod's; 429: too many requests from one pod)
+with a logged reason. Neither the token nor the password is ever logged.
+
+Any replica may serve it (standbys too): TokenReview and dynsec are idempotent and hold no
+leader state. It must not decide anything about SLURM or Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from slonkd.adapters.bus.client import CredentialSource
+from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
+from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.errors import ParseError, SlonkdError, TransientError
+from slonkd.core.messages import check_name
+
+log = structlog.get_logger("slonkd.credentials")
+
+MAX_TOKEN_BYTES = 8000
+"""Longer bearer values are refused before any TokenReview (real tokens are 1-2 KB; aiohttp
+itself refuses header lines over 8190 bytes with 400)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CredentialSettings:
+    """How the coordinator reaches dynsec and whom it trusts."""
+
+    admin_host: str
+    admin_port: int
+    admin_user: str
+    admin_password: str
+    audiences: Sequence[str] = ()
+    """TokenReview audiences (the agent's projected token's ``audience``); () : the apiserver's."""
+    service_account: str = ""
+    """If set, only this ServiceAccount's tokens (``name`` or ``system:serviceaccount:ns:name``)."""
+    per_pod_limit: int = 5
+    """Most issues for one pod within ``per_pod_window_s`` ..."""
+    per_pod_window_s: float = 60.0
+    max_concurrent_reviews: int = 8
+    """Concurrent TokenReviews (a flood of garbage waits here, not on the apiserver)."""
+
+    def __post_init__(self) -> None:
+        if self.per_pod_limit < 1 or self.per_pod_window_s <= 0:
+            raise ValueError("per_pod_limit must be >= 1 and per_pod_window_s positive")
+        if self.max_concurrent_reviews < 1:
+            raise ValueError("max_concurrent_reviews must be >= 1")
+
+
+class _Refused(Exception):
+    """A request refused with ``status`` for ``reason`` (logged, and said to the client)."""
+
+    def __init__(self, status: int, reason: str, **context: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.context = context
+
+
+class CredentialIssuer:
+    """The ``/v1/credentials`` handler of one replica."""
+
+    def __init__(
+        self,
+        settings: CredentialSettings,
+        *,
+        transport: KubeTransport,
+        admin: DynSecAdmin,
+        namespace: str,
+        cluster: str,
+        pod_selector: str,
+    ) -> None:
+        self.s = settings
+        self._transport = transport
+        self.admin = admin
+        self._namespace = namespace
+        self._cluster = cluster
+        self._selector = pod_selector
+        self._reviews = asyncio.Semaphore(settings.max_concurrent_reviews)
+        self._recent: dict[str, deque[float]] = {}
+        self._uids: dict[str, str] = {}
+        self.issued = 0
+        self.refused = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Check the bearer token and answer ``{username, password, cluster}`` or refuse."""
+        remote = request.remote or ""
+        try:
+            token = _bearer(request.headers.get("Authorization", ""))
+            node, uid = await self._identify(token)
+            self._limit(node)
+            creds = await self.admin.issue(self._cluster, node)
+        except _Refused as exc:
+            self.refused += 1
+            log.warning(
+                "bus.credentials_refused",
+                status=exc.status,
+                reason=exc.reason,
+                remote=remote,
+                **exc.context,
+            )
+            headers = (
+                {"Retry-After": str(int(self.s.per_pod_window_s))} if exc.status == 429 else {}
+            )
+            return web.json_response({"error": exc.reason}, status=exc.status, headers=headers)
+        except TransientError as exc:
+            log.warning("bus.credentials_unavailable", error=str(exc)[:200], remote=remote)
+            return web.json_response({"error": "try again later"}, status=503)
+        except SlonkdError as exc:
+            log.error("bus.credentials_failed", error=str(exc)[:200], remote=remote)
+            return web.json_response({"error": "cannot issue credentials"}, status=500)
+        rotated = self._uids.get(node, "") not in ("", uid)
+        self._uids[node] = uid
+        self.issued += 1
+        log.info(
+            "bus.credentials_issued",
+            node=node,
+            pod=node,
+            pod_uid=uid,
+            username=creds.username,
+            new_pod=rotated,
+            cause="agent-bootstrap",
+            remote=remote,
+        )
+        return web.json_response(
+            {"username": creds.username, "password": creds.password, "cluster": self._cluster},
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def _identify(self, token: str) -> tuple[str, str]:
+        """The worker pod (name, uid) the token is bound to; _Refused otherwise."""
+        async with self._reviews:
+            who = await review_token(self._transport, token, audiences=self.s.audiences)
+        if not who.authenticated:
+            raise _Refused(401, "token not authenticated", detail=who.error[:160])
+        if who.pod_name is None:
+            raise _Refused(403, "token is not bound to a pod", user=who.username[:120])
+        pod = str(who.pod_name)
+        ctx = {"pod": pod[:80], "namespace": who.namespace[:80]}
+        if who.namespace != self._namespace:
+            raise _Refused(403, "pod is outside the coordinator's namespace", **ctx)
+        wanted = self.s.service_account
+        if wanted and wanted not in (who.service_account, who.username):
+            raise _Refused(403, "token of another ServiceAccount", **ctx)
+        try:
+            check_name(pod, "node")
+        except ParseError:
+            raise _Refused(403, "pod name is not a valid node name", **ctx) from None
+        found = await find_worker_pod(
+            self._transport, self._namespace, pod, selector=self._selector
+        )
+        if found is None:
+            raise _Refused(403, "not a worker pod (selector does not match)", **ctx)
+        if not who.pod_uid or found.uid != who.pod_uid:
+            raise _Refused(403, "token is bound to an older pod of that name", **ctx)
+        return pod, found.uid
+
+    def _limit(self, node: str) -> None:
+        """At most ``per_pod_limit`` issues per pod per window (a looping agent, a replay)."""
+        now = time.monotonic()
+        horizon = now - self.s.per_pod_window_s
+        for name in [n for n, q in self._recent.items() if not q or q[-1] < horizon]:
+            del self._recent[name]  # bounded by the pods seen within one window
+        recent = self._recent.setdefault(node, deque())
+        while recent and recent[0] < horizon:
+            recent.popleft()
+        if len(recent) >= self.s.per_pod_limit:
+            raise _Refused(429, "too many credential requests for this pod", pod=node)
+        recent.append(now)
+
+
+def credential_issuer(
+    settings: CredentialSettings,
+    transport: KubeTransport,
+    namespace: str,
+    cluster: str,
+    pod_selector: str,
+) -> CredentialIssuer:
+    """The issuer ``run_coordinator`` hangs on its API (every replica serves it)."""
+    admin = DynSecAdmin(
+        host=settings.admin_host,
+        port=settings.admin_port,
+        username=settings.admin_user,
+        password=settings.admin_password,
+    )
+    return CredentialIssuer(
+        settings,
+        transport=transport,
+        admin=admin,
+        namespace=namespace,
+        cluster=cluster,
+        pod_selector=pod_selector,
+    )
+
+
+def _bearer(header: str) -> str:
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise _Refused(401, "missing bearer token")
+    if len(token) > MAX_TOKEN_BYTES or not token.isascii() or not token.isprintable():
+        raise _Refused(401, "malformed bearer token")
+    return token
+
+
+def coordinator_bus_credentials(
+    settings: CredentialSettings, *, cluster: str, identity: str
+) -> CredentialSource:
+    """The coordinator's own MQTT client, (re)created in dynsec with the admin's rights.
+
+    The admin may not publish on ``slonk/#``, so each replica makes itself a client with the
+    coordinator's role (every node's commands, its status) and a fresh password whenever
+    the bus needs one: at start and after the broker refuses the last.
+    """
+    admin = DynSecAdmin(
+        host=settings.admin_host,
+        port=settings.admin_port,
+        username=settings.admin_user,
+        password=settings.admin_password,
+    )
+    name = f"coordinator-{identity}"
+    if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        name = f"coordinator-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
+
+    async def provision() -> tuple[str, str]:
+        password = secrets.token_urlsafe(24)
+        await admin.ensure_client(name, password, coordinator_role(cluster, name))
+        return name, password
+
+    return provision

@@ -1,0 +1,308 @@
+"""The credential bootstrap on real services: apiserver TokenReview, dynsec mosquitto, HTTP API.
+
+The coordinator's API runs in-process with a real :class:`CredentialIssuer`; agents present
+real pod-bound tokens minted by TokenRequest for real pod objects, through the agent's real
+bootstrap client, and then talk to a broker whose only clients are the ones dynsec holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import aiomqtt
+import pytest
+
+from slonkd.adapters.bus.bootstrap import BootstrapSettings, IssuedCredentials, fetch_credentials
+from slonkd.adapters.bus.client import BusSettings
+from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.errors import TerminalError
+from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
+from slonkd.runtime.agent_commands import agent_bus
+from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.mosquitto import Mosquitto
+from tests.contract.kube_helpers import pending_pod, until
+
+pytestmark = [pytest.mark.kube, pytest.mark.mqtt]
+
+CLUSTER = "lab"
+AUDIENCE = "slonkd-bus"
+WORKER = {"app.kubernetes.io/name": "slurmd"}
+
+
+@dataclass
+class Setup:
+    """The pieces one test uses."""
+
+    kube: KubeCluster
+    namespace: str
+    broker: Mosquitto
+    admin: DynSecAdmin
+    issuer: CredentialIssuer
+    url: str
+    tmp: Path
+
+    def pod(self, name: str, labels: dict[str, str] | None = None, ns: str = "") -> str:
+        """Create a pod (worker labels by default); its uid."""
+        body = pending_pod(name, labels if labels is not None else WORKER)
+        made = self.kube.api.request(
+            "POST", f"/api/v1/namespaces/{ns or self.namespace}/pods", body
+        )
+        return str(made["metadata"]["uid"])
+
+    def token(self, name: str, uid: str, ns: str = "", audience: str = AUDIENCE) -> str:
+        """A token bound to pod ``name`` (uid ``uid``) with ``audience``."""
+        return self.kube.create_token(
+            ns or self.namespace, "default", bound_pod=(name, uid), audiences=(audience,)
+        )
+
+    def token_file(self, token: str) -> str:
+        """``token`` written where a projected volume would put it."""
+        path = Path(tempfile.mkstemp(dir=self.tmp)[1])
+        path.write_text(token + "\n")
+        return str(path)
+
+    async def bootstrap(self, token: str) -> IssuedCredentials:
+        """The agent's real bootstrap client against the API (no waits between retries)."""
+        s = BootstrapSettings(
+            url=self.url, token_file=self.token_file(token), attempts=2, wait_min_s=0, wait_max_s=0
+        )
+        return await fetch_credentials(s)
+
+    async def agent_names(self) -> set[str]:
+        """The agent clients dynsec holds."""
+        return {c for c in await self.admin.clients() if c.startswith("agent-")}
+
+    def client(self, username: str, password: str) -> aiomqtt.Client:
+        """A plain MQTT 5 client."""
+        return aiomqtt.Client(
+            self.broker.host,
+            self.broker.port,
+            username=username,
+            password=password,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            timeout=5,
+        )
+
+
+async def post(url: str, authorization: str | None) -> tuple[int, dict[str, Any]]:
+    """POST to ``url`` with that Authorization header; (status, JSON body)."""
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    async with aiohttp.ClientSession() as session, session.post(url, headers=headers) as r:
+        return r.status, await r.json()
+
+
+@pytest.fixture
+async def setup(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str, session_root: Path
+) -> AsyncIterator[Setup]:
+    """A dynsec broker, the coordinator API with a credential issuer, a namespace for pods."""
+    root = Path(tempfile.mkdtemp(prefix="creds-", dir=session_root))
+    broker = Mosquitto(root / "mqtt", dynamic_security=True)
+    await asyncio.to_thread(broker.start)
+    admin = DynSecAdmin(
+        host=broker.host,
+        port=broker.port,
+        username=broker.admin_user,
+        password=broker.admin_password,
+    )
+    settings = CredentialSettings(
+        admin_host=broker.host,
+        admin_port=broker.port,
+        admin_user=broker.admin_user,
+        admin_password=broker.admin_password,
+        audiences=(AUDIENCE,),
+        per_pod_limit=3,
+    )
+    issuer = CredentialIssuer(
+        settings,
+        transport=kube_transport,
+        admin=admin,
+        namespace=namespace,
+        cluster=CLUSTER,
+        pod_selector="app.kubernetes.io/name=slurmd",
+    )
+    api = CoordinatorAPI(identity="test-coordinator", holder=lambda: "")
+    api.credentials = issuer
+    await api.start("127.0.0.1", 0)
+    try:
+        yield Setup(
+            kube=kube,
+            namespace=namespace,
+            broker=broker,
+            admin=admin,
+            issuer=issuer,
+            url=f"http://127.0.0.1:{api.port}/v1/credentials",
+            tmp=root,
+        )
+    finally:
+        await api.stop()
+        await asyncio.to_thread(broker.stop)
+
+
+async def test_a_worker_pods_token_gets_credentials_for_its_own_topics_only(setup: Setup) -> None:
+    """A worker's token yields its own client, confined to its own topics.
+
+    It publishes its status, not another node's, and may not read another node's commands.
+    """
+    uid = setup.pod("w-1")
+    creds = await setup.bootstrap(setup.token("w-1", uid))
+    assert (creds.username, creds.cluster) == ("agent-w-1", CLUSTER)
+    assert "password" not in repr(creds)
+    admin = setup.client(setup.broker.admin_user, setup.broker.admin_password)
+    async with admin as watcher:
+        await watcher.subscribe(f"slonk/v1/{CLUSTER}/nodes/+/status", qos=1)
+        async with setup.client(creds.username, creds.password) as agent:
+            forged = AgentStatus(node="w-2", online=False)
+            await agent.publish(
+                str(node_topic(CLUSTER, "w-2", Channel.STATUS)), encode(forged), qos=1
+            )
+            mine = AgentStatus(node="w-1", online=True)
+            await agent.publish(
+                str(node_topic(CLUSTER, "w-1", Channel.STATUS)), encode(mine), qos=1
+            )
+            other = await agent.subscribe(str(node_topic(CLUSTER, "w-2", Channel.COMMANDS)), qos=1)
+            own = await agent.subscribe(str(node_topic(CLUSTER, "w-1", Channel.COMMANDS)), qos=1)
+        async with asyncio.timeout(10):
+            first = await anext(aiter(watcher.messages))
+    assert str(first.topic) == f"slonk/v1/{CLUSTER}/nodes/w-1/status"  # the forgery never came
+    assert all(int(c.value) >= 0x80 for c in other)  # type: ignore[union-attr]
+    assert [int(c.value) for c in own] == [1]  # type: ignore[union-attr]
+    assert setup.issuer.issued == 1
+
+
+async def test_tokens_that_are_not_a_worker_pods_are_refused_and_create_nothing(
+    setup: Setup, kube: KubeCluster
+) -> None:
+    """Anything but a live worker pod's token is refused (401/403) and creates no client.
+
+    Garbage, a missing header, a wrong audience, an unbound token, a pod outside the
+    namespace, a pod that is not a worker, a deleted pod's token.
+    """
+    other_ns = f"{setup.namespace}-x"
+    kube.create_namespace(other_ns)
+    try:
+        outside_uid = setup.pod("w-out", ns=other_ns)
+        plain_uid = setup.pod("web-1", labels={"app": "web"})
+        gone_uid = setup.pod("w-gone")
+        gone_token = setup.token("w-gone", gone_uid)
+        kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-gone")
+        worker_uid = setup.pod("w-5")
+        unbound = kube.create_token(setup.namespace, "default", audiences=(AUDIENCE,))
+        cases = {
+            "no header": (None, 401),
+            "not bearer": ("Basic dXNlcjpwYXNz", 401),
+            "garbage": ("Bearer not-a-token", 401),
+            "oversized": ("Bearer " + "a" * 8050, 401),
+            "wrong audience": (f"Bearer {setup.token('w-5', worker_uid, audience='other')}", 401),
+            "not pod-bound": (f"Bearer {unbound}", 403),
+            "other namespace": (f"Bearer {setup.token('w-out', outside_uid, ns=other_ns)}", 403),
+            "not a worker": (f"Bearer {setup.token('web-1', plain_uid)}", 403),
+            "deleted pod": (f"Bearer {gone_token}", 401),
+        }
+        for what, (header, want) in cases.items():
+            status, body = await post(setup.url, header)
+            assert (what, status) == (what, want), body
+            assert "password" not in body
+        assert await setup.agent_names() == set()
+        assert setup.issuer.issued == 0
+        assert setup.issuer.refused == len(cases)
+        with pytest.raises(TerminalError, match="403"):
+            await setup.bootstrap(setup.token("web-1", plain_uid))
+    finally:
+        kube.api.request("DELETE", f"/api/v1/namespaces/{other_ns}", ok=(200, 202, 404))
+
+
+async def test_a_restarted_pod_gets_a_new_password_and_the_old_one_stops_working(
+    setup: Setup, kube: KubeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restarted pod (new uid) gets a new password; the old password and token stop working.
+
+    The broker refuses the old password, the API the old pod's token; no secret is logged.
+    """
+    first_uid = setup.pod("w-7")
+    old_token = setup.token("w-7", first_uid)
+    old = await setup.bootstrap(old_token)
+    async with setup.client(old.username, old.password):
+        pass
+    kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-7")
+    second_uid = setup.pod("w-7")
+    assert second_uid != first_uid
+    new = await setup.bootstrap(setup.token("w-7", second_uid))
+    assert new.username == old.username
+    assert new.password != old.password
+    with pytest.raises(aiomqtt.MqttError):
+        async with setup.client(old.username, old.password):
+            pass
+    async with setup.client(new.username, new.password):
+        pass
+    status, body = await post(setup.url, f"Bearer {old_token}")
+    # The apiserver may still pass the old token for a moment (its pod lookup is cached);
+    # then the issuer's own uid check refuses it: 403 instead of 401, refused either way.
+    assert status in (401, 403), body
+    assert await setup.agent_names() == {"agent-w-7"}
+    logged = capsys.readouterr()
+    for secret in (old.password, new.password, old_token):
+        assert secret not in logged.out + logged.err  # neither passwords nor tokens are logged
+
+
+async def test_requests_past_the_per_pod_limit_are_refused_with_429(setup: Setup) -> None:
+    """With a limit of 3 per window, the fourth request of one pod is 429 and issues nothing."""
+    uid = setup.pod("w-9")
+    header = f"Bearer {setup.token('w-9', uid)}"
+    codes = [(await post(setup.url, header))[0] for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    assert setup.issuer.issued == 3
+
+
+async def test_the_agents_bus_fetches_credentials_and_refetches_after_a_rotation(
+    setup: Setup,
+) -> None:
+    """The agent's bus connects with issued credentials and refetches them after a rotation.
+
+    When its password is rotated under it (the broker drops it), it fetches new ones and
+    reconnects by itself.
+    """
+    uid = setup.pod("w-3")
+    token = setup.token("w-3", uid)
+    boot = BootstrapSettings(
+        url=setup.url, token_file=setup.token_file(token), wait_min_s=0, wait_max_s=0
+    )
+    settings = BusSettings(
+        host=setup.broker.host,
+        port=setup.broker.port,
+        username="",
+        password="",
+        client_id="slonkd-agent-w-3",
+        reconnect_min_s=0.05,
+        reconnect_max_s=0.5,
+    )
+    topic = node_topic(CLUSTER, "w-3", Channel.STATUS)
+    bus = agent_bus(
+        settings,
+        cluster=CLUSTER,
+        node="w-3",
+        will=(topic, AgentStatus(node="w-3", online=False)),
+        bootstrap=boot,
+    )
+    task = asyncio.create_task(bus.run())
+    try:
+        await bus.wait_connected(20)
+        await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
+        status, _ = await post(setup.url, f"Bearer {token}")  # someone re-keys w-3
+        assert status == 200
+        await until("the bus reconnected with new credentials", lambda: bus.connects >= 2)
+        await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
+        assert setup.issuer.issued == 3
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

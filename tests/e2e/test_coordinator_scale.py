@@ -1,0 +1,238 @@
+"""The coordinator where counts matter: 100 worker pods on 100 kwok nodes.
+
+One SLURM node has a real slurmd; the other 99 are declared without one (state UNKNOWN,
+no reason), which SLURM drains, resumes and fails like any other. One pod per K8s node, so
+a K8s node and a SLURM node are counted the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import read_json_log, set_unschedulable
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+PODS = 100
+CONFIG: dict[str, Any] = {
+    "resync_s": 5,
+    "failure_grace_s": 1,
+    "unready_grace_s": 3600,
+    "remediate": False,
+    "lease_duration_s": 6,
+    "renew_deadline_s": 4,
+    "retry_period_s": 1,
+    "api_host": "127.0.0.1",
+    "api_port": 0,
+}
+
+
+@dataclass(slots=True)
+class BigFleet:
+    """100 pods on 100 kwok nodes, their SLURM nodes, and the coordinator processes."""
+
+    kube: KubeCluster
+    slurm: SlurmCluster
+    namespace: str
+    placement: dict[str, str]
+    """SLURM node (pod) -> K8s node."""
+    env: dict[str, str]
+    logs: list[Path]
+    procs: list[subprocess.Popen[bytes]]
+    root: Path
+
+    def events(self, i: int = 0) -> list[dict[str, Any]]:
+        """JSON log lines of coordinator ``i``."""
+        return read_json_log(self.logs[i])
+
+    def reasons(self) -> dict[str, str]:
+        """``{slurm node: reason}`` (``none`` when there is none)."""
+        out = self.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout
+        return dict(line.split("|", 1) for line in out.splitlines() if line)
+
+    def cordoned(self) -> set[str]:
+        """K8s nodes of the fleet that are cordoned."""
+        items = self.kube.api.request("GET", "/api/v1/nodes")["items"]
+        mine = set(self.placement.values())
+        return {
+            n["metadata"]["name"]
+            for n in items
+            if n["metadata"]["name"] in mine and n["spec"].get("unschedulable")
+        }
+
+    def state(self) -> dict[str, str]:
+        """The coordinator's state ConfigMap data."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
+        return dict(self.kube.api.request("GET", path).get("data") or {})
+
+    def spawn(self, identity: str) -> int:
+        """Start a coordinator candidate; its index in logs/procs."""
+        log = self.root / f"{identity}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                env={**self.env, "POD_NAME": identity},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        self.logs.append(log)
+        self.procs.append(proc)
+        return len(self.procs) - 1
+
+
+@pytest.fixture
+def big_config() -> dict[str, Any]:
+    """The coordinator's settings (tests override)."""
+    return dict(CONFIG)
+
+
+@pytest.fixture
+def big_fleet(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+    big_config: dict[str, Any],
+) -> Iterator[BigFleet]:
+    """100 pods, one per kwok node, 2 real slurmd and 98 declared SLURM nodes; a coordinator."""
+    slurm = slurm_factory(
+        SlurmLayout(nodes=("w-0",), extra_prefix="w-", extra_nodes=PODS - 1, slurmd_timeout_s=3600)
+    )
+    label = {"slonk.dev/test": namespace}
+    kube_nodes = kube.add_fake_nodes([unique(f"s{i}") for i in range(PODS)], labels=label)
+    sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
+    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
+        }
+    ]
+    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+
+    def placed() -> dict[str, str]:
+        items = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in items
+            if p.get("status", {}).get("phase") == "Running"
+        }
+
+    wait_for(f"{PODS} pods Running", lambda: len(placed()) == PODS, timeout_s=180)
+    placement = placed()
+    assert len(set(placement.values())) == PODS  # one pod a K8s node
+    assert set(placement.values()) <= set(kube_nodes)
+    time.sleep(2)  # Ready for longer than failure_grace_s
+    config = tmp_path / "coordinator.json"
+    config.write_text(json.dumps(big_config))
+    env = {
+        **os.environ,
+        "POD_NAMESPACE": namespace,
+        "KUBECONFIG": str(kube.kubeconfig),
+        "SLURM_CONF": str(slurm.conf),
+        "SLONKD_CONFIG": str(config),
+    }
+    fleet = BigFleet(
+        kube=kube,
+        slurm=slurm,
+        namespace=namespace,
+        placement=placement,
+        env=env,
+        logs=[],
+        procs=[],
+        root=tmp_path,
+    )
+    fleet.spawn("coordinator-0")
+    try:
+        wait_for(
+            "coordinator synced",
+            lambda: any(e.get("event") == "coordinator.synced" for e in fleet.events()),
+            timeout_s=60,
+        )
+        yield fleet
+    finally:
+        for proc in fleet.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=15)
+
+
+@pytest.mark.parametrize(
+    "big_config", [{**CONFIG, "max_out": 60, "max_out_percent": 100, "mass_percent": 100}]
+)
+def test_cordon_50_k8s_nodes_drains_50_slurm_nodes_in_few_bulk_calls(big_fleet: BigFleet) -> None:
+    """An operator cordons 50 K8s nodes at once: 50 SLURM drains in a few hostlist calls."""
+    f = big_fleet
+    pods = sorted(f.placement, key=lambda p: int(p.split("-")[1]))
+    chosen = pods[::2]  # every other pod: the hostlist cannot collapse into one range
+    set_unschedulable(f.kube, [f.placement[p] for p in chosen])
+
+    def drained() -> bool:
+        reasons = f.reasons()
+        return all(reasons[p].startswith("slonkd:k8s-cordoned") for p in chosen)
+
+    wait_for("50 drained", drained, timeout_s=60)
+    reasons = f.reasons()
+    assert all(reasons[p] == "none" for p in pods if p not in chosen)
+    drains = [e for e in f.events() if e.get("event") == "slurm.nodes_drain"]
+    assert sorted(n for e in drains for n in e["nodes"]) == sorted(chosen)
+    assert sum(e["calls"] for e in drains) <= 6, drains  # a few bulk calls, not 50
+    set_unschedulable(f.kube, [f.placement[p] for p in chosen], on=False)
+    wait_for("resumed", lambda: all(f.reasons()[p] == "none" for p in chosen), timeout_s=60)
+    resumes = [e for e in f.events() if e.get("event") == "slurm.nodes_release"]
+    assert sum(e["calls"] for e in resumes) <= 6, resumes
+
+
+@pytest.mark.parametrize(
+    "big_config", [{**CONFIG, "max_out": 5, "max_out_percent": 100, "mass_percent": 100}]
+)
+def test_same_cause_on_30_of_100_opens_the_breaker_and_a_failover_keeps_it(
+    big_fleet: BigFleet,
+) -> None:
+    """30 of 100 nodes fail with the same SLURM reason: at most 5 marked, the breaker opens.
+
+    A second coordinator taking over after a SIGKILL finds it open and marks nothing more.
+    """
+    f = big_fleet
+    failing = [f"w-{i}" for i in range(2, 92, 3)]
+    assert len(failing) == 30
+    f.slurm.run(
+        "scontrol",
+        "update",
+        f"nodename={','.join(failing)}",
+        "state=fail",
+        "reason=Kill task failed",
+    )
+    wait_for("breaker open", lambda: f.state().get("breakerOpen") == "true", timeout_s=30)
+    time.sleep(3)
+    assert 1 <= len(f.cordoned()) <= 5
+    before = f.cordoned()
+    second = f.spawn("coordinator-1")
+    f.procs[0].kill()
+    wait_for(
+        "second leads",
+        lambda: any(e.get("event") == "coordinator.synced" for e in f.events(second)),
+        timeout_s=40,
+    )
+    time.sleep(5)
+    assert f.cordoned() == before
+    assert f.state()["breakerOpen"] == "true"
+    assert not [e for e in f.events(second) if e.get("event") == "kube.cordon"]
+    assert any(e.get("event") == "budget.refused" for e in f.events(second))
