@@ -354,9 +354,7 @@ def _kube_actions(
         if policy.remediate:
             out += _remediate(view, failure, remediation, policy, notes)
         return out
-    pod = view.pod
-    marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
-    if marked and (pod is None or pod.terminating or not pod.ready):
+    if _holds_marks(view):
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just
         # evicted by remediation): undoing the marks would let its replacement land back here.
         notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
@@ -370,6 +368,16 @@ def _kube_actions(
     if kube.slurm_healthy is False:
         out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=_c("healthy"), key="True"))
     return out
+
+
+def _holds_marks(view: NodeView) -> bool:
+    """slonkd's marks are on the K8s node and the pod there is not settled: keep them."""
+    kube, pod = view.kube_node, view.pod
+    if kube is None:
+        return False
+    ours = any(t.ours for t in kube.taints)
+    marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
+    return marked and (pod is None or pod.terminating or not pod.ready)
 
 
 def _remediate(
@@ -417,12 +425,14 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
     """Make the K8s-node actions of pods that share a K8s node agree.
 
     A K8s node is marked unhealthy if any of its pods' SLURM nodes failed; slonkd's marks are
-    undone only when none did. Per-node actions (cordon, taint, condition) are kept once.
+    undone only when none did and none of its pods is in its lifecycle (an evicted pod's
+    failure is unseen while it terminates). Per-node actions (cordon, taint, condition) are
+    kept once.
     """
     failing: set[str] = set()
     for view, plan in zip(views, plans, strict=True):
-        if view.kube_node is not None and plan.failure is not None:
-            failing.add(view.kube_node.name)
+        if view.kube_node is not None and (plan.failure is not None or _holds_marks(view)):
+            failing.add(view.kube_node.name)  # marked, or kept marked for a pod in lifecycle
     merged = []
     emitted: set[tuple[str, Kind, str]] = set()
     for view, plan in zip(views, plans, strict=True):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from slonkd.core.decide import FAILURE_TAINT, Kind, decide
+from slonkd.core.decide import FAILURE_TAINT, Kind, decide, merge_shared_nodes
 from slonkd.core.kube_objects import Taint, TaintEffect
+from slonkd.core.slurm_node import NodeName
 from tests.unit.test_decide import POLICY, knode, pod, slurm, view
 
 MARKED = knode(
@@ -27,3 +28,17 @@ def test_marks_go_once_a_settled_pod_shows_no_failure() -> None:
     """A Ready pod with a healthy SLURM node on the marked K8s node: slonkd undoes its marks."""
     plan = decide(view(kube_node=MARKED), POLICY)
     assert {a.kind for a in plan.actions} >= {Kind.UNCORDON, Kind.UNTAINT, Kind.SET_CONDITION}
+
+
+def test_a_healthy_neighbour_does_not_undo_the_marks_while_the_evicted_pod_terminates() -> None:
+    """Two pods on one marked K8s node: the evicted one terminates, the other is healthy."""
+    evicted = view(
+        slurm=slurm("FAIL", "Kill task failed"), pod=pod(terminating=True), kube_node=MARKED
+    )
+    neighbour = view(node=NodeName("w-1"), kube_node=MARKED)
+    views = [evicted, neighbour]
+    merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+    assert not [a for p in merged for a in p.actions if a.kind in UNDO]
+    settled = [neighbour]  # the evicted pod is gone (its replacement runs elsewhere)
+    merged = merge_shared_nodes(settled, [decide(v, POLICY) for v in settled])
+    assert {a.kind for a in merged[0].actions} >= {Kind.UNCORDON, Kind.UNTAINT}
