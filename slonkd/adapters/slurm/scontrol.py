@@ -1,8 +1,10 @@
 """The scontrol/sinfo/squeue backend of the SLURM adapter: reads and compare-and-set writes.
 
-Every write re-reads the nodes it touches right before updating them, runs the pure
-decisions of :mod:`slonkd.core.slurm_plan` on that fresh read, and sends identical updates
-together as compressed hostlists (python-hostlist), chunked to ``max_hostlist_chars``.
+Every write re-reads the nodes it touches right before updating them (``sinfo -n`` with
+only the fields the decisions need, see ``parsing_cas.py``; ``scontrol`` for whatever that
+cannot show exactly), runs the pure decisions of :mod:`slonkd.core.slurm_plan` on that
+fresh read, and sends identical updates together as compressed hostlists
+(python-hostlist), chunked to ``max_hostlist_chars``.
 Results say which nodes changed and which were skipped, and why. A chunk that slurmctld
 refuses (a node vanished, a state changed under us) is retried node by node so one bad
 node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``runner.py``.
@@ -26,6 +28,7 @@ from slonkd.adapters.slurm.parsing import (
     parse_sinfo_reasons,
     parse_squeue_json,
 )
+from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.runner import (
@@ -250,7 +253,7 @@ class ScontrolBackend:
     ) -> UpdateResult:
         """``scontrol reboot ASAP`` of the nodes slonkd may hold (drains them until reboot)."""
         before = self.calls
-        nodes = await self._read_for_update(names)
+        nodes = await self.read_for_update(names, hold=True)
         plans = [
             _plan_or_missing(nodes, n, lambda node: plan_hold(node, HoldState.DRAIN, cause))
             for n in names
@@ -281,14 +284,34 @@ class ScontrolBackend:
 
     # -- compare-and-set machinery ---------------------------------------------------------
 
-    async def _read_for_update(self, names: Sequence[str]) -> dict[str, SlurmNode]:
-        return {n.name: n for n in await self.read_nodes(names)}
+    async def read_for_update(
+        self, names: Sequence[str], *, hold: bool = False
+    ) -> dict[str, SlurmNode]:
+        """The fresh read a compare-and-set decides on, right before its update.
+
+        ``sinfo -n NODES`` with only the fields the decisions use (one node: slurmctld packs
+        that node alone); nodes it cannot show exactly are read again with ``scontrol``,
+        and so are, before a ``hold``, slonkd-held nodes whose ``extra`` it cannot tell.
+        """
+        if not names:
+            return {}
+        args = ["--all", "--Node", "--noheader", f"--nodes={compress(names)}"]
+        try:
+            text = await self.runner.run("sinfo", *args, f"--Format={CAS_FORMAT}")
+            read = parse_cas_read(text, names)
+        except (ParseError, TerminalError):
+            return {n.name: n for n in await self.read_nodes(names)}
+        exact = read.unsure | (read.null_extra if hold else frozenset())
+        nodes = dict(read.nodes)
+        if exact:
+            nodes.update((n.name, n) for n in await self.read_nodes(sorted(exact)))
+        return nodes
 
     async def _hold(
         self, names: Sequence[str], how: HoldState, cause: Cause, text: str
     ) -> UpdateResult:
         before = self.calls
-        nodes = await self._read_for_update(names)
+        nodes = await self.read_for_update(names, hold=True)
         plans = [
             _plan_or_missing(nodes, n, lambda node: plan_hold(node, how, cause, text))
             for n in dict.fromkeys(names)
@@ -297,7 +320,7 @@ class ScontrolBackend:
 
     async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
         before = self.calls
-        nodes = await self._read_for_update(names)
+        nodes = await self.read_for_update(names)
         plans = [
             _plan_or_missing(nodes, n, lambda node: plan_release(node, how, cause))
             for n in dict.fromkeys(names)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
@@ -36,6 +37,7 @@ COMMANDS = {
     "squeue.json": ["squeue", "--json"],
     "squeue.txt": ["squeue", "-h", "-o", "%i|%T|%N|%r"],
     "squeue_jobs.txt": ["squeue", *SQUEUE_JOBS_ARGS],
+    "sinfo_cas.txt": ["sinfo", "--all", "--Node", "--noheader", f"--Format={CAS_FORMAT}"],
     "strigger_get.txt": ["strigger", "--get"],
 }
 COMMANDS_24_11 = {
