@@ -1,4 +1,4 @@
-"""The compare-and-set read (``sinfo -N -n``) against real SLURM 22.05 and 24.11.
+"""The compare-and-set read of one node (``sinfo -N -n``) against real SLURM 22.05 and 24.11.
 
 It must show every node the way the full ``scontrol`` read does for the decisions, cost one
 call when nothing is ambiguous, and leave what sinfo cannot print exactly to the full read.
@@ -20,6 +20,17 @@ POD = Cause.parse("pod-terminating")
 HEALTH = Cause.parse("health:gpu-xid-79")
 
 
+async def test_several_nodes_are_read_with_one_scontrol_call(backend: ScontrolBackend) -> None:
+    """For several nodes sinfo saves slurmctld nothing: one scontrol read, full nodes."""
+    before = backend.calls
+    nodes = await backend.read_for_update(["n1", "n2", "n3"])
+    assert backend.calls - before == 1
+    assert sorted(nodes) == ["n1", "n2", "n3"]
+    assert all(n.cpus > 0 for n in nodes.values())  # only the full read knows CPUs
+    assert await backend.read_for_update(["n1"]) != {}
+    assert (await backend.read_for_update(["n1"]))["n1"].cpus == 0  # the partial sinfo node
+
+
 async def test_cas_read_agrees_with_the_full_read(
     backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
@@ -29,12 +40,11 @@ async def test_cas_read_agrees_with_the_full_read(
     cluster.run("scontrol", "update", "nodename=n3", "state=fail", "reason=Kill task failed")
     cluster.run("scontrol", "update", "nodename=n4", 'extra={"rack":"r4"}')
     names = ["n1", "n2", "n3", "n4"]
-    before = backend.calls
-    cas = await backend.read_for_update(names)
-    assert backend.calls - before == 1
     full: dict[str, SlurmNode] = {n.name: n for n in await backend.read_nodes(names)}
-    assert set(cas) == set(full)
     for name in names:
+        before = backend.calls
+        cas = await backend.read_for_update([name])
+        assert backend.calls - before == 1  # sinfo alone: nothing was ambiguous
         a, b = cas[name], full[name]
         assert (a.state.drain, a.state.down, a.state.failed) == (
             b.state.drain,
@@ -79,9 +89,10 @@ async def test_reason_with_a_pipe_or_none_is_read_exactly(
     """Foreign reasons sinfo cannot print unambiguously are read with scontrol, and kept."""
     cluster.run("scontrol", "update", "nodename=n1", "state=drain", "reason=a|b")
     cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=none")
-    before = backend.calls
-    result = await backend.drain(["n1", "n2"], POD)
-    assert backend.calls - before == 2  # sinfo, one scontrol read of both; no update
-    assert result.skipped_for(SkipReason.FOREIGN_REASON) == {"n1", "n2"}
+    for name in ("n1", "n2"):
+        before = backend.calls
+        result = await backend.drain([name], POD)
+        assert backend.calls - before == 2  # sinfo, then scontrol; no update
+        assert result.skipped_for(SkipReason.FOREIGN_REASON) == {name}
     reasons = {n.name: n.reason for n in await backend.read_nodes(["n1", "n2"])}
     assert reasons == {"n1": "a|b", "n2": "none"}

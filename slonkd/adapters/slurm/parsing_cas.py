@@ -1,11 +1,11 @@
-"""Pure parser of the compare-and-set read (``sinfo -N -n NODES -O ...``); no I/O.
+"""Pure parser of the compare-and-set read of one node (``sinfo -N -n NODE -O ...``); no I/O.
 
 Before every write slonkd re-reads the nodes it touches. ``scontrol show node NAME`` asks
 slurmctld for its whole node table (REQUEST_NODE_INFO) and the partitions, and prints
-every field; ``sinfo -n NAME`` asks for that one node (REQUEST_NODE_INFO_SINGLE): at 5,000
-nodes slurmctld spends about 2 ms on it instead of 12. The compare-and-set decisions need
-only the state with all its flags, the reason and ``extra``, so that is all this read
-prints, one node a line::
+every field; ``sinfo -n NAME`` asks for that one node (REQUEST_NODE_INFO_SINGLE): at 5,004
+nodes slurmctld spent 0.18 ms on it instead of 38 ms in the benchmark. The compare-and-set
+decisions need only the state with all its flags, the reason and ``extra``, so that is all
+this read prints, one node a line::
 
     n2|idle+drain|2026-11-30T06:29:15|root|(null)|slonkd:pod-terminating bye
 

@@ -289,12 +289,15 @@ class ScontrolBackend:
     ) -> dict[str, SlurmNode]:
         """The fresh read a compare-and-set decides on, right before its update.
 
-        ``sinfo -n NODES`` with only the fields the decisions use (one node: slurmctld packs
-        that node alone); nodes it cannot show exactly are read again with ``scontrol``,
-        and so are, before a ``hold``, slonkd-held nodes whose ``extra`` it cannot tell.
+        One node: ``sinfo -n NODE`` with only the fields the decisions use (slurmctld packs
+        that node alone; ``scontrol show node NODE`` makes it pack all of them). If sinfo
+        cannot show it exactly, or, before a ``hold``, cannot tell a slonkd-held node's
+        ``extra``, it is read again with ``scontrol``. Several nodes: one ``scontrol``
+        read, as slurmctld packs the whole table for sinfo too and sinfo's own filtering
+        is slower (1,000 of 5,000 nodes: 55 ms against 24 ms).
         """
-        if not names:
-            return {}
+        if len(set(names)) != 1:
+            return {n.name: n for n in await self.read_nodes(names)} if names else {}
         args = ["--all", "--Node", "--noheader", f"--nodes={compress(names)}"]
         try:
             text = await self.runner.run("sinfo", *args, f"--Format={CAS_FORMAT}")
