@@ -16,6 +16,7 @@ import pytest
 
 from slonkd.adapters.slurm import runner as runner_module
 from slonkd.adapters.slurm.runner import CommandRunner, NodeNotFoundError, SlurmSettings
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.adapters.slurm.spawn import pidfd_supported
 from slonkd.core.errors import TerminalError, TransientError
 
@@ -89,3 +90,22 @@ async def test_many_calls_in_parallel(runner: CommandRunner) -> None:
     """Concurrent calls each get their own output and exit code."""
     outs = await asyncio.gather(*(runner.run(SH, "-c", f"echo {i}") for i in range(30)))
     assert outs == [f"{i}\n" for i in range(30)]
+
+
+async def test_failed_job_count_stops_the_node_read(tmp_path: Path) -> None:
+    """read_nodes(with_jobs=True): squeue's error is raised as it is, scontrol is killed."""
+    pidfile = tmp_path / "pid"
+    fake = tmp_path / "fake"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = squeue ]; then while [ ! -s {pidfile} ]; do sleep 0.05; done\n'
+        '  echo "Invalid job id" >&2; exit 1; fi\n'
+        f"echo $$ > {pidfile}; exec sleep 30\n"
+    )
+    fake.chmod(0o755)
+    backend = ScontrolBackend(SlurmSettings(argv_prefix=(str(fake),), attempts=1))
+    began = time.monotonic()
+    with pytest.raises(TerminalError, match="Invalid job id"):
+        await backend.read_nodes(with_jobs=True)
+    assert time.monotonic() - began < 10
+    assert not _alive(int(pidfile.read_text()))
