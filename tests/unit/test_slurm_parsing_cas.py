@@ -135,6 +135,8 @@ def test_null_extra_of_slonkd_held_nodes_is_flagged() -> None:
     read = parse_cas_read(text, ["n1", "n2", "n3"])
     assert read.null_extra == {"n1"}
     assert set(read.nodes) == {"n1", "n2", "n3"}
+    resumed = "n1|idle|2026-11-30T06:31:56|root|(null)|slonkd:k8s-cordoned x\n"  # 24.11
+    assert not parse_cas_read(resumed, ["n1"]).null_extra
 
 
 def test_sinfo_placeholders_mean_empty() -> None:

@@ -54,7 +54,11 @@ class CasRead:
     """Partial nodes: state, reason with its setter and time, and extra; nothing else."""
     unsure: frozenset[str] = frozenset()
     null_extra: frozenset[str] = frozenset()
-    """Nodes slonkd holds whose ``extra`` sinfo printed as ``(null)`` (read as empty)."""
+    """Nodes slonkd holds whose ``extra`` sinfo printed as ``(null)`` (read as empty).
+
+    Only held nodes: 24.11 keeps slonkd's old reason on a resumed node, where it holds
+    nothing (``SlurmNode.live_reason``) and a drain writes no extra.
+    """
 
 
 def _line(line: str) -> SlurmNode | NodeName:
@@ -116,6 +120,6 @@ def parse_cas_read(text: str, names: Iterable[str]) -> CasRead:
         null_extra=frozenset(
             k
             for k, v in sure.items()
-            if not v.extra and reason_owner(v.reason) is ReasonOwner.SLONKD
+            if not v.extra and reason_owner(v.live_reason) is ReasonOwner.SLONKD
         ),
     )
