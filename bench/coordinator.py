@@ -7,7 +7,8 @@
    lifts its marks before the next event. Remediation (eviction) is off so the pods stay.
    Side by side: one raw ``scontrol update`` and one raw ``kubectl``-like PATCH, the floors.
 2. slurmctld RPCs per second caused by the coordinator at rest (``sdiag`` over 20 s, no
-   other client), against its own read limit.
+   other client): every RPC (a ``sinfo`` read is two: node table and partitions), and the
+   node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts.
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
    without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
    coordinator's RSS.
@@ -150,9 +151,12 @@ class Coordinator:
         self.proc.wait(timeout=30)
 
 
-def _sdiag_client_rpcs(slurm: SlurmCluster) -> int:
-    out = slurm.run("sdiag").stdout
-    return sum(int(c) for name, c, _ in _SDIAG.findall(out) if name in _CLIENT_RPCS)
+def _sdiag_client_rpcs(slurm: SlurmCluster) -> tuple[int, int]:
+    """(every client RPC, the node-table reads among them) since the last ``sdiag --reset``."""
+    found = [(name, int(c)) for name, c, _ in _SDIAG.findall(slurm.run("sdiag").stdout)]
+    total = sum(c for name, c in found if name in _CLIENT_RPCS)
+    node_reads = sum(c for name, c in found if name == "REQUEST_NODE_INFO")
+    return total, node_reads
 
 
 def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
@@ -175,7 +179,7 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             # RPC rate at rest, nothing else talking to slurmctld
             slurm.run("sdiag", "--reset")
             time.sleep(20)
-            rpc_per_s = _sdiag_client_rpcs(slurm) / 20
+            rpcs, node_reads = _sdiag_client_rpcs(slurm)
             samples = []
             for i in range(events):
                 name = names[i % len(names)]
@@ -212,7 +216,8 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
                 "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
                 "cordon_latency_max_ms": max(samples) * 1000,
                 "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
-                "slurmctld_rpc_per_s": rpc_per_s,
+                "slurmctld_rpc_per_s": rpcs / 20,
+                "slurmctld_node_reads_per_s": node_reads / 20,
                 "events": float(len(samples)),
             }
         finally:

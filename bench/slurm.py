@@ -5,7 +5,9 @@ operator): read-all, the reasons-only read, a single compare-and-set drain and a
 + resume of 1,000 random nodes, each next to the raw ``scontrol``/``sinfo`` call measured in
 the same run (the physical floor), with the number of client invocations per operation and
 what each read costs slurmctld (``sdiag`` RPC statistics). Prints a table, then one JSON
-object as the last line.
+object as the last line. The reasons read is timed interleaved with raw ``sinfo -R`` (load
+from elsewhere hits both alike); the running-job count (``squeue``) is timed with an empty
+job table, so its cost here is the RPC floor.
 
     .venv/bin/python -m bench.slurm [--quick] [24.11]
 """
@@ -26,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
+from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
@@ -33,6 +37,8 @@ from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
 CAUSE = Cause.parse("k8s-cordoned")
+REASONS_ARGV = ("sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E")
+CAS_ONE_ARGV = ("sinfo", "--all", "--Node", "--noheader", "--nodes=n1", f"--Format={CAS_FORMAT}")
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
 
 
@@ -108,11 +114,24 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
         r["raw_show_node"] = _stats(_raw(cluster, reps, "scontrol", "-o", "show", "node"))
         r["raw_show_one"] = _stats(_raw(cluster, reps, "scontrol", "-o", "show", "node", "n1"))
         r["raw_sinfo_json"] = _stats(_raw(cluster, max(3, reps // 3), "sinfo", "--json"))
-        r["raw_sinfo_reasons"] = _stats(
-            _raw(cluster, reps, "sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E")
-        )
+        r["raw_cas_one"] = _stats(_raw(cluster, reps, *CAS_ONE_ARGV))
+        r["raw_squeue_jobs"] = _stats(_raw(cluster, reps, "squeue", *SQUEUE_JOBS_ARGS))
         r["read_all"] = _stats(await _timed(reps, backend.read_nodes))
-        r["read_reasons"] = _stats(await _timed(reps, backend.read_reasons))
+        r["read_all_with_jobs"] = _stats(
+            await _timed(reps, lambda: backend.read_nodes(with_jobs=True))
+        )
+        # The reasons read interleaved with raw sinfo -R, so that load from elsewhere hits
+        # both alike: the adapter adds its subprocess handling and parsing only.
+        raw_reasons, reasons, reasons_ratios = [], [], []
+        for _ in range(reps):
+            raw = _raw(cluster, 1, *REASONS_ARGV)[0]
+            took = (await _timed(1, backend.read_reasons))[0]
+            raw_reasons.append(raw)
+            reasons.append(took)
+            reasons_ratios.append(took / raw)
+        r["raw_sinfo_reasons"] = _stats(raw_reasons)
+        r["read_reasons"] = _stats(reasons)
+        r["reasons_ratio"] = statistics.median(reasons_ratios)
 
         # Interleaved with raw updates of n2 so that load from elsewhere hits both alike.
         drains, raws, ratios, calls_single = [], [], [], 0
@@ -135,6 +154,10 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
             )
         ]
         r["floor_ratio"] = statistics.median(f / raw for f, raw in zip(floor, raws, strict=True))
+        cas_floor = [a + b for a, b in zip(_raw(cluster, reps, *CAS_ONE_ARGV), raws, strict=True)]
+        r["cas_floor_ratio"] = statistics.median(
+            f / raw for f, raw in zip(cas_floor, raws, strict=True)
+        )
         if len(extra) >= 1000:
             drain_t, resume_t, dcalls, rcalls = [], [], 0, 0
             for i in range(max(2, reps // 5)):
@@ -152,7 +175,9 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
         r["sdiag_us"] = {
             "show_node_all": _sdiag(cluster, ["scontrol", "-o", "show", "node"], sdiag_reps),
             "show_node_one": _sdiag(cluster, ["scontrol", "-o", "show", "node", "n1"], sdiag_reps),
-            "sinfo_reasons": _sdiag(cluster, ["sinfo", "-R", "-h", "-o", "%N|%E"], sdiag_reps),
+            "sinfo_reasons": _sdiag(cluster, list(REASONS_ARGV), sdiag_reps),
+            "sinfo_cas_one": _sdiag(cluster, list(CAS_ONE_ARGV), sdiag_reps),
+            "squeue_jobs": _sdiag(cluster, ["squeue", *SQUEUE_JOBS_ARGS], sdiag_reps),
             "sinfo_json": _sdiag(cluster, ["sinfo", "--json"], 2),
         }
     return r
@@ -170,8 +195,11 @@ def main() -> int:
         ("raw scontrol -o show node (all)", "raw_show_node"),
         ("raw scontrol -o show node n1", "raw_show_one"),
         ("raw sinfo --json", "raw_sinfo_json"),
-        ("raw sinfo -R", "raw_sinfo_reasons"),
+        ("raw sinfo -R (interleaved)", "raw_sinfo_reasons"),
+        ("raw sinfo -n n1 (CAS read)", "raw_cas_one"),
+        ("raw squeue (running-job counts)", "raw_squeue_jobs"),
         ("adapter read_nodes (call+parse)", "read_all"),
+        ("adapter read_nodes(with_jobs=True)", "read_all_with_jobs"),
         ("adapter read_reasons", "read_reasons"),
         ("adapter drain 1 node (CAS read+update)", "single_drain"),
         ("adapter bulk drain 1000 random", "bulk_drain_1000"),
@@ -193,6 +221,8 @@ def main() -> int:
     for key, label in (
         ("overhead_ratio", "overhead ratio (drain 1 / raw update)"),
         ("floor_ratio", "floor (raw show n1 + raw update) / update"),
+        ("cas_floor_ratio", "floor (raw sinfo -n n1 + update) / update"),
+        ("reasons_ratio", "reasons read / raw sinfo -R (interleaved)"),
     ):
         print(f"{label:42} " + " ".join(f"{r[key]:>22.2f}" for r in results))
     for r in results:
@@ -206,6 +236,10 @@ def main() -> int:
         "reasons_read_5000_s": big["read_reasons"]["median_ms"] / 1000,
         "overhead_ratio": results[0]["overhead_ratio"],
         "floor_ratio": results[0]["floor_ratio"],
+        "cas_floor_ratio": results[0]["cas_floor_ratio"],
+        "raw_sinfo_reasons_5000_s": big["raw_sinfo_reasons"]["median_ms"] / 1000,
+        "reasons_ratio_5000": big["reasons_ratio"],
+        "read_all_with_jobs_5000_s": big["read_all_with_jobs"]["median_ms"] / 1000,
         "overhead_ratio_5000": big["overhead_ratio"],
         "raw_update_ms": results[0]["raw_update"]["median_ms"],
         "slurm_release": release,

@@ -196,6 +196,9 @@ class SlurmNode:
     cpus: int = 0
     alloc_cpus: int = 0
     partitions: tuple[str, ...] = field(default=())
+    running_jobs: int | None = None
+    """Jobs holding resources on the node (running, completing, suspended, configuring),
+    from a separate ``squeue`` read; None when that read was not asked for."""
 
     @property
     def held(self) -> bool:

@@ -42,6 +42,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
 from slonkd.core.budget import (
@@ -72,7 +73,7 @@ from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
-from slonkd.core.reasons import Cause
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.runtime.audit import AuditLog
@@ -108,7 +109,7 @@ class CoordinatorSettings:
     policy: Policy = field(default_factory=Policy)
     resync_s: float = 30.0
     """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
-    poll_s: float = 1.0
+    poll_s: float = 0.7
     """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
     max_reads_per_s: float = 2.0
     state_poll_s: float = 2.0
@@ -181,6 +182,10 @@ class Snapshot:
     fencing_token: int
     duration_ms: float = 0.0
     phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+_MARKS = frozenset({Kind.CORDON, Kind.TAINT, Kind.SET_CONDITION, Kind.EVENT})
+"""What the fast path may do: mark a K8s node (undone when healthy), never evict or drain."""
 
 
 def _is_out(view: NodeView) -> bool:
@@ -262,11 +267,14 @@ class Coordinator:
         self.snapshot: Snapshot | None = None
         self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
         self.watch = (
-            SlurmWatch(self.slurm, self.reads, self._dirty.set, poll_s=s.poll_s)
+            SlurmWatch(self.slurm, self.reads, self._on_slurm_change, poll_s=s.poll_s)
             if s.poll_s > 0
             else None
         )
         self._refused: dict[str, str] = {}
+        self._fresh: list[ReasonGroup] = []
+        """Reason groups the poll saw appear since the last pass (for the fast path)."""
+        self._last_slurm: list[SlurmNode] | None = None
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
@@ -303,6 +311,66 @@ class Coordinator:
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
                 hold=self._rollout_hold, dry_run=s.dry_run,
             )  # fmt: skip
+
+    def _on_slurm_change(self, new: Sequence[ReasonGroup]) -> None:
+        self._fresh.extend(new)
+        self._dirty.set()
+
+    async def _fast_marks(self) -> None:
+        """Mark K8s nodes for SLURM failures the poll just saw, before the next full read.
+
+        The reasons-only read says which nodes got which reason, by whom and when; for a
+        reason that is SLURM's own (a failure), that is all ``decide`` needs to mark the K8s
+        node (cordon, taint, condition, Event). The node's last full read is patched with the
+        new reason and only those marking actions are taken, inside the budget; the full pass
+        that follows (as soon as the read limiter allows) does everything else.
+        """
+        fresh, self._fresh = self._fresh, []
+        if not fresh or self._last_slurm is None:
+            return
+        failing = {
+            n: g for g in fresh if reason_owner(g.reason) is ReasonOwner.SLURM for n in g.nodes
+        }
+        if not failing:
+            return
+        patched = [
+            replace(
+                n,
+                reason=failing[n.name].reason,
+                reason_user=failing[n.name].user or None,
+                reason_time=failing[n.name].time,
+            )
+            if n.name in failing
+            else n
+            for n in self._last_slurm
+        ]
+        try:
+            await self._apply_marks(patched, set(failing))
+        except SlonkdError as exc:
+            log.warning("coordinator.fast_marks_failed", error=str(exc)[:300])
+
+    async def _apply_marks(self, slurm_nodes: list[SlurmNode], failing: set[str]) -> None:
+        views = self._views(slurm_nodes, time.time())
+        plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
+        plans, _ = suspect_common_causes(
+            views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
+        )
+        admission = self._admit(views, plans)
+        token = self.elector.check_valid()
+        marked = []
+        for view, plan in zip(views, plans, strict=True):
+            if view.node not in failing:
+                continue
+            for action in plan.for_writer(Writer.COORDINATOR):
+                if action.kind not in _MARKS or (
+                    action.budgeted and view.node in admission.refused
+                ):
+                    continue
+                self.elector.check_valid()
+                await self._apply_kube(view, action, token)
+                marked.append(view.node)
+        if marked:
+            log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
 
     async def _watch_state(self) -> None:
         """Start a pass when an operator pauses, unpauses or resets the breaker."""
@@ -395,6 +463,8 @@ class Coordinator:
         await self.reads.acquire()
         began = time.monotonic()
         slurm_nodes = await self.slurm.read_nodes()
+        self._last_slurm = slurm_nodes
+        self._fresh = []  # this read has them all
         read_at = time.monotonic()
         self.state = await self.store.load()  # an operator's pause or reset is seen here
         state_at = time.monotonic()
@@ -837,6 +907,7 @@ class Coordinator:
             group.create_task(self._watch_state())
             while True:
                 self._dirty.clear()
+                await self._fast_marks()
                 try:
                     await self.reconcile_all()
                 except SlonkdError as exc:
@@ -847,6 +918,7 @@ class Coordinator:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.s.resync_s):
                         await self._dirty.wait()
+                await self._fast_marks()  # before the debounce: a failure is marked at once
                 await settle(
                     self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_batch_delay_s
                 )

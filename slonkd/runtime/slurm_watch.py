@@ -80,7 +80,7 @@ class SlurmWatch:
         self,
         slurm: ScontrolBackend,
         limiter: ReadLimiter,
-        changed: Callable[[], None],
+        changed: Callable[[Sequence[ReasonGroup]], None],
         *,
         poll_s: float,
     ) -> None:
@@ -98,14 +98,16 @@ class SlurmWatch:
             began = time.monotonic()
             await self.limiter.acquire()
             try:
-                seen = fingerprint(await self.slurm.read_reasons())
+                groups = await self.slurm.read_reasons()
             except SlonkdError as exc:
                 log.warning("coordinator.poll_failed", error=str(exc)[:300])
             else:
                 self.polls += 1
+                seen = fingerprint(groups)
                 if self.last is not None and seen != self.last:
                     self.changes += 1
-                    log.debug("coordinator.slurm_changed", groups=len(seen))
-                    self.changed()
+                    new = [g for g in groups if fingerprint([g]) - self.last]
+                    log.debug("coordinator.slurm_changed", groups=len(seen), new=len(new))
+                    self.changed(new)
                 self.last = seen
             await asyncio.sleep(max(0.0, self.poll_s - (time.monotonic() - began)))

@@ -16,6 +16,12 @@ hash, then runs ``scontrol reconfigure`` once. A new leader whose desired file s
 already runs (its copy carries the hash and ``scontrol show topology`` matches) does not
 reconfigure. :meth:`TopologySync.status` reports hashes, the last reconfigure and the drift
 between the labels and ``scontrol show topology``.
+
+A rendering slurmctld would die on (:func:`slonkd.core.topology.check`: 24.11's
+``topology/block`` rules) is never published: it is logged (``topology.refused``) and shown
+as ``refused`` in the status, and slurmctld keeps the file it runs. Blocks left out for being
+smaller than the base block size are logged (``topology.blocks_left_out``) and shown as
+``left_out_blocks``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.topology import (
     Rendered,
     TopologySpec,
+    UnsafeTopology,
+    block_sizes,
+    check,
     drift,
     leaf_membership,
     render,
@@ -131,7 +140,10 @@ def topology_settings(doc: Any, *, default_configmap: str | None = None) -> Topo
             isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes
         ):
             raise ValueError("topology: block_sizes must be a list of positive integers")
-        spec_args["block_sizes"] = tuple(sizes)
+        try:
+            spec_args["block_sizes"] = block_sizes(sizes)
+        except ValueError as exc:
+            raise ValueError(f"topology: {exc}") from None
     for key in ("plugin", "block_key", "configmap", "configmap_key", "path", "slurmctld_copy"):
         if key in doc and doc[key] is not None and not isinstance(doc[key], str):
             raise ValueError(f"topology: {key} must be a string")
@@ -195,6 +207,8 @@ class _State:
     drift_checked_at: float | None = None
     waiting_since: float | None = None
     error: str = ""
+    refused: str = ""
+    """Why the latest rendering was not published ("": it was not refused)."""
 
 
 class TopologyApplier:
@@ -215,9 +229,28 @@ class TopologyApplier:
         self.state = _State()
 
     async def apply(self, labels: Mapping[str, Mapping[str, str]], *, cause: str) -> bool:
-        """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure."""
-        rendered = render(labels, self.s.spec)
+        """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure.
+
+        A rendering that fails :func:`check` is refused: nothing is published (False).
+        """
         st = self.state
+        try:
+            rendered = render(labels, self.s.spec)
+            problems = check(rendered.text, self.s.spec.plugin, known=labels.keys())
+            if problems:
+                raise UnsafeTopology("; ".join(problems))
+        except UnsafeTopology as exc:
+            if st.refused != str(exc):
+                log.error(
+                    "topology.refused",
+                    error=str(exc)[:300],
+                    nodes=len(labels),
+                    cause=cause,
+                    detail="not published: slurmctld keeps the file it runs",
+                )
+            st.refused = str(exc)[:300]
+            return False
+        st.refused = ""
         st.desired = rendered
         if rendered.sha256 == st.applied:
             if cause != "resync":
@@ -258,6 +291,13 @@ class TopologyApplier:
     async def _publish(self, rendered: Rendered, cause: str) -> None:
         text = stamped(rendered)
         token = self.check_valid()
+        if rendered.left_out:
+            log.warning(
+                "topology.blocks_left_out",
+                blocks=dict(rendered.left_out),
+                cause=cause,
+                detail="fewer nodes than the base block size: their nodes are in no block",
+            )
         if self.configmap is not None:
             result = await self.configmap.publish({self.s.configmap_key: text})
             if result.outcome is ChangeOutcome.FOREIGN:
@@ -354,6 +394,8 @@ class TopologyApplier:
                 for n, (want, have) in list(st.drift.items())[:DRIFT_SHOWN]
             },
             "error": st.error,
+            "refused": st.refused,
+            "left_out_blocks": dict(st.desired.left_out) if st.desired else {},
         }
 
 

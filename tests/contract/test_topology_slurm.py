@@ -1,18 +1,25 @@
 """A rendered topology.conf is accepted by the real slurmctld and read back unchanged.
 
 The tree runs on both releases (22.05 on the host, 24.11 in its root); ``topology/block``
-exists from 23.11 on, so the block test runs on 24.11 only.
+exists from 23.11 on, so the block tests run on 24.11 only. 24.11's slurmctld exits on a
+block file with a block smaller than the base block size: the renderer never writes one, the
+coordinator's applier refuses to publish what :func:`check_block` flags, and the last test
+shows the flagged file really is fatal (so the check models slurmctld, not a guess).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from slonkd.core.topology import TopologySpec, leaf_membership, render, stamped
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.topology import TopologySpec, check_block, leaf_membership, render, stamped
+from slonkd.runtime.topology_sync import TopologyApplier, TopologySettings
+from slonkd.testing import procs
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm
 
@@ -70,3 +77,94 @@ def test_slurmctld_24_accepts_the_rendered_blocks() -> None:
         assert job.returncode == 0, job.stderr  # the scheduler takes the block layout
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def blocks_24() -> Iterator[ChrootSlurmCluster]:
+    """24.11 with topology/block: n1-n4 (slurmd) and x1-x2 (declared only)."""
+    cluster = ChrootSlurmCluster.create(
+        "24.11", SlurmLayout(topology_plugin="topology/block", extra_nodes=2)
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _block_applier(cluster: SlurmCluster, sizes: tuple[int, ...]) -> TopologyApplier:
+    settings = TopologySettings(
+        spec=TopologySpec(plugin="block", block_key=KEY, block_sizes=sizes),
+        configmap=None,
+        path=str(cluster.topology_conf),
+        copy_poll_s=0.05,
+    )
+    return TopologyApplier(settings, configmap=None, slurm=ScontrolBackend(settings_for(cluster)))
+
+
+KEY = "slonk.dev/nvlink-domain"
+UNEVEN = {
+    **{n: {KEY: "nvl-a"} for n in ("n1", "n2", "n3")},
+    **{n: {KEY: "nvl-b"} for n in ("n4", "x1")},
+    "x2": {},
+}
+"""3 + 2 + 1 unlabelled: before, 24.11 died on this (first block 3 nodes, the base)."""
+
+
+async def test_uneven_blocks_keep_24_11_slurmctld_alive(blocks_24: ChrootSlurmCluster) -> None:
+    """3 + 2 + 1 through the coordinator's applier: reconfigured, alive, topology matches."""
+    cluster = blocks_24
+    applier = _block_applier(cluster, ())
+    assert await applier.apply(UNEVEN, cause="test")
+    assert cluster.run("scontrol", "ping", check=False).returncode == 0
+    shown = cluster.run("scontrol", "show", "topology").stdout
+    assert leaf_membership(shown) == {
+        **dict.fromkeys(["n1", "n2", "n3"], "b-nvl-a"),
+        **dict.fromkeys(["n4", "x1"], "b-nvl-b"),
+        "x2": "b-unlabelled",
+    }
+    assert applier.status()["drift_count"] == 0
+    assert "Nodes=n[1-3] BlockSize=1" in shown  # base: the smallest block, not the first
+    job = cluster.run("sbatch", "--parsable", "-N", "3", "--wrap", "true", check=False)
+    assert job.returncode == 0, job.stderr
+
+    # configured sizes 2,4: the 1-node unlabelled block is left out, the rest is accepted
+    sized = _block_applier(cluster, (2, 4))
+    assert await sized.apply(UNEVEN, cause="test")
+    assert cluster.run("scontrol", "ping", check=False).returncode == 0
+    shown = cluster.run("scontrol", "show", "topology").stdout
+    desired = sized.state.desired
+    assert desired is not None
+    assert leaf_membership(shown) == leaf_membership(desired.text)
+    assert set(leaf_membership(shown)) == {"n1", "n2", "n3", "n4", "x1"}
+    assert "Nodes=n[1-3] BlockSize=2" in shown
+    assert sized.status()["left_out_blocks"] == {"b-unlabelled": 1}
+    assert sized.status()["drift_count"] == 0
+
+    # sizes no block reaches: refused, the running file and slurmctld stay as they are
+    before = cluster.topology_conf.read_text()
+    refused = _block_applier(cluster, (4,))
+    assert not await refused.apply(UNEVEN, cause="test")
+    assert "fewer nodes than the base block size 4" in refused.status()["refused"]
+    assert cluster.topology_conf.read_text() == before
+    assert leaf_membership(cluster.run("scontrol", "show", "topology").stdout) == (
+        leaf_membership(shown)
+    )
+
+
+def test_the_file_check_block_flags_is_fatal_to_24_11(blocks_24: ChrootSlurmCluster) -> None:
+    """The colleague's crash, reproduced: check_block names it, and slurmctld exits on it."""
+    cluster = blocks_24
+    fatal = "BlockName=b-a Nodes=n[1-4]\nBlockName=b-unlabelled Nodes=x[1-2]\n"
+    assert check_block(fatal) == [
+        "block b-unlabelled has 2 nodes, fewer than the base block size 4"
+    ]
+    cluster.topology_conf.write_text(fatal)
+    cluster.run("scontrol", "reconfigure", check=False)
+    log = cluster.root / "log" / "slurmctld.log"
+    procs.wait_for(
+        "slurmctld's fatal",
+        lambda: "fatal: Block configuration (b-unlabelled) children count lower" in log.read_text(),
+        timeout_s=30,
+    )
+    assert cluster.run("scontrol", "ping", check=False).returncode != 0

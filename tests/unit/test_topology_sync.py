@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import structlog
 
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
 from slonkd.core.topology import TopologySpec, render, stamped, stamped_hash
 from slonkd.runtime.topology_sync import (
+    TopologyApplier,
     TopologySettings,
     labels_by_slurm_node,
     topology_settings,
@@ -68,6 +71,7 @@ def test_settings_from_the_config_object() -> None:
         ({"tree_keys": "zone", "slurmctld_copy": "/c"}, "tree_keys"),
         ({"block_sizes": [0], "slurmctld_copy": "/c"}, "block_sizes"),
         ({"block_sizes": [True], "slurmctld_copy": "/c"}, "block_sizes"),
+        ({"block_sizes": [4, 6], "slurmctld_copy": "/c"}, "power of two"),
         ({"debounce_s": -1, "slurmctld_copy": "/c"}, "debounce_s"),
         ({"debounce_s": "1", "slurmctld_copy": "/c"}, "debounce_s"),
         ({"path": 3, "slurmctld_copy": "/c"}, "path must be a string"),
@@ -109,3 +113,35 @@ def test_settings_dataclass_refuses_nowhere_to_publish() -> None:
     """Built directly (not from JSON), the same checks hold."""
     with pytest.raises(ValueError, match="configmap and/or path"):
         TopologySettings(configmap=None, slurmctld_copy="/c")
+
+
+class _NoSlurm:
+    """A backend that must not be reached: a refused rendering calls no SLURM command."""
+
+    @property
+    def runner(self) -> Any:
+        raise AssertionError("a refused topology reached slurmctld")
+
+
+async def test_a_rendering_24_11_would_die_on_is_never_published(tmp_path: Path) -> None:
+    """No block reaches the configured base: nothing written, logged, `refused` in status."""
+    path = tmp_path / "topology.conf"
+    path.write_text("# the file slurmctld runs\n")
+    settings = TopologySettings(
+        spec=TopologySpec(plugin="block", block_key="nvl", block_sizes=(4,)),
+        configmap=None,
+        path=str(path),
+    )
+    applier = TopologyApplier(settings, configmap=None, slurm=cast(ScontrolBackend, _NoSlurm()))
+    labels: dict[str, dict[str, str]] = {"w-0": {"nvl": "a"}, "w-1": {"nvl": "a"}, "w-2": {}}
+    with structlog.testing.capture_logs() as logs:
+        assert not await applier.apply(labels, cause="labels")
+        assert not await applier.apply(labels, cause="resync")
+    assert path.read_text() == "# the file slurmctld runs\n"
+    status = applier.status()
+    assert "fewer nodes than the base block size 4" in status["refused"]
+    assert status["desired_sha256"] is None
+    refusals = [e for e in logs if e["event"] == "topology.refused"]
+    assert len(refusals) == 1  # logged once, not on every resync
+    assert refusals[0]["cause"] == "labels"
+    assert refusals[0]["log_level"] == "error"

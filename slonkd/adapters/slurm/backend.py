@@ -30,8 +30,14 @@ class SlurmBackend(Protocol):
         """SLURM invocations so far."""
         ...
 
-    async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        """All nodes (or the named ones) in one consistent read."""
+    async def read_nodes(
+        self, names: Sequence[str] = (), *, with_jobs: bool = False
+    ) -> list[SlurmNode]:
+        """All nodes (or the named ones) in one consistent read.
+
+        ``with_jobs`` also counts each node's running jobs (``SlurmNode.running_jobs``) in
+        one more call.
+        """
         ...
 
     async def read_node(self, name: str) -> SlurmNode | None:

@@ -23,7 +23,10 @@ from tenacity import (
     wait_exponential,
 )
 
+from slonkd.adapters.slurm.spawn import Child, pidfd_supported, spawn
 from slonkd.core.errors import TerminalError, TransientError
+
+_PIDFD = pidfd_supported()
 
 STDERR_LIMIT = 1000
 
@@ -108,10 +111,14 @@ class CommandRunner:
         # megabytes, the event loop's pipe reads in small pieces double its cost, and pipe
         # transports add about a millisecond to every call.
         with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as errors:
+            proc: asyncio.subprocess.Process | Child
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=errors, env=env
-                )
+                if _PIDFD:  # no waiter thread per call (see spawn.py)
+                    proc = spawn(argv, env or os.environ, sink.fileno(), errors.fileno())
+                else:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=errors, env=env
+                    )
             except OSError as exc:
                 raise TerminalError(f"cannot run {argv[0]}: {exc}") from exc
             try:
@@ -137,7 +144,10 @@ class CommandRunner:
         return out
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
+async def _kill(proc: asyncio.subprocess.Process | Child) -> None:
+    if isinstance(proc, Child):
+        await proc.kill()
+        return
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     await proc.wait()

@@ -1,5 +1,8 @@
 """Record real SLURM outputs for the parser tests: ``python tests/data/slurm/record.py [24.11]``.
 
+``--only FILE...`` records just those files (same cluster set-up) and merges their entries
+into the existing ``sources.json``, leaving the other recordings as they are.
+
 Starts a cluster of the harness (SLURM 22.05 from the host's Debian, or 24.11 in a
 debootstrapped trixie root with the argument ``24.11``), puts its nodes in known states
 (idle, slonkd-drained, draining with a job, down, fail, reboot requested, hostile reasons),
@@ -16,7 +19,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
+from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
@@ -30,6 +36,8 @@ COMMANDS = {
     "sinfo_reasons.txt": ["sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E"],
     "squeue.json": ["squeue", "--json"],
     "squeue.txt": ["squeue", "-h", "-o", "%i|%T|%N|%r"],
+    "squeue_jobs.txt": ["squeue", *SQUEUE_JOBS_ARGS],
+    "sinfo_cas.txt": ["sinfo", "--all", "--Node", "--noheader", f"--Format={CAS_FORMAT}"],
     "strigger_get.txt": ["strigger", "--get"],
 }
 COMMANDS_24_11 = {
@@ -72,11 +80,21 @@ def _setup(c: SlurmCluster) -> None:
 def main() -> int:
     """Record every command's output; print where it went."""
     layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4", "n5"), extra_nodes=8)
+    args = sys.argv[1:]
+    only = args[args.index("--only") + 1 :] if "--only" in args else []
+    args = args[: args.index("--only")] if "--only" in args else args
     commands = COMMANDS
     cluster: SlurmCluster
-    if sys.argv[1:] == ["24.11"]:
-        cluster = ChrootSlurmCluster.create("24.11", layout)
+    if args == ["24.11"]:
         commands = COMMANDS_24_11
+    unknown = [name for name in only if name not in commands]
+    if unknown:
+        print(f"no such recording: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if only:
+        commands = {name: commands[name] for name in only}
+    if args == ["24.11"]:
+        cluster = ChrootSlurmCluster.create("24.11", layout)
     else:
         root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
         cluster = SlurmCluster(root, layout)
@@ -87,17 +105,20 @@ def main() -> int:
         out_dir = HERE / short
         out_dir.mkdir(parents=True, exist_ok=True)
         _setup(cluster)
-        sources: dict[str, object] = {}
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        meta: dict[str, Any] = {
+            "recorded_at": now,
+            "slurm_version": version,
+            "layout": "nodes n1-n5 with slurmd, x1-x8 declared without slurmd",
+            "files": {},
+        }
+        if only:
+            meta = json.loads((out_dir / "sources.json").read_text())
         for name, argv in commands.items():
             proc = cluster.run(*argv)
             (out_dir / name).write_text(proc.stdout)
-            sources[name] = {"command": argv, "slurm_version": version}
-        meta = {
-            "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "slurm_version": version,
-            "layout": "nodes n1-n5 with slurmd, x1-x8 declared without slurmd",
-            "files": sources,
-        }
+            entry = {"command": argv, "slurm_version": version}
+            meta["files"][name] = entry | ({"recorded_at": now} if only else {})
         (out_dir / "sources.json").write_text(json.dumps(meta, indent=2) + "\n")
         print(f"recorded {len(commands)} outputs of SLURM {version} in {out_dir}")
     finally:

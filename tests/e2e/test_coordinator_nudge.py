@@ -1,0 +1,211 @@
+"""slurmctld's permanent trigger nudges a running coordinator, which reads SLURM at once.
+
+A coordinator with a resync period of 300 s leads over two worker pods on kwok nodes. The
+PERM triggers of ``slonkd-nudge`` are registered in a real slurmctld whose environment
+points at a real mosquitto. When SLURM fails a node under its own reason, slurmctld runs the
+trigger within its check period (about 15 s); ``slonkd-nudge`` publishes the event; the
+coordinator logs ``coordinator.nudged``, reads SLURM and cordons the pod's K8s node within
+seconds: long before any resync would have seen it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
+from slonkd.adapters.slurm.triggers import Triggers
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.conftest import read_json_log
+
+pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
+
+NAMES = ("w-0", "w-1")
+RESYNC_S = 300
+TRIGGER_PERIOD_S = 20.0  # slurmctld checks its triggers about every 15 s
+ACT_AFTER_NUDGE_S = 5.0
+
+
+@dataclass(slots=True)
+class NudgeFleet:
+    """Two worker pods, their SLURM nodes with slonkd's triggers, and a coordinator."""
+
+    kube: KubeCluster
+    slurm: SlurmCluster
+    namespace: str
+    log: Path
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The coordinator's JSON log lines of event ``name``."""
+        return [e for e in read_json_log(self.log) if e.get("event") == name]
+
+    def kube_node_of(self, pod: str) -> str:
+        """The K8s node a pod runs on."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}"
+        return str(self.kube.api.request("GET", path)["spec"]["nodeName"])
+
+
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture
+def nudge_fleet(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    session_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[NudgeFleet]:
+    """Mosquitto, SLURM (its triggers nudge over MQTT), two pods, a slow-resync coordinator."""
+    broker = Mosquitto(
+        Path(tempfile.mkdtemp(prefix="nudge-", dir=session_root)),
+        users={
+            "ctld": MqttUser(password="ctld-pw", acl=("topic write slonk/v1/lab/slurm/events",)),
+            "coordinator": MqttUser(password="coord-pw", acl=("topic readwrite slonk/#",)),
+        },
+    )
+    broker.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        # slurmctld runs its triggers with its own environment: it starts with these.
+        ctld_env = {
+            "SLONKD_MQTT_HOST": broker.host,
+            "SLONKD_MQTT_PORT": str(broker.port),
+            "SLONKD_MQTT_USER": "ctld",
+            "SLONKD_MQTT_PASSWORD": "ctld-pw",
+            "SLONKD_CLUSTER": "lab",
+        }
+        for key, value in ctld_env.items():
+            monkeypatch.setenv(key, value)
+        slurm = slurm_factory(SlurmLayout(nodes=NAMES))
+        for key in ctld_env:
+            monkeypatch.delenv(key)
+        program = str(Path(sys.executable).parent / "slonkd-nudge")  # this venv's console script
+        runner = CommandRunner(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
+        asyncio.run(Triggers(runner).ensure(program))
+
+        label = {"slonk.dev/test": namespace}
+        kube_nodes = kube.add_fake_nodes([unique(f"g{i}") for i in range(2)], labels=label)
+        wait_for(
+            "kwok nodes untainted",
+            lambda: all(
+                not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+                for n in kube_nodes
+            ),
+            timeout_s=60,
+        )
+        sts = worker_statefulset("w", replicas=len(NAMES), node_selector=label, standin=False)
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+
+        def all_running() -> bool:
+            items = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+            running = sum(p.get("status", {}).get("phase") == "Running" for p in items)
+            return bool(running == len(NAMES))
+
+        wait_for("pods Running", all_running, timeout_s=90)
+        config = tmp_path / "coordinator.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "resync_s": RESYNC_S,
+                    "failure_grace_s": 1,
+                    "max_out": 2,
+                    "lease_duration_s": 6,
+                    "renew_deadline_s": 4,
+                    "retry_period_s": 1,
+                }
+            )
+        )
+        env = {
+            **os.environ,
+            "POD_NAMESPACE": namespace,
+            "POD_NAME": "coordinator-0",
+            "KUBECONFIG": str(kube.kubeconfig),
+            "SLURM_CONF": str(slurm.conf),
+            "SLONKD_CONFIG": str(config),
+            "SLONKD_MQTT_HOST": broker.host,
+            "SLONKD_MQTT_PORT": str(broker.port),
+            "SLONKD_MQTT_USER": "coordinator",
+            "SLONKD_MQTT_PASSWORD": "coord-pw",
+        }
+        log = tmp_path / "coordinator.log"
+        with log.open("ab") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                )
+            )
+        fleet = NudgeFleet(kube=kube, slurm=slurm, namespace=namespace, log=log)
+        wait_for(
+            "coordinator synced",
+            lambda: bool(fleet.events("coordinator.synced")),
+            timeout_s=30,
+            alive=lambda: None if procs[0].poll() is None else log.read_text()[-2000:],
+        )
+        yield fleet
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=15)
+        broker.stop()
+
+
+def test_trigger_nudges_the_coordinator_long_before_its_resync(nudge_fleet: NudgeFleet) -> None:
+    """SLURM fails w-1: the trigger nudges, the coordinator cordons its K8s node within seconds."""
+    fleet = nudge_fleet
+    victim = "w-1"
+    kube_node = fleet.kube_node_of(victim)
+    # The first pass, at start, saw nothing to do; the next resync is 300 s away.
+    time.sleep(2)
+    assert not fleet.events("kube.cordon")
+    changed_at = time.time()
+    fleet.slurm.run(
+        "scontrol", "update", f"nodename={victim}", "state=fail", "reason=Kill task failed"
+    )
+
+    def nudged() -> list[dict[str, Any]]:
+        return [e for e in fleet.events("coordinator.nudged") if victim in str(e.get("nodes"))]
+
+    wait_for("coordinator.nudged", lambda: bool(nudged()), timeout_s=TRIGGER_PERIOD_S + 10)
+    wait_for(
+        "K8s node cordoned",
+        lambda: any(e.get("kube_node") == kube_node for e in fleet.events("kube.cordon")),
+        timeout_s=ACT_AFTER_NUDGE_S + 5,
+    )
+    nudge = nudged()[0]
+    cordon = next(e for e in fleet.events("kube.cordon") if e.get("kube_node") == kube_node)
+    # FAIL on an idle node fires the drained trigger too; whichever slurmctld ran first nudges.
+    assert nudge["slurm_event"] in {"fail", "drained"}
+    print(
+        f"trigger->nudged {_at(nudge) - changed_at:.1f} s after the change, "
+        f"cordon {_at(cordon) - _at(nudge):.2f} s after the nudge"
+    )
+    # Acted on the nudge: not before it (nothing else made the coordinator read SLURM), and
+    # within seconds after it, far inside the 300 s resync.
+    assert _at(nudge) <= _at(cordon) <= _at(nudge) + ACT_AFTER_NUDGE_S
+    assert _at(nudge) - changed_at <= TRIGGER_PERIOD_S + 2
+    assert _at(cordon) - changed_at < RESYNC_S / 10
+    assert {e["kube_node"] for e in fleet.events("kube.cordon")} == {kube_node}
