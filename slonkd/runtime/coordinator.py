@@ -42,7 +42,6 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
 from slonkd.core.budget import (
@@ -272,8 +271,8 @@ class Coordinator:
             else None
         )
         self._refused: dict[str, str] = {}
-        self._fresh: list[ReasonGroup] = []
-        """Reason groups the poll saw appear since the last pass (for the fast path)."""
+        self._fresh: list[SlurmNode] = []
+        """Nodes whose reason or state the poll saw change since the last pass (fast path)."""
         self._last_slurm: list[SlurmNode] | None = None
         self.passes = 0
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
@@ -312,38 +311,26 @@ class Coordinator:
                 hold=self._rollout_hold, dry_run=s.dry_run,
             )  # fmt: skip
 
-    def _on_slurm_change(self, new: Sequence[ReasonGroup]) -> None:
+    def _on_slurm_change(self, new: Sequence[SlurmNode]) -> None:
         self._fresh.extend(new)
         self._dirty.set()
 
     async def _fast_marks(self) -> None:
         """Mark K8s nodes for SLURM failures the poll just saw, before the next full read.
 
-        The reasons-only read says which nodes got which reason, by whom and when; for a
-        reason that is SLURM's own (a failure), that is all ``decide`` needs to mark the K8s
-        node (cordon, taint, condition, Event). The node's last full read is patched with the
-        new reason and only those marking actions are taken, inside the budget; the full pass
-        that follows (as soon as the read limiter allows) does everything else.
+        The poll read those nodes exactly (state, reason, who and when); for a reason that is
+        SLURM's own (a failure), the last full read with those nodes replaced is all
+        ``decide`` needs to mark their K8s nodes (cordon, taint, condition, Event). Only those
+        marking actions are taken, inside the budget; the full pass that follows (as soon as
+        the read limiter allows) does everything else.
         """
         fresh, self._fresh = self._fresh, []
         if not fresh or self._last_slurm is None:
             return
-        failing = {
-            n: g for g in fresh if reason_owner(g.reason) is ReasonOwner.SLURM for n in g.nodes
-        }
+        failing = {n.name: n for n in fresh if reason_owner(n.reason) is ReasonOwner.SLURM}
         if not failing:
             return
-        patched = [
-            replace(
-                n,
-                reason=failing[n.name].reason,
-                reason_user=failing[n.name].user or None,
-                reason_time=failing[n.name].time,
-            )
-            if n.name in failing
-            else n
-            for n in self._last_slurm
-        ]
+        patched = [failing.get(n.name, n) for n in self._last_slurm]
         try:
             await self._apply_marks(patched, set(failing))
         except SlonkdError as exc:

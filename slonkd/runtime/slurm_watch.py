@@ -1,8 +1,9 @@
 """How the coordinator learns of SLURM changes fast without loading slurmctld.
 
 slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator polls
-the cheap reasons-only read (``sinfo -R``: only nodes that carry a reason) every
-``poll_s`` (one second) and starts a full pass at once when what it shows changed. Every
+the nodes that carry a reason (one ``scontrol -o show node``, one RPC, of which only the lines
+with a reason are parsed) every ``poll_s`` and hands what changed to the coordinator, which
+marks SLURM failures at once and starts a full pass. Every
 slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than
 ``max_reads_per_s`` reads in any second, whatever happens.
@@ -17,13 +18,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
-from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import SlonkdError
+from slonkd.core.slurm_node import SlurmNode
 
 log = structlog.get_logger("slonkd.coordinator")
 
-Fingerprint = frozenset[tuple[tuple[str, ...], str, str]]
+Fingerprint = frozenset[tuple[str, str, str]]
 
 
 class ReadLimiter:
@@ -68,9 +69,9 @@ class ReadLimiter:
                 self._on_read()
 
 
-def fingerprint(groups: Sequence[ReasonGroup]) -> Fingerprint:
-    """What a reasons-only read shows, comparable between reads."""
-    return frozenset((tuple(sorted(g.nodes)), g.state, g.reason) for g in groups)
+def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
+    """What a reasons read shows (node, state, reason), comparable between reads."""
+    return frozenset((str(n.name), str(n.state), n.reason) for n in nodes)
 
 
 class SlurmWatch:
@@ -80,7 +81,7 @@ class SlurmWatch:
         self,
         slurm: ScontrolBackend,
         limiter: ReadLimiter,
-        changed: Callable[[Sequence[ReasonGroup]], None],
+        changed: Callable[[Sequence[SlurmNode]], None],
         *,
         poll_s: float,
     ) -> None:
@@ -98,16 +99,16 @@ class SlurmWatch:
             began = time.monotonic()
             await self.limiter.acquire()
             try:
-                groups = await self.slurm.read_reasons()
+                nodes = await self.slurm.read_reason_nodes()
             except SlonkdError as exc:
                 log.warning("coordinator.poll_failed", error=str(exc)[:300])
             else:
                 self.polls += 1
-                seen = fingerprint(groups)
+                seen = fingerprint(nodes)
                 if self.last is not None and seen != self.last:
                     self.changes += 1
-                    new = [g for g in groups if fingerprint([g]) - self.last]
-                    log.debug("coordinator.slurm_changed", groups=len(seen), new=len(new))
+                    new = [n for n in nodes if fingerprint([n]) - self.last]
+                    log.debug("coordinator.slurm_changed", nodes=len(seen), new=len(new))
                     self.changed(new)
                 self.last = seen
             await asyncio.sleep(max(0.0, self.poll_s - (time.monotonic() - began)))

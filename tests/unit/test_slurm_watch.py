@@ -7,18 +7,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from slonkd.adapters.slurm.parsing import ReasonGroup
-from slonkd.core.slurm_node import NodeName
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.slurm_watch import ReadLimiter, fingerprint
 
 
-def _group(nodes: tuple[str, ...], reason: str, state: str = "drained") -> ReasonGroup:
-    return ReasonGroup(
-        nodes=tuple(NodeName(n) for n in nodes),
-        state=state,
+def _node(name: str, reason: str, state: str = "IDLE+DRAIN") -> SlurmNode:
+    base, *flags = state.split("+")
+    return SlurmNode(
+        name=NodeName(name),
+        state=NodeState.from_tokens(base, flags),
         reason=reason,
-        user="root",
-        time=datetime(2026, 11, 30, tzinfo=UTC),
+        reason_time=datetime(2026, 11, 30, tzinfo=UTC),
     )
 
 
@@ -44,12 +43,12 @@ def test_no_window_holds_more_reads_than_the_limit() -> None:
 
 
 def test_a_fingerprint_changes_with_state_reason_or_nodes_not_with_order() -> None:
-    """Same groups in another order: same; a new reason, state or node: different."""
-    a = [_group(("n1", "n2"), "slonkd:health:x"), _group(("n3",), "Not responding", "down*")]
+    """Same nodes in another order: same; a new reason, state or node: different."""
+    a = [_node("n1", "slonkd:health:x"), _node("n3", "Not responding", "DOWN+NOT_RESPONDING")]
     assert fingerprint(a) == fingerprint(list(reversed(a)))
-    assert fingerprint(a) != fingerprint([*a, _group(("n4",), "maint")])
-    assert fingerprint(a) != fingerprint([_group(("n1", "n2"), "other"), a[1]])
-    assert fingerprint(a) != fingerprint([a[0], _group(("n3",), "Not responding", "down")])
+    assert fingerprint(a) != fingerprint([*a, _node("n4", "maint")])
+    assert fingerprint(a) != fingerprint([_node("n1", "other"), a[1]])
+    assert fingerprint(a) != fingerprint([a[0], _node("n3", "Not responding", "DOWN")])
 
 
 def test_a_non_positive_rate_is_refused() -> None:

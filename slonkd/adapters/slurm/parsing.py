@@ -172,6 +172,24 @@ def parse_show_node(text: str) -> list[SlurmNode]:
     return nodes
 
 
+def parse_reason_nodes(text: str) -> list[SlurmNode]:
+    """The nodes of ``scontrol -o show node`` that carry a reason, parsing only their lines.
+
+    The coordinator's poll: one RPC (``sinfo -R`` costs two: nodes and partitions), and only
+    the few lines with ``Reason=`` are parsed. A line that is not a node record (a reason
+    with a newline breaks ``-o`` output) raises AmbiguousOutput: read JSON instead.
+    """
+    _check_size(text)
+    if text and not text.endswith("\n"):
+        raise ParseError("scontrol output does not end with a newline: cut off?")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if any(not line.startswith("NodeName=") for line in lines):
+        raise AmbiguousOutput("a line of scontrol -o output is not a node record")
+    nodes = [parse_show_node_line(line) for line in lines if " Reason=" in line]
+    check_unique(nodes)
+    return [n for n in nodes if n.reason]
+
+
 def check_unique(nodes: list[SlurmNode]) -> None:
     """ParseError when one read names a node twice."""
     names = [n.name for n in nodes]

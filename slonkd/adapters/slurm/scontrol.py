@@ -23,6 +23,7 @@ from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
     ReasonGroup,
     ReportedErrors,
+    parse_reason_nodes,
     parse_show_node,
     parse_sinfo_json,
     parse_sinfo_reasons,
@@ -162,6 +163,18 @@ class ScontrolBackend:
             wanted = set(names)
             return [n for n in nodes if n.name in wanted]
         return nodes
+
+    async def read_reason_nodes(self) -> list[SlurmNode]:
+        """Every node that carries a reason, exactly (one ``scontrol -o show node``).
+
+        Costs slurmctld one RPC (the whole node table, like any node read) and this side a
+        scan of the lines; used by the coordinator's poll. A reason with a newline makes the
+        text ambiguous: then the JSON read, filtered.
+        """
+        try:
+            return parse_reason_nodes(await self.runner.run("scontrol", "-o", "show", "node"))
+        except AmbiguousOutput:
+            return [n for n in await self.read_nodes_json(()) if n.reason]
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""

@@ -1,0 +1,80 @@
+"""The slonkd container image, built here with buildah and run with ``buildah run``.
+
+``container/build.sh base slonkd`` makes the Debian base with debootstrap (cached under
+``~/.cache/slonkd/rootfs``) and the slonkd image from wheels of this tree; the test then runs
+``slonkd --version`` and ``slonkd check -o json`` inside it. The SLURM, login and mosquitto
+images are exercised by ``container/smoke.sh`` (not in CI: minutes more, see
+container/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import slonkd
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "localhost/slonk/slonkd:ci"
+DRIVER = ["--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER", "vfs")]
+
+
+def _buildah(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["buildah", *DRIVER, *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def container() -> Iterator[str]:
+    """A working container of the freshly built slonkd image."""
+    build = subprocess.run(
+        [str(REPO / "container" / "build.sh"), "base", "slonkd"],
+        env={**os.environ, "TAG": "ci"},
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert shutil.which("buildah"), "build.sh installs buildah; it must be on PATH now"
+    made = _buildah("from", IMAGE)
+    assert made.returncode == 0, made.stderr
+    name = made.stdout.strip().splitlines()[-1]
+    try:
+        yield name
+    finally:
+        _buildah("rm", name)
+        _buildah("rmi", IMAGE)
+
+
+def _run(container: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return _buildah("run", "--isolation", "chroot", "--", container, *argv, timeout_s=120)
+
+
+def test_the_image_runs_slonkd_as_its_non_root_user(container: str) -> None:
+    """`slonkd --version` in the image is this tree's version, run as SLURM's uid."""
+    version = _run(container, "slonkd", "--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"slonkd {slonkd.__version__}"
+    who = _run(container, "id", "-u")
+    assert who.stdout.strip() == "64030"
+
+
+def test_check_in_the_image_reports_json_and_never_ok_for_what_it_cannot_see(
+    container: str,
+) -> None:
+    """`slonkd check -o json` inside the image: valid JSON; no GPU here is `unknown`, not ok."""
+    checked = _run(container, "slonkd", "check", "-o", "json", "--expected-gpus", "8")
+    assert checked.returncode in (0, 1), checked.stderr[-2000:]
+    by_check = {r["check"]: r for r in json.loads(checked.stdout)["results"]}
+    assert by_check["nvidia-smi"]["verdict"] == "unknown"  # no GPU tool here: never "ok"
+    assert by_check["nvidia-smi"]["evidence"]
+    assert by_check["dcgm-diag"]["verdict"] == "unknown"
+    assert by_check["disk:/"]["verdict"] in ("ok", "warn", "fail")  # measured in the image
