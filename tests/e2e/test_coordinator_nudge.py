@@ -127,6 +127,7 @@ def nudge_fleet(
             json.dumps(
                 {
                     "resync_s": RESYNC_S,
+                    "poll_s": 0,  # no reasons poll: only the trigger can start the read
                     "failure_grace_s": 1,
                     "max_out": 2,
                     "lease_duration_s": 6,
