@@ -1,8 +1,8 @@
 """How the coordinator learns of SLURM changes fast without loading slurmctld.
 
 slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator polls
-the nodes that carry a reason (one ``scontrol -o show node``, one RPC, of which only the lines
-with a reason are parsed) every ``poll_s`` and hands what changed to the coordinator, which
+the nodes that carry a reason (one ``scontrol -o show node``, of which only the lines with
+a reason are parsed) every ``poll_s`` and hands what changed to the coordinator, which
 marks SLURM failures at once and starts a full pass. Every
 slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than

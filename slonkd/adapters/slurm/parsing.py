@@ -175,9 +175,10 @@ def parse_show_node(text: str) -> list[SlurmNode]:
 def parse_reason_nodes(text: str) -> list[SlurmNode]:
     """The nodes of ``scontrol -o show node`` that carry a reason, parsing only their lines.
 
-    The coordinator's poll: one RPC (``sinfo -R`` costs two: nodes and partitions), and only
-    the few lines with ``Reason=`` are parsed. A line that is not a node record (a reason
-    with a newline breaks ``-o`` output) raises AmbiguousOutput: read JSON instead.
+    The coordinator's poll: the same two RPCs as ``sinfo -R`` (node and partition tables,
+    measured with sdiag), exact node records, and only the few lines with ``Reason=`` are
+    parsed. A line that is not a node record (a reason with a newline breaks ``-o`` output)
+    raises AmbiguousOutput: read JSON instead.
     """
     _check_size(text)
     if text and not text.endswith("\n"):

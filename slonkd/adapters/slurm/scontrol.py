@@ -167,9 +167,10 @@ class ScontrolBackend:
     async def read_reason_nodes(self) -> list[SlurmNode]:
         """Every node that carries a reason, exactly (one ``scontrol -o show node``).
 
-        Costs slurmctld one RPC (the whole node table, like any node read) and this side a
-        scan of the lines; used by the coordinator's poll. A reason with a newline makes the
-        text ambiguous: then the JSON read, filtered.
+        Costs slurmctld what ``sinfo -R`` costs (node table + partition table RPCs) and
+        this side a scan of the lines (38 ms of scontrol at 5,004 nodes against sinfo's 19
+        ms), but gives exact node records; used by the coordinator's poll. A reason with a
+        newline makes the text ambiguous: then the JSON read, filtered.
         """
         try:
             return parse_reason_nodes(await self.runner.run("scontrol", "-o", "show", "node"))
