@@ -71,7 +71,13 @@ from slonkd.core.errors import SlonkdError, TransientError
 from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
-from slonkd.core.messages import AgentStatus, SlurmEvent, slurm_events_topic
+from slonkd.core.messages import (
+    AgentStatus,
+    CoordinatorStatus,
+    SlurmEvent,
+    coordinator_topic,
+    slurm_events_topic,
+)
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
@@ -287,7 +293,13 @@ class Coordinator:
                     s.credentials, cluster=s.cluster, identity=s.identity
                 )
             subscriptions = [topic, str(slurm_events_topic(s.cluster))]
-            self.bus = Bus(s.bus, subscriptions=subscriptions, credentials=own)
+            gone = CoordinatorStatus(online=False, leader=s.identity, at=time.time())
+            self.bus = Bus(
+                s.bus,
+                subscriptions=subscriptions,
+                credentials=own,
+                will=(coordinator_topic(s.cluster), gone),  # the leader died: agents see it
+            )
         self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
             CommandSender(
                 self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid

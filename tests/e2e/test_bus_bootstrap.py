@@ -55,10 +55,15 @@ def _get_status(url: str) -> int:
 
 def _retained_status(broker: Mosquitto, node: str) -> dict[str, Any]:
     """The retained status of ``node`` as the broker holds it now (read as the admin)."""
+    return _retained(broker, f"slonk/v1/lab/nodes/{node}/status")
+
+
+def _retained(broker: Mosquitto, topic: str) -> dict[str, Any]:
+    """The retained message of ``topic`` as the broker holds it now (read as the admin)."""
     out = subprocess.run(
         [
             "mosquitto_sub", "-h", broker.host, "-p", str(broker.port), "-u", broker.admin_user,
-            "-P", broker.admin_password, "-t", f"slonk/v1/lab/nodes/{node}/status",
+            "-P", broker.admin_password, "-t", topic,
             "-C", "1", "-W", "3", "--retained-only",
         ],
         capture_output=True, text=True, timeout=10, check=False,
@@ -203,6 +208,17 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
             text = path.read_text()
             assert token not in text
             assert '"password"' not in text
+
+        # The leader dies without a goodbye: its last will says so, retained, to every agent.
+        coordinator_topic = "slonk/v1/lab/coordinator/status"
+        assert _retained(broker, coordinator_topic).get("online") is True
+        coordinator.kill()
+        coordinator.wait(timeout=15)
+        wait_for(
+            "the coordinator's will (offline)",
+            lambda: _retained(broker, coordinator_topic).get("online") is False,
+            timeout_s=30,
+        )
     finally:
         if coordinator is not None:
             coordinator.terminate()
