@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -886,6 +887,12 @@ class Coordinator:
     async def lead(self, token: int) -> None:
         """The leader's work: run the informers, then reconcile on events and on resync."""
         log.info("coordinator.leading", identity=self.s.identity, fencing_token=token)
+        try:
+            await self._lead(token)
+        except* _NotLeading:
+            log.warning("coordinator.not_leading", identity=self.s.identity, fencing_token=token)
+
+    async def _lead(self, token: int) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.nodes.run())
             group.create_task(self.pods.run())
@@ -914,6 +921,8 @@ class Coordinator:
                         "retry" if isinstance(exc, TransientError) else "terminal", 0.0
                     )
                     log.warning("coordinator.pass_failed", error=str(exc)[:300])
+                if not self.elector.is_valid():
+                    raise _NotLeading  # stop every task of this term, whatever the elector does
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.s.resync_s):
                         await self._dirty.wait()
@@ -921,6 +930,14 @@ class Coordinator:
                 await settle(
                     self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_batch_delay_s
                 )
+
+
+class _NotLeading(Exception):
+    """The lease ran out under this term's work."""
+
+
+SHUTDOWN_DEADLINE_S = 8.0
+"""After SIGTERM the campaign has this long to stop before the process exits anyway."""
 
 
 def _dump_tasks() -> None:
@@ -973,16 +990,27 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     async def campaign() -> None:
         await elector.run(lead)
 
+    task = asyncio.create_task(campaign(), name="campaign")
+    stopping = asyncio.create_task(stop.wait(), name="stop")
     try:
-        async with asyncio.TaskGroup() as group:
-            task = group.create_task(campaign())
-            await stop.wait()
-            task.cancel()
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # the campaign ended by itself: a bug, raised
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=SHUTDOWN_DEADLINE_S)
+        if not done:
+            # Something swallowed its cancellation: do not hang the pod's termination on it.
+            log.error("coordinator.shutdown_deadline", deadline_s=SHUTDOWN_DEADLINE_S)
+            _dump_tasks()
     finally:
+        stopping.cancel()
         with contextlib.suppress(SlonkdError, TimeoutError):
             async with asyncio.timeout(3):
                 await elector.release()
         await api.stop()
         await transport.close()
     log.info("coordinator.stopped", identity=s.identity)
+    if not task.done():
+        sys.stderr.flush()
+        os._exit(0)  # the stuck task would also hang asyncio.run's final cancellation
     return 0

@@ -202,10 +202,21 @@ def fleet(
         )
         yield f
     finally:
+        stuck = []
         for p in f.procs:
             if p.poll() is None:
                 p.terminate()
-                p.wait(timeout=15)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.send_signal(signal.SIGUSR1)  # its asyncio tasks, to its log
+                    time.sleep(1)
+                    p.kill()
+                    p.wait(timeout=15)
+                    stuck.append(p.pid)
+        if stuck:
+            logs = "".join(path.read_text()[-6000:] for path in tmp_path.glob("*.log"))
+            raise AssertionError(f"coordinators {stuck} ignored SIGTERM for 15 s:\n{logs}")
 
 
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:

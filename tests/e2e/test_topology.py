@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import pytest
 from slonkd.core.topology import leaf_membership, stamped_hash
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import read_json_log
@@ -82,6 +84,8 @@ class Topo:
     namespace: str
     kube_nodes: list[str]
     log: Path
+    pids: list[int] = field(default_factory=list)
+    """The coordinator's pid (to ask it for its tasks when a wait fails)."""
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The coordinator's log lines of one event."""
@@ -183,6 +187,7 @@ def topo(
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )
+    t.pids.append(proc.pid)
     try:
         wait_for(
             "coordinator synced",
@@ -216,7 +221,12 @@ def test_labels_render_reconfigure_and_only_on_change(topo: Topo) -> None:
     # relabel: b's leaf changes -> one more reconfigure, slurmctld follows
     topo.label(b, {KEYS[2]: "l3"})
     leaves[b] = _leaf("z1", "s1", "l3")
-    wait_for("second reconfigure", _reconfigures(topo, 2), timeout_s=40)
+    try:
+        wait_for("second reconfigure", _reconfigures(topo, 2), timeout_s=40)
+    except HarnessError:
+        os.kill(topo.pids[0], signal.SIGUSR1)  # the coordinator's asyncio tasks, to its log
+        time.sleep(1)
+        raise AssertionError(topo.log.read_text()[-15000:]) from None
     assert topo.shown() == topo.expected(leaves)
 
     # a label the topology does not read: rendered again, same file, no reconfigure
