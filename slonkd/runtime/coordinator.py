@@ -308,7 +308,7 @@ class Coordinator:
             if self.bus is not None
             else None
         )
-        self.nodes.add_handler(self._on_change)
+        self.nodes.add_handler(self._on_node_change)
         self.pods.add_handler(self._on_change)
         self.topology: TopologySync | None = None
         if s.topology is not None:
@@ -396,6 +396,17 @@ class Coordinator:
         if event.old is not None and _same(event.old, event.obj):
             return
         self._dirty.set()
+
+    def _on_node_change(self, event: CacheEvent[Node]) -> None:
+        """Start a pass for a K8s node's change that matters, on a node with a worker pod.
+
+        The cluster's other nodes come and go with other workloads and cannot change a view.
+        """
+        if event.old is not None and _same(event.old, event.obj):
+            return  # heartbeat: checked first, it is the common case and costs nothing
+        name = event.obj.name
+        if any(p.node_name == name for p in self.pods.items().values()):
+            self._dirty.set()
 
     def status_sections(self) -> dict[str, Any]:
         """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
