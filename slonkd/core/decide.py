@@ -159,8 +159,12 @@ def _writer_of(cause: Cause) -> Writer:
 
 
 def _held(slurm: SlurmNode) -> frozenset[Cause] | None:
-    """slonkd's causes on the node, or None when SLURM's state is not slonkd's to touch."""
-    reason = parse_reason(slurm.reason)
+    """slonkd's causes on the node, or None when SLURM's state is not slonkd's to touch.
+
+    Only a reason that holds the node counts (``live_reason``): SLURM 24.11 keeps the text of
+    an old reason after a resume, and that leftover is nobody's.
+    """
+    reason = parse_reason(slurm.live_reason)
     held = slurm.state.down or slurm.state.failed or slurm.state.drain is not DrainStatus.NONE
     if reason.owner in (ReasonOwner.FOREIGN, ReasonOwner.SLURM):
         return None
@@ -185,9 +189,10 @@ def _slurm_failure(view: NodeView, policy: Policy) -> str | None:
         and s.reason_time.timestamp() + REASON_CLOCK_SLACK_S < view.pod_ready_since
     ):
         return None  # set before this pod was Ready: it belongs to the node's past, not to it
-    owner = parse_reason(s.reason).owner
+    reason = s.live_reason  # a leftover text after a resume is no failure (24.11 keeps it)
+    owner = parse_reason(reason).owner
     if owner is ReasonOwner.SLURM:
-        return s.reason.split(" [")[0][:60] or "slurm-reported"
+        return reason.split(" [")[0][:60] or "slurm-reported"
     if owner is ReasonOwner.NONE and (s.state.failed or s.state.down):
         return str(s.state)
     return None
@@ -347,7 +352,10 @@ def _kube_actions(
         if not kube.unschedulable:
             out.append(Action(kind=Kind.CORDON, writer=co, cause=failure, budgeted=True))
         if FAILURE_TAINT not in ours:
-            out.append(Action(kind=Kind.TAINT, writer=co, cause=failure, key=FAILURE_TAINT))
+            # NoSchedule keeps the pod from coming back: it takes the node out like a cordon
+            out.append(
+                Action(kind=Kind.TAINT, writer=co, cause=failure, key=FAILURE_TAINT, budgeted=True)
+            )
         if kube.slurm_healthy is not False:
             out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=failure, key="False"))
             out.append(Action(kind=Kind.EVENT, writer=co, cause=failure, key="SlurmUnhealthy"))
@@ -406,7 +414,7 @@ def _remediate(
                 kind=Kind.REQUEST_REBOOT, writer=co, cause=failure, budgeted=True, key=REBOOT_TAINT
             )
         ]
-    return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure)]
+    return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure, budgeted=True)]
 
 
 _FAILURE_MARKS = frozenset(

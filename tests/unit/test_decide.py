@@ -390,14 +390,15 @@ def test_property_never_touches_what_slonkd_does_not_own(v: NodeView) -> None:
     """For any view, slonkd never writes over what it does not own.
 
     No SLURM write over a reason that is not slonkd's; no uncordon of a cordon slonkd did
-    not make; nothing at all on a held node or while paused.
+    not make; nothing at all on a held node or while paused. Only a reason that holds the
+    node is anyone's (``live_reason``): 24.11 keeps old text after a resume.
     """
     plan = decide(v, POLICY)
     if v.paused or (v.kube_node is not None and v.kube_node.held):
         assert plan.actions == ()
         return
     if v.slurm is not None:
-        owner = parse_reason(v.slurm.reason).owner
+        owner = parse_reason(v.slurm.live_reason).owner
         if owner in (ReasonOwner.FOREIGN, ReasonOwner.SLURM) or not v.slurm.state.fully_recognised:
             assert _slurm_writes(plan.actions) == []
     else:
@@ -409,7 +410,7 @@ def test_property_never_touches_what_slonkd_does_not_own(v: NodeView) -> None:
         if action.kind is Kind.UNTAINT:
             assert action.key.startswith("slonk.dev/")
         if action.kind is Kind.RELEASE and v.slurm is not None:
-            assert parse_reason(v.slurm.reason).owner is ReasonOwner.SLONKD
+            assert parse_reason(v.slurm.live_reason).owner is ReasonOwner.SLONKD
 
 
 @given(views())
