@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -195,14 +195,21 @@ _MARKS = frozenset({Kind.CORDON, Kind.TAINT, Kind.SET_CONDITION, Kind.EVENT})
 
 
 def _is_out(view: NodeView) -> bool:
-    """Taken out by someone: drained in SLURM, or its K8s node cordoned.
+    """Taken out by someone: drained in SLURM, its K8s node cordoned, or tainted by slonkd.
+
+    slonkd's NoSchedule taints keep the worker pod from coming back, so a node carrying one
+    is out even when it is not cordoned.
 
     A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
     marking it is what the budget must weigh (a slurmctld outage makes every node
     "Not responding" at once, and that must not cordon the fleet).
     """
     slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
-    kube_out = view.kube_node is not None and view.kube_node.unschedulable
+    kube = view.kube_node
+    kube_out = kube is not None and (
+        kube.unschedulable
+        or any(t.ours and t.effect is TaintEffect.NO_SCHEDULE for t in kube.taints)
+    )
     return slurm_out or kube_out
 
 
@@ -340,7 +347,7 @@ class Coordinator:
         fresh, self._fresh = self._fresh, []
         if not fresh or self._last_slurm is None:
             return
-        failing = {n.name: n for n in fresh if reason_owner(n.reason) is ReasonOwner.SLURM}
+        failing = {n.name: n for n in fresh if reason_owner(n.live_reason) is ReasonOwner.SLURM}
         if not failing:
             return
         patched = [failing.get(n.name, n) for n in self._last_slurm]
@@ -367,8 +374,11 @@ class Coordinator:
                 ):
                     continue
                 self.elector.check_valid()
-                await self._apply_kube(view, action, token)
-                marked.append(view.node)
+                if not await self._isolated(
+                    self._apply_kube(view, action, token),
+                    action=action.kind, cause=action.cause, nodes=[view.node], token=token,
+                ):  # fmt: skip
+                    marked.append(view.node)
         if marked:
             log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
 
@@ -515,14 +525,21 @@ class Coordinator:
                     kube_actions.append((view, action))
         before: dict[str, str] = {str(v.node): _slurm_text(v.slurm) for v in views}
         decided_at = time.monotonic()
+        failed = 0
         for (kind, cause), names in sorted(
             slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
         ):
             self.elector.check_valid()
-            await self._apply_slurm(kind, cause, names, token, before)
+            failed += await self._isolated(
+                self._apply_slurm(kind, cause, names, token, before),
+                action=kind, cause=cause, nodes=names, token=token,
+            )  # fmt: skip
         for view, action in kube_actions:
             self.elector.check_valid()
-            await self._apply_kube(view, action, token)
+            failed += await self._isolated(
+                self._apply_kube(view, action, token),
+                action=action.kind, cause=action.cause, nodes=[view.node], token=token,
+            )  # fmt: skip
         self.metrics.reconciled("ok", time.monotonic() - began)
         self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
         self.metrics.paused.set(1 if self.state.paused else 0)
@@ -549,9 +566,44 @@ class Coordinator:
             nodes=len(views),
             slurm_calls=len(slurm_groups),
             kube_actions=len(kube_actions),
+            failed_actions=failed,
             duration_ms=round((time.monotonic() - began) * 1000, 1),
         )
         return plans
+
+    async def _isolated(
+        self,
+        work: Coroutine[Any, Any, None],
+        *,
+        action: Kind,
+        cause: Cause,
+        nodes: Sequence[str],
+        token: int,
+    ) -> int:
+        """Run one action of a pass; its failure is logged and audited, the pass goes on.
+
+        Returns 1 when it failed. A lost lease is never swallowed: the error is raised again
+        when the lease is no longer valid, so a deposed leader writes nothing more. The next
+        pass (an event, a poll change or the resync) tries the failed action again.
+        """
+        try:
+            await work
+        except SlonkdError as exc:
+            if not self.elector.is_valid():
+                raise
+            self.metrics.applied(action.value, cause.name, changed=False, skipped=["failed"])
+            for node in nodes:
+                self._audit(action.value, node, cause, token, f"failed: {str(exc)[:200]}", None)
+            log.warning(
+                "coordinator.action_failed",
+                action=action.value,
+                cause=str(cause),
+                nodes=list(nodes)[:20],
+                error=str(exc)[:300],
+                fencing_token=token,
+            )
+            return 1
+        return 0
 
     def _admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
         """The budget's answer for every node an automated cause wants out now."""

@@ -74,6 +74,17 @@ class BigFleet:
             if n["metadata"]["name"] in mine and n["spec"].get("unschedulable")
         }
 
+    def tainted(self) -> set[str]:
+        """K8s nodes of the fleet that carry slonkd's failure taint (or any NoSchedule of ours)."""
+        items = self.kube.api.request("GET", "/api/v1/nodes")["items"]
+        mine = set(self.placement.values())
+        return {
+            n["metadata"]["name"]
+            for n in items
+            if n["metadata"]["name"] in mine
+            and any(t["key"].startswith("slonk.dev/") for t in n["spec"].get("taints") or [])
+        }
+
     def state(self) -> dict[str, str]:
         """The coordinator's state ConfigMap data."""
         path = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
@@ -208,7 +219,9 @@ def test_same_cause_on_30_of_100_opens_the_breaker_and_a_failover_keeps_it(
 ) -> None:
     """30 of 100 nodes fail with the same SLURM reason: at most 5 marked, the breaker opens.
 
-    A second coordinator taking over after a SIGKILL finds it open and marks nothing more.
+    Taints are marks that keep a pod away: only nodes the budget admitted carry one, also
+    from the poll's fast path (issue 15 item 11). A second coordinator taking over after a
+    SIGKILL finds the breaker open and marks nothing more.
     """
     f = big_fleet
     failing = [f"w-{i}" for i in range(2, 92, 3)]
@@ -223,6 +236,7 @@ def test_same_cause_on_30_of_100_opens_the_breaker_and_a_failover_keeps_it(
     wait_for("breaker open", lambda: f.state().get("breakerOpen") == "true", timeout_s=30)
     time.sleep(3)
     assert 1 <= len(f.cordoned()) <= 5
+    assert f.tainted() <= f.cordoned(), f.tainted() - f.cordoned()
     before = f.cordoned()
     second = f.spawn("coordinator-1")
     f.procs[0].kill()
@@ -233,6 +247,7 @@ def test_same_cause_on_30_of_100_opens_the_breaker_and_a_failover_keeps_it(
     )
     time.sleep(5)
     assert f.cordoned() == before
+    assert f.tainted() <= before
     assert f.state()["breakerOpen"] == "true"
     assert not [e for e in f.events(second) if e.get("event") == "kube.cordon"]
     assert any(e.get("event") == "budget.refused" for e in f.events(second))

@@ -1,0 +1,222 @@
+"""One coordinator pass with fakes for SLURM, the state store and the K8s writers.
+
+No service is needed: the informers' caches are filled by hand, the adapters are replaced
+by recording fakes. What is tested is the pass's orchestration: one failing action never
+aborts the rest of the pass (issue 15 item 9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import pytest
+
+from slonkd.adapters.kube.kubeconfig import ApiEndpoint
+from slonkd.adapters.kube.lease import LeaderElector
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.scontrol import UpdateResult
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
+from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase, Taint, TaintEffect
+from slonkd.core.reasons import Cause
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.runtime.coordinator import Coordinator, CoordinatorSettings
+
+TOKEN = 7
+
+
+class FakeElector:
+    """Holds the lease with token 7 (or not, when ``valid`` is False)."""
+
+    holder = "c-0"
+
+    def __init__(self) -> None:
+        self.valid = True
+
+    def is_valid(self) -> bool:
+        """Whether the lease is held."""
+        return self.valid
+
+    def check_valid(self) -> int:
+        """The fencing token, or TerminalError."""
+        if not self.valid:
+            raise TerminalError("lease not held")
+        return TOKEN
+
+
+class FakeSlurm:
+    """Nodes as given; drains for causes in ``failing`` raise a transient error."""
+
+    def __init__(self, nodes: list[SlurmNode], failing: set[str]) -> None:
+        self.nodes = nodes
+        self.failing = failing
+        self.drained: list[tuple[str, list[str]]] = []
+
+    async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
+        """Every node."""
+        return list(self.nodes)
+
+    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        """Drain, or fail for a cause in ``failing``."""
+        if str(cause) in self.failing:
+            raise TransientError(f"scontrol update failed for {cause}")
+        self.drained.append((str(cause), list(names)))
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
+
+
+class FakeStore:
+    """The state ConfigMap: an empty state, writes applied in memory."""
+
+    def __init__(self) -> None:
+        self.state = CoordinatorState()
+
+    async def load(self) -> CoordinatorState:
+        """The state."""
+        return self.state
+
+    async def update(
+        self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+    ) -> CoordinatorState:
+        """Apply ``change``."""
+        self.state = change(self.state)
+        return self.state
+
+
+class FakeNodeWriter:
+    """Records K8s node writes; cordons of nodes in ``failing`` raise."""
+
+    def __init__(self, failing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.calls: list[tuple[str, str]] = []
+        self.failing = set(failing)
+
+    async def _do(self, what: str, name: str) -> ChangeResult:
+        if name in self.failing:
+            raise TransientError(f"{what} {name}: apiserver said no")
+        self.calls.append((what, name))
+        return ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+    async def cordon(self, name: str, *, cause: str) -> ChangeResult:
+        """Cordon."""
+        return await self._do("cordon", name)
+
+    async def set_taint(self, name: str, key: str, *_: Any) -> ChangeResult:
+        """Taint."""
+        return await self._do(f"taint {key}", name)
+
+    async def set_slurm_healthy(self, name: str, **_: Any) -> ChangeResult:
+        """The SlurmHealthy condition."""
+        return await self._do("condition", name)
+
+
+class FakeEvents:
+    """Records Events."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    async def record(self, target: Any, *, type_: str, reason: str, message: str) -> ChangeResult:
+        """One Event."""
+        self.reasons.append(reason)
+        return ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+
+def _pod(i: int) -> Pod:
+    return Pod(
+        name=PodName(f"w-{i}"),
+        namespace="slonk",
+        uid=f"u{i}",
+        resource_version="1",
+        node_name=KubeNodeName(f"kn-{i}"),
+        phase=PodPhase.RUNNING,
+        ready=True,
+        ready_since="2026-01-01T00:00:00Z",
+    )
+
+
+def _slurm(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:
+    base, *flags = state.split("+")
+    return SlurmNode(
+        name=NodeName(f"w-{i}"), state=NodeState.from_tokens(base, flags), reason=reason
+    )
+
+
+def _coordinator(slurm: FakeSlurm, writer: FakeNodeWriter, nodes: list[Node]) -> Coordinator:
+    settings = CoordinatorSettings(
+        namespace="slonk",
+        identity="c-0",
+        poll_s=0,
+        rollout=None,
+        max_out=10,
+        max_out_percent=100,
+        mass_percent=100,
+    )
+    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
+    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()))
+    fakes: dict[str, object] = {
+        "slurm": slurm,
+        "store": FakeStore(),
+        "node_writer": writer,
+        "events": FakeEvents(),
+    }
+    for name, fake in fakes.items():
+        setattr(c, name, fake)
+    c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(len(nodes))}
+    c.nodes._cache = {n.name: n for n in nodes}
+    return c
+
+
+def _node(i: int, *, cordoned: bool = False, taint: str = "") -> Node:
+    taints = (Taint(key=taint, effect=TaintEffect.NO_SCHEDULE),) if taint else ()
+    return Node(
+        name=KubeNodeName(f"kn-{i}"),
+        uid=f"n{i}",
+        resource_version="1",
+        unschedulable=cordoned,
+        taints=taints,
+    )
+
+
+async def test_a_failing_slurm_write_does_not_abort_the_rest_of_the_pass() -> None:
+    """The drain for one cause fails: the other cause's drain and the K8s marks still run."""
+    slurm = FakeSlurm(
+        [_slurm(0), _slurm(1), _slurm(2, "IDLE+FAIL", "Kill task failed")],
+        failing={"k8s-cordoned"},
+    )
+    writer = FakeNodeWriter()
+    nodes = [_node(0, cordoned=True), _node(1, taint="maint.example/repair"), _node(2)]
+    c = _coordinator(slurm, writer, nodes)
+    await c.reconcile_all()
+    assert slurm.drained == [("k8s-tainted:repair", ["w-1"])]
+    assert ("cordon", "kn-2") in writer.calls  # the SLURM failure on w-2 is still marked
+    assert c.passes == 1
+
+
+async def test_a_failing_kube_write_does_not_abort_the_other_nodes() -> None:
+    """Cordoning one K8s node fails: the other failing node is still cordoned."""
+    slurm = FakeSlurm(
+        [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1, "IDLE+FAIL", "Kill task failed")],
+        failing=set(),
+    )
+    writer = FakeNodeWriter(failing={"kn-0"})
+    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    await c.reconcile_all()
+    assert ("cordon", "kn-1") in writer.calls
+
+
+async def test_a_lost_lease_still_stops_the_pass() -> None:
+    """Isolation never hides a lost lease: after it, no further write of the pass happens."""
+    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0, cordoned=True), _node(1)])
+    elector = cast(FakeElector, c.elector)
+
+    async def drain_then_lose(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        elector.valid = False
+        raise TransientError("scontrol timed out")
+
+    slurm.drain = drain_then_lose  # type: ignore[method-assign]
+    with pytest.raises(SlonkdError):
+        await c.reconcile_all()
+    assert writer.calls == []  # kn-1's cordon was never sent
