@@ -102,11 +102,16 @@ def admit(
     restarting: Mapping[str, frozenset[str]] | None = None,
     policy: BudgetPolicy,
     breaker_open: bool,
+    standing: frozenset[str] = frozenset(),
 ) -> Admission:
     """Decide which of ``requests`` fit the budget; deterministic (by node name).
 
     ``out_now``: nodes already out of service per pool, for any reason; ``restarting``: those
-    of them that are out only while their pod restarts.
+    of them that are out only while their pod restarts. ``standing``: candidates that were
+    already held back when a human reset the breaker: they are admitted first, within the
+    budget, the rest deferred; they never make a mass event nor open the breaker again
+    (the reset was the human's answer to them). Candidates new since the reset follow the
+    mass and exhaustion rules as usual.
     """
     by_pool: dict[str, list[str]] = defaultdict(list)
     for r in requests:
@@ -128,15 +133,27 @@ def admit(
         if breaker_open:
             refused.update((n, "breaker open: a human must reset it") for n in new)
             continue
+        room = max(0, limit - len(out))
+        held_over = [n for n in new if n in standing]
+        taken = len(held_over[:room])
+        admitted.update(held_over[:room])
+        deferred = (
+            f"deferred: standing since the breaker reset; pool {pool} has "
+            f"{len(out)} of {size} out, limit {limit}"
+        )
+        refused.update((n, deferred) for n in held_over[room:])
+        room -= taken
+        new = [n for n in new if n not in standing]
+        if not new:
+            continue
         if len(new) > policy.mass(size):
             why = f"mass event in pool {pool}: {len(new)} of {size} nodes at once"
             refused.update((n, why) for n in new)
             reasons.append(why)
             continue
-        room = max(0, limit - len(out))
         admitted.update(new[:room])
         passing = out & (restarting or {}).get(pool, frozenset())
-        if len(new) > room and len(new) <= limit - len(out - passing):
+        if len(new) > room and len(new) <= limit - len(out - passing) - taken:
             why = f"deferred: {len(passing)} nodes of pool {pool} are restarting"
             refused.update((n, why) for n in new[room:])
         elif len(new) > room:

@@ -285,6 +285,8 @@ class Coordinator:
             else None
         )
         self._refused: dict[str, str] = {}
+        self._standing: frozenset[str] = frozenset()
+        """Candidates held back by the breaker when a human reset it (see ``admit``)."""
         self._fresh: list[SlurmNode] = []
         """Nodes whose reason or state the poll saw change since the last pass (fast path)."""
         self._last_slurm: list[SlurmNode] | None = None
@@ -487,7 +489,15 @@ class Coordinator:
         self._last_slurm = slurm_nodes
         self._fresh = []  # this read has them all
         read_at = time.monotonic()
+        was_open = self.state.breaker_open
         self.state = await self.store.load()  # an operator's pause or reset is seen here
+        if was_open and not self.state.breaker_open:
+            self._standing = frozenset(self._refused)
+            log.info(
+                "budget.reset_seen",
+                standing=sorted(self._standing)[:50],
+                detail="standing candidates are admitted within the budget, never a mass event",
+            )
         state_at = time.monotonic()
         views = self._views(slurm_nodes, time.time())
         plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
@@ -504,6 +514,7 @@ class Coordinator:
             )
         self.suspected = suspected
         admission = self._admit(views, plans)
+        self._standing &= admission.admitted | frozenset(admission.refused)  # still wanted
         token = self.elector.check_valid()  # a paused old leader stops here
         why = admission.open_breaker or (
             f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
@@ -627,6 +638,7 @@ class Coordinator:
             restarting={k: frozenset(v) for k, v in restarting.items()},
             policy=self.budget,
             breaker_open=self.state.breaker_open,
+            standing=self._standing,
         )
 
     def _budget_group(self, view: NodeView) -> str:

@@ -145,3 +145,42 @@ def test_budget_groups_by_pool_or_by_pool_and_block() -> None:
     assert budget_group(pod, node, block_label="topology.slonk.dev/block") == "h100/nvl-3"
     assert budget_group(pod, {}, block_label="topology.slonk.dev/block") == "h100/unlabelled"
     assert budget_group(None, None) == "default"
+
+
+def test_standing_candidates_after_a_reset_are_admitted_within_the_budget() -> None:
+    """After a human reset, failures standing since before it are no mass event.
+
+    They are admitted up to the budget, the rest deferred, and the breaker stays shut
+    (issue 15 item 12): only candidates that appeared after the reset count as a mass event.
+    """
+    standing = frozenset({"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"})
+    policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
+    result = admit(
+        [Request(node=n, pool="gpu") for n in sorted(standing)],
+        out_now={"gpu": frozenset()},
+        pool_sizes={"gpu": 20},
+        policy=policy,
+        breaker_open=False,
+        standing=standing,
+    )
+    assert result.admitted == {"n1", "n2"}
+    assert set(result.refused) == standing - {"n1", "n2"}
+    assert all("standing" in why for why in result.refused.values())
+    assert not result.open_breaker
+
+
+def test_new_candidates_after_a_reset_still_make_a_mass_event() -> None:
+    """Candidates that are new since the reset follow the mass rule as before."""
+    policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
+    fresh = [f"f{i}" for i in range(6)]
+    result = admit(
+        [Request(node=n, pool="gpu") for n in [*fresh, "n1"]],
+        out_now={"gpu": frozenset()},
+        pool_sizes={"gpu": 20},
+        policy=policy,
+        breaker_open=False,
+        standing=frozenset({"n1"}),
+    )
+    assert "mass event" in result.open_breaker
+    assert result.admitted == {"n1"}
+    assert set(result.refused) == set(fresh)

@@ -8,6 +8,7 @@ aborts the rest of the pass (issue 15 item 9).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -17,9 +18,19 @@ from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.decide import Policy
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
-from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase, Taint, TaintEffect
+from slonkd.core.kube_objects import (
+    CORDONED_BY_ANNOTATION,
+    KubeNodeName,
+    Node,
+    Pod,
+    PodName,
+    PodPhase,
+    Taint,
+    TaintEffect,
+)
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinator import Coordinator, CoordinatorSettings
@@ -90,6 +101,8 @@ class FakeNodeWriter:
     def __init__(self, failing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.calls: list[tuple[str, str]] = []
         self.failing = set(failing)
+        self.cache: dict[str, Node] = {}
+        """The coordinator's node informer cache: a cordon shows there, as a watch would."""
 
     async def _do(self, what: str, name: str) -> ChangeResult:
         if name in self.failing:
@@ -99,7 +112,11 @@ class FakeNodeWriter:
 
     async def cordon(self, name: str, *, cause: str) -> ChangeResult:
         """Cordon."""
-        return await self._do("cordon", name)
+        result = await self._do("cordon", name)
+        node = self.cache[name]
+        annotations = {**node.annotations, CORDONED_BY_ANNOTATION: "slonkd"}
+        self.cache[name] = replace(node, unschedulable=True, annotations=annotations)
+        return result
 
     async def set_taint(self, name: str, key: str, *_: Any) -> ChangeResult:
         """Taint."""
@@ -108,6 +125,18 @@ class FakeNodeWriter:
     async def set_slurm_healthy(self, name: str, **_: Any) -> ChangeResult:
         """The SlurmHealthy condition."""
         return await self._do("condition", name)
+
+
+class FakePodWriter:
+    """Records evictions."""
+
+    def __init__(self) -> None:
+        self.evicted: list[str] = []
+
+    async def evict(self, namespace: str, name: str, *, uid: str) -> ChangeResult:
+        """Evict."""
+        self.evicted.append(name)
+        return ChangeResult(outcome=ChangeOutcome.CHANGED)
 
 
 class FakeEvents:
@@ -142,15 +171,12 @@ def _slurm(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:
     )
 
 
-def _coordinator(slurm: FakeSlurm, writer: FakeNodeWriter, nodes: list[Node]) -> Coordinator:
+def _coordinator(
+    slurm: FakeSlurm, writer: FakeNodeWriter, nodes: list[Node], **budget: Any
+) -> Coordinator:
+    limits: dict[str, Any] = {"max_out": 10, "max_out_percent": 100, "mass_percent": 100, **budget}
     settings = CoordinatorSettings(
-        namespace="slonk",
-        identity="c-0",
-        poll_s=0,
-        rollout=None,
-        max_out=10,
-        max_out_percent=100,
-        mass_percent=100,
+        namespace="slonk", identity="c-0", poll_s=0, rollout=None, **limits
     )
     transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
     c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()))
@@ -159,11 +185,13 @@ def _coordinator(slurm: FakeSlurm, writer: FakeNodeWriter, nodes: list[Node]) ->
         "store": FakeStore(),
         "node_writer": writer,
         "events": FakeEvents(),
+        "pod_writer": FakePodWriter(),
     }
     for name, fake in fakes.items():
         setattr(c, name, fake)
     c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(len(nodes))}
     c.nodes._cache = {n.name: n for n in nodes}
+    writer.cache = c.nodes._cache
     return c
 
 
@@ -220,3 +248,33 @@ async def test_a_lost_lease_still_stops_the_pass() -> None:
     with pytest.raises(SlonkdError):
         await c.reconcile_all()
     assert writer.calls == []  # kn-1's cordon was never sent
+
+
+async def test_after_a_reset_standing_failures_are_taken_within_the_budget() -> None:
+    """Six failures at once open the breaker; after a reset two are taken, none reopens it.
+
+    The failures still standing when a human resets the breaker are no mass event
+    (issue 15 item 12): the budget (2) admits two, the rest wait, the breaker stays shut.
+    """
+    fails = [_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(6)]
+    slurm = FakeSlurm([*fails, *(_slurm(i) for i in range(6, 20))], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(
+        slurm,
+        writer,
+        [_node(i) for i in range(20)],
+        max_out=2,
+        mass_percent=20,
+        policy=Policy(remediate=False),  # marks only: the fakes do not restart pods
+    )
+    await c.reconcile_all()
+    store = cast(FakeStore, c.store)
+    assert store.state.breaker_open
+    assert "mass event" in store.state.breaker_reason
+    assert not [call for call in writer.calls if call[0] == "cordon"]
+    store.state = replace(store.state, breaker_open=False, breaker_reason="reset by alice")
+    await c.reconcile_all()
+    await c.reconcile_all()
+    assert not store.state.breaker_open, store.state.breaker_reason
+    cordoned = {name for what, name in writer.calls if what == "cordon"}
+    assert len(cordoned) == 2, writer.calls
