@@ -20,14 +20,16 @@ The rules, highest priority first:
    (its pod may now run on other hardware) and does not count against this K8s node.
 4. A health verdict ``fail`` -> SLURM drain ``health:<cause>`` and the same K8s marks.
 5. Kubernetes maintenance (cordon by someone else, NoSchedule/NoExecute taints that are
-   not slonkd's, NotReady, deletion) -> drain (down when the node object is being deleted).
+   not slonkd's, NotReady, deletion) -> drain; a node whose K8s node is being deleted is
+   set DOWN once drained with no job left (never while a job runs: it could not be saved).
 6. Pod lifecycle: terminating -> drain (agent, not budgeted); absent, not ready or
    restarting past a grace -> drain (coordinator).
 7. Healthy: every slonkd cause that no longer applies is released, each by its writer;
    the node resumes only when none is left (the adapter's compare-and-set). slonkd's own
    cordon, taints and condition are undone once no failure cause remains.
 
-No action ever kills a job: a ``Down`` is always preceded by a ``Requeue`` of the node.
+No action ever kills a job: a ``Down`` is decided only for a node that is drained with no
+job left on it.
 """
 
 from __future__ import annotations
@@ -304,11 +306,15 @@ def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list
     for cause in sorted(wanted - held):
         writer = _writer_of(cause)
         budgeted = cause.name != "pod-terminating"
-        if cause.name == "k8s-deleted":
-            out.append(Action(kind=Kind.REQUEUE, writer=writer, cause=cause, budgeted=budgeted))
-            out.append(Action(kind=Kind.DOWN, writer=writer, cause=cause, budgeted=budgeted))
+        out.append(Action(kind=Kind.DRAIN, writer=writer, cause=cause, budgeted=budgeted))
+    deleted = _c("k8s-deleted")
+    if deleted in wanted and deleted in held and not s.state.down:
+        # A deletion held by a finalizer gives the jobs time: drained first, DOWN only once
+        # no job is left (it kills nothing then); the pod's preStop requeues the rest.
+        if s.state.drain is DrainStatus.DRAINED:
+            out.append(Action(kind=Kind.DOWN, writer=_writer_of(deleted), cause=deleted))
         else:
-            out.append(Action(kind=Kind.DRAIN, writer=writer, cause=cause, budgeted=budgeted))
+            notes.append("K8s node is being deleted: drained, waiting for its jobs to end")
     for cause in sorted(held - wanted):
         why_not = _cannot_release(view, cause)
         if why_not:

@@ -611,3 +611,79 @@ def test_a_killed_slurmd_under_a_ready_pod_is_a_failure(fleet: Fleet) -> None:
         lambda: [e["node"] for e in fleet.events() if e.get("event") == "kube.evict"] == [victim],
         timeout_s=20,
     )
+
+
+def test_node_deletion_held_by_a_finalizer_never_kills_a_job(fleet: Fleet) -> None:
+    """A K8s node deleted under a finalizer: its SLURM nodes drain, a job runs on untouched.
+
+    The job cannot be requeued (``--no-requeue``): slonkd neither requeues it nor sets its node
+    DOWN while it runs (issue 15 item 2). The idle node beside it is set DOWN once drained;
+    the busy one once its job has ended.
+    """
+    kube_node = next(n for n in fleet.kube_nodes if len(fleet.pods_on(n)) == 2)
+    busy, idle = fleet.pods_on(kube_node)
+    job = fleet.slurm.run(
+        "sbatch", "--parsable", "--no-requeue", "-w", busy, "-o", "/dev/null",
+        "--wrap", "sleep 600",
+    ).stdout.strip()  # fmt: skip
+
+    def job_state() -> str:
+        return fleet.slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+
+    def down(node: str) -> bool:
+        return "State=DOWN" in fleet.slurm.run("scontrol", "show", "node", node).stdout
+
+    wait_for("job running", lambda: job_state() == "RUNNING", timeout_s=30)
+    path = f"/api/v1/nodes/{kube_node}"
+    fleet.kube.api.request(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": ["slonk.dev/e2e-hold"]}},
+        content_type="application/merge-patch+json",
+    )
+    try:
+        fleet.kube.api.request("DELETE", path)
+
+        def drained() -> bool:
+            reasons = fleet.reasons()
+            return all(reasons[n].startswith("slonkd:k8s-deleted") for n in (busy, idle))
+
+        wait_for("both drained for the deletion", drained, timeout_s=20)
+        wait_for("idle one down", lambda: down(idle), timeout_s=20)
+        time.sleep(3)  # several passes
+        assert job_state() == "RUNNING"
+        assert not down(busy)
+        assert not [e for e in fleet.events() if e.get("event") == "slurm.jobs_requeued"]
+        fleet.slurm.run("scancel", job)
+        wait_for("busy one down", lambda: down(busy), timeout_s=30)
+    finally:
+        fleet.kube.api.request(
+            "PATCH",
+            path,
+            {"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+            ok=(200, 404),
+        )
+
+
+@pytest.mark.parametrize(
+    "coordinator_config", [{**BASE_CONFIG, "max_out": 2, "mass_percent": 20, "remediate": False}]
+)
+def test_a_reset_takes_standing_failures_within_the_budget(fleet: Fleet) -> None:
+    """6 of 20 fail at once (mass event, nothing taken); after `budget reset` two are taken.
+
+    The failures still standing at the reset are no new mass event (issue 15 item 12): the
+    budget (2) takes two, the others wait, and the breaker stays shut.
+    """
+    failing = [f"w-{i}" for i in (0, 3, 5, 8, 11, 14)]
+    fleet.fail(failing)
+    wait_for("breaker open", lambda: fleet.state().get("breakerOpen") == "true", timeout_s=20)
+    assert "mass event" in fleet.state()["breakerReason"]
+    assert not fleet.cordoned()
+    reset = fleet.slonkd("budget", "reset", "--namespace", fleet.namespace, "--by", "alice")
+    assert reset.returncode == 0, reset.stderr
+    wait_for("some taken", lambda: len(fleet.cordoned()) >= 1, timeout_s=20)
+    time.sleep(4)  # several passes
+    assert fleet.state()["breakerOpen"] == "false", fleet.state()["breakerReason"]
+    assert 1 <= len(fleet.cordoned()) <= 2  # two pods share a K8s node: one or two nodes
+    assert any(e.get("event") == "budget.reset_seen" for e in fleet.events())

@@ -36,7 +36,7 @@ from slonkd.core.kube_objects import (
     TaintEffect,
 )
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
-from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, NodeName, NodeState, SlurmNode
 
 NOW = 10_000.0
 POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
@@ -263,7 +263,7 @@ def test_kube_maintenance_is_mirrored_and_lifted() -> None:
     notready = decide(view(kube_node=knode(ready=False)), POLICY)
     assert kinds(notready) == [("drain", "k8s-notready")]
     deleting = decide(view(kube_node=knode(deleting=True)), POLICY)
-    assert kinds(deleting) == [("requeue", "k8s-deleted"), ("down", "k8s-deleted")]
+    assert kinds(deleting) == [("drain", "k8s-deleted")]  # DOWN once no job is left
 
 
 def test_slonkd_marks_are_undone_when_healthy_but_not_others() -> None:
@@ -415,14 +415,15 @@ def test_property_never_touches_what_slonkd_does_not_own(v: NodeView) -> None:
 
 @given(views())
 def test_property_no_job_is_killed_without_requeue(v: NodeView) -> None:
-    """Every Down is preceded by a Requeue of the node for the same cause, by the same writer."""
+    """A Down is decided only for a node drained with no job left (or after a Requeue)."""
     actions = decide(v, POLICY).actions
     for i, action in enumerate(actions):
         if action.kind is Kind.DOWN:
-            assert any(
+            requeued = any(
                 a.kind is Kind.REQUEUE and a.cause == action.cause and a.writer is action.writer
                 for a in actions[:i]
             )
+            assert requeued or (v.slurm is not None and v.slurm.state.drain is DrainStatus.DRAINED)
 
 
 @given(views())
