@@ -67,6 +67,8 @@ class SkipReason(StrEnum):
     """slurmctld rejected the update for this node (its state changed under us)."""
     OTHER_CAUSES = "other-causes"
     """Release removed this cause, but other slonkd causes still hold the node."""
+    CHANGED = "changed-since-read"
+    """The node changed between the pass's read and its chunk's write: left for the next pass."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,20 +34,20 @@ async def _slonkd_held(backend: ScontrolBackend) -> set[str]:
 
 
 async def test_bulk_drain_of_1000_random_nodes_in_few_calls(big: SlurmCluster) -> None:
-    """1,000 random nodes drain in <= 5 calls (one read, chunked updates), foreign skipped."""
+    """1,000 random nodes drain in <= 8 calls (a read, then per chunk a re-read and an update)."""
     chosen = random.Random(4).sample(big.extra_node_names, 1000)  # noqa: S311 - seeded choice of test nodes
     foreign = chosen[:10]
     big.run("scontrol", "update", f"nodename={','.join(foreign)}", "state=drain", "reason=ops")
     backend = ScontrolBackend(settings_for(big, max_hostlist_chars=2048))
     result = await backend.drain(chosen, K8S, "cordoned")
-    assert 3 <= result.calls <= 5  # one compare-and-set read, then 2-4 hostlist chunks
+    assert 3 <= result.calls <= 8  # a read, 2-4 chunks, each after the first read again
     assert set(result.changed) == set(chosen[10:])
     assert result.skipped_for(SkipReason.FOREIGN_REASON) == set(foreign)
     assert await _slonkd_held(backend) == set(chosen[10:])
     resumed = await backend.resume(chosen, K8S)
     assert set(resumed.changed) == set(chosen[10:])
     assert resumed.skipped_for(SkipReason.FOREIGN_REASON) == set(foreign)
-    assert resumed.calls <= 5
+    assert resumed.calls <= 8
     assert await _slonkd_held(backend) == set()
     still = {n for g in await backend.read_reasons() for n in g.nodes}
     assert still == set(foreign)

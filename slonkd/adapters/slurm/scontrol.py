@@ -329,22 +329,46 @@ class ScontrolBackend:
     ) -> UpdateResult:
         before = self.calls
         nodes = await self.read_for_update(names, hold=True)
-        plans = [
-            _plan_or_missing(nodes, n, lambda node: plan_hold(node, how, cause, text))
-            for n in dict.fromkeys(names)
-        ]
-        return await self._apply(plans, before)
+        def planner(node: SlurmNode) -> Update | Skip:
+            return plan_hold(node, how, cause, text)
+
+        plans = [_plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+        return await self._apply(plans, before, planner)
 
     async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
         before = self.calls
         nodes = await self.read_for_update(names)
-        plans = [
-            _plan_or_missing(nodes, n, lambda node: plan_release(node, how, cause))
-            for n in dict.fromkeys(names)
-        ]
-        return await self._apply(plans, before)
+        def planner(node: SlurmNode) -> Update | Skip:
+            return plan_release(node, how, cause)
 
-    async def _apply(self, plans: list[Update | Skip], before: int) -> UpdateResult:
+        plans = [_plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+        return await self._apply(plans, before, planner)
+
+    async def _recheck(
+        self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: _Planner
+    ) -> tuple[list[NodeName], list[Skip]]:
+        """Read a chunk again right before writing it; keep the nodes whose plan still holds.
+
+        The compare-and-set read of a bulk update is one read for every chunk; without this
+        an operator's drain landing between the read and a later chunk's write would be
+        resumed (or overwritten). What remains is one round trip: this read to the write.
+        """
+        fresh = {n.name: n for n in await self.read_nodes(names)}
+        keep: list[NodeName] = []
+        skipped: list[Skip] = []
+        for name in names:
+            again = _plan_or_missing(fresh, name, plan)
+            if isinstance(again, Update) and again.group_key == key:
+                keep.append(name)
+            elif isinstance(again, Skip):
+                skipped.append(again)
+            else:
+                skipped.append(Skip(node=name, why=SkipReason.CHANGED, detail=str(again.state)))
+        return keep, skipped
+
+    async def _apply(
+        self, plans: list[Update | Skip], before: int, replan: _Planner | None = None
+    ) -> UpdateResult:
         skipped = [p for p in plans if isinstance(p, Skip)]
         groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
         for plan in plans:
@@ -352,10 +376,18 @@ class ScontrolBackend:
                 groups.setdefault(plan.group_key, []).append(plan)
         changed: list[NodeName] = []
         unsure: list[Update] = []
+        first = True  # the first chunk's read is the compare-and-set read just made
         for (state, reason, extra), updates in groups.items():
             by_name = {u.node: u for u in updates}
             for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
                 names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+                if not first and replan is not None:
+                    names, moved = await self._recheck(names, (state, reason, extra), replan)
+                    skipped.extend(moved)
+                    if not names:
+                        continue
+                    expr = compress(names)
+                first = False
                 if await self._update(expr, state, reason, extra):
                     changed.extend(names)
                 else:

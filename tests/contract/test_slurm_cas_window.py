@@ -1,0 +1,77 @@
+"""The compare-and-set window of a bulk release, against real SLURM 22.05 and 24.11.
+
+A bulk resume reads the nodes, decides, then writes chunk after chunk. An operator's drain
+that lands on a node after the read but before its chunk is written must survive: each chunk
+is read again right before it is written, and only nodes whose reason is still slonkd's in
+that read are resumed (issue 15 item 8). What remains is the time between one chunk's read
+and its write (one slurmctld round trip), measured below.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.reasons import Cause
+from slonkd.core.slurm_plan import SkipReason
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from tests.contract.conftest import settings_for
+
+pytestmark = pytest.mark.slurm
+
+K8S = Cause.parse("k8s-cordoned")
+
+
+@pytest.fixture
+def many(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
+    """One slurmd node and 120 declared nodes without slurmd."""
+    return cluster_factory(SlurmLayout(nodes=("n1",), extra_nodes=120))
+
+
+async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmCluster) -> None:
+    """An operator drains a node while slonkd's resume is between chunks: it stays drained."""
+    names = many.extra_node_names[::2]  # x1,x3,...: no hostlist range collapses them
+    backend = ScontrolBackend(settings_for(many, max_hostlist_chars=64))
+    drained = await backend.drain(names, K8S, "cordoned")
+    assert set(drained.changed) == set(names)
+    victim = names[-1]  # written in the last chunk
+    writes: list[float] = []
+
+    class OperatorBetweenChunks:
+        """The real runner; after slonkd's first write, an operator drains ``victim``."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        @property
+        def calls(self) -> int:
+            return int(self.inner.calls)
+
+        async def run(self, *argv: str, **kw: Any) -> str:
+            try:  # 22.05 answers "Invalid node state" for resumes it carried out
+                return str(await self.inner.run(*argv, **kw))
+            finally:
+                if argv[:2] == ("scontrol", "update"):
+                    if not writes:
+                        many.run(
+                            "scontrol",
+                            "update",
+                            f"nodename={victim}",
+                            "state=drain",
+                            "reason=bad PSU",
+                        )
+                    writes.append(time.monotonic())
+
+    backend.runner = OperatorBetweenChunks(backend.runner)  # type: ignore[assignment]
+    resumed = await backend.resume(names, K8S)
+    assert len(writes) >= 3, (resumed, backend.calls)  # several chunks: a window to land in
+    assert victim not in resumed.changed
+    assert resumed.skipped_for(SkipReason.FOREIGN_REASON) == {victim}
+    shown = many.run("scontrol", "show", "node", victim).stdout
+    assert "Reason=bad PSU" in shown
+    assert "DRAIN" in shown
+    assert set(resumed.changed) == set(names) - {victim}
