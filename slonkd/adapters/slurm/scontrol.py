@@ -329,6 +329,7 @@ class ScontrolBackend:
     ) -> UpdateResult:
         before = self.calls
         nodes = await self.read_for_update(names, hold=True)
+
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_hold(node, how, cause, text)
 
@@ -338,6 +339,7 @@ class ScontrolBackend:
     async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
         before = self.calls
         nodes = await self.read_for_update(names)
+
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_release(node, how, cause)
 
