@@ -887,15 +887,24 @@ class Coordinator:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if action.kind is Kind.REQUEST_REBOOT:
             taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
-            rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
-            log.info(
-                "slurm.reboot_requested",
-                node=view.node,
-                cause=cause,
-                requested=bool(rebooted.changed),
-                skipped={k.node: k.why.value for k in rebooted.skipped},
-                fencing_token=token,
-            )
+            try:
+                rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
+            except SlonkdError as exc:
+                # SLURM's half (e.g. no RebootProgram) must not keep the site's tooling from
+                # seeing the request on the K8s node
+                self.elector.check_valid()
+                log.warning(
+                    "slurm.reboot_failed", node=view.node, cause=cause, error=str(exc)[:300]
+                )
+            else:
+                log.info(
+                    "slurm.reboot_requested",
+                    node=view.node,
+                    cause=cause,
+                    requested=bool(rebooted.changed),
+                    skipped={k.node: k.why.value for k in rebooted.skipped},
+                    fencing_token=token,
+                )
         else:
             taint, reason = MANUAL_TAINT, "SlurmManualRepair"
         result = await self.node_writer.set_taint(

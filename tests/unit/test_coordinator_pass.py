@@ -20,6 +20,7 @@ from slonkd.adapters.slurm.scontrol import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.decide import Policy
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+from slonkd.core.health import Remediation, fail
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
@@ -121,6 +122,10 @@ class FakeNodeWriter:
     async def set_taint(self, name: str, key: str, *_: Any) -> ChangeResult:
         """Taint."""
         return await self._do(f"taint {key}", name)
+
+    async def set_annotations(self, name: str, values: Any) -> ChangeResult:
+        """Annotations."""
+        return await self._do("annotate", name)
 
     async def set_slurm_healthy(self, name: str, **_: Any) -> ChangeResult:
         """The SlurmHealthy condition."""
@@ -278,3 +283,24 @@ async def test_after_a_reset_standing_failures_are_taken_within_the_budget() -> 
     assert not store.state.breaker_open, store.state.breaker_reason
     cordoned = {name for what, name in writer.calls if what == "cordon"}
     assert len(cordoned) == 2, writer.calls
+
+
+async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_node() -> None:
+    """``scontrol reboot`` fails (no RebootProgram): the K8s reboot taint is still set.
+
+    The reboot request is for the site's tooling first; SLURM's half failing must not keep
+    the K8s half from happening, nor abort the pass (issue 15 item 9).
+    """
+    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+
+    async def no_reboot_program(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        raise TransientError("scontrol reboot: RebootProgram isn't defined")
+
+    slurm.request_reboot = no_reboot_program  # type: ignore[attr-defined]
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    fake_health = {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)}
+    c.health["w-0"] = ("kn-0", fake_health)
+    await c.reconcile_all()
+    assert ("taint slonk.dev/reboot-requested", "kn-0") in writer.calls
+    assert ("cordon", "kn-1") in writer.calls
