@@ -355,7 +355,7 @@ class ScontrolBackend:
         an operator's drain landing between the read and a later chunk's write would be
         resumed (or overwritten). What remains is one round trip: this read to the write.
         """
-        fresh = {n.name: n for n in await self.read_nodes(names)}
+        fresh: dict[str, SlurmNode] = {n.name: n for n in await self.read_nodes(names)}
         keep: list[NodeName] = []
         skipped: list[Skip] = []
         for name in names:
