@@ -57,7 +57,7 @@ def test_the_table_names_pause_breaker_budget_and_every_node() -> None:
     assert lines[2] == "breaker: closed"
     assert "gpu 1/10 out (limit 1)" in lines[3]
     assert len(lines) == 6  # 4 header lines, the column names, one node
-    assert "evil reason" in lines[-1]
+    assert "evil\\nreason" in lines[-1]
 
 
 HOSTILE = "ok\u202e\u2066gnp.exe\x1b[31m\r\x00\u2028\u200fend"
@@ -75,10 +75,10 @@ def _body(**extra: object) -> dict[str, object]:
 
 
 def test_the_table_escapes_control_and_bidi_characters_as_explain_does() -> None:
-    """Reason, pause and breaker text show control and bidi characters as JSON escapes.
+    r"""Reason, pause and breaker text show control and bidi characters as JSON escapes.
 
     A bidi override or a terminal escape in a reason would make the table lie to the reader;
-    the table writes them as explain's JSON output does (``\\u202e``, ``\\u001b``), so every
+    the table writes them as explain's JSON output does (``\u202e``, ``\u001b``), so every
     character printed is a printable one and the hostile text stays in its cell.
     """
     v = view(slurm=slurm("IDLE+DRAIN", reason=HOSTILE))
@@ -150,10 +150,22 @@ def test_rollout_and_topology_sections_read_as_lines_not_json() -> None:
     assert "  statefulset workers: revision workers-7c9, 3/5 updated, 2 outdated, OnDelete" in lines
     assert "topology: topology/block, applied aaaaaaaaaaaa, 4 reconfigures" in lines
     assert "  slurmctld's copy: bbbbbbbbbbbb (desired aaaaaaaaaaaa)" in lines
-    assert any(line.startswith("  last reconfigure: 2025-12-01") and "took 1.2 s" in line for line in lines)
+    assert any(
+        line.startswith("  last reconfigure: 2025-12-01") and "took 1.2 s" in line for line in lines
+    )
     assert "  drift: 1 node(s): w-9: labels b1, slurmctld b2" in lines
     assert "  refused: block b3: bad\\u202e" in lines
     assert "  left out blocks: b7 (2 nodes)" in lines
-    done = render_table(_body(rollout={"leading": True, "updated": 5, "outdated": 0,
-                                       "in_progress": {}, "complete": True, "max_parallel": 1}))
+    done = render_table(
+        _body(
+            rollout={
+                "leading": True,
+                "updated": 5,
+                "outdated": 0,
+                "in_progress": {},
+                "complete": True,
+                "max_parallel": 1,
+            }
+        )
+    )
     assert "rollout: 5 updated, complete" in done.split("\n")
