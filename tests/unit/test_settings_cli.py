@@ -133,3 +133,19 @@ def test_good_settings_still_load(tmp_path: Path) -> None:
     )
     assert a.health is not None
     assert tuple(a.health.mounts) == ("/home",)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_the_agent_refuses_an_mqtt_port_out_of_range(tmp_path: Path, port: str) -> None:
+    """``SLONKD_MQTT_PORT`` outside 1-65535 exits 2 naming it, not at the first connect."""
+    env = {
+        "POD_NAME": "w-0",
+        "POD_NAMESPACE": "ns",
+        "NODE_NAME": "n1",
+        "SLONKD_METRICS_PORT": "0",
+        "SLONKD_MQTT_HOST": "127.0.0.1",
+        "SLONKD_MQTT_USER": "u",
+        "SLONKD_MQTT_PASSWORD": "p",
+        "SLONKD_MQTT_PORT": port,
+    }
+    _assert_refused(*_run(tmp_path, "agent", {}, env), "SLONKD_MQTT_PORT")
