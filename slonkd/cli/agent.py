@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
+import math
 import os
 import re
 import sys
@@ -110,16 +112,14 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     slurm_node = str(values["slurm_node"] or values["pod_name"])
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", slurm_node):
         raise ValueError(f"SLURM node name {slurm_node[:60]!r} is not valid")
-    try:
-        resync = float(values["resync_s"])
-        policy = Policy(
-            failure_grace_s=float(values.get("failure_grace_s", 120)),
-            unready_grace_s=float(values.get("unready_grace_s", 60)),
-        )
-    except (TypeError, ValueError):
-        raise ValueError("resync_s and the grace periods must be numbers of seconds") from None
-    if resync <= 0:
-        raise ValueError("resync_s must be positive")
+    resync = _seconds("resync_s", values["resync_s"], positive=True)
+    policy = Policy(
+        failure_grace_s=_seconds("failure_grace_s", values.get("failure_grace_s", 120)),
+        unready_grace_s=_seconds("unready_grace_s", values.get("unready_grace_s", 60)),
+    )
+    for key in ("kubeconfig", "ready_file", "cluster"):
+        if values.get(key) is not None and not isinstance(values[key], str):
+            raise ValueError(f"{key} must be a string")
     metrics_port, metrics_address = _metrics_listen(
         values["metrics_port"], values["metrics_address"]
     )
@@ -148,6 +148,17 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     )
 
 
+def _seconds(key: str, raw: Any, *, positive: bool = False) -> float:
+    """A number of seconds from the environment (text) or the config file (a JSON number)."""
+    value = math.nan
+    if isinstance(raw, str) or (isinstance(raw, int | float) and not isinstance(raw, bool)):
+        with contextlib.suppress(ValueError):
+            value = float(raw)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{key} must be a number of seconds {'> 0' if positive else '>= 0'}")
+    return value
+
+
 def _metrics_listen(raw_port: Any, raw_address: Any) -> tuple[int, str]:
     """The port (0: off) and the IP address of /healthz, /readyz and /metrics."""
     try:
@@ -174,8 +185,11 @@ def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | No
             "clear_k",
         }:
             raise ValueError("hysteresis takes fail_n, window_m and clear_k")
+        for key, value in raw_hysteresis.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"hysteresis.{key} must be a whole number")
         try:
-            hysteresis = Hysteresis(**{k: int(v) for k, v in raw_hysteresis.items()})
+            hysteresis = Hysteresis(**raw_hysteresis)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad hysteresis: {exc}") from None
     if raw is None:

@@ -46,7 +46,9 @@ def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
     try:
         port = int(env.get("SLONKD_MQTT_PORT", "1883"))
     except ValueError:
-        raise ValueError("SLONKD_MQTT_PORT must be a port number") from None
+        port = 0
+    if not 0 < port < 65536:
+        raise ValueError("SLONKD_MQTT_PORT must be a port number (1-65535)")
     user = env.get("SLONKD_MQTT_USER", "")
     if not user or not password:
         raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")

@@ -53,6 +53,20 @@ _NUMBERS = {
     "remediation_cooldown_s",
     "max_reads_per_s",
 }
+_WHOLE = {"max_out", "suspect_min_nodes", "api_port"}
+_STRINGS = {
+    "pod_selector",
+    "namespace",
+    "identity",
+    "cluster",
+    "lease_name",
+    "state_name",
+    "budget_block_label",
+    "audit_path",
+    "api_host",
+}
+_NAMES = {"namespace", "identity", "cluster", "lease_name", "state_name", "api_host"}
+"""Strings that must not be empty."""
 _KEYS = _NUMBERS | {
     "pod_selector",
     "namespace",
@@ -94,8 +108,16 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     if not values["namespace"]:
         raise ValueError("POD_NAMESPACE is not set (the namespace of the workers and the Lease)")
     for key in _NUMBERS & set(values):
-        if not isinstance(values[key], int | float) or values[key] < 0:
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ValueError(f"{key} must be a non-negative number")
+        if key in _WHOLE and not isinstance(value, int):
+            raise ValueError(f"{key} must be a whole number")
+    for key in _STRINGS & set(values):
+        if not isinstance(values[key], str) or (key in _NAMES and not values[key]):
+            raise ValueError(f"{key} must be a {'non-empty ' if key in _NAMES else ''}string")
+    if values.get("kubeconfig") is not None and not isinstance(values["kubeconfig"], str):
+        raise ValueError("kubeconfig must be a path")
     for flag in ("dry_run", "remediate"):
         if not isinstance(values.get(flag, False), bool):
             raise ValueError(f"{flag} must be true or false")

@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -80,38 +81,143 @@ async def _get(url: str) -> tuple[int, Any]:
         return response.status, await response.json(content_type=None)
 
 
+SHOWN = 10
+"""At most this many entries (nodes, blocks) on one line of a status section."""
+
+
+def escape(value: object) -> str:
+    r"""``value`` as text the way ``explain`` prints it: JSON's string escapes, ASCII only.
+
+    Control characters (``\u001b``, ``\n``), bidirectional overrides (``\u202e``) and
+    every other non-ASCII character are written as escapes, so text from a reason, a pause
+    or a node label cannot reorder, recolour or split the lines the operator reads.
+    """
+    return json.dumps(str(value), ensure_ascii=True)[1:-1]
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "-"
     if isinstance(value, list):
-        return ",".join(str(v) for v in value) or "-"
-    text = "-" if value in (None, "") else str(value)
-    return text.replace("\n", " ")[:60]
+        return ",".join(escape(v) for v in value)[:60] or "-"
+    return "-" if value in (None, "") else escape(value)[:60]
+
+
+def _pairs(items: Any, sep: str = " ") -> str:
+    """``k v, k v, ...`` of a mapping, escaped, at most :data:`SHOWN` of them."""
+    pairs = list(items.items()) if isinstance(items, dict) else []
+    text = ", ".join(f"{escape(k)}{sep}{escape(v)}" for k, v in pairs[:SHOWN])
+    return text + (f", and {len(pairs) - SHOWN} more" if len(pairs) > SHOWN else "")
+
+
+def _short(sha: Any) -> str:
+    return escape(sha)[:12] if sha else "none"
+
+
+def _when(epoch: Any) -> str:
+    if not isinstance(epoch, int | float) or isinstance(epoch, bool):
+        return "?"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rollout_lines(r: dict[str, Any]) -> list[str]:
+    """The rollout section: a summary line, then what moves, waits or is blocked."""
+    if "updated" not in r:
+        return ["rollout: no pass yet"]
+    moving = r.get("in_progress") or {}
+    head = f"rollout: {escape(r.get('updated'))} updated"
+    if r.get("complete"):
+        head += ", complete"
+    else:
+        head += (
+            f", {escape(r.get('outdated'))} outdated, {len(moving)} in progress"
+            f" (max parallel {escape(r.get('max_parallel', '?'))})"
+        )
+    if r.get("leading") is False:
+        head += ", NOT LEADING"
+    lines = [head]
+    for key, label, sep in (
+        ("in_progress", "in progress", " "),
+        ("waiting", "waiting", ": "),
+        ("blocked", "blocked", ": "),
+    ):
+        if r.get(key):
+            lines.append(f"  {label}: {_pairs(r[key], sep)}")
+    for name, sts in (r.get("statefulsets") or {}).items():
+        if not isinstance(sts, dict):
+            continue
+        lines.append(
+            f"  statefulset {escape(name)}: revision {escape(sts.get('update_revision'))},"
+            f" {escape(sts.get('updated'))}/{escape(sts.get('replicas'))} updated,"
+            f" {escape(sts.get('outdated'))} outdated,"
+            + (" OnDelete" if sts.get("on_delete") else " not OnDelete (left alone)")
+        )
+    return lines
+
+
+def _topology_lines(t: dict[str, Any]) -> list[str]:
+    """The topology section: what is applied, slurmctld's copy, drift and refusals."""
+    lines = [
+        f"topology: {escape(t.get('plugin'))}, applied {_short(t.get('applied_sha256'))},"
+        f" {escape(t.get('reconfigures', 0))} reconfigures",
+        f"  slurmctld's copy: {_short(t.get('slurmctld_copy_sha256'))}"
+        f" (desired {_short(t.get('desired_sha256'))})",
+    ]
+    if t.get("waiting_for_copy_since"):
+        lines.append(f"  waiting for slurmctld's copy since {_when(t['waiting_for_copy_since'])}")
+    last = t.get("last_reconfigure")
+    if isinstance(last, dict):
+        took = last.get("took_s")
+        lines.append(
+            f"  last reconfigure: {_when(last.get('at'))}, {_short(last.get('sha256'))}"
+            + (f", took {took:.1f} s" if isinstance(took, int | float) else "")
+        )
+    drift = t.get("drift") or {}
+    if t.get("drift_count") or drift:
+        shown = {
+            n: f"labels {escape(d.get('labels'))}, slurmctld {escape(d.get('slurmctld'))}"
+            for n, d in drift.items()
+            if isinstance(d, dict)
+        }
+        listed = "; ".join(f"{escape(n)}: {text}" for n, text in list(shown.items())[:SHOWN])
+        lines.append(f"  drift: {escape(t.get('drift_count', len(drift)))} node(s): {listed}")
+    for key in ("error", "refused"):
+        if t.get(key):
+            lines.append(f"  {key}: {escape(t[key])}")
+    left_out = t.get("left_out_blocks") or {}
+    if left_out:
+        lines.append(
+            f"  left out blocks: {_pairs({k: f'({v} nodes)' for k, v in left_out.items()})}"
+        )
+    return lines
 
 
 def render_table(body: dict[str, Any]) -> str:
-    """The status as a table for people."""
+    """The status as a table for people; all text from outside goes through :func:`escape`."""
     state = body.get("state", {})
     lines = [
-        f"leader {body.get('identity')} (fencing token {body.get('fencing_token')})"
+        f"leader {escape(body.get('identity'))} (fencing token {escape(body.get('fencing_token'))})"
         + ("  DRY RUN" if body.get("dry_run") else ""),
         "paused: "
         + (
-            f"yes, by {state.get('pausedBy') or '?'}: {state.get('pausedReason') or '-'}"
+            f"yes, by {escape(state.get('pausedBy') or '?')}:"
+            f" {escape(state.get('pausedReason') or '-')}"
             if state.get("paused")
             else "no"
         ),
         "breaker: "
-        + (f"OPEN: {state.get('breakerReason')}" if state.get("breakerOpen") else "closed"),
+        + (f"OPEN: {escape(state.get('breakerReason'))}" if state.get("breakerOpen") else "closed"),
         "budget: "
         + "; ".join(
-            f"{p['pool']} {p['out']}/{p['size']} out (limit {p['limit']})"
+            f"{escape(p['pool'])} {escape(p['out'])}/{escape(p['size'])} out"
+            f" (limit {escape(p['limit'])})"
             for p in body.get("budget", [])
         ),
     ]
-    for section in ("topology", "rollout"):
-        if body.get(section):
-            lines.append(f"{section}: {json.dumps(body[section], sort_keys=True)[:300]}")
+    if isinstance(body.get("topology"), dict) and body["topology"]:
+        lines.extend(_topology_lines(body["topology"]))
+    if isinstance(body.get("rollout"), dict) and body["rollout"]:
+        lines.extend(_rollout_lines(body["rollout"]))
     rows = [[_cell(n.get(c)) for c in COLUMNS] for n in body.get("nodes", [])]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     lines.append("  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))
@@ -148,7 +254,7 @@ def explain_node(args: argparse.Namespace) -> int:
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         print(f"slonkd explain: cannot reach the coordinator: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(body, indent=2, sort_keys=True))
+    print(json.dumps(body, indent=2, sort_keys=True, ensure_ascii=True))  # as escape() does
     return 0 if code == 200 else 1
 
 

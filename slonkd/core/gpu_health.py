@@ -181,7 +181,15 @@ def _first_line(text: str, needle: str) -> str:
 
 # --- Xid ---------------------------------------------------------------------------------
 
-_XID_RE: Final = re.compile(r"NVRM: Xid \((?P<dev>[^)]{1,40})\): (?P<xid>\d{1,4})\b(?P<rest>.*)")
+_XID_RE: Final = re.compile(
+    r"NVRM: Xid \((?P<dev>(?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\)"
+    r": (?P<xid>\d{1,4})(?:,(?P<rest>.*))?"
+)
+"""The driver's record, matched from the first character of the message to its end:
+``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <text>`` (older drivers: no ``PCI:``).
+Anchored (``fullmatch``), so Xid text quoted inside another message (the kernel's
+``process 'x' launched '<path>' with NULL argv`` warning quotes a path a user chose) is not
+an Xid."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,15 +227,37 @@ class XidEvent:
     """Kernel log time of the record, microseconds since boot (None: the line had none)."""
 
 
-def parse_kmsg_record(line: str) -> str:
-    """The message of one ``/dev/kmsg`` record (``pri,seq,ts,flags;message``) or dmesg line."""
+_DMESG_PREFIX_RE: Final = re.compile(r"(?:<(?P<pri>\d{1,10})>)?(?:\[\s*\d+\.\d+\] ?)?")
+"""``dmesg`` text: an optional ``<pri>`` (``dmesg -r``), then an optional ``[seconds]``."""
+_KERNEL_FACILITY: Final = 0
+"""syslog facility of the kernel's own messages; text that user space writes to
+``/dev/kmsg`` always gets another one (the kernel forces ``LOG_USER`` when it asks for 0)."""
+
+
+def _from_kernel(pri: str) -> bool:
+    return pri.isdigit() and len(pri) <= 10 and int(pri) >> 3 == _KERNEL_FACILITY
+
+
+def kernel_message(line: str) -> str | None:
+    """The message of a kernel log line the kernel itself logged (None: user space wrote it).
+
+    Lines are ``/dev/kmsg`` records (``pri,seq,ts,flags;message``) or dmesg text. A record
+    or a ``dmesg -r`` line carries its syslog priority; a facility other than the kernel's
+    means user space wrote it. Plain ``dmesg`` text carries none and counts as the kernel's.
+    """
     head, sep, message = line.partition(";")
-    if sep and head.count(",") >= 2 and head.split(",", 1)[0].isdigit():
-        return message
-    return re.sub(r"^\[\s*\d+\.\d+\]\s*", "", line)
+    fields = head.split(",")
+    if sep and len(fields) >= 3 and fields[0].isdigit():
+        return message if _from_kernel(fields[0]) else None
+    match = _DMESG_PREFIX_RE.match(line)
+    if match is None:
+        return line
+    if match["pri"] is not None and not _from_kernel(match["pri"]):
+        return None
+    return line[match.end() :]
 
 
-_DMESG_TIME_RE: Final = re.compile(r"^\[\s*(\d{1,10})\.(\d{1,6})\]")
+_DMESG_TIME_RE: Final = re.compile(r"^(?:<\d{1,10}>)?\[\s*(\d{1,10})\.(\d{1,6})\]")
 
 
 def record_time_us(line: str) -> int | None:
@@ -243,16 +273,21 @@ def record_time_us(line: str) -> int | None:
 
 
 def find_xids(lines: Iterable[str]) -> list[XidEvent]:
-    """Every Xid message among kernel log lines (kmsg records or dmesg text)."""
+    """Every Xid record of the NVIDIA driver among kernel log lines (kmsg records or dmesg text).
+
+    Only a whole kernel message in the driver's record format counts: Xid text elsewhere in
+    a line, or in a record user space wrote to ``/dev/kmsg``, is text a user may control.
+    """
     events = []
     for line in lines:
-        match = _XID_RE.search(parse_kmsg_record(line))
+        message = kernel_message(line)
+        match = _XID_RE.fullmatch(message) if message is not None else None
         if match:
             events.append(
                 XidEvent(
                     device=match["dev"],
                     xid=int(match["xid"]),
-                    text=match["rest"].strip(" ,")[:200],
+                    text=(match["rest"] or "").strip(" ,")[:200],
                     at_us=record_time_us(line),
                 )
             )

@@ -155,6 +155,29 @@ class CoordinatorSettings:
             raise ValueError("max_reads_per_s must be positive")
         if not 0 <= self.api_port <= 65535:
             raise ValueError("api_port must be between 0 and 65535")
+        for name in ("resync_s", "state_poll_s", "retry_period_s", "renew_deadline_s"):
+            if not getattr(self, name) > 0:  # 0: a loop that never sleeps
+                raise ValueError(f"{name} must be a positive number of seconds")
+        for name in ("poll_s", "debounce_s", "max_batch_delay_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0")
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "lease timings need retry_period_s < renew_deadline_s < lease_duration_s"
+                f" (got {self.retry_period_s}, {self.renew_deadline_s}, {self.lease_duration_s})"
+            )
+        LeaseSettings(  # the elector's own rules (its safety margin), at start, not at campaign
+            name=self.lease_name,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration_s=self.lease_duration_s,
+            renew_deadline_s=self.renew_deadline_s,
+            retry_period_s=self.retry_period_s,
+        )
+        if self.suspect_min_nodes < 1:
+            raise ValueError("suspect_min_nodes must be at least 1")
+        if not 0 < self.suspect_fraction <= 1:
+            raise ValueError("suspect_fraction must be a fraction in (0, 1]")
 
     cluster: str = "lab"
     bus: BusSettings | None = None

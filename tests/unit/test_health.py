@@ -97,6 +97,54 @@ def test_dmesg_text_lines_parse_like_kmsg_records() -> None:
     assert [e.xid for e in gpu_health.find_xids([line])] == [79]
 
 
+FORGED_XID_LINES = [
+    # The kernel's own warning quotes the executed path: user-controlled text in a kernel record.
+    "4,2001,1000000000,-;process 'evil' launched '/tmp/x NVRM: Xid (PCI:0000:3b:00): 79, pid=1'"
+    " with NULL argv: empty string added",
+    "[ 1000.000001] process 'evil' launched '/tmp/x NVRM: Xid (PCI:0000:3b:00): 79, pid=1'"
+    " with NULL argv: empty string added",
+    # A process name or other user text in front of the forged record.
+    "[ 1000.000002] python[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, forged",
+    "4,2002,1000000002,-;usb 1-1: Product: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x",
+    # Written to /dev/kmsg from user space: the kernel forces a non-kernel facility (LOG_USER).
+    "12,2003,1000000003,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, forged",
+    "<12>[ 1000.000003] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, forged",
+    # A kmsg continuation (dictionary) line and a device that is no PCI address.
+    " DEVICE=+pci:0000:3b:00.0 NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
+    "4,2004,1000000004,-;NVRM: Xid (evil): 79, pid=1, name=x",
+]
+
+
+@pytest.mark.parametrize("line", FORGED_XID_LINES)
+def test_forged_xid_in_user_controlled_text_is_not_an_xid(line: str) -> None:
+    """Xid text that is not the driver's own record opening a kernel message latches nothing."""
+    assert gpu_health.find_xids([line]) == []
+    tracker = gpu_health.XidTracker(policy=gpu_health.XidPolicy(), started_us=0)
+    assert tracker.observe(gpu_health.find_xids([line])).verdict is Verdict.OK
+    assert tracker.latched == {}
+
+
+def test_driver_xid_records_in_every_kernel_log_form_parse() -> None:
+    """The driver's record parses from a kmsg record, dmesg, dmesg -r and a bare message."""
+    record = (
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>,"
+        " GPU has fallen off the bus."
+    )
+    lines = [
+        f"4,1422,905870011,-;{record}",
+        f"[ 905.870011] {record}",
+        f"<4>[ 905.870011] {record}",
+        record,
+        "[  12.5] NVRM: Xid (0000:3b:00): 13, 0001 00000000 0000a1c0 00001850 00000000 00000080",
+    ]
+    events = gpu_health.find_xids(lines)
+    assert [(e.device, e.xid) for e in events] == [("PCI:0000:3b:00", 79)] * 4 + [
+        ("0000:3b:00", 13)
+    ]
+    assert events[0].text.startswith("pid='<unknown>'")
+    assert [e.at_us for e in events] == [905_870_011] * 3 + [None, 12_500_000]
+
+
 def _port(name: str = "mlx5_0/1", **kw: object) -> node_health.IbPort:
     base: dict[str, object] = {
         "state": "4: ACTIVE",

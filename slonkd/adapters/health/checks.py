@@ -86,6 +86,30 @@ class HealthSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{name} must be a number of seconds >= 0")
+        for name in ("timeout_s", "mount_timeout_s", "fast_period_s", "slow_period_s"):
+            value = getattr(
+                self, name
+            )  # 0 would run a check in a tight loop or never let it finish
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a number of seconds > 0")
+        for name in ("disk_paths", "mounts", "peers", "nic_interfaces", "pcie_vendors"):
+            value = getattr(self, name)  # a string would be iterated character by character
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                raise ValueError(f"{name} must be a list of strings, not {type(value).__name__}")
+            if not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"{name} must be a list of non-empty strings")
+        for name in ("expected_gpus", "ib_expected_ports"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number >= 0")
+        port = self.slurmd_port
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+        ):
+            raise ValueError("slurmd_port must be a port number (1-65535) or null")
+        for name in ("sysfs_root", "kmsg_path"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a path")
         if not isinstance(self.dcgm_host, str) or (
             self.dcgm_host and not _DCGM_HOST_RE.fullmatch(self.dcgm_host)
         ):

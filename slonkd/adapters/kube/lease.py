@@ -55,7 +55,10 @@ class LeaseSettings:
         if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
             raise ValueError("need retry_period_s < renew_deadline_s < lease_duration_s")
         if not 0 < self.safety_margin_s < self.lease_duration_s:
-            raise ValueError("need 0 < safety_margin_s < lease_duration_s")
+            raise ValueError(
+                f"need 0 < safety_margin_s ({self.safety_margin_s})"
+                f" < lease_duration_s ({self.lease_duration_s})"
+            )
 
 
 def _micro_time() -> str:

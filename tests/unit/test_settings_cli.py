@@ -1,0 +1,151 @@
+"""Bad settings stop ``slonkd coordinator`` and ``slonkd agent`` at load: exit 2, one line.
+
+Each case runs the real command in a child process with the bad value in its
+``SLONKD_CONFIG`` file; the answer must be exit code 2 and one stderr line naming the key,
+never a traceback, a tight loop or a start that fails later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TIMEOUT_S = 60
+
+COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
+    ({"state_poll_s": 0}, "state_poll_s"),
+    ({"retry_period_s": 0}, "retry_period_s"),
+    ({"resync_s": 0}, "resync_s"),
+    ({"max_batch_delay_s": -1}, "max_batch_delay_s"),
+    ({"renew_deadline_s": 20}, "renew_deadline_s"),
+    ({"retry_period_s": 12}, "retry_period_s"),
+    ({"lease_duration_s": 2, "renew_deadline_s": 1.5, "retry_period_s": 1}, "lease_duration_s"),
+    ({"lease_name": 7}, "lease_name"),
+    ({"lease_name": ""}, "lease_name"),
+    ({"state_name": ["x"]}, "state_name"),
+    ({"api_port": 8081.5}, "api_port"),
+    ({"max_out": 2.5}, "max_out"),
+    ({"max_reads_per_s": True}, "max_reads_per_s"),
+    ({"suspect_fraction": 3}, "suspect_fraction"),
+    ({"suspect_min_nodes": 0.5}, "suspect_min_nodes"),
+    ({"api_host": 0}, "api_host"),
+    ({"poll_s": "fast"}, "poll_s"),
+]
+
+AGENT_CASES: list[tuple[dict[str, object], str]] = [
+    ({"health": {"mounts": "/home"}}, "mounts"),
+    ({"health": {"disk_paths": "/"}}, "disk_paths"),
+    ({"health": {"peers": [1, 2]}}, "peers"),
+    ({"health": {"fast_period_s": 0}}, "fast_period_s"),
+    ({"health": {"slow_period_s": -1}}, "slow_period_s"),
+    ({"health": {"timeout_s": 0}}, "timeout_s"),
+    ({"health": {"mount_timeout_s": "5"}}, "mount_timeout_s"),
+    ({"health": {"expected_gpus": -1}}, "expected_gpus"),
+    ({"health": {"ib_expected_ports": 1.5}}, "ib_expected_ports"),
+    ({"health": {"slurmd_port": 70000}}, "slurmd_port"),
+    ({"health": {"sysfs_root": 1}}, "sysfs_root"),
+    ({"hysteresis": {"fail_n": 2.7}}, "fail_n"),
+    ({"failure_grace_s": -5}, "failure_grace_s"),
+    ({"resync_s": True}, "resync_s"),
+]
+
+
+def _run(
+    tmp_path: Path, command: str, config: dict[str, object], env: dict[str, str]
+) -> tuple[int, str]:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLONKD_", "POD_", "NODE_")) and k != "KUBECONFIG"
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "slonkd.cli.main", command],
+        env={**base, **env, "SLONKD_CONFIG": str(path), "KUBECONFIG": str(tmp_path / "none")},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    return proc.returncode, proc.stderr
+
+
+def _assert_refused(rc: int, stderr: str, key: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert rc == 2, stderr
+    assert len(lines) == 1, stderr
+    assert key in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(("config", "key"), COORDINATOR_CASES)
+def test_the_coordinator_refuses_a_bad_setting_at_load(
+    tmp_path: Path, config: dict[str, object], key: str
+) -> None:
+    """``slonkd coordinator`` with a bad setting exits 2 with one line naming the key."""
+    env = {"POD_NAMESPACE": "ns", "POD_NAME": "c-0"}
+    _assert_refused(*_run(tmp_path, "coordinator", config, env), key)
+
+
+@pytest.mark.parametrize(("config", "key"), AGENT_CASES)
+def test_the_agent_refuses_a_bad_setting_at_load(
+    tmp_path: Path, config: dict[str, object], key: str
+) -> None:
+    """``slonkd agent`` with a bad setting exits 2 with one line naming the key."""
+    env = {"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "NODE_NAME": "n1", "SLONKD_METRICS_PORT": "0"}
+    _assert_refused(*_run(tmp_path, "agent", config, env), key)
+
+
+def test_good_settings_still_load(tmp_path: Path) -> None:
+    """The defaults and tight-but-sane test timings load (what the e2e tests configure)."""
+    from slonkd.cli import agent, coordinator
+
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps(
+            {
+                "resync_s": 5,
+                "poll_s": 0,
+                "state_poll_s": 0.5,
+                "debounce_s": 0,
+                "max_batch_delay_s": 0.2,
+                "lease_duration_s": 6,
+                "renew_deadline_s": 4,
+                "retry_period_s": 1,
+                "api_port": 0,
+            }
+        )
+    )
+    s = coordinator.load_settings(
+        {"POD_NAMESPACE": "ns", "POD_NAME": "c-0", "SLONKD_CONFIG": str(path)}
+    )
+    assert (s.lease_duration_s, s.poll_s) == (6, 0)
+    coordinator.load_settings({"POD_NAMESPACE": "ns", "POD_NAME": "c-0"})
+    path.write_text(json.dumps({"health": {"mounts": ["/home"], "fast_period_s": 5}}))
+    a = agent.load_settings(
+        {"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "NODE_NAME": "n1", "SLONKD_CONFIG": str(path)}
+    )
+    assert a.health is not None
+    assert tuple(a.health.mounts) == ("/home",)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_the_agent_refuses_an_mqtt_port_out_of_range(tmp_path: Path, port: str) -> None:
+    """``SLONKD_MQTT_PORT`` outside 1-65535 exits 2 naming it, not at the first connect."""
+    env = {
+        "POD_NAME": "w-0",
+        "POD_NAMESPACE": "ns",
+        "NODE_NAME": "n1",
+        "SLONKD_METRICS_PORT": "0",
+        "SLONKD_MQTT_HOST": "127.0.0.1",
+        "SLONKD_MQTT_USER": "u",
+        "SLONKD_MQTT_PASSWORD": "p",
+        "SLONKD_MQTT_PORT": port,
+    }
+    _assert_refused(*_run(tmp_path, "agent", {}, env), "SLONKD_MQTT_PORT")
