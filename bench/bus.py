@@ -83,6 +83,7 @@ async def _bootstrap(
             broker.port,
             username=creds.username,
             password=creds.password,
+            identifier=creds.client_id,
             protocol=aiomqtt.ProtocolVersion.V5,
         ):
             connected = time.perf_counter()
@@ -99,7 +100,10 @@ async def _bootstrap(
 
 async def _commands(broker: Mosquitto, admin: DynSecAdmin) -> list[float]:
     await admin.ensure_client(
-        "coordinator", "coordinator-pw", coordinator_role(CLUSTER, "coordinator")
+        "coordinator",
+        "coordinator-pw",
+        coordinator_role(CLUSTER, "coordinator"),
+        client_id="slonkd-coordinator-bench",
     )
     creds = await admin.issue(CLUSTER, "n1")
 

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from slonkd.adapters.bus.dynsec import agent_client_id
 from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
@@ -126,7 +127,7 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     from slonkd.runtime.agent import AgentSettings
 
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
-    bus, bootstrap = agent_bus_settings(env, f"slonkd-agent-{slurm_node}")
+    bus, bootstrap = agent_bus_settings(env, agent_client_id(slurm_node))
     health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
     return AgentSettings(
         cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),

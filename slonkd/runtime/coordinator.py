@@ -323,8 +323,9 @@ class Coordinator:
             own = None  # no MQTT user but a dynsec admin: this replica makes its own client
             if s.credentials is not None and not s.bus.username:
                 own = coordinator_bus_credentials(
-                    s.credentials, cluster=s.cluster, identity=s.identity
-                )
+                    s.credentials, cluster=s.cluster, identity=s.identity,
+                    client_id=s.bus.client_id,
+                )  # fmt: skip
             subscriptions = [topic, str(slurm_events_topic(s.cluster))]
             gone = CoordinatorStatus(online=False, leader=s.identity, at=time.time())
             self.bus = Bus(

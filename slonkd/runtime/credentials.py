@@ -144,7 +144,12 @@ class CredentialIssuer:
             remote=remote,
         )
         return web.json_response(
-            {"username": creds.username, "password": creds.password, "cluster": self._cluster},
+            {
+                "username": creds.username,
+                "password": creds.password,
+                "clientId": creds.client_id,  # the only id the broker accepts for it
+                "cluster": self._cluster,
+            },
             headers={"Cache-Control": "no-store"},
         )
 
@@ -225,7 +230,7 @@ def _bearer(header: str) -> str:
 
 
 def coordinator_bus_credentials(
-    settings: CredentialSettings, *, cluster: str, identity: str
+    settings: CredentialSettings, *, cluster: str, identity: str, client_id: str
 ) -> CredentialSource:
     """The coordinator's own MQTT client, (re)created in dynsec with the admin's rights.
 
@@ -245,7 +250,9 @@ def coordinator_bus_credentials(
 
     async def provision() -> tuple[str, str]:
         password = secrets.token_urlsafe(24)
-        await admin.ensure_client(name, password, coordinator_role(cluster, name))
+        await admin.ensure_client(
+            name, password, coordinator_role(cluster, name), client_id=client_id
+        )
         return name, password
 
     return provision

@@ -43,6 +43,7 @@ class Bench:
     """A dynsec broker with a coordinator client and two issued agents, n1 and n2."""
 
     broker: Mosquitto
+    admin: DynSecAdmin
     agents: dict[str, AgentCredentials]
     rechecks: list[str] = field(default_factory=list)
 
@@ -60,8 +61,9 @@ class Bench:
 
     @asynccontextmanager
     async def coordinator(self, token: int, name: str = "c-0") -> AsyncIterator[CommandSender]:
-        """A leader with fencing token ``token``, connected."""
-        bus = Bus(self.settings(COORDINATOR, COORDINATOR_PW, f"slonkd-coordinator-{name}"))
+        """A leader with fencing token ``token``, connected (its own dynsec client, as in prod)."""
+        user, client_id = await self.coordinator_client(name)
+        bus = Bus(self.settings(user, COORDINATOR_PW, client_id))
         sender = CommandSender(bus, cluster=CLUSTER, identity=name, check_valid=lambda: token)
         async with running(bus):
             yield sender
@@ -91,13 +93,21 @@ class Bench:
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-    def raw_client(self, username: str, password: str) -> aiomqtt.Client:
+    async def coordinator_client(self, name: str) -> tuple[str, str]:
+        """A coordinator replica's dynsec client: (username, the client id it is bound to)."""
+        user, client_id = f"{COORDINATOR}-{name}", f"slonkd-coordinator-{name}"
+        role = coordinator_role(CLUSTER, user)
+        await self.admin.ensure_client(user, COORDINATOR_PW, role, client_id=client_id)
+        return user, client_id
+
+    def raw_client(self, username: str, password: str, client_id: str) -> aiomqtt.Client:
         """A plain MQTT 5 client (to forge what the product code never sends)."""
         return aiomqtt.Client(
             self.broker.host,
             self.broker.port,
             username=username,
             password=password,
+            identifier=client_id,
             protocol=aiomqtt.ProtocolVersion.V5,
             timeout=5,
         )
@@ -129,11 +139,8 @@ async def bench(session_root: Path) -> AsyncIterator[Bench]:
         password=broker.admin_password,
     )
     try:
-        await admin.ensure_client(
-            COORDINATOR, COORDINATOR_PW, coordinator_role(CLUSTER, COORDINATOR)
-        )
         agents = {n: await admin.issue(CLUSTER, n) for n in ("n1", "n2")}
-        yield Bench(broker=broker, agents=agents)
+        yield Bench(broker=broker, admin=admin, agents=agents)
     finally:
         await asyncio.to_thread(broker.stop)
 
@@ -203,7 +210,8 @@ async def test_a_forged_command_naming_another_node_on_this_agents_topic_is_refu
     forged = Command(id=command_id(), node="n2", action=RECHECK, cause="forged", fencing_token=99)
     body = encode(forged)
     async with bench.agent() as listener, bench.coordinator(token=3) as leader:
-        async with bench.raw_client(COORDINATOR, COORDINATOR_PW) as raw:
+        user, client_id = await bench.coordinator_client("forger")
+        async with bench.raw_client(user, COORDINATOR_PW, client_id) as raw:
             await raw.publish(str(node_topic(CLUSTER, "n1", Channel.COMMANDS)), body, qos=1)
         await until("the forgery dropped", lambda: sum(listener.bus.dropped.values()) >= 1)
         real = await leader.send("n1", RECHECK, cause="operator-recheck")
@@ -217,7 +225,7 @@ async def test_another_agents_credentials_cannot_command_this_agent(bench: Bench
     n2 = bench.agents["n2"]
     sneaky = Command(id=command_id(), node="n1", action=RECHECK, cause="n2", fencing_token=99)
     async with bench.agent() as listener, bench.coordinator(token=3) as leader:
-        async with bench.raw_client(n2.username, n2.password) as raw:
+        async with bench.raw_client(n2.username, n2.password, n2.client_id) as raw:
             await raw.publish(
                 str(node_topic(CLUSTER, "n1", Channel.COMMANDS)), encode(sneaky), qos=1
             )

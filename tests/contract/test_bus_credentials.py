@@ -81,13 +81,14 @@ class Setup:
         """The agent clients dynsec holds."""
         return {c for c in await self.admin.clients() if c.startswith("agent-")}
 
-    def client(self, username: str, password: str) -> aiomqtt.Client:
-        """A plain MQTT 5 client."""
+    def client(self, username: str, password: str, client_id: str = "") -> aiomqtt.Client:
+        """A plain MQTT 5 client (an issued agent connects under its bound client id)."""
         return aiomqtt.Client(
             self.broker.host,
             self.broker.port,
             username=username,
             password=password,
+            identifier=client_id or None,
             protocol=aiomqtt.ProtocolVersion.V5,
             timeout=5,
         )
@@ -160,7 +161,7 @@ async def test_a_worker_pods_token_gets_credentials_for_its_own_topics_only(setu
     admin = setup.client(setup.broker.admin_user, setup.broker.admin_password)
     async with admin as watcher:
         await watcher.subscribe(f"slonk/v1/{CLUSTER}/nodes/+/status", qos=1)
-        async with setup.client(creds.username, creds.password) as agent:
+        async with setup.client(creds.username, creds.password, creds.client_id) as agent:
             forged = AgentStatus(node="w-2", online=False)
             await agent.publish(
                 str(node_topic(CLUSTER, "w-2", Channel.STATUS)), encode(forged), qos=1
@@ -231,7 +232,7 @@ async def test_a_restarted_pod_gets_a_new_password_and_the_old_one_stops_working
     first_uid = setup.pod("w-7")
     old_token = setup.token("w-7", first_uid)
     old = await setup.bootstrap(old_token)
-    async with setup.client(old.username, old.password):
+    async with setup.client(old.username, old.password, old.client_id):
         pass
     kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-7")
     second_uid = setup.pod("w-7")
@@ -240,9 +241,9 @@ async def test_a_restarted_pod_gets_a_new_password_and_the_old_one_stops_working
     assert new.username == old.username
     assert new.password != old.password
     with pytest.raises(aiomqtt.MqttError):
-        async with setup.client(old.username, old.password):
+        async with setup.client(old.username, old.password, old.client_id):
             pass
-    async with setup.client(new.username, new.password):
+    async with setup.client(new.username, new.password, new.client_id):
         pass
     status, body = await post(setup.url, f"Bearer {old_token}")
     # The apiserver may still pass the old token for a moment (its pod lookup is cached);

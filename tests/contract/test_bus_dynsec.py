@@ -10,7 +10,7 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin
+from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.testing.mosquitto import Mosquitto
@@ -32,12 +32,13 @@ def _admin(b: Mosquitto) -> DynSecAdmin:
     return DynSecAdmin(host=b.host, port=b.port, username=b.admin_user, password=b.admin_password)
 
 
-def _client(b: Mosquitto, creds: AgentCredentials) -> aiomqtt.Client:
+def _client(b: Mosquitto, creds: AgentCredentials, client_id: str = "") -> aiomqtt.Client:
     return aiomqtt.Client(
         b.host,
         b.port,
         username=creds.username,
         password=creds.password,
+        identifier=client_id or creds.client_id,
         protocol=aiomqtt.ProtocolVersion.V5,
         timeout=5,
     )
@@ -107,3 +108,44 @@ async def test_hostile_node_names_are_refused_before_reaching_the_broker(
     for name in ("n1/#", "+", "../n2", "", "a" * 200):
         with pytest.raises(ParseError):
             await admin.issue("lab", name)
+
+
+async def test_a_credential_cannot_take_over_another_clients_id(dynsec_broker: Mosquitto) -> None:
+    """Agent n1's credential connecting with n2's (predictable) client id is refused.
+
+    Each issued client is bound to its client id (issue 16 item 3): a holder of any credential
+    can neither kick another client off the broker nor resume its session; n2 stays connected.
+    """
+    b = dynsec_broker
+    admin = _admin(b)
+    n1 = await admin.issue("lab", "n1")
+    n2 = await admin.issue("lab", "n2")
+    assert n2.client_id == "slonkd-agent-n2"
+    async with _client(b, n2) as victim:
+        with pytest.raises(aiomqtt.MqttError):
+            async with _client(b, n1, client_id=n2.client_id):
+                pass
+        with pytest.raises(aiomqtt.MqttError):  # nor under any id other than its own
+            async with _client(b, n1, client_id="anything-else"):
+                pass
+        await asyncio.sleep(0.5)
+        mine = AgentStatus(node="n2", online=True)
+        await victim.publish(str(node_topic("lab", "n2", Channel.STATUS)), encode(mine), qos=1)
+
+
+async def test_the_coordinators_client_is_bound_to_its_id(dynsec_broker: Mosquitto) -> None:
+    """The coordinator's own dynsec client works only under the coordinator's client id."""
+    b = dynsec_broker
+    admin = _admin(b)
+    await admin.ensure_client(
+        "coordinator-c0", "pw-c0-123456", coordinator_role("lab", "coordinator-c0"),
+        client_id="slonkd-coordinator-c0",
+    )  # fmt: skip
+    creds = AgentCredentials(
+        username="coordinator-c0", password="pw-c0-123456", client_id="slonkd-coordinator-c0"
+    )
+    async with _client(b, creds):
+        pass
+    with pytest.raises(aiomqtt.MqttError):
+        async with _client(b, creds, client_id="slonkd-agent-n9"):
+            pass

@@ -57,6 +57,8 @@ class IssuedCredentials:
     username: str
     password: str
     cluster: str
+    client_id: str = ""
+    """The client id the broker binds to this username ("" from an older coordinator)."""
 
     def __repr__(self) -> str:  # never print the password
         return f"IssuedCredentials(username={self.username!r}, cluster={self.cluster!r})"
@@ -94,6 +96,7 @@ async def _fetch_once(s: BootstrapSettings, session: aiohttp.ClientSession) -> I
             username=str(body["username"]),
             password=str(body["password"]),
             cluster=str(body.get("cluster", "")),
+            client_id=str(body.get("clientId", "")),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise TerminalError("malformed credentials answer") from exc

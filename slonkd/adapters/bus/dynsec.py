@@ -4,14 +4,18 @@ A StatefulSet cannot mount one Secret per pod, so the coordinator issues each ag
 client at start (after checking the agent's pod-bound ServiceAccount token): a role that
 may publish only its own node's ``status`` and ``events`` topics and subscribe only to its
 own ``commands``, and a fresh random password, replaced on every issue (a restarted pod
-gets a new one; the old one stops working). Only the coordinator's admin client talks to
-``$CONTROL/dynamic-security/v1``; nothing here builds a topic from unchecked text.
+gets a new one; the old one stops working). Every client is bound to one client id, so no
+credential can connect under another client's id: client ids are predictable, and a
+connection under a taken id would kick its owner off and resume its session. Only the
+coordinator's admin client talks to ``$CONTROL/dynamic-security/v1``; nothing here builds a
+topic from unchecked text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,13 +24,14 @@ from typing import Any
 import aiomqtt
 import structlog
 
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.messages import Channel, check_name, node_topic
 
 log = structlog.get_logger("slonkd.bus.dynsec")
 
 CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
 RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
+_CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,11 +40,18 @@ class AgentCredentials:
 
     username: str
     password: str
+    client_id: str
+    """The only MQTT client id this client may connect with (dynsec binds the two)."""
 
 
 def agent_username(node: str) -> str:
     """The MQTT username of ``node``'s agent."""
     return f"agent-{check_name(node, 'node')}"
+
+
+def agent_client_id(node: str) -> str:
+    """The MQTT client id of ``node``'s agent (bound to its username in dynsec)."""
+    return f"slonkd-agent-{check_name(node, 'node')}"
 
 
 def agent_role(cluster: str, node: str) -> dict[str, Any]:
@@ -124,17 +136,24 @@ class DynSecAdmin:
         username = agent_username(node)
         role = agent_role(cluster, node)
         password = secrets.token_urlsafe(24)
-        await self._replace(username, password, role)
+        client_id = agent_client_id(node)
+        await self._replace(username, password, role, client_id)
         log.info("bus.agent_credentials_issued", node=node, username=username)
-        return AgentCredentials(username=username, password=password)
+        return AgentCredentials(username=username, password=password, client_id=client_id)
 
-    async def ensure_client(self, username: str, password: str, role: dict[str, Any]) -> None:
+    async def ensure_client(
+        self, username: str, password: str, role: dict[str, Any], *, client_id: str
+    ) -> None:
         """Create or replace a fixed client (the coordinator's) with ``role``."""
-        await self._replace(check_name(username, "client"), password, role)
+        if not _CLIENT_ID_RE.fullmatch(client_id):
+            raise ParseError(f"bad MQTT client id: {client_id[:80]!r}")
+        await self._replace(check_name(username, "client"), password, role, client_id)
         log.info("bus.client_ensured", username=username, role=role["rolename"])
 
-    async def _replace(self, username: str, password: str, role: dict[str, Any]) -> None:
-        """Recreate ``role`` and ``username`` (new password) in one batch."""
+    async def _replace(
+        self, username: str, password: str, role: dict[str, Any], client_id: str
+    ) -> None:
+        """Recreate ``role`` and ``username`` (new password, bound to ``client_id``)."""
         responses = await self._call(
             [
                 {"command": "deleteRole", "rolename": role["rolename"]},
@@ -144,6 +163,7 @@ class DynSecAdmin:
                     "command": "createClient",
                     "username": username,
                     "password": password,
+                    "clientid": client_id,
                     "roles": [{"rolename": role["rolename"]}],
                 },
             ]
