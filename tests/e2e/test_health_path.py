@@ -1,9 +1,10 @@
 """From a failing health check to a drain and a cordon, through MQTT and the coordinator.
 
 Each worker pod's agent runs a slurmd-alive check (and w-0's a mount check too) and publishes
-its verdicts (retained) to a real mosquitto; the coordinator reads them, drains the SLURM node for ``health:<cause>``,
-cordons and taints the K8s node and evicts the pod once. When the same check fails on many
-nodes at once, the coordinator suspects the check and takes nothing out.
+its verdicts (retained) to a real mosquitto; the coordinator reads them, drains the SLURM
+node for ``health:<cause>``, cordons and taints the K8s node and evicts the pod once. When
+the same check fails on many nodes at once, the coordinator suspects the check and takes
+nothing out. A hung mount drains for one stable cause that slonkd lifts when it answers.
 """
 
 from __future__ import annotations
@@ -300,11 +301,14 @@ def test_same_failure_on_many_nodes_suspects_the_check(health_fleet: HealthFleet
 def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
     health_fleet: HealthFleet,
 ) -> None:
-    """w-0's mount stops answering (a FIFO without a writer blocks the probe like a hung NFS
+    """A hung home drains its node for one stable cause, lifted when the mount answers.
+
+    w-0's mount stops answering (a FIFO without a writer blocks the probe like a hung NFS
     server): w-0's agent publishes one fail verdict that the coordinator accepts, the
     coordinator drains w-0 for one cause ``slonkd:health:mount-...-deadline-missed`` that
     stays the same over further missed deadlines, and slonkd lifts its own drain once the
-    mount answers again."""
+    mount answers again.
+    """
     f = health_fleet
     check = f"mount:{f.mount}"
     detail = "mount-" + f.mount.strip("/").replace("/", "-") + "-deadline-missed"
@@ -334,9 +338,7 @@ def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
     events = f.coordinator_events()
     assert [e for e in events if e.get("event") == "bus.message_dropped"] == []
     drains = {
-        e["cause"]
-        for e in events
-        if e.get("event") == "slurm.nodes_drain" and "w-0" in e["nodes"]
+        e["cause"] for e in events if e.get("event") == "slurm.nodes_drain" and "w-0" in e["nodes"]
     }
     assert drains == {cause}
     f.point_mount_at(Path("/"))

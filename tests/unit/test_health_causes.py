@@ -1,5 +1,7 @@
-"""Health causes meet slonkd's reason grammar: what the agent publishes, the coordinator
-accepts, and what the coordinator drains for, slonkd recognises as its own and lifts.
+"""Health causes meet slonkd's reason grammar, from the agent's verdict to the drain.
+
+What the agent publishes, the coordinator accepts, and what the coordinator drains for,
+slonkd recognises as its own and lifts.
 
 Check names such as ``mount:/home`` are outside the cause grammar (a colon and a slash);
 every health cause goes through one sanitiser (``cause_detail``) on its way into a verdict,
@@ -81,9 +83,12 @@ def _accepted(health: dict[str, str]) -> AgentStatus:
 
 
 def test_a_causeless_health_fail_drains_for_a_cause_slonkd_owns_and_lifts() -> None:
-    """A fail without a cause for check ``mount:/x`` (as the coordinator decodes ``fail``)
-    drains for a cause whose written reason slonkd reads back as its own, and that drain is
-    lifted once the check passes (issue 15.7: it was ``slonkd:health:mount:/x``, foreign)."""
+    """A cause-less fail drains for a cause slonkd reads back as its own, and lifts it.
+
+    The check ``mount:/x`` fails without a cause (as the coordinator decodes ``fail``); the
+    reason written for it must parse as slonkd's, and the drain is lifted once the check
+    passes (issue 15.7: it was ``slonkd:health:mount:/x``, foreign, never lifted).
+    """
     failing = {"mount:/x": decode_verdict("mount:/x", "fail")}
     plan = decide(_view(health=failing), POLICY)
     (drain,) = [a for a in plan.actions if a.kind is Kind.DRAIN]
@@ -100,8 +105,11 @@ def test_a_causeless_health_fail_drains_for_a_cause_slonkd_owns_and_lifts() -> N
 
 
 def test_suspected_causeless_health_causes_match_the_drains_slonkd_holds() -> None:
-    """Two nodes fail ``mount:/x`` without a cause and a third is drained for it already:
-    the three count as one cause (suspected at three) and that cause is in slonkd's grammar."""
+    """Failing and already-drained nodes count as one suspected cause, in slonkd's grammar.
+
+    Two nodes fail ``mount:/x`` without a cause and a third is drained for it already: the
+    three count as one cause (suspected at three).
+    """
     failing = {"mount:/x": decode_verdict("mount:/x", "fail")}
     first = decide(_view("w-0", health=failing), POLICY)
     (drain,) = [a for a in first.actions if a.kind is Kind.DRAIN]
@@ -118,11 +126,13 @@ def test_suspected_causeless_health_causes_match_the_drains_slonkd_holds() -> No
 
 
 async def test_a_hung_home_publishes_one_stable_accepted_cause_until_it_answers() -> None:
-    """A hung NFS home (every probe misses its deadline) becomes one fail verdict with one
-    stable cause and remediation across runs, every status the agent would publish is one
-    the coordinator's decoder accepts, and the check clears once the mount answers again
-    (issue 16.5: ``fail:mount:/home-deadline-missed:manual`` was rejected, and the next
-    run swapped it for ``fail:nfs-hung`` with no remediation)."""
+    """A hung NFS home gives one stable, accepted fail verdict until it answers again.
+
+    Every probe misses its deadline: one fail verdict with one cause and remediation across
+    runs, every status the agent would publish is one the coordinator's decoder accepts, and
+    the check clears once the mount answers (issue 16.5: ``fail:mount:/home-deadline-missed:
+    manual`` was rejected, and the next run swapped it for ``fail:nfs-hung``, no remediation).
+    """
     hung = node_health.judge_mount("/home", responded=False, is_mount=None)
     fine = node_health.judge_mount("/home", responded=True, is_mount=True)
     script = iter([hung] * 10 + [fine] * 3)
@@ -155,8 +165,10 @@ async def test_a_hung_home_publishes_one_stable_accepted_cause_until_it_answers(
 
 
 def test_any_cause_text_is_encoded_as_a_verdict_the_coordinator_accepts() -> None:
-    """Causes with capitals, colons, slashes, spaces or too many characters become one
-    grammar-safe cause on the way into a result, so the verdict encoding always decodes."""
+    """Any cause text becomes a grammar-safe cause, so the verdict encoding always decodes.
+
+    Capitals, colons, slashes, spaces, non-ASCII or too many characters included.
+    """
     texts = ["Mount:/Home Dir", "nfs-hung", "x" * 200, ":::", "", "Ünïcode/ö"]
     for text in texts:
         result = CheckResult(
@@ -180,8 +192,10 @@ def test_cause_detail_examples() -> None:
 
 @given(st.text(max_size=300))
 def test_cause_detail_is_in_every_grammar_and_deterministic(text: str) -> None:
-    """Any text maps to a detail that a SLURM reason, a bus verdict and a cause set in
-    ``extra`` all accept, the same every time, and a detail maps to itself."""
+    """Any text maps to one detail that every reader accepts; a detail maps to itself.
+
+    The readers: a SLURM reason, a bus verdict and a cause set in ``extra``.
+    """
     detail = reasons.cause_detail(text)
     assert detail == reasons.cause_detail(text)
     assert reasons.cause_detail(detail) == detail
@@ -190,3 +204,30 @@ def test_cause_detail_is_in_every_grammar_and_deterministic(text: str) -> None:
     assert parse_reason(format_reason(cause, "x")).cause == cause
     _accepted({"c": f"fail:{detail}:manual"})
     assert json.loads(json.dumps(str(cause))) == str(cause)
+
+
+def test_the_agent_publishes_only_statuses_the_coordinator_decodes() -> None:
+    """The agent checks its status with the coordinator's decoder before publishing.
+
+    A check name outside the bus grammar (a space in a mount path) goes out under a safe
+    key, and a status the decoder still refuses (more than 64 checks) goes out with no
+    verdicts at all (unknown to the coordinator, never a stale retained status) and the
+    decoder's reason.
+    """
+    from slonkd.runtime.agent import publishable_status
+
+    verdicts = {"mount:/my home": "fail:mount-my-home-deadline-missed:manual", "xid": "ok"}
+    status = AgentStatus(node="w-0", online=True, pod="w-0", health=verdicts, at=NOW)
+    sent, error = publishable_status(TOPIC, status)
+    assert error == ""
+    assert _accepted(sent.health).health == {
+        "mount-my-home": "fail:mount-my-home-deadline-missed:manual",
+        "xid": "ok",
+    }
+    crowded = AgentStatus(
+        node="w-0", online=True, health={f"c{i}": "ok" for i in range(65)}, at=NOW
+    )
+    sent, error = publishable_status(TOPIC, crowded)
+    assert "health" in error
+    assert sent.health == {}
+    assert _accepted(sent.health).online
