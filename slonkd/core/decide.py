@@ -41,7 +41,7 @@ from enum import StrEnum
 from slonkd.core.errors import ParseError
 from slonkd.core.health import CheckResult, Remediation, Verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
-from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
+from slonkd.core.reasons import Cause, ReasonOwner, cause_detail, decode_causes, parse_reason
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 
 FAILURE_TAINT = "slonk.dev/unhealthy"
@@ -269,10 +269,10 @@ def decide(view: NodeView, policy: Policy) -> Plan:
     health_fails = sorted(
         (r for r in view.health.values() if r.verdict is Verdict.FAIL), key=lambda r: r.check
     )
-    health_causes = {_c("health", r.cause or r.check) for r in health_fails}
+    health_causes = {_c("health", cause_detail(r.cause or r.check)) for r in health_fails}
     if health_fails and failure is None:
         top = health_fails[0]
-        failure, remediation = _c("health", top.cause or top.check), top.remediation
+        failure, remediation = _c("health", cause_detail(top.cause or top.check)), top.remediation
 
     wanted: set[Cause] = set(health_causes)
     maintenance = _maintenance(kube)
@@ -481,7 +481,7 @@ def suspect_common_causes(
     counts: dict[Cause, int] = {}
     for view in views:
         failing = {
-            _c("health", r.cause or r.check)
+            _c("health", cause_detail(r.cause or r.check))
             for r in view.health.values()
             if r.verdict is Verdict.FAIL
         }

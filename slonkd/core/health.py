@@ -2,10 +2,14 @@
 
 A check run gives a :class:`CheckResult`: ``ok``, ``warn``, ``fail`` or ``unknown`` with a
 stable cause code (``gpu-xid-79``, ``ib-port-down``, ``disk-full`` ...), a remediation class
-and the evidence. A missing tool or a missed deadline is never ``ok``: it is ``unknown``
-(with ``timed_out`` set for the deadline). One noisy sample never drains a node:
-:func:`judge` turns a history of runs into a verdict with N-of-M hysteresis, and a
-slonkd-owned health drain is lifted only after K consecutive passes. Pure: no I/O.
+and the evidence. Every cause is in the reason grammar (:func:`~slonkd.core.reasons.cause_detail`
+maps it there when the result is made), so a verdict always encodes for the bus and a drain
+for it is slonkd's own. A missing tool or a missed deadline is never ``ok``: it is ``unknown``
+(with ``timed_out`` set for the deadline); enough missed deadlines make one fail with the
+stable cause ``<check>-deadline-missed`` (``mount:/home`` -> ``mount-home-deadline-missed``)
+and manual repair, for as long as the check keeps missing them. One noisy sample never
+drains a node: :func:`judge` turns a history of runs into a verdict with N-of-M hysteresis,
+and a slonkd-owned health drain is lifted only after K consecutive passes. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
+
+from slonkd.core.reasons import cause_detail
 
 MAX_EVIDENCE: Final = 2000
 """Evidence is truncated to this many characters (it goes into logs and MQTT payloads)."""
@@ -44,13 +50,16 @@ class CheckResult:
     check: str
     verdict: Verdict
     cause: str = ""
-    """Stable code of what was found (empty when ok)."""
+    """Stable code of what was found (empty when ok); any text is mapped into the reason
+    grammar (:func:`~slonkd.core.reasons.cause_detail`)."""
     remediation: Remediation = Remediation.NONE
     evidence: str = ""
     timed_out: bool = False
     """The probe missed its deadline (or is still stuck from an earlier run)."""
 
     def __post_init__(self) -> None:
+        if self.cause:
+            object.__setattr__(self, "cause", cause_detail(self.cause))
         if len(self.evidence) > MAX_EVIDENCE:
             object.__setattr__(self, "evidence", self.evidence[: MAX_EVIDENCE - 3] + "...")
 
@@ -130,6 +139,8 @@ def judge(history: Sequence[CheckResult], policy: Hysteresis, *, failing: bool) 
         if len(tail) == policy.clear_k and all(r.verdict is Verdict.OK for r in tail):
             return last
         held = bad[-1] if bad else last
+        if held.timed_out and held.verdict is not Verdict.FAIL:
+            return _deadline_missed(last.check, bad, window)
         return CheckResult(
             check=last.check,
             verdict=Verdict.FAIL,
@@ -142,12 +153,7 @@ def judge(history: Sequence[CheckResult], policy: Hysteresis, *, failing: bool) 
         latest = bad[-1]
         if latest.verdict is Verdict.FAIL:
             return latest
-        return fail(
-            last.check,
-            f"{last.check}-deadline-missed",
-            Remediation.MANUAL,
-            f"{len(bad)} of the last {len(window)} runs missed their deadline",
-        )
+        return _deadline_missed(last.check, bad, window)
     if last.verdict is Verdict.FAIL:
         return warn(
             last.check,
@@ -155,6 +161,17 @@ def judge(history: Sequence[CheckResult], policy: Hysteresis, *, failing: bool) 
             f"{len(bad)} of {policy.fail_n} failures needed: {last.evidence}",
         )
     return last
+
+
+def _deadline_missed(
+    check: str, bad: Sequence[CheckResult], window: Sequence[CheckResult]
+) -> CheckResult:
+    """The one fail that missed deadlines make, the same on every run while they go on."""
+    missed = sum(1 for r in window if r.timed_out)
+    evidence = f"{missed} of the last {len(window)} runs missed their deadline"
+    if bad and bad[-1].evidence:
+        evidence = f"{evidence}: {bad[-1].evidence}"
+    return fail(check, f"{check}-deadline-missed", Remediation.MANUAL, evidence)
 
 
 def encode_verdict(result: CheckResult) -> str:

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from slonkd.core.errors import ParseError
+from slonkd.core.reasons import SAFE_DETAIL, cause_detail
 
 SCHEMA_VERSION: Final = 1
 MAX_PAYLOAD_BYTES: Final = 16 * 1024
@@ -244,9 +245,17 @@ def _check_value(name: str, value: Any, kind: type) -> Any:
 
 
 _CHECK_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
-_VERDICT_RE: Final = re.compile(
-    r"(ok|warn|fail|unknown)(:[a-z0-9][a-z0-9._-]{0,47}(:[a-z-]{1,16})?)?"
-)
+_VERDICT_RE: Final = re.compile(rf"(ok|warn|fail|unknown)(:{SAFE_DETAIL}(:[a-z-]{{1,16}})?)?")
+"""A verdict's cause is a reason detail (``slonkd.core.health`` makes every cause one)."""
+
+
+def health_key(check: str) -> str:
+    """``check`` as a key of a status's ``health`` map, in the grammar the decoder accepts.
+
+    Unchanged when the decoder accepts it, else mapped into the cause grammar
+    (``mount:/my home`` -> ``mount-my-home``).
+    """
+    return check if _CHECK_RE.fullmatch(check) else cause_detail(check)
 
 
 def _short_map(value: dict[Any, Any]) -> bool:

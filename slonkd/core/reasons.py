@@ -7,11 +7,16 @@ the reason shows the highest-priority one and the whole set lives in the node's 
 field as JSON under the key ``slonkd`` (one cause alone lives in the reason only); the drain
 is lifted only when that set is empty.
 
+Health causes come from check names and probes (``mount:/home``, ``Xid 79``): every one of
+them goes through :func:`cause_detail` on its way into a verdict, a bus payload or a reason,
+so what an agent publishes, the coordinator accepts and what slonkd drains for, it lifts.
+
 Pure functions only: this module neither reads nor writes SLURM.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -27,6 +32,13 @@ MAX_REASON_CHARS = 200
 
 _CAUSE_NAME = r"[a-z0-9][a-z0-9._-]{0,47}"
 _CAUSE_DETAIL = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+SAFE_DETAIL = r"[a-z0-9][a-z0-9._-]{0,47}"
+"""A cause detail every reader accepts: a reason's detail, a verdict's cause on the bus (and
+a cause name): what :func:`cause_detail` returns."""
+_SAFE_DETAIL_RE = re.compile(SAFE_DETAIL)
+_UNSAFE_RUN = re.compile(r"[^a-z0-9._-]+")
+_MAX_SAFE_DETAIL = 48
+_UNNAMED = "unnamed"
 _CAUSE_RE = re.compile(rf"(?P<name>{_CAUSE_NAME})(?::(?P<detail>{_CAUSE_DETAIL}))?")
 _SUFFIX_RE = re.compile(
     r"^(?P<text>.*) \[(?P<user>[^\[\]@\s]+)@(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown)\]$",
@@ -173,6 +185,24 @@ def sanitise_text(text: str, *, limit: int = MAX_REASON_CHARS) -> str:
     if len(collapsed) > limit:
         collapsed = collapsed[: max(0, limit - 3)].rstrip() + "..."
     return collapsed
+
+
+def cause_detail(text: str) -> str:
+    """Map any text to a cause detail in :data:`SAFE_DETAIL`, deterministically.
+
+    A detail already in the grammar is returned unchanged (``gpu-xid-79``). Otherwise the
+    text is lower-cased, every run of other characters becomes ``-`` and the ends are
+    trimmed: ``mount:/home`` -> ``mount-home``. Empty results are ``unnamed``; longer than
+    48 characters keeps the start and appends 8 hex digits of the text's SHA-256, so two
+    long texts stay two causes.
+    """
+    if _SAFE_DETAIL_RE.fullmatch(text):
+        return text
+    cleaned = _UNSAFE_RUN.sub("-", text.lower()).strip("-._") or _UNNAMED
+    if len(cleaned) > _MAX_SAFE_DETAIL:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        cleaned = f"{cleaned[: _MAX_SAFE_DETAIL - 9].rstrip('-._')}-{digest}"
+    return cleaned
 
 
 def format_reason(cause: Cause, text: str = "", *, limit: int = MAX_REASON_CHARS) -> str:

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -36,10 +36,19 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
-from slonkd.core.errors import TransientError
+from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase
-from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
+from slonkd.core.messages import (
+    AgentStatus,
+    Channel,
+    Command,
+    Topic,
+    decode,
+    encode,
+    health_key,
+    node_topic,
+)
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.agent_commands import (
     CommandListener,
@@ -112,6 +121,22 @@ class _ReadyTracker:
         else:
             self.ready_since = None
             self.unready_since = self.unready_since or now
+
+
+def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, str]:
+    """``status`` as the coordinator's decoder accepts it, and why it had to change.
+
+    Health keys outside the bus grammar are mapped into it (:func:`health_key`). If the
+    decoder still refuses the status (the same ``decode`` the coordinator runs), it goes out
+    without verdicts: to the coordinator the node's health is then unknown (never healthy,
+    never the last retained verdicts), and the error names why.
+    """
+    keyed = replace(status, health={health_key(k): v for k, v in status.health.items()})
+    try:
+        decode(topic, encode(keyed))
+    except (ParseError, ValueError) as exc:
+        return replace(status, health={}), str(exc)
+    return keyed, ""
 
 
 class Agent:
@@ -195,6 +220,10 @@ class Agent:
             health={name: encode_verdict(r) for name, r in sorted(self.verdicts.items())},
             at=time.time(),
         )
+        status, refused = publishable_status(self.status_topic, status)
+        if refused:
+            self.metrics.error("status-refused")
+            log.error("agent.status_refused", node=self.s.slurm_node, error=refused[:200])
         try:
             await self.bus.publish(self.status_topic, status, retain=True)
             log.info("agent.status_published", node=self.s.slurm_node, health=status.health)

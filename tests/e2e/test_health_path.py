@@ -1,15 +1,17 @@
 """From a failing health check to a drain and a cordon, through MQTT and the coordinator.
 
-Each worker pod's agent runs a slurmd-alive check and publishes its verdicts (retained) to a
-real mosquitto; the coordinator reads them, drains the SLURM node for ``health:<cause>``,
-cordons and taints the K8s node and evicts the pod once. When the same check fails on many
-nodes at once, the coordinator suspects the check and takes nothing out.
+Each worker pod's agent runs a slurmd-alive check (and w-0's a mount check too) and publishes
+its verdicts (retained) to a real mosquitto; the coordinator reads them, drains the SLURM
+node for ``health:<cause>``, cordons and taints the K8s node and evicts the pod once. When
+the same check fails on many nodes at once, the coordinator suspects the check and takes
+nothing out. A hung mount drains for one stable cause that slonkd lifts when it answers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,31 @@ class HealthFleet:
     kube_nodes: list[str]
     agents: dict[str, AgentProcess]
     coordinator_log: Path
+    mount_root: Path
+    """w-0 checks the mount ``mount_root/sw/proc``; ``sw`` is a symlink to ``/`` (so the
+    path is /proc, a responsive mount point) until a test points it elsewhere."""
+
+    @property
+    def mount(self) -> str:
+        """The path w-0's mount check probes."""
+        return str(self.mount_root / "sw" / "proc")
+
+    def point_mount_at(self, target: Path) -> None:
+        """Swap the ``sw`` symlink atomically (the next probe sees the new target)."""
+        new = self.mount_root / "sw.new"
+        new.unlink(missing_ok=True)
+        new.symlink_to(target)
+        new.replace(self.mount_root / "sw")
+
+    def reason(self, node: str) -> str:
+        """The node's reason text as SLURM shows it (without the ``[user@time]`` suffix)."""
+        line = self.slurm.run("scontrol", "-o", "show", "node", node).stdout
+        _, found, rest = line.partition(" Reason=")
+        return rest.split(" [", 1)[0].strip() if found else ""
+
+    def state(self, node: str) -> str:
+        """The node's state as ``sinfo -N -o %T`` prints it (``idle``, ``drained`` ...)."""
+        return self.slurm.node_states().get(node, "")
 
     def coordinator_events(self) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines."""
@@ -95,6 +122,8 @@ def health_fleet(
         ),
         timeout_s=60,
     )
+    mount_root = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # short: a readable cause
+    (mount_root / "sw").symlink_to("/")
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
     procs: list[subprocess.Popen[bytes]] = []
@@ -129,6 +158,8 @@ def health_fleet(
                             "disk_paths": [],
                             "slurmd_port": slurm.slurmd_port + i,
                             "fast_period_s": 0.3,
+                            "mounts": [str(mount_root / "sw" / "proc")] if i == 0 else [],
+                            "mount_timeout_s": 2.0,
                         },
                         "hysteresis": {"fail_n": 2, "window_m": 3, "clear_k": 2},
                     }
@@ -188,6 +219,7 @@ def health_fleet(
             kube_nodes=kube_nodes,
             agents=agents,
             coordinator_log=log,
+            mount_root=mount_root,
         )
         wait_for(
             "coordinator synced",
@@ -203,6 +235,7 @@ def health_fleet(
             agent.stop()
         standin.stop()
         broker.stop()
+        shutil.rmtree(mount_root, ignore_errors=True)
 
 
 def test_failing_check_drains_cordons_and_evicts_once(health_fleet: HealthFleet) -> None:
@@ -263,3 +296,57 @@ def test_same_failure_on_many_nodes_suspects_the_check(health_fleet: HealthFleet
     state = f.kube.api.request("GET", cm)["data"]
     assert state["breakerOpen"] == "true"
     assert "suspected" in state["breakerReason"]
+
+
+def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
+    health_fleet: HealthFleet,
+) -> None:
+    """A hung home drains its node for one stable cause, lifted when the mount answers.
+
+    w-0's mount stops answering (a FIFO without a writer blocks the probe like a hung NFS
+    server): w-0's agent publishes one fail verdict that the coordinator accepts, the
+    coordinator drains w-0 for one cause ``slonkd:health:mount-...-deadline-missed`` that
+    stays the same over further missed deadlines, and slonkd lifts its own drain once the
+    mount answers again.
+    """
+    f = health_fleet
+    check = f"mount:{f.mount}"
+    detail = "mount-" + f.mount.strip("/").replace("/", "-") + "-deadline-missed"
+    assert len(detail) <= 48  # short enough to stay readable (longer ones end in a hash)
+    cause = f"health:{detail}"
+
+    def published() -> list[str]:
+        return [
+            str(e["health"][check])
+            for e in f.agents["w-0"].events()
+            if e.get("event") == "agent.status_published" and check in e.get("health", {})
+        ]
+
+    wait_for("the mount is published ok", lambda: "ok" in published(), timeout_s=30)
+    hung = f.mount_root / "hung"
+    hung.mkdir()
+    os.mkfifo(hung / "proc")
+    f.point_mount_at(hung)
+    wait_for(
+        "w-0 drained for the hung home",
+        lambda: f.reason("w-0").startswith(f"slonkd:{cause}") and f.state("w-0") == "drained",
+        timeout_s=60,
+    )
+    time.sleep(6)  # three more missed deadlines: the cause must not change
+    assert f.reason("w-0").startswith(f"slonkd:{cause}")
+    assert {v for v in published() if v.startswith("fail")} == {f"fail:{detail}:manual"}
+    events = f.coordinator_events()
+    assert [e for e in events if e.get("event") == "bus.message_dropped"] == []
+    drains = {
+        e["cause"] for e in events if e.get("event") == "slurm.nodes_drain" and "w-0" in e["nodes"]
+    }
+    assert drains == {cause}
+    f.point_mount_at(Path("/"))
+    wait_for("w-0 resumed", lambda: f.state("w-0") == "idle", timeout_s=60)
+    releases = [
+        e
+        for e in f.coordinator_events()
+        if e.get("event") == "slurm.nodes_release" and "w-0" in e["nodes"]
+    ]
+    assert [e["cause"] for e in releases] == [cause]
+    assert published()[-1] == "ok"

@@ -1,0 +1,92 @@
+"""A health drain decided for any check name round-trips through real SLURM (22.05, 24.11).
+
+decide's drain for a health verdict is written by the scontrol backend, read back as
+slonkd's own (reason and cause set), and lifted by the backend once the check passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.health import CheckResult, decode_verdict, ok
+from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
+from slonkd.core.reasons import ReasonOwner, reason_owner
+from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+from slonkd.core.slurm_plan import held_causes
+
+pytestmark = pytest.mark.slurm
+
+POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
+
+
+def _view(slurm: SlurmNode, health: dict[str, CheckResult]) -> NodeView:
+    """n1's view with its pod Ready for an hour on a Ready K8s node."""
+    pod = Pod(
+        name=PodName("n1"),
+        namespace="slonk",
+        uid="u1",
+        resource_version="1",
+        node_name=KubeNodeName("kn-1"),
+        phase=PodPhase.RUNNING,
+        ready=True,
+    )
+    kube = Node(
+        name=KubeNodeName("kn-1"),
+        uid="k1",
+        resource_version="1",
+        unschedulable=False,
+        conditions=(NodeCondition(type="Ready", status="True"),),
+    )
+    return NodeView(
+        node=NodeName("n1"),
+        now=10_000.0,
+        slurm=slurm,
+        pod=pod,
+        kube_node=kube,
+        pod_ready_since=10_000.0 - 3600,
+        health=health,
+    )
+
+
+async def _read(backend: ScontrolBackend) -> SlurmNode:
+    node = await backend.read_node("n1")
+    assert node is not None
+    return node
+
+
+@pytest.mark.parametrize(
+    ("check", "verdict"),
+    [
+        ("mount:/x", "fail"),  # a fail without a cause: the check's name is the cause
+        ("mount:/home", "fail:mount-home-deadline-missed:manual"),
+    ],
+)
+async def test_a_health_drain_reads_back_as_slonkds_and_is_lifted(
+    backend: ScontrolBackend, check: str, verdict: str
+) -> None:
+    """A health drain written to SLURM is read back as slonkd's and lifted when it passes.
+
+    The coordinator decodes a verdict for ``check``, decides a drain, SLURM stores it, slonkd
+    reads the node back as drained for its own cause, and once the check passes decide
+    releases that cause and the backend resumes the node (issue 15.7: a cause-less
+    ``mount:/x`` was written as ``slonkd:health:mount:/x``, read back as foreign, never lifted).
+    """
+    failing = {check: decode_verdict(check, verdict)}
+    plan = decide(_view(await _read(backend), failing), POLICY)
+    (drain,) = [a for a in plan.actions if a.kind is Kind.DRAIN]
+    assert (await backend.drain(["n1"], drain.cause, "by slonkd coordinator")).changed == ("n1",)
+    n1 = await _read(backend)
+    assert n1.state.drain is DrainStatus.DRAINED
+    assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
+    assert held_causes(n1) == {drain.cause}
+    again = decide(_view(n1, failing), POLICY)
+    assert [a for a in again.actions if a.kind in (Kind.DRAIN, Kind.RELEASE)] == []
+    healed = decide(_view(n1, {check: ok(check)}), POLICY)
+    (release,) = [a for a in healed.actions if a.kind is Kind.RELEASE]
+    assert release.cause == drain.cause
+    assert (await backend.resume(["n1"], release.cause)).changed == ("n1",)
+    n1 = await _read(backend)
+    assert n1.state.drain is DrainStatus.NONE
+    assert (n1.live_reason, n1.extra) == ("", "")
