@@ -208,7 +208,9 @@ class KubeCluster:
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--token-auth-file={self.root / 'tokens.csv'}",
-                # how it authenticates to a real kubelet (logs, exec; see realnode.py)
+                # how it reaches a real kubelet (logs, exec; see realnode.py): by IP, never
+                # by a DNS lookup of the node's name on the machine's resolver
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 "--authorization-mode=RBAC",

@@ -286,8 +286,8 @@ class RealNode:
     def _remove_network(self) -> None:
         if self.netns in _run(["ip", "netns", "list"]).split():
             _run(["ip", "netns", "del", self.netns])
-        if _run(["ip", "link", "show", self.host_veth], check=False):
-            _run(["ip", "link", "del", self.host_veth])
+        # deleting the namespace destroys the pair; the host end may take a moment to go
+        _run(["ip", "link", "del", self.host_veth], check=False)
 
     # -- credentials and API objects ---------------------------------------------------------
 
