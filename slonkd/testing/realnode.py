@@ -66,6 +66,18 @@ POD_SUPERNET = "10.244.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CNI_CACHE_DIR = Path("/var/lib/cni/results")
+KUBELET_DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+"""Hard-coded in the kubelet, whatever its root directory."""
+HOST_DIRS = (
+    Path("/var/lib/kubelet/device-plugins"),
+    Path("/var/lib/kubelet"),
+    CNI_CACHE_DIR,
+    CNI_CACHE_DIR.parent,
+    Path("/run/containerd/s"),
+    Path("/run/containerd"),
+)
+"""Directories the kubelet, libcni and containerd's shims create on the host whatever their
+configuration says: removed at tear-down when empty (another node may still use them)."""
 CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 _CMD_TIMEOUT_S = 60.0
 
@@ -77,6 +89,15 @@ def _run(argv: Sequence[str], *, check: bool = True, timeout_s: float = _CMD_TIM
     if check and proc.returncode != 0:
         raise HarnessError(f"{' '.join(argv)} failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
     return proc.stdout
+
+
+def _running_exes() -> list[Path]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                out.append(Path(os.readlink(entry / "exe")))
+    return out
 
 
 @dataclass(slots=True)
@@ -95,6 +116,7 @@ class RealNode:
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _owned_routes: list[str] = field(default_factory=list)
     _cgroup_dirs: list[Path] = field(default_factory=list)
+    _container_ids: set[str] = field(default_factory=set)
     _started: bool = False
 
     # -- names -------------------------------------------------------------------------------
@@ -214,7 +236,7 @@ class RealNode:
         step("netns", self._remove_network)
         step("relay", lambda: self._stop_proc("relay", 5))
         step("routes", self._remove_host_routes)
-        step("cni cache", self._remove_cni_cache)
+        step("host files", self._remove_host_files)
         step("api objects", self._remove_api_objects)
         left = self.leftovers()
         if errors or left:
@@ -612,6 +634,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     break
                 time.sleep(0.1)
         containers = self.ctr("containers", "ls", "-q", check=False).split()
+        self._container_ids.update(containers)
         if containers:
             self.ctr("containers", "delete", *containers, check=False)
 
@@ -675,10 +698,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 if done.returncode != 0:
                     _run(["umount", "-l", point], check=False, timeout_s=30)
 
-    def _remove_cni_cache(self) -> None:
-        if CNI_CACHE_DIR.exists():
-            for path in CNI_CACHE_DIR.glob(f"{self.cni_network}-*"):
-                path.unlink(missing_ok=True)
+    def _cni_cache(self) -> list[Path]:
+        """CNI result files of this node's sandboxes (``<network>-<sandbox id>-<ifname>``)."""
+        if not CNI_CACHE_DIR.exists():
+            return []
+        return [
+            path
+            for path in CNI_CACHE_DIR.iterdir()
+            if path.name.startswith(f"{self.cni_network}-")
+            or any(f"-{cid}-" in path.name for cid in self._container_ids)
+        ]
+
+    def _remove_host_files(self) -> None:
+        for path in self._cni_cache():
+            path.unlink(missing_ok=True)
+        if not any(exe.name == "kubelet" for exe in _running_exes()):  # the last node out
+            KUBELET_DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+        for directory in HOST_DIRS:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
     def leftovers(self) -> list[str]:
         """What of this node survives now: processes, mounts, cgroups, links, netns, routes."""
@@ -690,8 +728,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if _run(["ip", "link", "show", self.host_veth], check=False):
             left.append(f"link {self.host_veth}")
         left += [f"route {cidr}" for cidr in self._owned_routes]
-        if CNI_CACHE_DIR.exists():
-            left += [f"cni cache {p}" for p in CNI_CACHE_DIR.glob(f"{self.cni_network}-*")]
+        left += [f"cni cache {p}" for p in self._cni_cache()]
         return left
 
 
