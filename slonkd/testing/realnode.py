@@ -13,20 +13,20 @@ private /30 and its routing table holds that /30, the pod bridge's /24 and an ex
 machine dies in the node's namespace with "no route to host" and never reaches the host's
 uplink. The alternative, kubelet on the host and only pods in a private namespace, does not
 work with the bridge plugin (the bridge is created where containerd runs, and pods would
-route through the host's default route). Everything the kubelet and its iptables calls create
-(cni0, veths, KUBE-* chains) is therefore inside the namespace and dies with it. Safety nets on
-the host as well: blackhole routes for the Service CIDR and the pod CIDRs, set before the
-namespace exists and removed at teardown; the host does not forward (``ip_forward`` is left
-alone).
+route through the host's default route). Everything the kubelet and the CNI plugins create
+(cni0, veths, any KUBE-* or CNI chain) is therefore inside the namespace and dies with it.
+Safety nets on the host as well: blackhole routes for the Service CIDR and the pod supernet
+10.244.0.0/16, set before the namespace exists and removed at tear-down (the host's
+``ip_forward`` is left alone; it is off on this machine kind).
 
 The apiserver listens on 127.0.0.1 only, which the namespace cannot reach. A ``socat`` relay
 on the host end of the veth forwards to it (kube.py unchanged in that respect; the kubelet's
 kubeconfig names ``localhost`` as the TLS server name, which the serving certificate holds).
 The kubelet authenticates with a client certificate of the harness CA (``system:node:<name>``
 in ``system:nodes``, bound to the ``system:node`` ClusterRole: the harness runs RBAC without
-the Node authorizer); the apiserver reaches the kubelet (logs, exec) with its
-``kubelet-client`` certificate, checked by the kubelet against the same CA plus webhook
-authorization.
+the Node authorizer); the apiserver reaches the kubelet (logs, exec) at the node's InternalIP
+(kube.py asks for it: never a DNS lookup of the node's name) with its ``kubelet-client``
+certificate, checked by the kubelet against the same CA plus webhook authorization.
 
 Pods use the images of :mod:`slonkd.testing.realnode_images` (imported with ``ctr``, no
 registry) with ``imagePullPolicy: Never``. Tear-down kills every task through ``ctr`` before
@@ -59,8 +59,6 @@ from slonkd.testing.toolchain import NodeTools, ensure_node_tools
 
 SERVICE_CIDR = "10.0.0.0/24"
 """The harness apiserver's ``--service-cluster-ip-range`` (kube.py): blackholed on the host."""
-POD_CIDR = "10.244.0.0/24"
-"""The node's pod bridge subnet (inside the node's namespace only)."""
 POD_SUPERNET = "10.244.0.0/16"
 """Blackholed on the host: no pod address is ever routed off this machine."""
 CLUSTER_DOMAIN = "cluster.local"
@@ -144,6 +142,14 @@ class RealNode:
     def cni_network(self) -> str:
         """The CNI network name (names the CNI result cache files too)."""
         return f"slonkd-{self._id}"
+
+    @property
+    def pod_cidr(self) -> str:
+        """The node's pod bridge subnet: a /24 of POD_SUPERNET picked by the node's id.
+
+        Two nodes on one control plane rarely share it (their namespaces never connect anyway).
+        """
+        return f"10.244.{int(self._id, 16) % 256}.0/24"
 
     @property
     def containerd_socket(self) -> Path:
@@ -490,6 +496,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   max_conf_num = 1
 """
         )
+        gateway = self.pod_cidr.rsplit(".", 1)[0] + ".1"
         conflist = {
             "cniVersion": "0.4.0",
             "name": self.cni_network,
@@ -502,7 +509,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": POD_CIDR, "gateway": POD_CIDR[:-4] + "1"}]],
+                        "ranges": [[{"subnet": self.pod_cidr, "gateway": gateway}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": str(self.root / "cni" / "ipam"),
                     },
@@ -732,4 +739,4 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         return left
 
 
-__all__ = ["CLUSTER_DOMAIN", "POD_CIDR", "SERVICE_CIDR", "RealNode"]
+__all__ = ["CLUSTER_DOMAIN", "POD_SUPERNET", "SERVICE_CIDR", "RealNode"]

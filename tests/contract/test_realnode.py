@@ -20,7 +20,7 @@ import pytest
 
 from slonkd.testing import procs
 from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.realnode import POD_CIDR, RealNode
+from slonkd.testing.realnode import RealNode
 
 pytestmark = pytest.mark.kube
 
@@ -153,7 +153,7 @@ def test_a_pods_container_runs_and_its_log_is_readable(real_node: RealNode, ns: 
     script = f"echo hello-{token}; grep memory /proc/self/cgroup; sleep 3600"
     create(real_node, ns, pod_body(real_node, "hello", [container(real_node, "main", script)]))
     pod = wait_phase(real_node, ns, "hello", "Running")
-    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(POD_CIDR)
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(real_node.pod_cidr)
     text = wait_log(real_node, ns, "hello", f"hello-{token}")
     # the process really runs in a cgroup of this node's kubelet
     assert f"{real_node.cgroup_root}/kubepods" in text, text
