@@ -208,6 +208,11 @@ class KubeCluster:
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--token-auth-file={self.root / 'tokens.csv'}",
+                # how it reaches a real kubelet (logs, exec; see realnode.py): by IP, never
+                # by a DNS lookup of the node's name on the machine's resolver
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 "--authorization-mode=RBAC",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -397,6 +402,9 @@ class KubeCluster:
             "-out",
             str(pki / "apiserver.crt"),
         )
+        sign_client_cert(
+            pki, pki / "kubelet-client", cn="kube-apiserver-kubelet-client", org="system:masters"
+        )
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(self.kubeconfig_for(self.admin_token, user="admin"))
@@ -523,6 +531,22 @@ class KubeCluster:
             return json.load(resp)
 
 
+def sign_client_cert(pki: Path, out: Path, *, cn: str, org: str) -> None:
+    """Write ``out``.key/.crt: a client certificate (user ``cn``, group ``org``) of the CA."""
+    key, csr, crt = (out.with_suffix(s) for s in (".key", ".csr", ".crt"))
+    ext = out.with_suffix(".ext")
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    ca, ca_key = str(pki / "ca.crt"), str(pki / "ca.key")
+    request = ["req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/O={org}/CN={cn}"]
+    sign = ["x509", "-req", "-in", str(csr), "-CA", ca, "-CAkey", ca_key, "-CAcreateserial"]
+    for args in (
+        [*request, "-keyout", str(key), "-out", str(csr)],
+        [*sign, "-days", "3650", "-extfile", str(ext), "-out", str(crt)],
+    ):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+    key.chmod(0o600)
+
+
 def fake_node_body(
     name: str, *, labels: Mapping[str, str] | None = None, capacity: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -546,4 +570,4 @@ def fake_node_body(
     }
 
 
-__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster", "fake_node_body"]
+__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster", "fake_node_body", "sign_client_cert"]

@@ -1,10 +1,11 @@
 """Build (or find in the cache) the Go-built binaries of the Kubernetes harness.
 
-kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm are
-built from Go modules through the Go module proxy, with the recipe measured in
-shared/REAL_SERVICES.md. Each tool lands in ``$HOME/.cache/slonkd/tools/<tool>-<version>/``
-(override with ``SLONKD_TOOLS_CACHE``), so a warm start builds nothing. A cold build takes
-about 13 minutes on 2 cores and prints every step with its duration.
+kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and the
+real node's kubelet and CoreDNS are built from Go modules through the Go module proxy, with the
+recipe measured in shared/REAL_SERVICES.md. Each tool lands in
+``$HOME/.cache/slonkd/tools/<tool>-<version>/`` (override with ``SLONKD_TOOLS_CACHE``), so a
+warm start builds nothing. A cold build takes about 13 minutes on 2 cores (plus the kubelet's
+and CoreDNS's, see :func:`ensure_node_tools`) and prints every step with its duration.
 
 This module only builds; starting the services is ``slonkd.testing.kube``'s job.
 
@@ -21,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,14 @@ class Tools:
     etcd: Path
     kwok: Path
     helm: Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeTools:
+    """Binaries of the real node (see :mod:`slonkd.testing.realnode`): kubelet and CoreDNS."""
+
+    kubelet: Path
+    coredns: Path
 
 
 def cache_root() -> Path:
@@ -117,11 +126,18 @@ def _kube_ldflags(version: str) -> str:
 _STAGING_RE = re.compile(r"^\s*(k8s\.io/[\w.\-/]+)\s+v0\.0\.0\s*$", re.MULTILINE)
 
 
-def _build_kube(out: Path) -> None:
-    """kube-apiserver, controller-manager, scheduler and kubectl in one scratch module."""
+KUBE_CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+def _build_kube(out: Path, cmds: Sequence[str] = KUBE_CONTROL_PLANE) -> None:
+    """Commands of k8s.io/kubernetes (by default the control plane) in one scratch module.
+
+    The kubelet is built the same way into a directory of its own, so adding it did not
+    invalidate the control plane's cache; the Go build cache makes its build incremental.
+    """
     version = versions.KUBERNETES
     staging_version = "v0." + version.split(".", 1)[1]
-    work = out.parent / f".build-kube-{version}"
+    work = out.parent / f".build-{out.name}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.monotonic()
@@ -133,7 +149,6 @@ def _build_kube(out: Path) -> None:
     staging = sorted(set(_STAGING_RE.findall(gomod)))
     if not staging:
         raise ToolchainError("no k8s.io staging requirements found in kubernetes' go.mod")
-    cmds = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"]
     edit = ["go", "mod", "edit", f"-require=k8s.io/kubernetes@v{version}"]
     edit += [f"-replace={m}={m}@{staging_version}" for m in staging]
     edit += [f"-tool=k8s.io/kubernetes/cmd/{c}" for c in cmds]
@@ -146,7 +161,7 @@ def _build_kube(out: Path) -> None:
         cwd=work,
     )
     shutil.rmtree(work, ignore_errors=True)
-    _finish(out, started, f"kubernetes {version}")
+    _finish(out, started, f"{', '.join(cmds)} {version}")
 
 
 def _build_etcd(out: Path) -> None:
@@ -163,6 +178,26 @@ def _build_etcd(out: Path) -> None:
     _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pkg], cwd=work)
     shutil.rmtree(work, ignore_errors=True)
     _finish(out, started, f"etcd {version}")
+
+
+def _build_coredns(out: Path) -> None:
+    """CoreDNS in a scratch module (its default plugin set includes ``kubernetes``)."""
+    version = versions.COREDNS
+    work = out.parent / f".build-coredns-{version}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.monotonic()
+    _run(["go", "mod", "init", "slonkd.local/corednsbuild"], cwd=work)
+    pkg = "github.com/coredns/coredns"
+    _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
+    _run(["go", "mod", "tidy"], cwd=work)
+    out.mkdir(parents=True, exist_ok=True)
+    ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=v{version}"
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "coredns"), pkg], cwd=work
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    _finish(out, started, f"coredns {version}")
 
 
 def _go_install(out: Path, module_cmd: str, version: str, what: str, ldflags: str = "") -> None:
@@ -190,12 +225,8 @@ def ensure_tools() -> Tools:
     etcd = root / f"etcd-{versions.ETCD}"
     kwok = root / f"kwok-{versions.KWOK}"
     helm = root / f"helm-{versions.HELM}"
-    plan = [
-        (
-            kube,
-            ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"],
-            _build_kube,
-        ),
+    plan: list[tuple[Path, list[str], Callable[[Path], None]]] = [
+        (kube, list(KUBE_CONTROL_PLANE), _build_kube),
         (etcd, ["etcd"], _build_etcd),
         (
             kwok,
@@ -215,14 +246,7 @@ def ensure_tools() -> Tools:
             ),
         ),
     ]
-    for directory, names, build in plan:
-        with _locked(root / f".{directory.name}.lock"):
-            if _ready(directory, names):
-                continue
-            if shutil.which("go") is None:
-                raise ToolchainError("go is not installed; it is needed to build the harness")
-            _log(f"building {directory.name} (cold; cached afterwards)")
-            build(directory)
+    _build_missing(root, plan)
     return Tools(
         kube_apiserver=kube / "kube-apiserver",
         kube_controller_manager=kube / "kube-controller-manager",
@@ -234,16 +258,51 @@ def ensure_tools() -> Tools:
     )
 
 
+def ensure_node_tools() -> NodeTools:
+    """Return the real node's kubelet and CoreDNS, building what the cache lacks.
+
+    Separate from :func:`ensure_tools` so that tests without a real node never wait for
+    them on a cold cache (the bootstrap builds both sets).
+    """
+    root = cache_root()
+    kubelet = root / f"kubelet-{versions.KUBERNETES}"
+    coredns = root / f"coredns-{versions.COREDNS}"
+    _build_missing(
+        root,
+        [
+            (kubelet, ["kubelet"], lambda o: _build_kube(o, ("kubelet",))),
+            (coredns, ["coredns"], _build_coredns),
+        ],
+    )
+    return NodeTools(kubelet=kubelet / "kubelet", coredns=coredns / "coredns")
+
+
+def _build_missing(
+    root: Path, plan: Sequence[tuple[Path, list[str], Callable[[Path], None]]]
+) -> None:
+    for directory, names, build in plan:
+        with _locked(root / f".{directory.name}.lock"):
+            if _ready(directory, names):
+                continue
+            if shutil.which("go") is None:
+                raise ToolchainError("go is not installed; it is needed to build the harness")
+            _log(f"building {directory.name} (cold; cached afterwards)")
+            build(directory)
+
+
 def main() -> int:
     """Build every tool and print where they are."""
     started = time.monotonic()
     try:
         tools = ensure_tools()
+        node_tools = ensure_node_tools()
     except ToolchainError as exc:
         _log(f"error: {exc}")
         return 1
     for field in Tools.__dataclass_fields__:
         _log(f"{field}: {getattr(tools, field)}")
+    for field in NodeTools.__dataclass_fields__:
+        _log(f"{field}: {getattr(node_tools, field)}")
     _log(f"all tools ready in {time.monotonic() - started:.1f} s")
     return 0
 

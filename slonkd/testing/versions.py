@@ -7,7 +7,11 @@ rebuilds exactly that tool on the next run.
 from __future__ import annotations
 
 KUBERNETES = "1.36.3"
-"""kube-apiserver, kube-controller-manager, kube-scheduler and kubectl."""
+"""kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and the real node's kubelet
+(one version: the kubelet must not be newer than the apiserver)."""
+
+COREDNS = "1.15.0"
+"""Cluster DNS of the real node (headless Service names resolve to pod IPs)."""
 
 ETCD = "3.6.16"
 KWOK = "0.8.0"
@@ -25,6 +29,15 @@ DEBIAN_PACKAGES = (
     "procps",
     "iputils-ping",
     "debootstrap",
+    # the real node (slonkd.testing.realnode)
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+    "socat",
+    "busybox-static",
 )
 """Debian packages the harness needs (SLURM 22.05 on bookworm, mosquitto 2.0; debootstrap
-builds the trixie root that runs SLURM 24.11, see ``slurm_root.py``)."""
+builds the trixie root that runs SLURM 24.11, see ``slurm_root.py``; containerd, runc, the CNI
+plugins, socat and busybox-static run the real node and its test images, see ``realnode.py``)."""

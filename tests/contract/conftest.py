@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.realnode import RealNode
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
@@ -86,3 +89,23 @@ def cluster(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
 def backend(cluster: SlurmCluster) -> ScontrolBackend:
     """The scontrol backend talking to ``cluster``."""
     return ScontrolBackend(settings_for(cluster))
+
+
+@pytest.fixture(scope="session")
+def real_node(session_root: Path) -> Iterator[RealNode]:
+    """A real node (containerd, kubelet, CoreDNS) started once, with a control plane of its own.
+
+    Its own control plane so that no other test's pod is scheduled onto it and no other
+    test's node listing sees it. Tear-down fails the session if anything of it survived.
+    """
+    cluster = KubeCluster(session_root / "rk")
+    node = RealNode(session_root / "rn", cluster=cluster)
+    try:
+        cluster.start()
+        node.start()
+        yield node
+    finally:
+        try:
+            node.stop()
+        finally:
+            cluster.stop()
