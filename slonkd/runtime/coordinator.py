@@ -321,7 +321,7 @@ class Coordinator:
             self.rollout = RolloutController(
                 s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
-                hold=self._rollout_hold, dry_run=s.dry_run,
+                hold=self._rollout_hold, kube_nodes=self.nodes, dry_run=s.dry_run,
             )  # fmt: skip
 
     def _on_slurm_change(self, new: Sequence[SlurmNode]) -> None:
