@@ -353,7 +353,13 @@ def _kube_actions(
             out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=failure, key="False"))
             out.append(Action(kind=Kind.EVENT, writer=co, cause=failure, key="SlurmUnhealthy"))
         if policy.remediate:
-            out += _remediate(view, failure, remediation, policy, notes)
+            present = {t.key for t in kube.taints} - ours
+            for step in _remediate(view, failure, remediation, policy, notes):
+                taint = MANUAL_TAINT if step.kind is Kind.MARK_MANUAL else step.key
+                if step.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL) and taint in present:
+                    notes.append(f"{taint} on K8s node {kube.name} put there by someone else: left")
+                    continue
+                out.append(step)
         return out
     if _holds_marks(view):
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slonkd.core.decide import FAILURE_TAINT, MANUAL_TAINT, REBOOT_TAINT, Kind, decide
+from slonkd.core.decide import (
+    FAILURE_TAINT,
+    MANUAL_TAINT,
+    REBOOT_TAINT,
+    Kind,
+    Remediations,
+    decide,
+)
 from slonkd.core.kube_objects import (
     SLURM_HEALTHY,
     TAINTS_BY_ANNOTATION,
@@ -74,3 +81,28 @@ def test_the_taint_record_round_trips_and_unreadable_means_nothing_is_ours() -> 
     assert recorded.our_taints == (ours,)
     plan = decide(view(kube_node=recorded), POLICY)
     assert [a.key for a in plan.actions if a.kind is Kind.UNTAINT] == [REBOOT_TAINT]
+
+
+def test_a_remediation_step_an_operator_took_already_is_not_taken_over() -> None:
+    """The ladder's manual or reboot step on a node where a person put that taint: left alone.
+
+    slonkd would otherwise overwrite the person's taint value and annotation with its own.
+    """
+    failing = slurm("IDLE+FAIL", "Kill task failed")
+    for attempts, key in ((1, REBOOT_TAINT), (2, MANUAL_TAINT)):
+        by_hand = Taint(key=key, effect=TaintEffect.NO_SCHEDULE, value="ops")
+        node = replace(operator_marked(), taints=(by_hand,))
+        history = Remediations(attempts=attempts, last_at=0.0)
+        plan = decide(view(slurm=failing, kube_node=node, remediation=history), POLICY)
+        kinds = {a.kind for a in plan.actions}
+        assert not kinds & {Kind.REQUEST_REBOOT, Kind.MARK_MANUAL}, plan.actions
+        assert any(key in n and "someone else" in n for n in plan.notes), plan.notes
+        bare = decide(
+            view(slurm=failing, kube_node=operator_marked_bare(), remediation=history), POLICY
+        )
+        assert {a.kind for a in bare.actions} & {Kind.REQUEST_REBOOT, Kind.MARK_MANUAL}
+
+
+def operator_marked_bare() -> Node:
+    """K8s node kn-0 without any taint."""
+    return replace(operator_marked(), taints=())
