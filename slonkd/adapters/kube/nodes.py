@@ -4,7 +4,10 @@
   lifts only a cordon slonkd made and nobody re-made since: the annotation must be there and
   managedFields must show slonkd (its field manager) as the only owner of
   ``spec.unschedulable``. An admin who uncordons and cordons again takes that field over, so
-  slonkd then drops its mark and leaves the node cordoned.
+  slonkd then drops its mark and leaves the node cordoned. ``kubectl cordon`` on a node
+  slonkd cordoned sends nothing (kubectl sees it cordoned), so nothing tells that cordon from
+  slonkd's; an operator keeps it with ``slonk.dev/hold``, by removing slonkd's annotation, or
+  by a server-side apply of ``spec.unschedulable`` (co-ownership: slonkd then leaves it).
 - Taints: only keys under ``slonk.dev/`` are added, and only taints slonkd added are
   removed: each taint slonkd adds is recorded (key, effect, value) in the annotation
   ``slonk.dev/taints-added`` in the same patch, and a taint is removed only while the record
