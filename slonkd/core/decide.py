@@ -215,7 +215,7 @@ def _maintenance(node: Node | None) -> Cause | None:
     foreign = [
         t
         for t in node.taints
-        if not t.ours
+        if not t.slonk_key
         and t.effect in (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
         and not t.key.startswith("node.kubernetes.io/not-ready")
         and not t.key.startswith("node.kubernetes.io/unreachable")
@@ -353,11 +353,12 @@ def _kube_actions(
         return []
     co = Writer.COORDINATOR
     out: list[Action] = []
-    ours = {t.key for t in kube.taints if t.ours}
+    ours = {t.key for t in kube.our_taints}
+    others = sorted({t.key for t in kube.taints if t.slonk_key} - ours)
     if failure is not None:
         if not kube.unschedulable:
             out.append(Action(kind=Kind.CORDON, writer=co, cause=failure, budgeted=True))
-        if FAILURE_TAINT not in ours:
+        if not any(t.key == FAILURE_TAINT for t in kube.taints):  # anyone's will do
             # NoSchedule keeps the pod from coming back: it takes the node out like a cordon
             out.append(
                 Action(kind=Kind.TAINT, writer=co, cause=failure, key=FAILURE_TAINT, budgeted=True)
@@ -366,7 +367,13 @@ def _kube_actions(
             out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=failure, key="False"))
             out.append(Action(kind=Kind.EVENT, writer=co, cause=failure, key="SlurmUnhealthy"))
         if policy.remediate:
-            out += _remediate(view, failure, remediation, policy, notes)
+            present = {t.key for t in kube.taints} - ours
+            for step in _remediate(view, failure, remediation, policy, notes):
+                taint = MANUAL_TAINT if step.kind is Kind.MARK_MANUAL else step.key
+                if step.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL) and taint in present:
+                    notes.append(f"{taint} on K8s node {kube.name} put there by someone else: left")
+                    continue
+                out.append(step)
         return out
     if _holds_marks(view):
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just
@@ -379,6 +386,8 @@ def _kube_actions(
         notes.append(f"K8s node {kube.name} cordoned by someone else: never undone by slonkd")
     for key in sorted(ours):
         out.append(Action(kind=Kind.UNTAINT, writer=co, cause=_c("healthy"), key=key))
+    for key in others:
+        notes.append(f"taint {key} on K8s node {kube.name} was not added by slonkd: never removed")
     if kube.slurm_healthy is False:
         out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=_c("healthy"), key="True"))
     return out
@@ -389,7 +398,7 @@ def _holds_marks(view: NodeView) -> bool:
     kube, pod = view.kube_node, view.pod
     if kube is None:
         return False
-    ours = any(t.ours for t in kube.taints)
+    ours = bool(kube.our_taints)
     marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
     return marked and (pod is None or pod.terminating or not pod.ready)
 

@@ -2,14 +2,29 @@
 
 The Kubernetes adapter builds these from the apiserver's raw JSON and keeps only the fields
 slonkd decides on; nothing here knows about HTTP, watches or client libraries, and no
-``V1Pod``/``V1Node`` ever travels past the adapter. Ownership marks (the ``slonk.dev/``
-prefix, the cordon annotation, the ``SlurmHealthy`` condition) are defined here so that the
-decision core and the adapter agree on them.
+``V1Pod``/``V1Node`` ever travels past the adapter. Ownership marks (the cordon annotation,
+the record of the taints slonkd added, the ``SlurmHealthy`` condition) are defined here so
+that the decision core and the adapter agree on them.
+
+What is slonkd's on a K8s node, and what is an operator's:
+
+- A taint is slonkd's only if slonkd's record (:data:`TAINTS_BY_ANNOTATION`) lists that
+  exact taint (key, effect and value) and the node carries it. A ``slonk.dev/`` key alone
+  proves nothing: an operator may put ``slonk.dev/manual-repair`` or ``slonk.dev/unhealthy``
+  on a node by hand, or change the value of slonkd's taint; slonkd never removes those.
+- A cordon is slonkd's only if it carries :data:`CORDONED_BY_ANNOTATION` and slonkd's field
+  manager alone owns ``spec.unschedulable`` (the adapter checks managedFields). ``kubectl
+  cordon`` on a node that is already cordoned sends nothing (kubectl compares first), so the
+  apiserver records nothing and that cordon cannot be told from slonkd's: an operator who
+  wants to keep a cordon slonkd made puts the node on hold (:data:`HOLD_KEY`), or takes the
+  cordon over by removing slonkd's annotation (``kubectl annotate node N
+  slonk.dev/cordoned-by-``), or uncordons and cordons again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NewType
@@ -22,6 +37,10 @@ SLONK_PREFIX = "slonk.dev/"
 
 CORDONED_BY_ANNOTATION = "slonk.dev/cordoned-by"
 """Set when slonkd cordoned a node; its value is slonkd's cause for the cordon."""
+
+TAINTS_BY_ANNOTATION = "slonk.dev/taints-added"
+"""slonkd's record of the taints it added to the node: a JSON list of
+``{"key", "effect", "value"}`` objects, written in the same patch as the taints."""
 
 HOLD_KEY = "slonk.dev/hold"
 """Label or annotation by which an operator tells slonkd to leave a node alone."""
@@ -90,7 +109,7 @@ class Pod:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Taint:
-    """A node taint; slonkd owns those whose key starts with :data:`SLONK_PREFIX`."""
+    """A node taint. Whose it is is the node's record's to say (:attr:`Node.our_taints`)."""
 
     key: str
     effect: TaintEffect
@@ -98,9 +117,40 @@ class Taint:
     time_added: str | None = None
 
     @property
-    def ours(self) -> bool:
-        """True if slonkd owns this taint."""
+    def slonk_key(self) -> bool:
+        """True if the key is under :data:`SLONK_PREFIX` (slonkd's or an operator's)."""
         return self.key.startswith(SLONK_PREFIX)
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """(key, effect, value): what slonkd's record compares."""
+        return (self.key, str(self.effect), self.value)
+
+
+def decode_taint_record(text: str | None) -> frozenset[tuple[str, str, str]]:
+    """The taints slonkd's record lists; anything unreadable lists nothing (nothing is ours)."""
+    if not text:
+        return frozenset()
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return frozenset()
+    if not isinstance(raw, list):
+        return frozenset()
+    out = set()
+    for entry in raw:
+        if not isinstance(entry, dict):
+            continue
+        key, effect, value = entry.get("key"), entry.get("effect"), entry.get("value", "")
+        if isinstance(key, str) and isinstance(effect, str) and isinstance(value, str):
+            out.add((key, effect, value))
+    return frozenset(out)
+
+
+def encode_taint_record(taints: Iterable[tuple[str, str, str]]) -> str | None:
+    """The record's annotation value (None: nothing recorded, the annotation goes)."""
+    entries = [{"key": k, "effect": e, "value": v} for k, e, v in sorted(set(taints))]
+    return json.dumps(entries, separators=(",", ":")) if entries else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +198,12 @@ class Node:
     def cordoned_by_slonkd(self) -> bool:
         """True if the node carries slonkd's cordon mark (the adapter checks it still holds)."""
         return CORDONED_BY_ANNOTATION in self.annotations
+
+    @property
+    def our_taints(self) -> tuple[Taint, ...]:
+        """The taints slonkd added and that are still exactly as it added them."""
+        record = decode_taint_record(self.annotations.get(TAINTS_BY_ANNOTATION))
+        return tuple(t for t in self.taints if t.identity in record)
 
     @property
     def held(self) -> bool:

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import Pod, PodPhase
+from slonkd.core.kube_objects import HOLD_KEY, Node, Pod, PodPhase
 from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
 from slonkd.core.slurm_node import SlurmNode
 
@@ -144,6 +144,21 @@ class WorkerView:
     """The rollout released this node a moment ago and waits for it to be back in service."""
     pool: str = "default"
     """The pool (``slonk.dev/pool``) whose disruption budget the worker counts against."""
+    kube_node: Node | None = None
+    """The K8s node its pod runs on (None: no pod, not scheduled, or not seen)."""
+
+
+def operator_hold(view: WorkerView) -> str:
+    """Why the operator's hold keeps the rollout off this worker ("" when there is none).
+
+    The same ``slonk.dev/hold`` (label or annotation on the K8s node) that stops every other
+    automated action of slonkd: the rollout neither drains the node, nor evicts its pod, nor
+    releases its own cause there until the hold is lifted.
+    """
+    kube = view.kube_node
+    if kube is None or not kube.held:
+        return ""
+    return f"K8s node {kube.name} is on hold ({HOLD_KEY}): left alone"
 
 
 def held_by_rollout(slurm: SlurmNode | None) -> bool:
@@ -223,6 +238,8 @@ class RolloutPlan:
     phases: Mapping[str, Phase] = field(default_factory=dict)
     waiting: Mapping[str, str] = field(default_factory=dict)
     """Outdated workers not started this pass, and why."""
+    held: Mapping[str, str] = field(default_factory=dict)
+    """Workers on a held K8s node (any phase): nothing is done to them, and why."""
 
 
 def plan_rollout(
@@ -239,10 +256,14 @@ def plan_rollout(
     budget). A worker whose node is in service costs one unit of its pool's budget when its
     drain starts. At most ``settings.max_parallel`` workers are in the rollout at once.
     ``hold`` (slonkd paused, breaker open) stops new starts; work in progress goes on.
+    An operator's hold on a worker's K8s node (:func:`operator_hold`) stops everything for
+    that worker: it is not started, not evicted, not released, and it takes no slot of
+    ``max_parallel`` (the operator has it; the rest of the rollout goes on).
     Outdated pods that are not Ready go first (they serve nothing), then the others by name.
     """
     phases = {v.node: phase_of(v) for v in views}
-    active = sum(1 for p in phases.values() if p in ACTIVE)
+    held = {v.node: why for v in views if (why := operator_hold(v))}
+    active = sum(1 for n, p in phases.items() if p in ACTIVE and n not in held)
     left = {pool: limit - out for pool, (out, limit) in budget.items()}
     room = settings.max_parallel - active
     candidates = sorted(
@@ -252,7 +273,7 @@ def plan_rollout(
     start: list[str] = []
     waiting: dict[str, str] = {}
     for view in candidates:
-        why = hold or _why_not(view)
+        why = held.get(view.node) or hold or _why_not(view)
         if why:
             waiting[view.node] = why
             continue
@@ -270,10 +291,13 @@ def plan_rollout(
             left[view.pool] = left.get(view.pool, 0) - cost
     return RolloutPlan(
         start=tuple(start),
-        release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE)),
-        draining=tuple(sorted(n for n, p in phases.items() if p is Phase.DRAINING)),
+        release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE and n not in held)),
+        draining=tuple(
+            sorted(n for n, p in phases.items() if p is Phase.DRAINING and n not in held)
+        ),
         phases=phases,
         waiting=waiting,
+        held=held,
     )
 
 
@@ -300,6 +324,7 @@ def progress(
         "outdated": counts[Phase.OUTDATED.value],
         "in_progress": in_progress,
         "waiting": dict(sorted(plan.waiting.items())),
+        "held": dict(sorted(plan.held.items())),
         "statefulsets": per_sts,
         "complete": counts[Phase.OUTDATED.value] == 0 and not in_progress,
     }
@@ -315,6 +340,7 @@ __all__ = [
     "StatefulSetRevision",
     "WorkerView",
     "held_by_rollout",
+    "operator_hold",
     "phase_of",
     "plan_rollout",
     "progress",

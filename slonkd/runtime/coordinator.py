@@ -230,8 +230,7 @@ def _is_out(view: NodeView) -> bool:
     slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
     kube = view.kube_node
     kube_out = kube is not None and (
-        kube.unschedulable
-        or any(t.ours and t.effect is TaintEffect.NO_SCHEDULE for t in kube.taints)
+        kube.unschedulable or any(t.effect is TaintEffect.NO_SCHEDULE for t in kube.our_taints)
     )
     return slurm_out or kube_out
 
@@ -354,7 +353,7 @@ class Coordinator:
             self.rollout = RolloutController(
                 s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
-                hold=self._rollout_hold, dry_run=s.dry_run,
+                hold=self._rollout_hold, kube_nodes=self.nodes, dry_run=s.dry_run,
             )  # fmt: skip
 
     def _on_slurm_change(self, new: Sequence[SlurmNode]) -> None:

@@ -14,6 +14,10 @@ once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 - once the node's new pod runs the update revision and is Ready, release ``rollout`` (the
   node resumes when no other cause holds it) and go on with the next.
 
+A worker whose K8s node carries the operator's ``slonk.dev/hold`` is left alone in every
+phase (not drained, not evicted, not released) and reported under ``held``; the rest of the
+rollout goes on, and the held worker carries on once the hold is lifted.
+
 The lease is checked right before each write. :meth:`RolloutController.status` gives the
 progress as a JSON-able dict for ``slonkd status``.
 """
@@ -24,12 +28,12 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
@@ -38,7 +42,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
-from slonkd.core.kube_objects import Pod
+from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.rollout import (
     ACTIVE,
@@ -74,11 +78,14 @@ class RolloutController:
         budget: BudgetPolicy,
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
+        kube_nodes: Informer[Node] | None = None,
         dry_run: bool = False,
     ) -> None:
         self.s = settings
         self.namespace = namespace
         self.pods = pods
+        self.kube_nodes = kube_nodes
+        """The coordinator's K8s node cache: an operator's ``slonk.dev/hold`` is read there."""
         self.slurm = slurm
         self.elector = elector
         self.budget = budget
@@ -101,14 +108,22 @@ class RolloutController:
         self._status: dict[str, Any] = {"leading": False}
         self._slurm_read = False
         self._announced = False
+        self._held: dict[str, str] = {}
         self.pods.add_handler(lambda _e: self._dirty.set())
         self.statefulsets.add_handler(lambda _e: self._dirty.set())
+        if kube_nodes is not None:
+            kube_nodes.add_handler(self._on_node_change)
 
     # -- what callers ask ------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         """Rollout progress (JSON-able): updated, outdated, in progress, waiting, per pool."""
         return dict(self._status)
+
+    def _on_node_change(self, event: CacheEvent[Node]) -> None:
+        """A hold put on or lifted: look again now (other node changes are not the rollout's)."""
+        if event.old is None or event.old.held != event.obj.held:
+            self._dirty.set()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -147,6 +162,9 @@ class RolloutController:
                 sts = next((s for s in statefulsets if s.owns(pod)), None)
             else:
                 sts = next((s for s in statefulsets if s.wants(name)), None)
+            kube_node = None
+            if pod is not None and pod.node_name and self.kube_nodes is not None:
+                kube_node = self.kube_nodes.get(pod.node_name)
             views.append(
                 WorkerView(
                     node=name,
@@ -155,6 +173,7 @@ class RolloutController:
                     slurm=slurm_nodes.get(name),
                     settling=name in self._settling,
                     pool=(pod.labels.get(POOL_LABEL) if pod else None) or DEFAULT_POOL,
+                    kube_node=kube_node,
                 )
             )
         return views
@@ -198,6 +217,7 @@ class RolloutController:
         views = self._views(slurm_nodes)
         plan = plan_rollout(views, self.s, budget=self._budget(views), hold=self.hold())
         by_node = {v.node: v for v in views}
+        self._report_held(plan.held)
         if self.dry_run:
             if plan.start or plan.release or plan.draining:
                 log.info(
@@ -255,6 +275,15 @@ class RolloutController:
                 self._forget(name)
         self._publish(self._summary(views, plan))
         return bool(plan.start or plan.draining or self._status["in_progress"])
+
+    def _report_held(self, held: Mapping[str, str]) -> None:
+        """Log once when a worker's hold starts or ends (the rollout leaves it alone meanwhile)."""
+        for name, why in held.items():
+            if self._held.get(name) != why:
+                log.warning("rollout.held", node=name, cause=str(ROLLOUT_CAUSE), detail=why)
+        for name in set(self._held) - set(held):
+            log.info("rollout.hold_lifted", node=name, cause=str(ROLLOUT_CAUSE))
+        self._held = dict(held)
 
     def _publish(self, status: dict[str, Any]) -> None:
         """Keep ``status`` for :meth:`status`; log it when the progress changed."""

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from slonkd.adapters.kube.nodes import NodeWriter
+from slonkd.adapters.kube.parsing import field_owners, node_from_json
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.decide import Kind, NodeView, Policy, decide
 from slonkd.core.errors import TerminalError
 from slonkd.core.kube_changes import ChangeOutcome
-from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION, SLURM_HEALTHY, TaintEffect
+from slonkd.core.kube_objects import (
+    CORDONED_BY_ANNOTATION,
+    SLURM_HEALTHY,
+    Pod,
+    PodName,
+    PodPhase,
+    TaintEffect,
+)
+from slonkd.core.slurm_node import NodeName
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError
 
@@ -181,3 +192,119 @@ async def test_changes_to_a_missing_node_are_gone(kube_transport: KubeTransport)
     writer = NodeWriter(kube_transport)
     assert (await writer.cordon("no-such-node-x", cause="c")).outcome is ChangeOutcome.GONE
     assert (await writer.uncordon("no-such-node-x")).outcome is ChangeOutcome.GONE
+
+
+def _taints(kube: KubeCluster, name: str) -> set[tuple[str, str, str]]:
+    return {
+        (t["key"], t["effect"], t.get("value", ""))
+        for t in _get(kube, name)["spec"].get("taints") or []
+    }
+
+
+def _untaints(kube: KubeCluster, name: str) -> set[str]:
+    """The taint keys ``decide`` would remove from the node as parsed (its pod healthy)."""
+    kube_node = node_from_json(_get(kube, name))
+    pod = Pod(
+        name=PodName("w-0"),
+        namespace="slonk",
+        uid="u",
+        resource_version="1",
+        node_name=kube_node.name,
+        phase=PodPhase.RUNNING,
+        ready=True,
+    )
+    view = NodeView(
+        node=NodeName("w-0"),
+        now=1000.0,
+        slurm=None,
+        pod=pod,
+        pod_ready_since=0.0,
+        kube_node=kube_node,
+    )
+    return {a.key for a in decide(view, Policy()).actions if a.kind is Kind.UNTAINT}
+
+
+async def test_an_operators_slonk_taint_is_never_removed(
+    kube: KubeCluster, kube_transport: KubeTransport, node: str
+) -> None:
+    """A ``slonk.dev/`` taint a person put there is not slonkd's: never removed nor taken over."""
+    writer = NodeWriter(kube_transport)
+    kube.kubectl("taint", "node", node, "slonk.dev/manual-repair=psu-swap:NoSchedule")
+    kube.kubectl("taint", "node", node, "slonk.dev/unhealthy=ops:NoExecute")
+    operators = {
+        ("slonk.dev/manual-repair", "NoSchedule", "psu-swap"),
+        ("slonk.dev/unhealthy", "NoExecute", "ops"),
+    }
+    assert _untaints(kube, node) == set()  # decide, on the node as the adapter parses it
+    removed = await writer.remove_taint(node, "slonk.dev/manual-repair")
+    assert removed.outcome is ChangeOutcome.FOREIGN, removed
+    removed = await writer.remove_taint(node, "slonk.dev/unhealthy")
+    assert removed.outcome is ChangeOutcome.FOREIGN, removed
+    taken = await writer.set_taint(node, "slonk.dev/manual-repair", TaintEffect.NO_SCHEDULE, "x")
+    assert taken.outcome is ChangeOutcome.FOREIGN, taken
+    assert _taints(kube, node) >= operators
+    # slonkd's own taint of the same key (another effect) goes and comes back; theirs stay
+    ours = await writer.set_taint(node, "slonk.dev/unhealthy", TaintEffect.NO_SCHEDULE, "gpu")
+    assert ours.outcome is ChangeOutcome.CHANGED
+    assert _untaints(kube, node) == {"slonk.dev/unhealthy"}
+    assert (await writer.remove_taint(node, "slonk.dev/unhealthy")).outcome is ChangeOutcome.CHANGED
+    assert _taints(kube, node) >= operators
+    assert ("slonk.dev/unhealthy", "NoSchedule", "gpu") not in _taints(kube, node)
+
+
+async def test_slonkds_taint_changed_by_a_person_becomes_theirs(
+    kube: KubeCluster, kube_transport: KubeTransport, node: str
+) -> None:
+    """slonkd's taint whose value an operator changed is no longer slonkd's to remove."""
+    writer = NodeWriter(kube_transport)
+    await writer.set_taint(node, "slonk.dev/unhealthy", TaintEffect.NO_SCHEDULE, "slurm-failure")
+    kube.kubectl("taint", "node", node, "--overwrite", "slonk.dev/unhealthy=keep:NoSchedule")
+    assert _untaints(kube, node) == set()
+    assert (await writer.remove_taint(node, "slonk.dev/unhealthy")).outcome is ChangeOutcome.FOREIGN
+    assert ("slonk.dev/unhealthy", "NoSchedule", "keep") in _taints(kube, node)
+
+
+async def test_kubectl_cordon_of_a_node_slonkd_cordoned_leaves_no_trace(
+    kube: KubeCluster, kube_transport: KubeTransport, node: str
+) -> None:
+    """``kubectl cordon`` on a node slonkd cordoned sends nothing: the apiserver records nothing.
+
+    So that cordon cannot be told from slonkd's (the documented rule: slonkd lifts a cordon
+    that carries its mark and whose field only slonkd owns). What an operator does to keep
+    it does leave a trace: removing slonkd's mark, or applying the field server-side.
+    """
+    writer = NodeWriter(kube_transport)
+    assert (await writer.cordon(node, cause="health")).outcome is ChangeOutcome.CHANGED
+    before = _get(kube, node)
+    out = kube.kubectl("cordon", node).stdout
+    assert "already cordoned" in out, out
+    after = _get(kube, node)
+    assert field_owners(after, "spec", "unschedulable") == {writer.manager}
+    managers = {e["manager"] for e in after["metadata"]["managedFields"]}
+    assert managers == {e["manager"] for e in before["metadata"]["managedFields"]}
+    assert not any("kubectl" in m for m in managers), managers
+    # the operator's server-side apply of the field makes it theirs too: slonkd leaves it
+    applied = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node},
+            "spec": {"unschedulable": True},
+        }
+    )
+    kube.kubectl("apply", "--server-side", "--field-manager=ops", "-f", "-", stdin=applied)
+    assert field_owners(_get(kube, node), "spec", "unschedulable") == {writer.manager, "ops"}
+    assert (await writer.uncordon(node)).outcome is ChangeOutcome.FOREIGN
+    assert _unschedulable(kube, node)
+
+
+async def test_removing_slonkds_cordon_mark_takes_the_cordon_over(
+    kube: KubeCluster, kube_transport: KubeTransport, node: str
+) -> None:
+    """An operator removes ``slonk.dev/cordoned-by``: the cordon is theirs, never lifted."""
+    writer = NodeWriter(kube_transport)
+    assert (await writer.cordon(node, cause="health")).outcome is ChangeOutcome.CHANGED
+    kube.kubectl("annotate", "node", node, f"{CORDONED_BY_ANNOTATION}-")
+    assert not node_from_json(_get(kube, node)).cordoned_by_slonkd
+    assert (await writer.uncordon(node)).outcome is ChangeOutcome.FOREIGN
+    assert _unschedulable(kube, node)

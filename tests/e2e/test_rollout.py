@@ -87,16 +87,22 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 @pytest.fixture
 def rollout(
+    request: pytest.FixtureRequest,
     kube: KubeCluster,
     namespace: str,
     unique: Callable[[str], str],
     slurm_factory: Callable[..., SlurmCluster],
     tmp_path: Path,
 ) -> Iterator[Rollout]:
-    """3 workers of an OnDelete StatefulSet with agents, preStop and a coordinator."""
+    """3 workers of an OnDelete StatefulSet with agents, preStop and a coordinator.
+
+    On one K8s node, or (indirect parameter: a number of K8s nodes) spread over several, at
+    most one worker apart in count (a replaced pod comes back to the node it left).
+    """
     slurm = slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
     label = {"slonk.dev/test": namespace}
-    (kube_node,) = kube.add_fake_nodes([unique("roll")], labels=label)
+    count = int(getattr(request, "param", 1))
+    kube_nodes = kube.add_fake_nodes([unique(f"roll{i}") for i in range(count)], labels=label)
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
     r = Rollout(kube=kube, slurm=slurm, namespace=namespace, log=tmp_path / "coordinator.log")
@@ -105,6 +111,15 @@ def rollout(
             "r", replicas=len(NAMES), node_selector=label, grace_s=GRACE_S, prestop=PRESTOP
         )
         sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
+        if count > 1:
+            sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"slonk.dev/pool": "r"}},
+                }
+            ]
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
         slurm.wait_idle(NAMES, timeout_s=60)
         base = {
@@ -113,11 +128,12 @@ def rollout(
             "KUBECONFIG": str(kube.kubeconfig),
             "SLURM_CONF": str(slurm.conf),
         }
+        placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in r.pods()}
         for name in NAMES:
             env = {
                 **base,
                 "POD_NAME": name,
-                "NODE_NAME": kube_node,
+                "NODE_NAME": placed.get(name) or kube_nodes[0],
                 "SLONKD_RESYNC_S": "2",
                 "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
             }
@@ -419,3 +435,72 @@ def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None
         )
 
     wait_for("rollout done once the budget allows it", all_new, timeout_s=120)
+
+
+@pytest.mark.parametrize("rollout", [len(NAMES)], indirect=True)
+def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
+    """A held K8s node's worker is never drained nor evicted; the rest of the rollout goes on.
+
+    The operator holds r-1's K8s node (``slonk.dev/hold``): r-1 is reported as held, every
+    other worker is replaced; once the hold is lifted, r-1 is replaced too.
+    """
+    r = rollout
+    pods = {p["metadata"]["name"]: p for p in r.pods()}
+    held_node = pods["r-1"]["spec"]["nodeName"]
+    assert [n for n, p in pods.items() if p["spec"]["nodeName"] == held_node] == ["r-1"], pods
+    uid = pods["r-1"]["metadata"]["uid"]
+    r.kube.kubectl("label", "node", held_node, "slonk.dev/hold=disk-swap")
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "5"}}}}},
+        content_type="application/merge-patch+json",
+    )
+    touched: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # r-1 as a person watching sinfo and kubectl would see it
+        while not stop.is_set():
+            pod = next((p for p in r.pods() if p["metadata"]["name"] == "r-1"), None)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                touched.append("pod replaced")
+            elif pod["metadata"].get("deletionTimestamp"):
+                touched.append("pod terminating")
+            if "r-1" in r.out_of_service():
+                touched.append("SLURM node out of service")
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+
+    def new(name: str) -> bool:
+        revision = r.sts()["status"]["updateRevision"]
+        pod = next((p for p in r.pods() if p["metadata"]["name"] == name), None)
+        return (
+            pod is not None
+            and pod["metadata"]["labels"].get(REVISION_LABEL) == revision
+            and _ready(pod)
+            and name not in r.out_of_service()
+        )
+
+    try:
+        wait_for("r-0 and r-2 replaced", lambda: new("r-0") and new("r-2"), timeout_s=180)
+        time.sleep(2)  # several more rollout passes (poll 0.5 s): still nothing for r-1
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert not touched, sorted(set(touched))
+    events = read_json_log(r.log)
+    assert any(e.get("event") == "rollout.held" and e.get("node") == "r-1" for e in events)
+    progress = [e for e in events if e.get("event") == "rollout.progress"][-1]
+    assert "on hold" in progress["held"]["r-1"], progress
+    assert progress["outdated"] == 1, progress
+    evicted = [e["pod"] for e in events if e.get("event") == "kube.evict"]
+    assert sorted(evicted) == ["r-0", "r-2"], evicted
+    drained = [n for e in events if e.get("event") == "slurm.nodes_drain" for n in e["nodes"]]
+    assert "r-1" not in drained, drained
+
+    r.kube.kubectl("label", "node", held_node, "slonk.dev/hold-")  # the operator is done
+    wait_for("r-1 replaced once the hold is lifted", lambda: new("r-1"), timeout_s=120)
+    events = read_json_log(r.log)
+    assert any(e.get("event") == "rollout.hold_lifted" and e.get("node") == "r-1" for e in events)

@@ -26,6 +26,7 @@ from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
     HOLD_KEY,
     SLURM_HEALTHY,
+    TAINTS_BY_ANNOTATION,
     KubeNodeName,
     Node,
     NodeCondition,
@@ -34,6 +35,7 @@ from slonkd.core.kube_objects import (
     PodPhase,
     Taint,
     TaintEffect,
+    encode_taint_record,
 )
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
 from slonkd.core.slurm_node import DrainStatus, NodeName, NodeState, SlurmNode
@@ -76,12 +78,21 @@ def knode(
     held: bool = False,
     healthy: bool | None = None,
     deleting: bool = False,
+    added: tuple[Taint, ...] | None = None,
 ) -> Node:
-    """K8s node kn-0 with the given marks."""
+    """K8s node kn-0 with the given marks.
+
+    ``added``: the taints slonkd's record lists (None: every ``slonk.dev/`` one in ``taints``).
+    """
     conditions = [NodeCondition(type="Ready", status="True" if ready else "False")]
     if healthy is not None:
         conditions.append(NodeCondition(type=SLURM_HEALTHY, status="True" if healthy else "False"))
     annotations = {CORDONED_BY_ANNOTATION: "slonkd"} if by_slonkd else {}
+    record = encode_taint_record(
+        t.identity for t in (added if added is not None else taints) if t.slonk_key
+    )
+    if record is not None:
+        annotations[TAINTS_BY_ANNOTATION] = record
     return Node(
         name=KubeNodeName("kn-0"),
         uid="n1",

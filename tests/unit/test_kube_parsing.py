@@ -32,7 +32,7 @@ def test_cordoned_kwok_node_is_read_with_taints_conditions_and_only_our_annotati
         ("example.com/maint", TaintEffect.NO_SCHEDULE),
         ("node.kubernetes.io/unschedulable", TaintEffect.NO_SCHEDULE),
     }
-    assert not any(t.ours for t in node.taints)
+    assert node.our_taints == ()
     assert node.annotations == {"slonk.dev/cordoned-by": "health"}
     assert node.cordoned_by_slonkd
     assert not node.held

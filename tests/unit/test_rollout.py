@@ -11,7 +11,7 @@ import pytest
 from slonkd.adapters.kube.statefulsets import statefulset_from_json
 from slonkd.core.decide import Kind, NodeView, Policy, decide
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import KubeNodeName, Pod, PodName, PodPhase
+from slonkd.core.kube_objects import HOLD_KEY, KubeNodeName, Node, Pod, PodName, PodPhase
 from slonkd.core.reasons import Cause, highest
 from slonkd.core.rollout import (
     REVISION_LABEL,
@@ -301,3 +301,40 @@ def test_each_pool_has_its_own_budget() -> None:
     assert plan.start == ("w-2",)
     assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
     assert plan.waiting["w-3"] == "disruption budget of pool serve: 1 of 1 out"
+
+
+def kube_node(name: str, *, held: bool = False) -> Node:
+    """K8s node ``name``; ``held`` puts the operator's ``slonk.dev/hold`` label on it."""
+    return Node(
+        name=KubeNodeName(name),
+        uid=f"uid-{name}",
+        resource_version="1",
+        unschedulable=False,
+        labels={HOLD_KEY: "ops"} if held else {},
+    )
+
+
+def test_an_operators_hold_keeps_the_rollout_off_the_node() -> None:
+    """A worker on a held K8s node is never started, evicted or released; the rest goes on."""
+    views = [replace(v, kube_node=kube_node(f"kn-{v.node}")) for v in fleet(3)]
+    views[0] = replace(views[0], kube_node=kube_node("kn-w-0", held=True))
+    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    assert plan.start == ("w-1",)  # not w-0, first by name
+    assert "on hold" in plan.waiting["w-0"]
+    assert "on hold" in plan.held["w-0"]
+    # held while drained for the rollout: not evicted, and it takes no rollout slot
+    views[0] = replace(views[0], slurm=node("w-0", "IDLE+DRAIN", DRAINED))
+    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    assert plan.phases["w-0"] is Phase.DRAINING
+    assert plan.draining == ()
+    assert plan.start == ("w-1",)
+    # held with its new pod Ready: the rollout's cause is not released either
+    views[0] = replace(views[0], pod=pod("w-0", "w-new"))
+    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    assert plan.phases["w-0"] is Phase.DONE
+    assert plan.release == ()
+    out = progress(views, plan, [STS])
+    assert out["held"] == {"w-0": plan.held["w-0"]}
+    # the hold lifted: the rollout carries on
+    views[0] = replace(views[0], kube_node=kube_node("kn-w-0"))
+    assert plan_rollout(views, RolloutSettings(), budget=ROOMY).release == ("w-0",)

@@ -4,10 +4,19 @@
   lifts only a cordon slonkd made and nobody re-made since: the annotation must be there and
   managedFields must show slonkd (its field manager) as the only owner of
   ``spec.unschedulable``. An admin who uncordons and cordons again takes that field over, so
-  slonkd then drops its mark and leaves the node cordoned.
-- Taints: only keys under ``slonk.dev/`` are added or removed. The taints list is replaced
-  whole by every patch type, so each change is a read-modify-write with the node's
-  resourceVersion as precondition, retried on conflict, keeping everyone else's taints.
+  slonkd then drops its mark and leaves the node cordoned. ``kubectl cordon`` on a node
+  slonkd cordoned sends nothing (kubectl sees it cordoned), so nothing tells that cordon from
+  slonkd's; an operator keeps it with ``slonk.dev/hold``, by removing slonkd's annotation, or
+  by a server-side apply of ``spec.unschedulable`` (co-ownership: slonkd then leaves it).
+- Taints: only keys under ``slonk.dev/`` are added, and only taints slonkd added are
+  removed: each taint slonkd adds is recorded (key, effect, value) in the annotation
+  ``slonk.dev/taints-added`` in the same patch, and a taint is removed only while the record
+  lists it exactly. An operator's taint under ``slonk.dev/`` (``manual-repair`` put there
+  by hand, or slonkd's taint whose value someone changed) is left as it is, and slonkd does
+  not take over a taint of the same key and effect that someone else put there. The taints
+  list is replaced whole by every patch type, so each change is a read-modify-write with the
+  node's resourceVersion as precondition, retried on conflict, keeping everyone else's
+  taints. Record entries whose taint is gone are dropped at slonkd's next taint write.
 - The ``SlurmHealthy`` condition goes to the status subresource by strategic merge (merged by
   type, so other conditions stay); lastTransitionTime moves only when the status changes.
 - Labels and annotations: only ``slonk.dev/`` keys, merge patch (``None`` removes a key).
@@ -32,8 +41,11 @@ from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
     SLONK_PREFIX,
     SLURM_HEALTHY,
+    TAINTS_BY_ANNOTATION,
     Taint,
     TaintEffect,
+    decode_taint_record,
+    encode_taint_record,
 )
 
 log = structlog.get_logger(__name__)
@@ -45,6 +57,28 @@ Mutation = tuple[dict[str, Any] | None, ChangeResult]
 def now_rfc3339() -> str:
     """The current UTC time as the apiserver writes metav1.Time."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _identity(raw: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(key, effect, value) of one raw taint, as slonkd's record lists it."""
+    return (str(raw.get("key") or ""), str(raw.get("effect") or ""), str(raw.get("value") or ""))
+
+
+def _record(
+    node: Mapping[str, Any], raw: list[dict[str, Any]]
+) -> tuple[set[tuple[str, str, str]], str | None]:
+    """slonkd's record of its taints, less the ones no longer on the node; and its text."""
+    text = (node["metadata"].get("annotations") or {}).get(TAINTS_BY_ANNOTATION)
+    present = {_identity(r) for r in raw}
+    return set(decode_taint_record(text)) & present, text
+
+
+def _record_patch(record: set[tuple[str, str, str]], was: str | None) -> dict[str, Any] | None:
+    """A patch that drops stale entries from the record (None: it is up to date)."""
+    now = encode_taint_record(record)
+    if now == was:
+        return None
+    return {"metadata": {"annotations": {TAINTS_BY_ANNOTATION: now}}}
 
 
 def _check_ours(key: str) -> None:
@@ -155,37 +189,64 @@ class NodeWriter:
     async def set_taint(
         self, name: str, key: str, effect: TaintEffect, value: str = ""
     ) -> ChangeResult:
-        """Make slonkd's taint ``key`` present with this effect and value; others' stay."""
+        """Make slonkd's taint ``key`` present with this effect and value; others' stay.
+
+        A taint of that key and effect that slonkd did not add is left alone (FOREIGN).
+        """
         _check_ours(key)
         wanted = Taint(key=key, effect=effect, value=value)
 
         def mutate(node: dict[str, Any]) -> Mutation:
             raw = node.get("spec", {}).get("taints") or []
+            record, was = _record(node, raw)
             mine = [r for r in raw if r.get("key") == key and r.get("effect") == effect]
+            if mine and _identity(mine[0]) not in record:
+                return _record_patch(record, was), ChangeResult(
+                    outcome=ChangeOutcome.FOREIGN,
+                    detail=f"taint {key}:{effect} was put there by someone else; left as it is",
+                )
             if mine and (mine[0].get("value") or "") == value:
-                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+                return _record_patch(record, was), ChangeResult(outcome=ChangeOutcome.UNCHANGED)
             taints = [r for r in raw if not (r.get("key") == key and r.get("effect") == effect)]
             taints.append(taint_to_json(wanted))
-            return {"spec": {"taints": taints}}, ChangeResult(outcome=ChangeOutcome.CHANGED)
+            record = {t for t in record if t[:2] != (key, str(effect))} | {wanted.identity}
+            patch = {
+                "spec": {"taints": taints},
+                "metadata": {"annotations": {TAINTS_BY_ANNOTATION: encode_taint_record(record)}},
+            }
+            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED)
 
         return await self._rmw(name, mutate)
 
     async def remove_taint(
         self, name: str, key: str, effect: TaintEffect | None = None
     ) -> ChangeResult:
-        """Remove slonkd's taint ``key`` (of one effect, or all); others' stay."""
+        """Remove slonkd's taint ``key`` (of one effect, or all) if slonkd added it exactly.
+
+        Someone else's taint of that key (not in slonkd's record) stays (FOREIGN).
+        """
         _check_ours(key)
 
         def mutate(node: dict[str, Any]) -> Mutation:
             raw = node.get("spec", {}).get("taints") or []
-            taints = [
-                r
-                for r in raw
-                if not (r.get("key") == key and (effect is None or r.get("effect") == effect))
-            ]
-            if len(taints) == len(raw):
-                return None, ChangeResult(outcome=ChangeOutcome.UNCHANGED)
-            return {"spec": {"taints": taints}}, ChangeResult(outcome=ChangeOutcome.CHANGED)
+            record, was = _record(node, raw)
+
+            def matches(r: Mapping[str, Any]) -> bool:
+                return r.get("key") == key and (effect is None or r.get("effect") == effect)
+
+            ours = [r for r in raw if matches(r) and _identity(r) in record]
+            foreign = [r for r in raw if matches(r) and _identity(r) not in record]
+            if not ours:
+                outcome = ChangeOutcome.FOREIGN if foreign else ChangeOutcome.UNCHANGED
+                detail = f"taint {key} was not added by slonkd; left as it is" if foreign else ""
+                return _record_patch(record, was), ChangeResult(outcome=outcome, detail=detail)
+            taints = [r for r in raw if not (matches(r) and _identity(r) in record)]
+            record -= {_identity(r) for r in ours}
+            patch = {
+                "spec": {"taints": taints},
+                "metadata": {"annotations": {TAINTS_BY_ANNOTATION: encode_taint_record(record)}},
+            }
+            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED)
 
         return await self._rmw(name, mutate)
 
