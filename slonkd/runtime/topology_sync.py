@@ -39,7 +39,7 @@ from typing import Any
 import structlog
 
 from slonkd.adapters.kube.configmaps import OwnedConfigMap
-from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.informer import CacheEvent, EventType, Informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import SlonkdError, TerminalError
@@ -209,6 +209,9 @@ class _State:
     error: str = ""
     refused: str = ""
     """Why the latest rendering was not published ("": it was not refused)."""
+    renders: int = 0
+    last_render: dict[str, Any] | None = None
+    """When and why labels were last rendered (a resync renders too, silently when unchanged)."""
 
 
 class TopologyApplier:
@@ -234,6 +237,8 @@ class TopologyApplier:
         A rendering that fails :func:`check` is refused: nothing is published (False).
         """
         st = self.state
+        st.renders += 1
+        st.last_render = {"at": time.time(), "cause": cause}
         try:
             rendered = render(labels, self.s.spec)
             problems = check(rendered.text, self.s.spec.plugin, known=labels.keys())
@@ -388,6 +393,8 @@ class TopologyApplier:
             "waiting_for_copy_since": st.waiting_since,
             "last_reconfigure": st.last_reconfigure,
             "reconfigures": st.reconfigures,
+            "renders": st.renders,
+            "last_render": st.last_render,
             "drift_count": len(st.drift),
             "drift": {
                 n: {"labels": want, "slurmctld": have}
@@ -423,10 +430,16 @@ class TopologySync(TopologyApplier):
         nodes.add_handler(self._on_node)
         pods.add_handler(lambda _e: self._dirty.set())
 
-    def _on_node(self, event: Any) -> None:
+    def _on_node(self, event: CacheEvent[Node]) -> None:
+        """Mark dirty on a node added, deleted or relabelled (status heartbeats do not matter).
+
+        Only a mark: the loop renders from the caches, which already hold the change (the
+        informer updates its cache before it calls handlers), so any later render sees it.
+        A deleted node is a change: the pods still naming it lose its labels.
+        """
         old = event.old
-        if old is None or old.labels != event.obj.labels:
-            self._dirty.set()  # only label changes matter (status heartbeats do not)
+        if event.type is not EventType.MODIFIED or old is None or old.labels != event.obj.labels:
+            self._dirty.set()
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 import structlog
 
+from slonkd.adapters.kube.informer import Informer
+from slonkd.adapters.kube.sources import node_source, pod_source
+from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
-from slonkd.core.topology import TopologySpec, render, stamped, stamped_hash
+from slonkd.core.topology import TopologySpec, leaf_membership, render, stamped, stamped_hash
 from slonkd.runtime.topology_sync import (
     TopologyApplier,
     TopologySettings,
+    TopologySync,
     labels_by_slurm_node,
     topology_settings,
     write_if_changed,
@@ -145,3 +155,158 @@ async def test_a_rendering_24_11_would_die_on_is_never_published(tmp_path: Path)
     assert len(refusals) == 1  # logged once, not on every resync
     assert refusals[0]["cause"] == "labels"
     assert refusals[0]["log_level"] == "error"
+
+
+# -- the loop: a change is never lost -------------------------------------------------------
+
+
+class _Runner:
+    """scontrol as the loop uses it: ``show topology`` and ``reconfigure`` (counted)."""
+
+    def __init__(self) -> None:
+        self.reconfigures = 0
+        self.during_reconfigure: list[Callable[[], None]] = []
+
+    async def run(self, *argv: str) -> str:
+        if argv[1:] == ("reconfigure",):
+            self.reconfigures += 1
+            while self.during_reconfigure:
+                self.during_reconfigure.pop(0)()
+        return ""  # show topology: slurmctld runs nothing yet, so the first render applies
+
+
+class _Slurm:
+    """A backend with four SLURM nodes; the loop reads their names and runs scontrol."""
+
+    def __init__(self) -> None:
+        self.runner = _Runner()
+        self.reads = 0
+
+    async def read_nodes(self) -> list[Any]:
+        self.reads += 1
+        return [SimpleNamespace(name=f"w-{i}") for i in range(4)]
+
+
+def _node_json(name: str, rv: int, **labels: str) -> dict[str, Any]:
+    meta = {"name": name, "uid": name, "resourceVersion": str(rv), "labels": labels}
+    return {"metadata": meta, "spec": {}, "status": {}}
+
+
+def _pod_json(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "resourceVersion": "1"},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+@dataclass
+class _Loop:
+    """A running TopologySync over real informers fed watch lines by hand, and a fake SLURM."""
+
+    sync: TopologySync
+    nodes: Informer[Node]
+    pods: Informer[Pod]
+    slurm: _Slurm
+    path: Path
+    rv: int = 100
+
+    def watch(self, informer: Informer[Any], kind: str, obj: dict[str, Any]) -> None:
+        """One line of the informer's watch, handled exactly as the informer's task does."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        informer._on_line({"type": kind, "object": obj})
+
+    def leaves(self) -> dict[str, str]:
+        """``{SLURM node: leaf switch}`` of the file last published (slurmctld's copy)."""
+        return leaf_membership(self.path.read_text())
+
+    async def reconfigures(self, n: int, *, within_s: float) -> None:
+        """Wait until ``n`` reconfigures happened; AssertionError with the state if not."""
+        deadline = time.monotonic() + within_s
+        while self.slurm.runner.reconfigures < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.slurm.runner.reconfigures} reconfigures, want {n} within {within_s}"
+                    f" s; status: {self.sync.status()}"
+                )
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def _loop(tmp_path: Path, *, resync_s: float) -> AsyncIterator[_Loop]:
+    """w-0/w-1 on k1 (leaf l1), w-2/w-3 on k2 (leaf l2); the loop started and first applied."""
+    path = tmp_path / "topology.conf"
+    path.write_text("")
+    settings = TopologySettings(
+        spec=TopologySpec(tree_keys=("leaf",)),
+        configmap=None,
+        path=str(path),
+        debounce_s=0.01,
+        max_delay_s=0.05,
+        resync_s=resync_s,
+        copy_poll_s=0.01,
+    )
+    nodes: Informer[Node] = Informer(cast(KubeTransport, None), node_source())
+    pods: Informer[Pod] = Informer(cast(KubeTransport, None), pod_source("ns"))
+    slurm = _Slurm()
+    sync = TopologySync(
+        settings, transport=cast(KubeTransport, None), namespace="ns", nodes=nodes, pods=pods,
+        slurm=cast(ScontrolBackend, slurm),
+    )  # fmt: skip
+    loop = _Loop(sync=sync, nodes=nodes, pods=pods, slurm=slurm, path=path)
+    loop.watch(nodes, "ADDED", _node_json("k1", 1, leaf="l1"))
+    loop.watch(nodes, "ADDED", _node_json("k2", 1, leaf="l2"))
+    for i in range(4):
+        loop.watch(pods, "ADDED", _pod_json(f"w-{i}", "k1" if i < 2 else "k2"))
+    nodes.synced.set()
+    pods.synced.set()
+    task = asyncio.create_task(sync.run())
+    try:
+        await loop.reconfigures(1, within_s=5)
+        assert loop.leaves() == {"w-0": "l0-l1", "w-1": "l0-l1", "w-2": "l0-l2", "w-3": "l0-l2"}
+        yield loop
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_relabel_is_rendered_from_the_cache_that_already_holds_it(tmp_path: Path) -> None:
+    """The informer updates its cache before it calls handlers: the relabel is in the render."""
+    async with _loop(tmp_path, resync_s=60) as loop:
+        loop.watch(loop.nodes, "MODIFIED", _node_json("k2", 2, leaf="l3"))
+        await loop.reconfigures(2, within_s=5)
+        assert loop.leaves() == {"w-0": "l0-l1", "w-1": "l0-l1", "w-2": "l0-l3", "w-3": "l0-l3"}
+
+
+async def test_a_relabel_during_a_render_is_rendered_next(tmp_path: Path) -> None:
+    """A change landing after the loop read the caches (here: mid-reconfigure) is not lost."""
+    async with _loop(tmp_path, resync_s=60) as loop:
+        loop.slurm.runner.during_reconfigure.append(
+            lambda: loop.watch(loop.nodes, "MODIFIED", _node_json("k1", 2, leaf="l9"))
+        )
+        loop.watch(loop.nodes, "MODIFIED", _node_json("k2", 2, leaf="l3"))
+        await loop.reconfigures(3, within_s=5)
+        assert loop.leaves() == {"w-0": "l0-l9", "w-1": "l0-l9", "w-2": "l0-l3", "w-3": "l0-l3"}
+
+
+async def test_a_deleted_k8s_node_is_a_change(tmp_path: Path) -> None:
+    """k2 deleted while its pods still name it: their SLURM nodes go unlabelled at once."""
+    async with _loop(tmp_path, resync_s=60) as loop:
+        loop.watch(loop.nodes, "DELETED", _node_json("k2", 2, leaf="l2"))
+        await loop.reconfigures(2, within_s=5)
+        assert loop.leaves() == {"w-0": "l0-l1", "w-1": "l0-l1", "w-2": "sw-unlabelled",
+                                 "w-3": "sw-unlabelled"}  # fmt: skip
+
+
+async def test_the_resync_renders_when_no_handler_saw_the_change(tmp_path: Path) -> None:
+    """A change that reached the cache without an event is applied within resync_s."""
+    async with _loop(tmp_path, resync_s=0.3) as loop:
+        renders = loop.sync.status()["renders"]
+        await asyncio.sleep(1.5)
+        assert loop.sync.status()["renders"] >= renders + 2  # the timer woke the loop
+        assert loop.sync.status()["last_render"]["cause"] == "resync"
+        loop.nodes._cache["k2"] = replace(cast(Node, loop.nodes.get("k2")), labels={"leaf": "l3"})
+        await loop.reconfigures(2, within_s=3)
+        assert loop.leaves()["w-2"] == "l0-l3"

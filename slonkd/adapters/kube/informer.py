@@ -7,9 +7,10 @@ backoff; a 410 Gone (history compacted) triggers a consistent relist whose diffe
 the cache becomes events, so an object deleted while the watch was down still produces a
 DELETED event. ``synced`` is set once the first list is in the cache.
 
-Handlers are plain functions called in event order, inside the informer's task; they must
-be quick (the runtime's handlers only put a name on a queue). The informer never decides
-anything and never writes.
+Handlers are plain functions called in event order, inside the informer's task, after the
+cache holds the change (a handler that reads the cache sees the event's object); they must
+be quick (the runtime's handlers only put a name on a queue or set a flag). The informer
+never decides anything and never writes.
 """
 
 from __future__ import annotations
