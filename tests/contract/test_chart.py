@@ -50,6 +50,10 @@ CLUSTER_SCOPED = (
     "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 )
+NODE_EVENT_NAMESPACED = (
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+)
 Obj = dict[str, Any]
 
 
@@ -199,6 +203,12 @@ def _leftovers(inst: Install) -> list[str]:
             ):
                 left.append(f"{path.format(ns=inst.ns)}/{name}")
     prefix = f"{inst.ns}-{inst.release}-"
+    for path in NODE_EVENT_NAMESPACED:  # the node Events Role and its binding in "default"
+        left += [
+            f"{path}/{i['metadata']['name']}"
+            for i in api.request("GET", path)["items"]
+            if i["metadata"]["name"].startswith(prefix)
+        ]
     for path in CLUSTER_SCOPED:
         left += [
             f"{path}/{i['metadata']['name']}"
@@ -306,17 +316,24 @@ def _status(
     path: str,
     body: Obj | None = None,
     content_type: str = "application/json",
+    params: dict[str, str] | None = None,
 ) -> int:
     """The HTTP status of one call (200 for any success)."""
     try:
-        api.request(method, path, body, content_type=content_type)
+        api.request(method, path, body, content_type=content_type, params=params)
     except ApiError as exc:
         return exc.status
     return 200
 
 
 def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Install) -> None:
-    """Real tokens of the chart's ServiceAccounts: allowed calls succeed, others get 403."""
+    """Real tokens of the chart's ServiceAccounts: allowed calls succeed, others get 403.
+
+    The agent lists and watches its own pod and node and writes nothing (no Events either);
+    the coordinator writes Events only in its namespace and the node event namespace
+    ("default"), evicts pods but never deletes or reads one by name, replaces its ConfigMaps
+    but never patches them.
+    """
     kube, ns = installed.kube, installed.ns
     pod = next(p for p in installed.pods() if p["metadata"]["name"] == "slonk-gpu-0")
     node = pod["spec"]["nodeName"]
@@ -334,11 +351,17 @@ def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Instal
         "type": "Normal",
     }
 
-    # The agent reads its pod and its node, writes Events, and nothing else.
-    assert _status(agent, "GET", f"{pods}/slonk-gpu-0") == 200
-    assert _status(agent, "GET", f"/api/v1/nodes/{node}") == 200
-    assert _status(agent, "POST", f"/api/v1/namespaces/{ns}/events", event) == 200
+    # The agent lists (from the watch cache) and watches its pod and its node, and nothing else.
+    for path, name in ((pods, "slonk-gpu-0"), ("/api/v1/nodes", node)):
+        own = {"fieldSelector": f"metadata.name={name}"}
+        assert _status(agent, "GET", path, params={**own, "resourceVersion": "0"}) == 200
+        watch = {**own, "watch": "1", "timeoutSeconds": "1"}
+        assert _status(agent, "GET", path, params=watch) == 200
     forbidden_to_agent: list[tuple[str, str, Obj | None]] = [
+        ("GET", f"{pods}/slonk-gpu-0", None),
+        ("GET", f"/api/v1/nodes/{node}", None),
+        ("POST", f"/api/v1/namespaces/{ns}/events", event),
+        ("POST", "/api/v1/namespaces/default/events", event),
         ("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}}),
         ("POST", f"{pods}/slonk-gpu-1/eviction", {"metadata": {"name": "slonk-gpu-1"}}),
         ("GET", f"/api/v1/namespaces/{ns}/secrets", None),
@@ -395,14 +418,35 @@ def test_rbac_lets_each_service_account_make_exactly_its_calls(installed: Instal
     coord.request(
         "POST", cms, {"metadata": {"name": "slonk-topology"}, "data": {"topology.conf": ""}}
     )
-    patch = {"data": {"topology.conf": "SwitchName=s0 Nodes=slonk-gpu-[0-1]\n"}}
     topology = f"{cms}/slonk-topology"
-    assert _status(coord, "PATCH", topology, patch, content_type=merge) == 200
-    assert _status(coord, "GET", f"{pods}/slonk-gpu-1") == 200
-    # rollouts read the worker StatefulSets' updateRevision (never write them)
+    current_cm = coord.request("GET", topology)
+    current_cm["data"] = {"topology.conf": "SwitchName=s0 Nodes=slonk-gpu-[0-1]\n"}
+    assert _status(coord, "PUT", topology, current_cm) == 200
+    patch = {"data": {"topology.conf": ""}}
+    assert _status(coord, "PATCH", topology, patch, content_type=merge) == 403
+    # the credential issuer's check that a token's pod is a worker pod
+    one_pod = {"fieldSelector": "metadata.name=slonk-gpu-1"}
+    assert _status(coord, "GET", pods, params=one_pod) == 200
+    # rollouts list and watch the worker StatefulSets' updateRevision (never write them)
     assert _status(coord, "GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets") == 200
-    assert _status(coord, "GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/slonk-gpu") == 200
+    # Events on Nodes in the node event namespace, the breaker's on its ConfigMap in its own
+    node_event = {
+        **event,
+        "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+        "metadata": {"generateName": "slonk-test-", "namespace": "default"},
+    }
+    made = coord.request("POST", "/api/v1/namespaces/default/events", node_event)
+    kube.api.request("DELETE", f"/api/v1/namespaces/default/events/{made['metadata']['name']}")
+    assert _status(coord, "POST", f"/api/v1/namespaces/{ns}/events", event) == 200
+    elsewhere = {
+        **node_event,
+        "metadata": {"generateName": "slonk-test-", "namespace": "kube-system"},
+    }
     forbidden_to_coordinator: list[tuple[str, str, Obj | None]] = [
+        ("POST", "/api/v1/namespaces/kube-system/events", elsewhere),
+        ("GET", f"{pods}/slonk-gpu-1", None),
+        ("DELETE", f"{pods}/slonk-gpu-1", None),
+        ("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/slonk-gpu", None),
         ("GET", f"{cms}/slonk-slurm-config", None),
         ("GET", f"/api/v1/namespaces/{ns}/secrets/slonk-munge", None),
         ("DELETE", f"/api/v1/nodes/{node}", None),
@@ -542,6 +586,8 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         assert "NodeName=slonk-gpu-2 " in conf["data"]["slurm.conf"]
         assert "Nodes=slonk-gpu-[0-2]" in conf["data"]["slurm.conf"]
 
+        node_events = f"{inst.ns}-slonk-node-events"
+        assert f"{NODE_EVENT_NAMESPACED[0]}/{node_events}" in _leftovers(inst)
         inst.helm.run("uninstall", inst.release, f"--namespace={inst.ns}")
         wait_for(f"nothing of {inst.release} left", lambda: not _leftovers(inst), timeout_s=90)
         # The first install, same release name in another namespace, is untouched.
@@ -552,6 +598,7 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         api.request(
             "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{installed.ns}-slonk-agent"
         )
+        api.request("GET", f"{NODE_EVENT_NAMESPACED[0]}/{installed.ns}-slonk-node-events")
         assert len(installed.pods()) == sum(EXPECTED.values())
     finally:
         _teardown(inst)

@@ -1,16 +1,26 @@
-"""The minimal RBAC in deploy/rbac allows every call of the adapter and nothing else."""
+"""The minimal RBAC in deploy/rbac allows every call of the adapter and nothing else.
+
+Each test records every request its ServiceAccount's transport makes that the apiserver
+authorized (a spy on the transport's one send path) and checks both ways against the rules
+of deploy/rbac: each call is allowed by a rule of ours, and each rule was used by a call
+that worked. A right the code no longer uses, or a call the test stopped making, fails.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
+import yaml
 
 from slonkd.adapters.kube.configmaps import OwnedConfigMap
 from slonkd.adapters.kube.errors import Call, KubeForbidden
-from slonkd.adapters.kube.events import EventRecorder
+from slonkd.adapters.kube.events import EventRecorder, EventSettings
 from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
@@ -23,7 +33,7 @@ from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
 from slonkd.core.kube_objects import TaintEffect
 from slonkd.testing.kube import KubeCluster
-from tests.contract.kube_helpers import pending_pod, running
+from tests.contract.kube_helpers import pending_pod, running, until
 
 pytestmark = pytest.mark.kube
 
@@ -61,6 +71,109 @@ async def _transport_for(kube: KubeCluster, ns: str, sa: str, tmp_path: Path) ->
     return await KubeTransport.from_kubeconfig(path)
 
 
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One request as RBAC sees it (``resource`` carries the subresource: pods/eviction)."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None
+    name: str
+
+
+def access_of(method: str, path: str, query: Mapping[str, str] | None) -> Access:
+    """The RBAC attributes of one request, as the apiserver's request-info resolver finds them."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource = "/".join(rest[0:3:2])  # resource[/subresource]
+    name = rest[1] if len(rest) > 1 else ""
+    if method == "GET":
+        watch = (query or {}).get("watch") in ("1", "true")
+        verb = "watch" if watch else "get" if name else "list"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+    return Access(verb=verb, group=group, resource=resource, namespace=namespace, name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One verb on one resource (and name) that a Role or ClusterRole of deploy/rbac grants."""
+
+    role: str
+    namespace: str | None  # None: a ClusterRole, bound cluster-wide
+    verb: str
+    group: str
+    resource: str
+    name: str  # "": any name
+
+    def allows(self, a: Access) -> bool:
+        """Whether this grant authorizes ``a``."""
+        return (
+            (self.verb, self.group, self.resource) == (a.verb, a.group, a.resource)
+            and self.name in ("", a.name)
+            and self.namespace in (None, a.namespace)
+        )
+
+
+def grants_of(files: list[str], namespace: str) -> list[Grant]:
+    """The rules of deploy/rbac/<file>.yaml, a Role applied in ``namespace`` unless it names one."""
+    out = []
+    for file in files:
+        for doc in yaml.safe_load_all((RBAC / f"{file}.yaml").read_text()):
+            meta = doc["metadata"]
+            where = meta.get("namespace", namespace) if doc["kind"] == "Role" else None
+            for rule in doc["rules"]:
+                out += [
+                    Grant(f"{doc['kind']} {meta['name']}", where, verb, group, res, name)
+                    for group in rule["apiGroups"]
+                    for res in rule["resources"]
+                    for verb in rule["verbs"]
+                    for name in rule.get("resourceNames", [""])
+                ]
+    return out
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, transport: KubeTransport) -> list[Access]:
+    """Every request of ``transport`` that the apiserver authorized (any status but 401/403)."""
+    seen: list[Access] = []
+    send = transport._send
+
+    async def recording(
+        call: Call, method: str, path: str, *, query: Mapping[str, str] | None, **kw: Any
+    ) -> aiohttp.ClientResponse:
+        response = await send(call, method, path, query=query, **kw)
+        if response.status not in (401, 403):
+            seen.append(access_of(method, path, query))
+        return response
+
+    monkeypatch.setattr(transport, "_send", recording)
+    return seen
+
+
+def assert_exactly_used(grants: list[Grant], seen: list[Access]) -> None:
+    """Each authorized call is one of our rules' and each rule served a call: no spare right."""
+    assert seen
+    ungranted = {a for a in seen if not any(g.allows(a) for g in grants)}
+    assert not ungranted, f"calls no rule of deploy/rbac allows: {ungranted}"
+    unused = [g for g in grants if not any(g.allows(a) for a in seen)]
+    assert not unused, f"rules no call of the code uses: {unused}"
+
+
+async def watching(seen: list[Access], *resources: str) -> None:
+    """Wait until the informers of ``resources`` have their watch requests authorized."""
+    watched = {res: False for res in resources}
+
+    def all_watched() -> bool:
+        watched.update((a.resource, True) for a in seen if a.verb == "watch")
+        return all(watched[r] for r in resources)
+
+    await until(f"watches of {resources}", all_watched)
+
+
 @pytest.fixture
 async def cleanup(kube: KubeCluster) -> AsyncIterator[list[str]]:
     """Paths of cluster-scoped objects to delete after the test."""
@@ -76,8 +189,15 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
     unique: Callable[[str], str],
     tmp_path: Path,
     cleanup: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With only deploy/rbac, the coordinator watches, changes, evicts, leads; other writes: 403."""
+    """With only deploy/rbac, the coordinator watches, changes, evicts, leads; the rest: 403.
+
+    Node Events go to the node event namespace ("default", a Role there), the breaker's
+    Event on its state ConfigMap to its own namespace; Events anywhere else, deleting or
+    reading single pods, reading a StatefulSet by name and patching ConfigMaps are refused,
+    and every rule of deploy/rbac is used by one of these calls.
+    """
     tag = namespace
     for crb in _bind(kube, namespace, "coord", "coordinator", tag):
         cleanup.append(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{crb}")
@@ -103,10 +223,12 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
     pod = kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-0"))
     kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-1"))
     transport = await _transport_for(kube, namespace, "coord", tmp_path)
+    seen = spy(monkeypatch, transport)
     try:
         nodes, pods = coordinator_informers(transport, namespace, pod_selector="app=w")
         statefulsets = statefulset_informer(transport, namespace)
         async with running(nodes), running(pods), running(statefulsets):
+            await watching(seen, "nodes", "pods", "statefulsets")
             assert nodes.get(node) is not None
             assert len(pods) == 2
             assert len(statefulsets) == 0  # listed and watched (none made here): no 403
@@ -118,18 +240,19 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         assert (await writer.set_slurm_healthy(node, healthy=True, reason="Ok")).done
         assert (await writer.set_labels(node, {"slonk.dev/l": "1"})).done
         assert (await writer.set_annotations(node, {"slonk.dev/a": "1"})).done
-        events = EventRecorder(transport)
+        events = EventRecorder(transport)  # as the coordinator makes it: default settings
+        assert EventSettings().node_event_namespace == "default"
         node_ref = ObjectRef(kind="Node", name=node)
         for _ in range(2):  # create, then patch the count
             assert (await events.record(node_ref, type_="Normal", reason="R", message="m")).done
-        pod_ref = ObjectRef(kind="Pod", name="w-0", namespace=namespace)
+        # the breaker's Event is about its state ConfigMap, in the coordinator's namespace
+        state_ref = ObjectRef(kind="ConfigMap", name="slonkd-state", namespace=namespace)
         for _ in range(2):
-            assert (await events.record(pod_ref, type_="Normal", reason="R", message="m")).done
+            assert (await events.record(state_ref, type_="Normal", reason="R", message="m")).done
         pods_w = PodWriter(transport)
         uid = pod["metadata"]["uid"]
         evicted = await pods_w.evict(namespace, "w-0", uid=uid)
         assert evicted.outcome is ChangeOutcome.CHANGED
-        assert (await pods_w.delete(namespace, "w-1", grace_s=0)).outcome is ChangeOutcome.CHANGED
         elector = LeaderElector(
             transport,
             LeaseSettings(
@@ -192,8 +315,42 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
                 body={"spec": {"replicas": 0}},
                 content_type="application/merge-patch+json",
             )
+        # Events only in its namespace and the node event namespace, never elsewhere
+        elsewhere = ObjectRef(kind="Pod", name="x", namespace="kube-system")
+        with pytest.raises(KubeForbidden, match=r'resources: \["events"\], verbs: \["create"\]'):
+            await EventRecorder(transport).record(
+                elsewhere, type_="Normal", reason="R", message="m"
+            )
+        other_ns = EventRecorder(transport, EventSettings(node_event_namespace="kube-system"))
+        with pytest.raises(KubeForbidden, match=r'resources: \["events"\], verbs: \["create"\]'):
+            await other_ns.record(node_ref, type_="Normal", reason="R", message="m")
+        # pods are evicted (PDBs hold), never deleted; no single pod or StatefulSet is read
+        with pytest.raises(KubeForbidden, match=r'resources: \["pods"\], verbs: \["delete"\]'):
+            await pods_w.delete(namespace, "w-1", grace_s=0)
+        with pytest.raises(KubeForbidden, match=r'resources: \["pods"\], verbs: \["get"\]'):
+            await transport.request(
+                Call(verb="get", resource="pods", namespace=namespace, name="w-1"),
+                "GET",
+                f"/api/v1/namespaces/{namespace}/pods/w-1",
+            )
+        with pytest.raises(KubeForbidden, match=r'resources: \["statefulsets"\], verbs: \["get"'):
+            await transport.request(
+                Call(verb="get", resource="statefulsets", group="apps", namespace=namespace),
+                "GET",
+                f"/apis/apps/v1/namespaces/{namespace}/statefulsets/w",
+            )
+        # its ConfigMaps are replaced (PUT with a resourceVersion), never patched
+        with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["patch"'):
+            await transport.request(
+                Call(verb="patch", resource="configmaps", namespace=namespace),
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/configmaps/slonkd-state",
+                body={"data": {}},
+                content_type="application/merge-patch+json",
+            )
     finally:
         await transport.close()
+    assert_exactly_used(grants_of(["coordinator", "coordinator-node-events"], namespace), seen)
 
 
 async def test_agent_role_watches_its_own_objects_and_cannot_write(
@@ -202,20 +359,45 @@ async def test_agent_role_watches_its_own_objects_and_cannot_write(
     unique: Callable[[str], str],
     tmp_path: Path,
     cleanup: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With deploy/rbac/agent.yaml the agent syncs its pod and node; a cordon gets 403."""
+    """With deploy/rbac/agent.yaml the agent syncs its pod and node, and writes nothing.
+
+    Its informers list and watch by field selector; a cordon, an Event (in its namespace or
+    the node event namespace) and a GET of its own pod or node are refused; every rule of
+    agent.yaml is used by the informers.
+    """
     for crb in _bind(kube, namespace, "agent", "agent", namespace):
         cleanup.append(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{crb}")
     (node,) = kube.add_fake_nodes([unique("rbac-agent")], wait_ready_s=None)
     cleanup.append(f"/api/v1/nodes/{node}")
     kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-0"))
     transport = await _transport_for(kube, namespace, "agent", tmp_path)
+    seen = spy(monkeypatch, transport)
     try:
         nodes, pods = agent_informers(transport, namespace, pod_name="w-0", node_name=node)
         async with running(nodes), running(pods):
+            await watching(seen, "nodes", "pods")
             assert list(nodes.items()) == [node]
             assert list(pods.items()) == [f"{namespace}/w-0"]
         with pytest.raises(KubeForbidden, match="missing RBAC rule"):
             await NodeWriter(transport).cordon(node, cause="agent must not")
+        events = EventRecorder(transport)
+        for ref in (
+            ObjectRef(kind="Pod", name="w-0", namespace=namespace),
+            ObjectRef(kind="Node", name=node),
+        ):
+            with pytest.raises(KubeForbidden, match=r'resources: \["events"\], verbs: \["create"'):
+                await events.record(ref, type_="Normal", reason="R", message="agent must not")
+        for call, path in (
+            (Call(verb="get", resource="nodes", name=node), f"/api/v1/nodes/{node}"),
+            (
+                Call(verb="get", resource="pods", namespace=namespace, name="w-0"),
+                f"/api/v1/namespaces/{namespace}/pods/w-0",
+            ),
+        ):
+            with pytest.raises(KubeForbidden, match=r'verbs: \["get"\]'):
+                await transport.request(call, "GET", path)
     finally:
         await transport.close()
+    assert_exactly_used(grants_of(["agent"], namespace), seen)

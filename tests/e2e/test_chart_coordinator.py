@@ -133,6 +133,14 @@ def _render(helm: Helm, ns: str, test_label: dict[str, str]) -> tuple[str, dict[
     }
 
 
+def _by_namespace(manifests: str) -> tuple[str, str]:
+    """The release namespace's objects, and those naming their own namespace (node Events RBAC)."""
+    docs = [d for d in yaml.safe_load_all(manifests) if d]
+    there = [d for d in docs if d["metadata"].get("namespace")]
+    here = [d for d in docs if not d["metadata"].get("namespace")]
+    return yaml.safe_dump_all(here), yaml.safe_dump_all(there)
+
+
 @pytest.fixture
 def deployed(
     kube: KubeCluster, namespace: str, session_root: Path, tmp_path: Path
@@ -149,7 +157,9 @@ def deployed(
         )[0]
         for i in range(2)
     ]
-    kube.kubectl("apply", f"--namespace={namespace}", "-f", "-", stdin=manifests)
+    here, there = _by_namespace(manifests)
+    kube.kubectl("apply", f"--namespace={namespace}", "-f", "-", stdin=here)
+    kube.kubectl("apply", "-f", "-", stdin=there)
     root = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_root))
     slurm = SlurmCluster(root, SlurmLayout(nodes=NODES, topology_plugin="topology/tree"))
     (root / "etc").mkdir(parents=True)
@@ -215,8 +225,9 @@ def deployed(
             "--wait=false",
             "-f",
             "-",
-            stdin=manifests,
+            stdin=here,
         )
+        kube.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=there)
         for node in nodes:
             kube.api.request("DELETE", f"/api/v1/nodes/{node}", ok=(200, 202, 404))
 

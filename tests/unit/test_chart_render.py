@@ -239,6 +239,71 @@ def test_rbac_has_no_wildcards_and_every_rule_is_explained(helm: Helm) -> None:
     assert coord[("authentication.k8s.io", "tokenreviews")] == {"create"}
 
 
+RBAC_DIR = CHART_DIR.parents[1] / "rbac"
+# deploy/rbac's object names -> the chart's (release "rel")
+RBAC_NAMES = {
+    "slonkd-coordinator": "rel-coordinator",
+    "slonkd-state": "rel-coordinator-state",
+    "slonkd-topology": "rel-topology",
+}
+Grant = tuple[str, str, str, str, str, str]  # (who, where, apiGroup, resource, verb, name)
+
+
+def _grants(role: Obj, who: str, own_ns: str, names: dict[str, str]) -> set[Grant]:
+    """A Role's or ClusterRole's rules, one verb on one resource (and name) each.
+
+    ``where`` is "cluster" for a ClusterRole, "own" for a Role in the release's (or, for
+    deploy/rbac, the applying) namespace, else the Role's namespace.
+    """
+    ns = role["metadata"].get("namespace", own_ns)
+    where = "cluster" if role["kind"] == "ClusterRole" else "own" if ns == own_ns else ns
+    return {
+        (who, where, group, res, verb, names.get(name, name))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", [""])
+    }
+
+
+def test_chart_rbac_grants_exactly_what_deploy_rbac_grants(helm: Helm) -> None:
+    """The chart's ServiceAccounts get the rules of deploy/rbac, no more, no fewer.
+
+    tests/contract/test_kube_rbac.py proves on the apiserver that deploy/rbac allows every
+    call the coordinator and the agent make and that each of its rules is used; this ties the
+    chart to it: same verbs, resources, names and namespaces (the coordinator's node Events
+    Role in the node event namespace, bound to the coordinator), nothing for any other account.
+    """
+    from slonkd.adapters.kube.events import EventSettings
+
+    objs = render(helm)
+    wanted: set[Grant] = set()
+    for who, files in (
+        ("agent", ["agent"]),
+        ("coordinator", ["coordinator", "coordinator-node-events"]),
+    ):
+        for file in files:
+            for role in yaml.safe_load_all((RBAC_DIR / f"{file}.yaml").read_text()):
+                wanted |= _grants(role, who, "default-ns", RBAC_NAMES)
+    got: set[Grant] = set()
+    for binding in kinds(objs, "RoleBinding") + kinds(objs, "ClusterRoleBinding"):
+        ref = binding["roleRef"]
+        role = one(objs, ref["kind"], ref["name"])
+        where = binding["metadata"].get("namespace", "hpc")
+        assert role["metadata"].get("namespace", "hpc") == where, binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert (subject["kind"], subject["namespace"]) == ("ServiceAccount", "hpc")
+            who = subject["name"].removeprefix("rel-")
+            got |= _grants(role, who, "hpc", {})
+    assert got == wanted, f"chart only: {got - wanted}; deploy/rbac only: {wanted - got}"
+    (node_events,) = [
+        r for r in kinds(objs, "Role") if r["metadata"].get("namespace", "hpc") != "hpc"
+    ]
+    assert node_events["metadata"]["namespace"] == EventSettings().node_event_namespace
+    assert node_events["metadata"]["name"].startswith("hpc-rel-")  # one per release
+
+
 def test_cluster_scoped_objects_carry_namespace_and_release(helm: Helm) -> None:
     """PriorityClasses and ClusterRoles are named <namespace>-<release>-*: no collisions."""
     a, b = render(helm, ns="team-a"), render(helm, ns="team-b")
