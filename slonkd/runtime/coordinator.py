@@ -536,7 +536,7 @@ class Coordinator:
             if newly
             else ""
         )
-        if why and not self.state.breaker_open:
+        if why and not self.state.breaker_open and not self._state_error:
             await self._open_breaker(why, token)
         self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
