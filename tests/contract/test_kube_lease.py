@@ -144,12 +144,17 @@ def test_a_deleted_lease_keeps_the_fencing_token_above_the_state(
     )
     deleted = time.monotonic()
 
-    def wrote_after() -> list[dict[str, Any]]:
-        return [e for x in (b, c) for e in x.events("wrote") if e["sent"] > deleted]
+    def new_terms() -> list[int]:
+        return [e["token"] for x in (b, c) for e in x.events("leading") if e["t"] > deleted]
 
-    wait_for("a write after the Lease was deleted", lambda: bool(wrote_after()), timeout_s=20)
-    after = wrote_after()[0]["token"]
+    wait_for("a term after the Lease was deleted", lambda: bool(new_terms()), timeout_s=20)
+    after = new_terms()[0]
     assert after > before
+    wait_for(
+        "a write of that term",
+        lambda: any(e["token"] == after for x in (b, c) for e in x.events("wrote")),
+        timeout_s=10,
+    )
     assert _lease(kube, namespace)["spec"]["leaseTransitions"] >= after
     time.sleep(2)  # the old term (if another took the new one) has ended by now
     recent = time.monotonic() - 1.0
