@@ -1,7 +1,8 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``sandbox``, ``agent``, ``prestop``, ``check``, ``coordinator``, and the
-operator's ``status``, ``explain``, ``pause``, ``unpause``, ``budget reset`` and ``recheck``.
+operator's ``status``, ``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``
+and ``recheck``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ops.operator(args, str(args.command))
     if args.command == "budget":
         return ops.operator(args, "budget reset")
+    if args.command == "state":
+        return ops.operator(args, "state reset")
     if args.command == "recheck":
         return recheck.main(args)
     parser.print_help(sys.stderr)

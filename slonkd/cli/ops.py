@@ -1,11 +1,17 @@
-"""Operator commands: ``slonkd status``, ``explain``, ``pause``, ``unpause``, ``budget reset``.
+"""Operator commands: ``slonkd status``, ``explain``, ``pause``, ``unpause``, ``budget``, ``state``.
 
 ``status`` and ``explain`` read the leader's HTTP API (``--url``, else
-``SLONKD_COORDINATOR_URL``, else http://127.0.0.1:8081). ``pause``, ``unpause`` and
-``budget reset`` write the coordinator's state ConfigMap with the operator's own Kubernetes
-credentials (``KUBECONFIG`` or in-cluster), so RBAC decides who may; the leader sees the
-change at its next pass. Exit codes: 0 done, 1 the coordinator or the apiserver could not
-be reached or refused, 2 bad arguments.
+``SLONKD_COORDINATOR_URL``, else http://127.0.0.1:8081). ``pause``, ``unpause``,
+``budget reset`` and ``state reset`` write the coordinator's state ConfigMap with the
+operator's own Kubernetes credentials (``KUBECONFIG`` or in-cluster), so RBAC decides who
+may; the leader sees the change at its next pass. Exit codes: 0 done, 1 the coordinator or
+the apiserver could not be reached or refused, 2 bad arguments.
+
+A state ConfigMap that does not parse (hand-edited, corrupted) stops the coordinator's
+automated actions and refuses ``pause``/``unpause``/``budget reset``;
+``slonkd state reset --yes-discard-state`` replaces it with the initial state (closed breaker,
+not paused, no remediation history; the last leader's fencing token is kept) and prints the
+discarded data, so an operator can restore what they need from it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import SlonkdError
 
 DEFAULT_URL = "http://127.0.0.1:8081"
@@ -62,6 +68,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     budget_sub = budget.add_subparsers(dest="budget_command", metavar="ACTION", required=True)
     reset = budget_sub.add_parser("reset", help="close the breaker (a human decision)")
     _state_args(reset)
+    state = sub.add_parser("state", help="the coordinator's state ConfigMap")
+    state_sub = state.add_subparsers(dest="state_command", metavar="ACTION", required=True)
+    discard = state_sub.add_parser(
+        "reset", help="replace a broken state by the initial one (prints what it discards)"
+    )
+    _state_args(discard)
+    discard.add_argument(
+        "--yes-discard-state",
+        action="store_true",
+        help="confirm: breaker, pause and remediation history are lost",
+    )
 
 
 def _state_args(p: argparse.ArgumentParser) -> None:
@@ -273,6 +290,10 @@ async def _operator_update(args: argparse.Namespace, what: str) -> CoordinatorSt
         transport = KubeTransport.in_cluster()
     try:
         store = StateStore(transport, namespace, args.state)
+        if what == "state reset":
+            old, new = await store.discard(who)
+            print(json.dumps({"discarded": old}, sort_keys=True))
+            return new
         if what == "pause":
             return await store.operator_update(
                 lambda s: replace(
@@ -291,12 +312,26 @@ async def _operator_update(args: argparse.Namespace, what: str) -> CoordinatorSt
 
 
 def operator(args: argparse.Namespace, what: str) -> int:
-    """``slonkd pause`` / ``unpause`` / ``budget reset``."""
+    """``slonkd pause`` / ``unpause`` / ``budget reset`` / ``state reset``."""
+    if what == "state reset" and not args.yes_discard_state:
+        print(
+            "slonkd state reset: this discards the breaker, the pause and the remediation "
+            "history; confirm with --yes-discard-state",
+            file=sys.stderr,
+        )
+        return 2
     try:
         state = asyncio.run(_operator_update(args, what))
     except ValueError as exc:
         print(f"slonkd {what}: {exc}", file=sys.stderr)
         return 2
+    except StateCorrupt as exc:
+        print(
+            f"slonkd {what}: the state ConfigMap {args.state} is unreadable ({str(exc)[:200]}); "
+            "repair it by hand, or replace it with `slonkd state reset --yes-discard-state`",
+            file=sys.stderr,
+        )
+        return 1
     except SlonkdError as exc:
         print(f"slonkd {what}: {str(exc)[:300]}", file=sys.stderr)
         return 1

@@ -11,11 +11,21 @@ which keep the token. This module only defines the value and its string encoding
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from slonkd.core.errors import ParseError
+
+
+class StateCorrupt(ParseError):
+    """The state ConfigMap holds something slonkd did not write: nothing may act on it.
+
+    The coordinator refuses automated actions until it is readable again; ``slonkd state
+    reset --yes-discard-state`` replaces it with the initial state.
+    """
+
 
 SCHEMA = "2"
 _READABLE = {"1", "2"}
@@ -79,35 +89,45 @@ class CoordinatorState:
 
     @classmethod
     def from_data(cls, data: Mapping[str, str] | None) -> CoordinatorState:
-        """Read the state back from ConfigMap ``data`` (empty or missing: the initial state)."""
+        """Read the state back from ConfigMap ``data`` (empty or missing: the initial state).
+
+        Anything but a state this module wrote (or a person wrote in the same shape) is a
+        :class:`StateCorrupt`: never a half-read state, a NaN or an infinity.
+        """
         if not data:
             return cls()
+        if not isinstance(data, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+        ):
+            raise StateCorrupt("coordinator state data is not a map of strings")
         if data.get("schema") not in _READABLE:
-            raise ParseError(f"unknown coordinator state schema {data.get('schema')!r}")
+            raise StateCorrupt(f"unknown coordinator state schema {str(data.get('schema'))[:40]!r}")
         try:
-            nodes = json.loads(data.get("nodesOut", "[]"))
-            remediation = _remediation(data)
-            handled = json.loads(data.get("handled", "{}"))
-            token = int(data.get("fencingToken", "-1"))
-            opened_at = float(data.get("breakerOpenedAt", "0"))
-            paused_at = float(data.get("pausedAt", "0"))
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise ParseError(f"unreadable coordinator state: {exc}") from exc
-        if not isinstance(nodes, list) or not isinstance(handled, dict):
-            raise ParseError("coordinator state has the wrong shape")
-        return cls(
-            nodes_out=frozenset(str(n) for n in nodes),
-            breaker_open=data.get("breakerOpen") == "true",
-            breaker_reason=data.get("breakerReason", ""),
-            breaker_opened_at=opened_at,
-            remediation=remediation,
-            handled={str(k): str(v) for k, v in handled.items()},
-            paused=data.get("paused") == "true",
-            paused_by=data.get("pausedBy", ""),
-            paused_reason=data.get("pausedReason", ""),
-            paused_at=paused_at,
-            fencing_token=token,
-        )
+            nodes = _json(data, "nodesOut", "[]")
+            handled = _json(data, "handled", "{}")
+            if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+                raise StateCorrupt("coordinator state nodesOut is not a list of names")
+            if not isinstance(handled, dict) or not all(
+                isinstance(v, str) for v in handled.values()
+            ):
+                raise StateCorrupt("coordinator state handled is not a map of texts")
+            return cls(
+                nodes_out=frozenset(nodes),
+                breaker_open=_flag(data, "breakerOpen"),
+                breaker_reason=data.get("breakerReason", "")[:MAX_TEXT],
+                breaker_opened_at=_time(data.get("breakerOpenedAt", "0"), "breakerOpenedAt"),
+                remediation=_remediation(data),
+                handled=dict(handled),
+                paused=_flag(data, "paused"),
+                paused_by=data.get("pausedBy", "")[:MAX_TEXT],
+                paused_reason=data.get("pausedReason", "")[:MAX_TEXT],
+                paused_at=_time(data.get("pausedAt", "0"), "pausedAt"),
+                fencing_token=_token(data.get("fencingToken", "-1")),
+            )
+        except StateCorrupt:
+            raise
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            raise StateCorrupt(f"unreadable coordinator state: {str(exc)[:200]}") from exc
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-able summary for ``slonkd status``."""
@@ -124,17 +144,72 @@ class CoordinatorState:
         }
 
 
+def salvage_token(data: Mapping[str, str] | None) -> int:
+    """The last writer's fencing token from ``data``, even a corrupt one (-1: none readable).
+
+    A new leader's token must exceed it, whatever else the state holds.
+    """
+    try:
+        return _token((data or {}).get("fencingToken", "-1"))
+    except (StateCorrupt, AttributeError, TypeError):
+        return -1
+
+
+def _json(data: Mapping[str, str], key: str, default: str) -> Any:
+    return json.loads(data.get(key, default))
+
+
+def _flag(data: Mapping[str, str], key: str) -> bool:
+    value = data.get(key, "false")
+    if value not in ("true", "false"):
+        raise StateCorrupt(f"coordinator state {key} is {value[:40]!r}, not true or false")
+    return value == "true"
+
+
+def _time(value: object, what: str) -> float:
+    """A finite, non-negative number of seconds (JSON or text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise StateCorrupt(f"coordinator state {what} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise StateCorrupt(f"coordinator state {what} is {str(value)[:40]!r}")
+    return number
+
+
+def _count(value: object, what: str) -> int:
+    """A non-negative integer (JSON, not a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StateCorrupt(f"coordinator state {what} is {str(value)[:40]!r}, not a count")
+    return value
+
+
+def _token(value: object) -> int:
+    if not isinstance(value, str):
+        raise StateCorrupt("coordinator state fencingToken is not a text")
+    try:
+        token = int(value)
+    except ValueError as exc:
+        raise StateCorrupt(f"coordinator state fencingToken is {value[:40]!r}") from exc
+    if token < -1:
+        raise StateCorrupt(f"coordinator state fencingToken is {token}")
+    return token
+
+
 def _remediation(data: Mapping[str, str]) -> dict[str, Attempts]:
     """Remediation history of schema 2, or the attempt counts of schema 1."""
     if "remediation" in data:
         raw = json.loads(data["remediation"])
         if not isinstance(raw, dict):
-            raise ParseError("coordinator state remediation has the wrong shape")
-        return {
-            str(k): Attempts(attempts=int(v["attempts"]), last_at=float(v["lastAt"]))
-            for k, v in raw.items()
-        }
+            raise StateCorrupt("coordinator state remediation has the wrong shape")
+        done: dict[str, Attempts] = {}
+        for k, v in raw.items():
+            if not isinstance(v, dict) or not {"attempts", "lastAt"} <= set(v):
+                raise StateCorrupt(f"coordinator state remediation of {k[:60]!r} is malformed")
+            done[k] = Attempts(
+                attempts=_count(v["attempts"], "attempts"), last_at=_time(v["lastAt"], "lastAt")
+            )
+        return done
     old = json.loads(data.get("remediationAttempts", "{}"))
     if not isinstance(old, dict):
-        raise ParseError("coordinator state remediation has the wrong shape")
-    return {str(k): Attempts(attempts=int(v)) for k, v in old.items()}
+        raise StateCorrupt("coordinator state remediation has the wrong shape")
+    return {k: Attempts(attempts=_count(v, "attempts")) for k, v in old.items()}

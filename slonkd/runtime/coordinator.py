@@ -37,11 +37,11 @@ import structlog
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.events import EventRecorder
 from slonkd.adapters.kube.informer import CacheEvent, Informer
-from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
+from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings, Superseded
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
-from slonkd.adapters.kube.state import StateStore
+from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
@@ -52,7 +52,7 @@ from slonkd.core.budget import (
     admit,
     budget_group,
 )
-from slonkd.core.coordinator_state import Attempts, CoordinatorState
+from slonkd.core.coordinator_state import Attempts, CoordinatorState, StateCorrupt
 from slonkd.core.decide import (
     MANUAL_TAINT,
     REBOOT_TAINT,
@@ -295,6 +295,8 @@ class Coordinator:
         self.store = StateStore(transport, s.namespace, s.state_name)
         self.state = CoordinatorState()
         """Breaker, pause, remediation history and handled failures, as last read/written."""
+        self._state_error = ""
+        """Why the state ConfigMap is unreadable ("": it is readable); see _state_unreadable."""
         self.budget = BudgetPolicy(
             max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
         )
@@ -426,6 +428,36 @@ class Coordinator:
                 )
                 self._dirty.set()
 
+    async def _state_unreadable(self, exc: StateCorrupt) -> None:
+        """A corrupt state ConfigMap: act as paused (no automated action) until it is repaired.
+
+        Logged and recorded as an Event once per distinct error, not every pass.
+        """
+        ref = f"{self.s.namespace}/{self.s.state_name}"
+        why = (
+            f"state ConfigMap {ref} is unreadable ({str(exc)[:200]}): automated actions refused "
+            "until it is repaired or `slonkd state reset --yes-discard-state`"
+        )
+        self.state = replace(self.state, paused=True, paused_by="slonkd", paused_reason=why)
+        if self._state_error == str(exc):
+            return
+        self._state_error = str(exc)
+        log.error("coordinator.state_corrupt", state=ref, error=str(exc)[:300], owner="coordinator")
+        with contextlib.suppress(SlonkdError):
+            await self.events.record(
+                ObjectRef(kind="ConfigMap", name=self.s.state_name, namespace=self.s.namespace),
+                type_="Warning",
+                reason="StateCorrupt",
+                message=f"slonkd: {why}",
+            )
+
+    def _state_readable(self) -> None:
+        if self._state_error:
+            log.warning(
+                "coordinator.state_readable", state=self.s.state_name, was=self._state_error
+            )
+            self._state_error = ""
+
     def _on_change(self, event: CacheEvent[Any]) -> None:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""
         if event.old is not None and _same(event.old, event.obj):
@@ -513,7 +545,11 @@ class Coordinator:
         self._fresh = []  # this read has them all
         read_at = time.monotonic()
         was_open = self.state.breaker_open
-        self.state = await self.store.load()  # an operator's pause or reset is seen here
+        try:
+            self.state = await self.store.load()  # an operator's pause or reset is seen here
+            self._state_readable()
+        except StateCorrupt as exc:
+            await self._state_unreadable(exc)  # a paused pass: status served, nothing done
         if was_open and not self.state.breaker_open:
             self._standing = frozenset(self._refused)
             log.info(
@@ -544,7 +580,7 @@ class Coordinator:
             if newly
             else ""
         )
-        if why and not self.state.breaker_open:
+        if why and not self.state.breaker_open and not self._state_error:
             await self._open_breaker(why, token)
         self._log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
@@ -617,11 +653,14 @@ class Coordinator:
         """Run one action of a pass; its failure is logged and audited, the pass goes on.
 
         Returns 1 when it failed. A lost lease is never swallowed: the error is raised again
-        when the lease is no longer valid, so a deposed leader writes nothing more. The next
+        when the lease is no longer valid, or when a newer leader's token was met
+        (``Superseded``), so a deposed leader writes nothing more. The next
         pass (an event, a poll change or the resync) tries the failed action again.
         """
         try:
             await work
+        except Superseded:
+            raise  # a newer leader wrote: this term ends, whatever the Lease says
         except SlonkdError as exc:
             if not self.elector.is_valid():
                 raise
@@ -1023,6 +1062,8 @@ class Coordinator:
                 await self._fast_marks()
                 try:
                     await self.reconcile_all()
+                except FencedError:
+                    raise  # a newer token in the state: the elector ends this term
                 except SlonkdError as exc:
                     self.metrics.reconciled(
                         "retry" if isinstance(exc, TransientError) else "terminal", 0.0
@@ -1069,7 +1110,10 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         renew_deadline_s=s.renew_deadline_s,
         retry_period_s=s.retry_period_s,
     )
-    elector = LeaderElector(transport, lease)
+    # a new term's token is above the state's last writer's, even if the Lease was recreated
+    elector = LeaderElector(
+        transport, lease, floor=StateStore(transport, s.namespace, s.state_name).last_token
+    )
     api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
     metrics = Metrics(role="coordinator")
     api.metrics = metrics

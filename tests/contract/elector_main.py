@@ -1,7 +1,8 @@
 """A leader-election candidate as its own process, for the contract tests that kill or stop it.
 
 It campaigns for a Lease; while leading it checks its lease's validity every 100 ms and, when
-valid, records a write in the fenced coordinator state. Every step is printed to stdout as a
+valid, records a write in the fenced coordinator state (a fenced write ends the term, as in
+the coordinator). Every step is printed to stdout as a
 JSON line stamped with ``time.monotonic()`` (one clock for all processes of the machine), so
 a test can tell what the candidate did before a SIGSTOP and after a SIGCONT.
 """
@@ -42,8 +43,8 @@ async def main(args: argparse.Namespace) -> None:
         retry_period_s=args.retry,
         safety_margin_s=args.margin,
     )
-    elector = LeaderElector(transport, settings)
     store = StateStore(transport, args.namespace, args.state)
+    elector = LeaderElector(transport, settings, floor=store.last_token)  # as the coordinator
 
     def record(state: CoordinatorState, n: int) -> CoordinatorState:
         attempts = {**state.remediation, args.identity: Attempts(attempts=n)}
@@ -63,6 +64,7 @@ async def main(args: argparse.Namespace) -> None:
                         emit("wrote", seq=seq, sent=sent, token=token)
                     except FencedError as exc:
                         emit("fenced", error=str(exc))
+                        raise  # as the coordinator: the elector ends the term
                 seq += 1
                 await asyncio.sleep(0.1)
         finally:

@@ -24,6 +24,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import wait_for
+from tests.contract.kube_helpers import until
 
 pytestmark = pytest.mark.kube
 
@@ -118,6 +119,47 @@ def test_two_electors_one_leader_and_failover_with_higher_token(
     lease = _lease(kube, namespace)["spec"]
     assert lease["holderIdentity"] == "b"
     assert lease["leaseTransitions"] == b.events("leading")[0]["token"]
+
+
+def test_a_deleted_lease_keeps_the_fencing_token_above_the_state(
+    kube: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    """Delete the Lease under a running pair: the next term's token exceeds the state's.
+
+    A failover first raises the token (and the state's) above 0; a recreated Lease must not
+    restart at 0, or every state write is refused as if from an old leader, forever.
+    """
+    a = candidates("a")
+    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    b = candidates("b")
+    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    a.stop()
+    wait_for("b writes", lambda: bool(b.events("wrote")), timeout_s=30)
+    before = b.events("wrote")[-1]["token"]
+    assert before >= 1
+    c = candidates("c")  # the pair again: b leads, c stands by
+    wait_for("c runs", lambda: bool(c.events("started")), timeout_s=30)
+    kube.api.request(
+        "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/coordinator"
+    )
+    deleted = time.monotonic()
+
+    def new_terms() -> list[int]:
+        return [e["token"] for x in (b, c) for e in x.events("leading") if e["t"] > deleted]
+
+    wait_for("a term after the Lease was deleted", lambda: bool(new_terms()), timeout_s=20)
+    after = new_terms()[0]
+    assert after > before
+    wait_for(
+        "a write of that term",
+        lambda: any(e["token"] == after for x in (b, c) for e in x.events("wrote")),
+        timeout_s=10,
+    )
+    assert _lease(kube, namespace)["spec"]["leaseTransitions"] >= after
+    time.sleep(2)  # the old term (if another took the new one) has ended by now
+    recent = time.monotonic() - 1.0
+    assert [e for x in (b, c) for e in x.events("wrote") if e["t"] > recent]
+    assert not [e for x in (b, c) for e in x.events("fenced") if e["t"] > recent]
 
 
 def test_leader_paused_past_its_lease_is_invalid_before_any_write(
@@ -313,6 +355,57 @@ async def test_leader_that_cannot_renew_stops_before_its_lease_runs_out(
             assert leading.cancelled_at - cut < DURATION_S
         finally:
             kube.start_apiserver()  # in this thread: the harness's children die with theirs
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_leader_fenced_by_a_newer_token_leads_again_above_it(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """A write with a newer token than the holder's lands in the state: the holder steps up.
+
+    That is the late write of a deleted Lease's last leader, after the new term read the
+    floor. The holder's writes are fenced; its elector gives the Lease up and leads again with
+    a token above the state's, and writes again, instead of being refused for the whole term.
+    """
+    store = StateStore(kube_transport, namespace, "slonkd-state")
+    elector = LeaderElector(
+        kube_transport,
+        LeaseSettings(
+            name="stepup",
+            namespace=namespace,
+            identity="stepup-1",
+            lease_duration_s=DURATION_S,
+            renew_deadline_s=2,
+            retry_period_s=RETRY_S,
+            safety_margin_s=0.5,
+        ),
+        floor=store.last_token,
+    )
+    wrote: list[int] = []
+    terms: list[int] = []
+
+    async def work(token: int) -> None:
+        terms.append(token)
+        while True:
+            await store.update(token, lambda s: s)  # FencedError ends the term
+            wrote.append(token)
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(elector.run(work))
+    try:
+        await until("a first write", lambda: bool(wrote), timeout_s=10)
+        assert wrote[-1] == 0
+        await StateStore(kube_transport, namespace, "slonkd-state").update(10, lambda s: s)
+        await until("a write above 10", lambda: bool(wrote) and wrote[-1] > 10, timeout_s=10)
+        assert terms == [0, 11]
+        assert elector.check_valid() == 11
+        assert (await store.load()).fencing_token == 11
+        lease = kube.api.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/stepup"
+        )
+        assert lease["spec"]["leaseTransitions"] == 11
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -505,6 +505,117 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
     assert not writes, writes
 
 
+def _leading(log: Path) -> list[int]:
+    """The fencing tokens of the terms a coordinator led, in order."""
+    return [
+        e["fencing_token"] for e in read_json_log(log) if e.get("event") == "coordinator.leading"
+    ]
+
+
+def test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Delete the Lease under a leader and its standby: the next term still writes the state.
+
+    A failover first raises the token (and the state's) to 1; the recreated Lease's term must
+    be above it, or every state write (remediation, breaker) is refused as an old leader's.
+    """
+    second_log = tmp_path / "coordinator-1.log"
+    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    time.sleep(2)
+    fleet.procs[0].kill()
+    wait_for("the standby leads", lambda: bool(_leading(second_log)), timeout_s=40)
+    first_token = _leading(second_log)[0]
+    assert first_token >= 1
+    fleet.fail(["w-3"])
+    wait_for(
+        "w-3 handled under the new term",
+        lambda: "w-3" in json.loads(fleet.state().get("handled", "{}")),
+        timeout_s=30,
+    )
+    assert fleet.state()["fencingToken"] == str(first_token)
+    third_log = tmp_path / "coordinator-2.log"
+    _spawn_coordinator(fleet, "coordinator-2", third_log)  # a running pair again
+    time.sleep(2)
+    fleet.kube.api.request(
+        "DELETE",
+        f"/apis/coordination.k8s.io/v1/namespaces/{fleet.namespace}/leases/slonkd-coordinator",
+    )
+    wait_for(
+        "a term after the deletion",
+        lambda: len(_leading(second_log)) + len(_leading(third_log)) >= 2,
+        timeout_s=40,
+    )
+    victim = next(
+        f"w-{i}"
+        for i in range(PODS)
+        if f"w-{i}" != "w-3" and all(f"w-{i}" not in fleet.pods_on(n) for n in fleet.cordoned())
+    )
+    fleet.fail([victim])
+    wait_for(
+        f"{victim} handled after the Lease was recreated",
+        lambda: victim in json.loads(fleet.state().get("handled", "{}")),
+        timeout_s=30,
+    )
+    assert int(fleet.state()["fencingToken"]) > first_token
+    lease = fleet.kube.api.request(
+        "GET",
+        f"/apis/coordination.k8s.io/v1/namespaces/{fleet.namespace}/leases/slonkd-coordinator",
+    )
+    assert lease["spec"]["leaseTransitions"] == int(fleet.state()["fencingToken"])
+
+
+def test_a_corrupt_state_pauses_the_coordinator_until_state_reset(fleet: Fleet) -> None:
+    """A hand-edited state ConfigMap: status served, nothing done, one log and Event; a reset.
+
+    `slonkd pause`/`budget reset` refuse it with a hint; `slonkd state reset` wants its
+    confirmation flag, then replaces it (keeping the fencing token) and the coordinator acts.
+    """
+    path = f"/api/v1/namespaces/{fleet.namespace}/configmaps"
+    fleet.kube.api.request("DELETE", f"{path}/slonkd-state", ok=(200, 404))
+    corrupt = {"schema": "2", "remediation": '{"n1": {}}', "fencingToken": "0"}
+    fleet.kube.api.request(
+        "POST",
+        path,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "slonkd-state"},
+            "data": corrupt,
+        },
+    )
+
+    def corrupt_logged() -> list[dict[str, Any]]:
+        return [e for e in fleet.events() if e.get("event") == "coordinator.state_corrupt"]
+
+    wait_for("the corruption is logged", lambda: bool(corrupt_logged()), timeout_s=20)
+    fleet.fail(["w-2"])
+    time.sleep(4)  # several passes (resync 1 s)
+    assert fleet.procs[0].poll() is None, fleet.log.read_text()[-2000:]
+    assert not fleet.cordoned()
+    assert len(corrupt_logged()) == 1  # once per distinct error, not every pass
+    shown = fleet.slonkd("status", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    state = json.loads(shown.stdout)["state"]
+    assert state["paused"] is True
+    assert "state reset --yes-discard-state" in state["pausedReason"]
+    events = fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")
+    assert [e for e in events["items"] if e.get("reason") == "StateCorrupt"]
+    for refused in (("budget", "reset"), ("pause",)):
+        out = fleet.slonkd(*refused, "--namespace", fleet.namespace)
+        assert out.returncode == 1, out
+        assert "state reset --yes-discard-state" in out.stderr
+    unconfirmed = fleet.slonkd("state", "reset", "--namespace", fleet.namespace)
+    assert unconfirmed.returncode == 2
+    assert fleet.state() == corrupt
+    reset = fleet.slonkd("state", "reset", "--namespace", fleet.namespace, "--yes-discard-state")
+    assert reset.returncode == 0, reset.stderr
+    assert json.loads(reset.stdout.splitlines()[0])["discarded"] == corrupt
+    assert fleet.state()["fencingToken"] == "0"
+    wait_for("w-2 marked after the reset", lambda: len(fleet.cordoned()) == 1, timeout_s=30)
+    assert any(e.get("event") == "coordinator.state_readable" for e in fleet.events())
+
+
 def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None:
     """The apiserver and then slurmctld restart under a running coordinator: it converges."""
     fleet.kube.kill_apiserver()

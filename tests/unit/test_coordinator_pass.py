@@ -15,6 +15,7 @@ import pytest
 
 from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.lease import LeaderElector
+from slonkd.adapters.kube.state import FencedError
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
@@ -304,3 +305,21 @@ async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_no
     await c.reconcile_all()
     assert ("taint slonk.dev/reboot-requested", "kn-0") in writer.calls
     assert ("cordon", "kn-1") in writer.calls
+
+
+async def test_a_newer_leaders_token_ends_the_pass() -> None:
+    """A write refused for a newer fencing token is never isolated: the term ends at once."""
+    slurm = FakeSlurm(
+        [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1, "IDLE+FAIL", "Kill task failed")],
+        failing=set(),
+    )
+    writer = FakeNodeWriter()
+
+    async def fenced(name: str, *, cause: str) -> ChangeResult:
+        raise FencedError("state written by token 9")
+
+    writer.cordon = fenced  # type: ignore[method-assign]
+    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    with pytest.raises(FencedError):
+        await c.reconcile_all()
+    assert writer.calls == []

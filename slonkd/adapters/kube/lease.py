@@ -6,6 +6,11 @@
   so two candidates can never both win.
 - Fencing token: ``spec.leaseTransitions``, raised by one on every acquisition (also when a
   candidate re-acquires after losing it), so commands carrying an older token can be refused.
+  It stays monotonic when the Lease is deleted and created anew: a new term's token is above
+  both the Lease's and the ``floor`` (the token of the last write to the state the leader
+  fences, read at acquisition). A term whose work meets a newer token anyway (an old term's
+  write that landed after the floor was read) raises :class:`Superseded`: the elector gives
+  the Lease up and campaigns again, above it.
 - Validity: :meth:`LeaderElector.is_valid` is true only while the last successful renewal,
   timed from *before* its request was sent, is younger than the lease duration minus a
   safety margin. A process paused (SIGSTOP, a long GC, a frozen VM) past its lease wakes up
@@ -23,7 +28,7 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +37,7 @@ import structlog
 
 from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +66,10 @@ class LeaseSettings:
             )
 
 
+class Superseded(TerminalError):
+    """The term's work met a newer fencing token than its own: end the term, campaign again."""
+
+
 def _micro_time() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -78,8 +87,11 @@ class LeaderElector:
         settings: LeaseSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
+        floor: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        """``floor``: the newest token already used (a new term's token is above it)."""
         self._transport = transport
+        self._floor = floor
         self._s = settings
         self._clock = clock
         self._path = (
@@ -126,13 +138,22 @@ class LeaderElector:
             )
             current = asyncio.current_task()
             cancelling_before = current.cancelling() if current is not None else 0
-            lost = False
+            lost = superseded = False
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._renew_until_lost())
                     group.create_task(work(token))
             except* _Lost:
                 lost = True
+            except* Superseded as group:
+                lost = superseded = True
+                log.warning(
+                    "kube.lease_superseded",
+                    lease=self._s.name,
+                    identity=self._s.identity,
+                    token=token,
+                    error=str(group.exceptions[0])[:300],
+                )
             finally:
                 self._token = None
             if current is not None:
@@ -146,12 +167,18 @@ class LeaderElector:
                     # cancellation of its parent; honour it here instead of campaigning again.
                     raise asyncio.CancelledError
             log.warning("kube.lease_lost", lease=self._s.name, identity=self._s.identity)
+            if superseded:
+                await self._give_up()  # campaign again at once, for a token above the newer one
 
     async def release(self) -> None:
         """Give the lease up (graceful shutdown) so another candidate takes over at once."""
         if self._token is None:
             return
         self._token = None
+        await self._give_up()
+
+    async def _give_up(self) -> None:
+        """Clear the holder if it is still this candidate (the term has ended already)."""
         try:
             lease = await self._get()
             if lease is None or lease["spec"].get("holderIdentity") != self._s.identity:
@@ -232,11 +259,12 @@ class LeaderElector:
         sent_at = self._clock()
         lease = await self._get()
         if lease is None:
+            token = await self._above_floor(0)
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": self._s.name, "namespace": self._s.namespace},
-                "spec": self._spec(0, ""),
+                "spec": self._spec(token, ""),
             }
             call = Call(
                 verb="create",
@@ -249,7 +277,7 @@ class LeaderElector:
                 await self._transport.request(call, "POST", path, body=body)
             except KubeConflict:
                 return None  # another candidate created it first
-            return self._won(0, sent_at)
+            return self._won(token, sent_at)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime")), lease["metadata"]["resourceVersion"])
@@ -258,13 +286,33 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self._s.lease_duration_s)
         if holder and self._clock() < self._observed_at + duration:
             return None  # held, and not yet expired by our clock
-        transitions = int(spec.get("leaseTransitions") or 0) + 1
+        transitions = await self._above_floor(int(spec.get("leaseTransitions") or 0) + 1)
         lease["spec"] = self._spec(transitions, "")
         try:
             await self._put(lease)
         except KubeConflict:
             return None
         return self._won(transitions, sent_at)
+
+    async def _above_floor(self, token: int) -> int:
+        """``token``, or one above the floor where the floor has reached it."""
+        if self._floor is None:
+            return token
+        try:
+            floor = await self._floor()
+        except SlonkdError as exc:  # no term without the floor: try again later
+            raise TransientError(f"lease {self._s.name}: token floor unreadable: {exc}") from exc
+        if floor < token:
+            return token
+        log.warning(
+            "kube.lease_token_raised",
+            lease=self._s.name,
+            identity=self._s.identity,
+            lease_token=token,
+            floor=floor,
+            detail="the state holds a token the Lease does not (the Lease was recreated?)",
+        )
+        return floor + 1
 
     async def _try_renew(self) -> bool:
         sent_at = self._clock()

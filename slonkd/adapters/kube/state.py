@@ -4,22 +4,30 @@ Reads and writes the :class:`~slonkd.core.coordinator_state.CoordinatorState` of
 ConfigMap. An update is a read-modify-write with the resourceVersion as precondition, retried
 on conflict; it is fenced: a writer whose token is older than the state's last writer gets a
 :class:`FencedError` and nothing is written, so an old leader that wakes up late cannot undo
-what the new one recorded.
+what the new one recorded. A :class:`FencedError` is a
+:class:`~slonkd.adapters.kube.lease.Superseded`: the elector ends the term and campaigns again
+above the newer token.
+
+A state that does not parse (:class:`~slonkd.core.coordinator_state.StateCorrupt`) is never
+overwritten by an update: only :meth:`StateStore.discard` replaces it, on an operator's word.
+Its last token is still read (:meth:`StateStore.last_token`), so fencing stays monotonic.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
+from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.coordinator_state import CoordinatorState, salvage_token
+from slonkd.core.errors import TransientError
 
 
-class FencedError(TerminalError):
+class FencedError(Superseded):
     """A newer leader has written the state: this writer must stop acting."""
 
 
@@ -50,6 +58,34 @@ class StateStore:
         """The stored state (the initial state if none was written yet)."""
         obj = await self._read()
         return CoordinatorState.from_data(obj.get("data") if obj else None)
+
+    async def last_token(self) -> int:
+        """The token of the state's last leader write, even from a corrupt state (-1: none)."""
+        obj = await self._read()
+        return salvage_token(obj.get("data") if obj else None)
+
+    async def discard(self, by: str) -> tuple[dict[str, str], CoordinatorState]:
+        """Replace the stored state, readable or not, by the initial state (an operator's word).
+
+        Only the last writer's token is kept. Returns the discarded data and the new state.
+        """
+        for _attempt in range(self._retries):
+            obj = await self._read()
+            old = dict((obj.get("data") if obj else None) or {})
+            new = CoordinatorState(
+                breaker_reason=f"state discarded by {by}", fencing_token=salvage_token(old)
+            )
+            if obj is None:
+                return old, await self._write(functools.partial(_replaced, new), None)
+            obj["data"] = new.to_data()
+            try:
+                await self._transport.request(
+                    self._call("update"), "PUT", f"{self._collection}/{self._name}", body=obj
+                )
+            except KubeConflict:
+                continue
+            return old, new
+        raise TransientError(f"state {self._name}: still conflicting after {self._retries} tries")
 
     async def update(
         self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
@@ -99,3 +135,7 @@ class StateStore:
                 continue
             return new
         raise TransientError(f"state {self._name}: still conflicting after {self._retries} tries")
+
+
+def _replaced(new: CoordinatorState, _old: CoordinatorState) -> CoordinatorState:
+    return new

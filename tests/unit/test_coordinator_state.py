@@ -1,0 +1,144 @@
+"""The state ConfigMap's parser: whatever a hand edit or a corruption left, only StateCorrupt."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slonkd.core.coordinator_state import (
+    Attempts,
+    CoordinatorState,
+    StateCorrupt,
+    salvage_token,
+)
+from slonkd.core.errors import ParseError
+
+KEYS = (
+    "schema",
+    "nodesOut",
+    "breakerOpen",
+    "breakerReason",
+    "breakerOpenedAt",
+    "remediation",
+    "remediationAttempts",
+    "handled",
+    "paused",
+    "pausedBy",
+    "pausedReason",
+    "pausedAt",
+    "fencingToken",
+)
+
+GOOD = CoordinatorState(
+    nodes_out=frozenset({"w-1"}),
+    breaker_open=True,
+    breaker_reason="mass",
+    breaker_opened_at=12.5,
+    remediation={"k-1": Attempts(attempts=2, last_at=3.0)},
+    handled={"w-1": "fp"},
+    paused=True,
+    paused_by="alice",
+    paused_reason="fw",
+    paused_at=4.0,
+    fencing_token=7,
+).to_data()
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+"""Any JSON value, NaN and infinities included (json.dumps writes them, json.loads reads them)."""
+
+numbers_as_text = st.sampled_from(
+    ["1e400", "-1e400", "nan", "NaN", "inf", "-Infinity", "1_0", " 3 ", "0x10", "", "9" * 5000]
+)
+field_text = st.one_of(
+    json_values.map(json.dumps),
+    numbers_as_text,
+    st.text(max_size=30),
+    st.sampled_from(["[" * 5000, '{"a":' * 3000, "true", "false", "True", "{}", "[]"]),
+)
+
+
+def _parse_or_corrupt(data: Any) -> CoordinatorState | None:
+    """Parse; the only error allowed is StateCorrupt (a ParseError). A parse must round-trip."""
+    try:
+        state = CoordinatorState.from_data(data)
+    except StateCorrupt:
+        return None
+    assert CoordinatorState.from_data(state.to_data()) == state  # no NaN, no half-read values
+    for value in (state.breaker_opened_at, state.paused_at):
+        assert math.isfinite(value)
+    for attempts in state.remediation.values():
+        assert math.isfinite(attempts.last_at)
+        assert attempts.attempts >= 0
+    return state
+
+
+@settings(max_examples=400)
+@given(edits=st.dictionaries(st.sampled_from(KEYS), field_text, max_size=6))
+def test_any_edit_of_a_good_state_parses_or_raises_state_corrupt(edits: dict[str, str]) -> None:
+    """A good state with any fields replaced by any text: a sane state or StateCorrupt."""
+    _parse_or_corrupt({**GOOD, **edits})
+
+
+@settings(max_examples=300)
+@given(
+    data=st.dictionaries(
+        st.one_of(st.sampled_from(KEYS), st.text(max_size=8)),
+        st.one_of(field_text, st.integers(), st.none(), st.lists(st.text(), max_size=2)),
+        max_size=8,
+    )
+)
+def test_any_mapping_parses_or_raises_state_corrupt(data: dict[str, Any]) -> None:
+    """Any mapping at all (values not even strings): a sane state or StateCorrupt."""
+    _parse_or_corrupt(data)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"remediation": '{"n1": {}}'},
+        {"remediation": '{"n1": {"attempts": 1e400, "lastAt": 0}}'},
+        {"remediation": '{"n1": {"attempts": 1, "lastAt": NaN}}'},
+        {"remediation": '{"n1": {"attempts": -1, "lastAt": 0}}'},
+        {"remediation": '{"n1": {"attempts": true, "lastAt": 0}}'},
+        {"remediation": '{"n1": 3}'},
+        {"remediation": "[" * 5000},
+        {"breakerOpenedAt": "1e400"},
+        {"pausedAt": "nan"},
+        {"fencingToken": "1e400"},
+        {"nodesOut": '[{"a": 1}]'},
+        {"handled": '{"w-1": [1]}'},
+        {"breakerOpen": "yes"},
+        {"paused": "True"},
+        {"schema": "1", "remediation": "", "remediationAttempts": '{"k": 1e400}'},
+    ],
+)
+def test_known_corruptions_are_state_corrupt(edit: dict[str, str]) -> None:
+    """The corruptions seen in the review (and their kin) are a typed StateCorrupt, a ParseError."""
+    with pytest.raises(StateCorrupt) as caught:
+        CoordinatorState.from_data({**GOOD, **edit})
+    assert isinstance(caught.value, ParseError)
+
+
+def test_the_token_is_salvaged_from_a_corrupt_state() -> None:
+    """The last writer's token is still read when the rest is broken (fencing stays monotonic)."""
+    assert salvage_token({**GOOD, "remediation": '{"n1": {}}'}) == 7
+    assert salvage_token({**GOOD, "fencingToken": "1e400"}) == -1
+    assert salvage_token({"fencingToken": "x"}) == -1
+    assert salvage_token(None) == -1
+    assert salvage_token({}) == -1
+    assert salvage_token({"fencingToken": "12"}) == 12
