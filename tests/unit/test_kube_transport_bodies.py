@@ -1,4 +1,4 @@
-"""The transport against a real HTTP server on loopback that answers 2xx with bodies that are not JSON.
+"""The transport against a real loopback HTTP server that answers 2xx with bodies not JSON.
 
 The server is aiohttp's, on a real socket; the unit under test is
 :class:`~slonkd.adapters.kube.transport.KubeTransport` (and the informer above it): a body
@@ -98,9 +98,13 @@ async def test_a_watch_line_that_is_not_json_ends_the_stream_with_a_transient_er
     transport = KubeTransport(ApiEndpoint(server=url), timeout_s=5)
     seen: list[dict[str, Any]] = []
     try:
-        with pytest.raises(KubeUnavailable, match="watch pods") as caught:
+
+        async def drain() -> None:
             async for line in transport.stream(WATCH_PODS, PODS, query={}, idle_timeout_s=5):
                 seen.append(line)
+
+        with pytest.raises(KubeUnavailable, match="watch pods") as caught:
+            await drain()
         assert isinstance(caught.value, TransientError)
         assert [line["type"] for line in seen] == ["BOOKMARK"]
     finally:
@@ -117,8 +121,11 @@ def _pod(name: str, rv: str) -> dict[str, Any]:
 
 
 async def test_an_informer_survives_a_garbled_watch_line_and_resumes() -> None:
-    """A garbled watch line does not end the informer: it reconnects from the last good
-    resourceVersion and the event it missed arrives on the next watch."""
+    """A garbled watch line does not end the informer, which resumes.
+
+    It reconnects from the last good resourceVersion and the event it missed arrives on the
+    next watch.
+    """
     watches: list[str] = []
     finished = asyncio.Event()
 

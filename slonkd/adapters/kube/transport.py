@@ -234,8 +234,11 @@ class KubeTransport:
 
 
 def _decode(raw: bytes, call: Call, *, what: str) -> dict[str, Any]:
-    """A JSON object from the apiserver; a garbled answer (a proxy's HTML page, a cut-off
-    line) is a :class:`KubeUnavailable`, worth retrying, never an uncaught ``json`` error."""
+    """A JSON object from the apiserver.
+
+    A garbled answer (a proxy's HTML page, a cut-off line) is a :class:`KubeUnavailable`,
+    worth retrying, never an uncaught ``json`` error.
+    """
     try:
         decoded = json.loads(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
