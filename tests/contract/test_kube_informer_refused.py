@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from slonkd.adapters.kube.informer import Informer, InformerSettings
+from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.sources import pod_source
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.runtime.agent import informers_ready
@@ -102,6 +103,49 @@ async def test_an_informer_refused_by_rbac_keeps_running_says_so_once_and_recove
         refused = next(e for e in logs if e["event"] == "kube.informer_refused")
         assert refused["log_level"] == "error"
         assert "403" in refused["error"]
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        await transport.close()
+
+
+async def test_an_informer_whose_token_is_rejected_waits_for_a_good_one(
+    kube: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A rejected token (401) leaves the informer running; a fresh one brings it back.
+
+    The token stops working when its ServiceAccount is deleted: the informer stays running
+    and refused. A fresh token in the token file (as the kubelet rotates it) brings it back
+    without a restart.
+    """
+    await (await _reader(kube, namespace, tmp_path)).close()  # SA, Role and binding
+    token_file = tmp_path / "token"
+    token_file.write_text(kube.create_token(namespace, "reader"))
+    endpoint = ApiEndpoint(
+        server=kube.server, ca_file=str(kube.ca_file), token_file=str(token_file)
+    )
+    transport = KubeTransport(endpoint, token_refresh_s=0.2)
+    informer = Informer(transport, pod_source(namespace, label_selector="app=w"), QUICK)
+    task = asyncio.create_task(informer.run())
+    try:
+        with structlog.testing.capture_logs() as logs:
+            async with asyncio.timeout(30):
+                await informer.synced.wait()
+            kube.api.request("DELETE", f"/api/v1/namespaces/{namespace}/serviceaccounts/reader")
+            await until("a refused attempt", lambda: informer.stats.reconnects > 0 or task.done())
+            assert not task.done(), task.exception()
+            assert "401" in str(informer.refused)
+            kube.api.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"metadata": {"name": "reader"}},
+            )
+            token_file.write_text(kube.create_token(namespace, "reader"))
+            await until("recovered", lambda: informer.refused is None)
+        events = [e["event"] for e in logs]
+        assert events.count("kube.informer_refused") == 1, events
+        assert events.count("kube.informer_recovered") == 1, events
     finally:
         task.cancel()
         with suppress(asyncio.CancelledError):
