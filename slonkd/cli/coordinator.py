@@ -52,6 +52,8 @@ _NUMBERS = {
     "state_poll_s",
     "remediation_cooldown_s",
     "max_reads_per_s",
+    "audit_max_bytes",
+    "audit_keep",
 }
 _WHOLE = {"max_out", "suspect_min_nodes", "api_port"}
 _STRINGS = {

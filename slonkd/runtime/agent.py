@@ -10,8 +10,9 @@ or a stale event converges without a duplicate action, and a drain someone else 
 never touched. One root TaskGroup owns every task; SIGTERM/SIGINT stop it with a deadline.
 
 It serves /healthz, /readyz and /metrics (:mod:`slonkd.runtime.http_server`) on
-``metrics_address:metrics_port``; ready means both informers synced and the reconcile loop
-runs, never anything about slurmctld or MQTT (one outage must not unready every pod).
+``metrics_address:metrics_port``; ready means both informers synced, neither refused by the
+apiserver now (a revoked RoleBinding, a rejected token), and the reconcile loop runs, never
+anything about slurmctld or MQTT (one outage must not unready every pod).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -29,7 +31,7 @@ from slonkd.adapters.bus.bootstrap import BootstrapSettings
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
-from slonkd.adapters.kube.informer import CacheEvent
+from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.kubeconfig import KubeConfigError
 from slonkd.adapters.kube.sources import agent_informers
 from slonkd.adapters.kube.transport import KubeTransport
@@ -139,6 +141,17 @@ def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, 
     return keyed, ""
 
 
+def informers_ready(*informers: tuple[str, Informer[Any]]) -> tuple[bool, str]:
+    """Readiness of named informers: all synced and none refused by the apiserver now."""
+    waiting = [what for what, informer in informers if not informer.synced.is_set()]
+    if waiting:
+        return False, f"not synced yet: {' and '.join(waiting)} informer"
+    refused = [f"{what} informer refused: {i.refused}" for what, i in informers if i.refused]
+    if refused:
+        return False, "; ".join(refused)[:500]
+    return True, "ready"
+
+
 class Agent:
     """One agent: informers, a work queue with one key (its SLURM node), a reconciler."""
 
@@ -192,14 +205,13 @@ class Agent:
             )
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready once both informers synced while the reconcile loop runs (no remote call)."""
+        """Ready: both informers synced, none refused (401/403), the reconcile loop runs.
+
+        No remote call.
+        """
         if self._worker is None or self._worker.done():
             return False, "reconcile loop not running"
-        informers = (("node", self.nodes.synced), ("pod", self.pods.synced))
-        waiting = [what for what, synced in informers if not synced.is_set()]
-        if waiting:
-            return False, f"not synced yet: {' and '.join(waiting)} informer"
-        return True, "ready"
+        return informers_ready(("node", self.nodes), ("pod", self.pods))
 
     async def _recheck(self, _command: Command) -> None:
         await run_checks_now(self.health, self.publish_status)

@@ -82,7 +82,9 @@ from slonkd.core.messages import (
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
-from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.audit import KEEP as AUDIT_KEEP
+from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
+from slonkd.runtime.audit import AuditLog, DryRunSeen, check_rotation
 from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.credentials import (
@@ -139,6 +141,10 @@ class CoordinatorSettings:
     """The ConfigMap holding breaker, pause and remediation history."""
     audit_path: str = ""
     """JSON-lines audit log of every action ("" : the structured log only)."""
+    audit_max_bytes: int = AUDIT_MAX_BYTES
+    """The audit log is rotated at this size ..."""
+    audit_keep: int = AUDIT_KEEP
+    """... keeping this many old files (``<audit_path>.1`` is the newest)."""
     dry_run: bool = False
     """Decide and log the plans, write nothing."""
     api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
@@ -178,6 +184,7 @@ class CoordinatorSettings:
             raise ValueError("suspect_min_nodes must be at least 1")
         if not 0 < self.suspect_fraction <= 1:
             raise ValueError("suspect_fraction must be a fraction in (0, 1]")
+        check_rotation(self.audit_max_bytes, self.audit_keep)
 
     cluster: str = "lab"
     bus: BusSettings | None = None
@@ -300,7 +307,13 @@ class Coordinator:
         self.budget = BudgetPolicy(
             max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
         )
-        self.audit = AuditLog(Path(s.audit_path) if s.audit_path else None, identity=s.identity)
+        self.audit = AuditLog(
+            Path(s.audit_path) if s.audit_path else None,
+            identity=s.identity,
+            max_bytes=s.audit_max_bytes,
+            keep=s.audit_keep,
+        )
+        self.dry_run_seen = DryRunSeen()
         self.snapshot: Snapshot | None = None
         self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
         self.watch = (
@@ -720,6 +733,8 @@ class Coordinator:
 
     async def _open_breaker(self, why: str, token: int) -> None:
         """Open the breaker: persisted, logged, an Event; only a human closes it."""
+        if self.s.dry_run and not self.dry_run_seen.is_new("*", ("open-breaker",), why):
+            return  # a dry run never persists it: said once per reason, not every pass
         log.error("budget.breaker_opened", reason=why, owner="coordinator", fencing_token=token)
         self.audit.record(
             action="open-breaker",
@@ -748,10 +763,14 @@ class Coordinator:
     async def _apply_slurm(
         self, kind: Kind, cause: Cause, names: list[str], token: int, before: dict[str, str]
     ) -> None:
-        if self.s.dry_run:
-            for name in names:
+        if self.s.dry_run:  # audited (and logged at info) when new for the node
+            planned = (kind.value, str(cause))
+            new = [n for n in names if self.dry_run_seen.is_new(n, planned, before.get(n))]
+            for name in new:
                 self._audit(kind.value, name, cause, token, "dry-run", before.get(name))
-            log.info("coordinator.dry_run", action=kind.value, cause=str(cause), nodes=names)
+            (log.info if new else log.debug)(
+                "coordinator.dry_run", action=kind.value, cause=str(cause), nodes=names
+            )
             return
         result: UpdateResult
         if kind is Kind.DRAIN:
@@ -816,18 +835,21 @@ class Coordinator:
             return
         cause = str(action.cause)
         before = _kube_text(kube)
-        if self.s.dry_run:
-            self._audit(
-                action.kind.value,
-                view.node,
-                action.cause,
-                token,
-                "dry-run",
-                before,
-                kube_node=kube.name,
-                key=action.key,
-            )
-            log.info(
+        if self.s.dry_run:  # audited (and logged at info) when new for the node
+            planned = (action.kind.value, cause, action.key, kube.name)
+            new = self.dry_run_seen.is_new(view.node, planned, before)
+            if new:
+                self._audit(
+                    action.kind.value,
+                    view.node,
+                    action.cause,
+                    token,
+                    "dry-run",
+                    before,
+                    kube_node=kube.name,
+                    key=action.key,
+                )
+            (log.info if new else log.debug)(
                 "coordinator.dry_run",
                 action=action.kind.value,
                 node=view.node,

@@ -405,7 +405,11 @@ def test_pause_stops_automated_actions_until_unpause(fleet: Fleet) -> None:
 
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "dry_run": True}])
 def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
-    """With dry_run the plans go to the audit log and SLURM and Kubernetes stay as they are."""
+    """With dry_run the plans go to the audit log and SLURM and Kubernetes stay as they are.
+
+    The same plan decided again on later passes is not audited again: each would-be action
+    of a node in an unchanged state is one record, however many passes ran.
+    """
     fleet.fail(["w-6"])
     for n in fleet.kube_nodes[:2]:
         fleet.kube.kubectl("cordon", n)
@@ -424,6 +428,19 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
     assert fleet.cordoned() == set(fleet.kube_nodes[:2])  # the admin's, nothing of slonkd's
     assert all(fleet.reasons()[p] == "none" for p in affected)
     assert fleet.reasons()["w-6"] == "Kill task failed"
+
+    def passes() -> int:
+        return sum(1 for e in fleet.events() if e.get("event") == "coordinator.pass")
+
+    seen = passes()
+    wait_for("three more passes", lambda: passes() >= seen + 3, timeout_s=30)
+    records = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    plans = [
+        (r["node"], r["action"], r["cause"], r.get("key"), r.get("kube_node"), r["before"])
+        for r in records
+    ]
+    repeated = {plan for plan in plans if plans.count(plan) > 1}
+    assert not repeated, f"{len(plans)} records, audited again: {sorted(map(str, repeated))[:5]}"
 
 
 def _audited(fleet: Fleet, action: str) -> list[str]:

@@ -601,7 +601,8 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
         helm,
         set_json=(
             'coordinator={"apiPort":9000,"budget":{"maxOut":4,"maxOutPercent":25,'
-            '"massPercent":30},"dryRun":true,"audit":{"existingClaim":"audit-rwx"}}',
+            '"massPercent":30},"dryRun":true,'
+            '"audit":{"existingClaim":"audit-rwx","maxBytes":1048576,"keep":5}}',
         ),
     )
     deploy = one(objs, "Deployment", "rel-coordinator")
@@ -654,6 +655,7 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     mounts = {m["name"]: m for m in coord["volumeMounts"]}
     assert Path(s.audit_path).parent == Path(mounts["audit"]["mountPath"])
     assert mounts["audit"]["subPathExpr"] == "$(POD_NAME)"
+    assert (s.audit_max_bytes, s.audit_keep) == (1048576, 5)  # rotated, not grown forever
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["audit"]["persistentVolumeClaim"] == {"claimName": "audit-rwx"}
     default = one(render(helm), "Deployment", "rel-coordinator")["spec"]["template"]["spec"]

@@ -4,7 +4,8 @@ Every call of the adapter is described by a :class:`Call` (verb, group, resource
 subresource, namespace) so that a 403 can name the RBAC rule that is missing. Status codes map
 as the rest of slonkd expects: 409 is a conflict to retry the read-modify-write on, 404 is
 "not there" (callers decide whether that means "already done"), 410 means the watch or list
-position expired (relist), 403 and 4xx validation errors are terminal, 429/5xx and broken
+position expired (relist), 401, 403 and 4xx validation errors are
+terminal (an informer waits for RBAC or credentials to come back instead), 429/5xx and broken
 connections are transient. This module does no I/O.
 """
 
@@ -57,6 +58,10 @@ class KubeForbidden(TerminalError):
     """403: the ServiceAccount lacks an RBAC rule; the message names it."""
 
 
+class KubeUnauthorized(TerminalError):
+    """401: the credentials were rejected (an expired or revoked token)."""
+
+
 class KubeInvalid(TerminalError):
     """400/422 and other 4xx: the request is wrong and retrying cannot fix it."""
 
@@ -96,7 +101,7 @@ def error_for_status(status: int, body: Any, call: Call) -> SlonkdError:
     if status == 403:
         return KubeForbidden(f"{text}; missing RBAC rule: {call.rule}")
     if status == 401:
-        return TerminalError(f"{text}; the credentials were rejected")
+        return KubeUnauthorized(f"{text}; the credentials were rejected")
     if status == 429:
         return KubeTooManyRequests(text)
     if status >= 500:

@@ -4,8 +4,10 @@ An Event that repeats (same object, type, reason and message) within the de-dupl
 window is not created again: the existing Event's ``count`` and ``lastTimestamp`` are
 patched instead. Each involved object has a token bucket (a burst, then one Event per refill
 period) so a flapping node cannot flood the apiserver; Events over the limit are DROPPED and
-counted. Node Events go to a configured namespace ("default", where ``kubectl describe
-node`` looks), Pod Events to the pod's namespace.
+counted. The buckets are bounded: a full bucket (idle long enough to refill) is dropped, as
+a new one would be the same; past ``max_buckets`` the fullest are forgotten too. Node Events
+go to a configured namespace ("default", where ``kubectl describe node`` looks), Pod Events to
+the pod's namespace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ class EventSettings:
     refill_s: float = 300.0
     dedupe_window_s: float = 600.0
     node_event_namespace: str = "default"
+    max_buckets: int = 10_000
+    """Objects whose rate-limit buckets are kept; past it, idle ones are forgotten."""
+
+    def __post_init__(self) -> None:
+        if self.burst < 1 or self.max_buckets < 1:
+            raise ValueError("burst and max_buckets must be at least 1")
+        if self.refill_s <= 0 or self.dedupe_window_s < 0:
+            raise ValueError("refill_s must be positive and dedupe_window_s not negative")
 
 
 @dataclass(slots=True)
@@ -65,9 +75,30 @@ class EventRecorder:
         self._seen: dict[tuple[str, str, str, str], _Seen] = {}
         self.dropped = 0
 
+    @property
+    def tracked_objects(self) -> int:
+        """Objects with a rate-limit bucket now (bounded by ``max_buckets``)."""
+        return len(self._buckets)
+
+    def _prune(self, now: float) -> None:
+        """Drop full buckets; past 3/4 of the bound still, the fullest go first."""
+        s = self._settings
+
+        def tokens(bucket: _Bucket) -> float:
+            return bucket.tokens + (now - bucket.stamp) / s.refill_s
+
+        kept = {k: b for k, b in self._buckets.items() if tokens(b) < s.burst}
+        keep = s.max_buckets * 3 // 4
+        if len(kept) > keep:  # many objects busy at once: forget the least limited
+            ranked = sorted(kept.items(), key=lambda kv: tokens(kv[1]))
+            kept = dict(ranked[:keep])
+        self._buckets = kept
+
     def _take_token(self, key: str) -> bool:
         now = self._clock()
         s = self._settings
+        if key not in self._buckets and len(self._buckets) >= s.max_buckets:
+            self._prune(now)
         bucket = self._buckets.setdefault(key, _Bucket(tokens=float(s.burst), stamp=now))
         bucket.tokens = min(float(s.burst), bucket.tokens + (now - bucket.stamp) / s.refill_s)
         bucket.stamp = now

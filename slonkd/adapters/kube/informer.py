@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from slonkd.adapters.kube.errors import Call, KubeGone
+from slonkd.adapters.kube.errors import Call, KubeForbidden, KubeGone, KubeUnauthorized
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 
@@ -112,6 +112,8 @@ class Informer(Generic[T]):
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.stats = InformerStats()
+        self.refused: str | None = None
+        """While the apiserver refuses this informer (401, 403): its last answer (readiness)."""
 
     # -- reading the cache -----------------------------------------------------------------
 
@@ -137,32 +139,57 @@ class Informer(Generic[T]):
 
         Run again after a cancellation, an informer that has synced resumes its watch from
         the last resourceVersion it saw (and relists only if the server answers 410).
+        A 401 or 403 (a revoked RoleBinding, a rejected token) does not end it: it keeps
+        trying with capped backoff, sets ``refused`` and logs ``kube.informer_refused`` once,
+        then ``kube.informer_recovered`` once a list succeeds again.
         """
         must_list = not self.synced.is_set()
         consistent = not self._settings.from_watch_cache
         attempt = 0
+
+        def backoff() -> float:
+            nonlocal attempt
+            delay: float = min(
+                self._settings.backoff_max_s,
+                self._settings.backoff_initial_s * (2**attempt),
+            )
+            attempt = min(attempt + 1, 16)
+            return delay * random.uniform(0.5, 1.0)  # noqa: S311 (jitter, not cryptography)
+
         while True:
             try:
                 if must_list:
                     await self._relist(consistent=consistent)
                     must_list = False
                     consistent = True
+                    if self.refused is not None:
+                        self.refused = None
+                        log.info("kube.informer_recovered", path=self._source.path)
                 await self._watch()
                 attempt = 0
             except KubeGone as exc:
                 self.stats.gone += 1
                 log.info("kube.watch_expired", path=self._source.path, error=str(exc))
                 must_list = True
+            except (KubeForbidden, KubeUnauthorized) as exc:
+                # RBAC or credentials: an operator or a token rotation fixes it, a restart
+                # does not; the cache stays as it was, readiness says why
+                self.stats.reconnects += 1
+                if self.refused is None:
+                    log.error(
+                        "kube.informer_refused",
+                        path=self._source.path,
+                        error=str(exc),
+                        retry_max_s=self._settings.backoff_max_s,
+                    )
+                self.refused = str(exc)
+                must_list = True  # what changed while refused is found by a list
+                await asyncio.sleep(backoff())
             except TerminalError:
                 raise
             except TransientError as exc:
                 self.stats.reconnects += 1
-                delay = min(
-                    self._settings.backoff_max_s,
-                    self._settings.backoff_initial_s * (2**attempt),
-                )
-                delay *= random.uniform(0.5, 1.0)  # noqa: S311 (jitter, not cryptography)
-                attempt = min(attempt + 1, 16)
+                delay = backoff()
                 log.warning(
                     "kube.watch_reconnecting",
                     path=self._source.path,

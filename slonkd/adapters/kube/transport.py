@@ -24,7 +24,12 @@ from typing import Any
 
 import aiohttp
 
-from slonkd.adapters.kube.errors import Call, error_for_exception, error_for_status
+from slonkd.adapters.kube.errors import (
+    Call,
+    KubeUnavailable,
+    error_for_exception,
+    error_for_status,
+)
 from slonkd.adapters.kube.exec_auth import ExecAuth, ExecCredential
 from slonkd.adapters.kube.kubeconfig import (
     TOKEN_REFRESH_S,
@@ -186,8 +191,7 @@ class KubeTransport:
             raise error_for_exception(exc, call) from exc
         if not 200 <= response.status < 300:
             raise error_for_status(response.status, raw, call)
-        decoded: dict[str, Any] = json.loads(raw) if raw else {}
-        return decoded
+        return _decode(raw, call, what=f"HTTP {response.status} body") if raw else {}
 
     async def stream(
         self,
@@ -224,6 +228,22 @@ class KubeTransport:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line.strip():
-                            yield json.loads(line)
+                            yield _decode(line, call, what="watch line")
             except (aiohttp.ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
                 raise error_for_exception(exc, call) from exc
+
+
+def _decode(raw: bytes, call: Call, *, what: str) -> dict[str, Any]:
+    """A JSON object from the apiserver.
+
+    A garbled answer (a proxy's HTML page, a cut-off line) is a :class:`KubeUnavailable`,
+    worth retrying, never an uncaught ``json`` error.
+    """
+    try:
+        decoded = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        snippet = raw[:80].decode(errors="replace")
+        raise KubeUnavailable(f"{call}: {what} is not JSON: {snippet!r}") from exc
+    if not isinstance(decoded, dict):
+        raise KubeUnavailable(f"{call}: {what} is not a JSON object: {type(decoded).__name__}")
+    return decoded

@@ -206,6 +206,8 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "state_name" (include "slonk.coordinatorState" .)
   "api_port" (int $c.apiPort)
   "audit_path" "/var/lib/slonkd/audit/audit.jsonl"
+  "audit_max_bytes" (int64 $c.audit.maxBytes)
+  "audit_keep" (int $c.audit.keep)
   "max_out" (int $c.budget.maxOut)
   "max_out_percent" $c.budget.maxOutPercent
   "mass_percent" $c.budget.massPercent
