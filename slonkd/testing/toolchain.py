@@ -1,10 +1,11 @@
 """Build (or find in the cache) the Go-built binaries of the Kubernetes harness.
 
 kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm are
-built from Go modules through the Go module proxy, with the recipe measured in
-shared/REAL_SERVICES.md. Each tool lands in ``$HOME/.cache/slonkd/tools/<tool>-<version>/``
-(override with ``SLONKD_TOOLS_CACHE``), so a warm start builds nothing. A cold build takes
-about 13 minutes on 2 cores and prints every step with its duration.
+built from Go modules through the Go module proxy, with the recipe described in
+docs/architecture.md ("The test harness"). Each tool lands in
+``$HOME/.cache/slonkd/tools/<tool>-<version>/`` (override with ``SLONKD_TOOLS_CACHE``), so a
+warm start builds nothing. A cold build takes about 13 minutes on 2 cores and prints every
+step with its duration.
 
 This module only builds; starting the services is ``slonkd.testing.kube``'s job.
 
