@@ -4,7 +4,7 @@ A :class:`NodeView` is a frozen snapshot of everything slonkd knows about one no
 worker pod, the Kubernetes node it runs on, the SLURM node, health verdicts, the operator's
 hold and pause, and remediation history. :func:`decide` returns the actions that make SLURM
 and Kubernetes agree, each with its cause, its writer (agent or coordinator, per the table
-in ARCHITECTURE.md) and whether it counts against the disruption budget. Callers execute
+in docs/architecture.md) and whether it counts against the disruption budget. Callers execute
 only the actions of their own writer; the adapters re-check ownership right before writing
 (compare-and-set), so a stale view can at worst do nothing.
 
@@ -53,7 +53,7 @@ MANUAL_TAINT = "slonk.dev/manual-repair"
 REASON_CLOCK_SLACK_S = 2.0
 """SLURM stamps reasons to the second: comparisons with observed times allow this much."""
 
-# Causes each writer owns (ARCHITECTURE.md "Who writes what").
+# Causes each writer owns (docs/architecture.md, "Who writes what").
 AGENT_CAUSES = frozenset({"pod-terminating"})
 
 

@@ -70,8 +70,8 @@ SLURM_REASON_PREFIXES = (
     "launch failed requeued held",
 )
 
-# Priority ladder of ARCHITECTURE.md for slonkd's own causes (lower wins). Rungs 1 (foreign)
-# and 6 (healthy) are not causes slonkd holds a node for.
+# Priority ladder of docs/architecture.md for slonkd's own causes (lower wins). Rungs 1
+# (foreign) and 6 (healthy) are not causes slonkd holds a node for.
 # A rollout replaces a pod on purpose: pod lifecycle (rung 5), released by the rollout itself.
 _PRIORITY_BY_PREFIX = (
     ("slurm-", 2),

@@ -2,7 +2,7 @@
 
 Given a node as just read from slurmctld, decide whether slonkd may hold it (drain, down,
 fail) or release it (resume, undrain) for one cause, and what exactly to write. The rules
-of ARCHITECTURE.md live here:
+of docs/architecture.md ("Ownership") live here:
 
 - a node drained, down or failed under a reason that is not slonkd's is left alone (a new
   reason would replace the operator's and steal the node);

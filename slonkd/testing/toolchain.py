@@ -2,7 +2,7 @@
 
 kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and the
 real node's kubelet and CoreDNS are built from Go modules through the Go module proxy, with the
-recipe measured in shared/REAL_SERVICES.md. Each tool lands in
+recipe described in docs/architecture.md ("The test harness"). Each tool lands in
 ``$HOME/.cache/slonkd/tools/<tool>-<version>/`` (override with ``SLONKD_TOOLS_CACHE``), so a
 warm start builds nothing. A cold build takes about 13 minutes on 2 cores (plus the kubelet's
 and CoreDNS's, see :func:`ensure_node_tools`) and prints every step with its duration.

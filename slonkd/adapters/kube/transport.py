@@ -8,7 +8,7 @@ owns one aiohttp session (connection pool, TLS context) and decodes bodies with 
 No client library is used for requests: kubernetes_asyncio's client alone costs about 60 MB
 of RSS per agent (only an exec plugin's kubeconfig imports it, for its ExecProvider), and
 model objects are never wanted anyway (turning 5,000 nodes into ``V1Node`` objects takes
-11.9 s where raw JSON takes about 1.8 s; see shared/REAL_SERVICES.md).
+11.9 s where raw JSON takes about 1.8 s; see docs/architecture.md, "The Kubernetes adapter").
 
 Errors leave this module as slonkd errors (:mod:`slonkd.adapters.kube.errors`). Every write
 carries ``fieldManager`` so that managedFields tells slonkd's writes from everyone else's.
