@@ -163,6 +163,9 @@ async def _run(kube: KubeCluster, broker: Mosquitto, tmp: Path) -> dict[str, flo
                 admin_user=broker.admin_user,
                 admin_password=broker.admin_password,
                 audiences=(AUDIENCE,),
+                # every bench pod comes from 127.0.0.1 (in a cluster each has its own IP)
+                source_burst=4 * PODS,
+                global_burst=4 * PODS,
             ),
             transport=transport,
             admin=admin,

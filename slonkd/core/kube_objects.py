@@ -222,3 +222,5 @@ class TokenIdentity:
     pod_name: PodName | None = None
     pod_uid: str = ""
     error: str = ""
+    audiences: tuple[str, ...] = ()
+    """``status.audiences``: what the authenticator says the token is valid for."""

@@ -20,6 +20,13 @@ from slonkd.runtime.metrics import Metrics
 
 StatusSource = Callable[[], Mapping[str, Any] | None]
 
+MAX_BODY_BYTES = 64 * 1024
+"""Largest request body any handler may read (none needs more)."""
+MAX_HEADER_FIELD_BYTES = 8190
+"""Longest header line; a bound token is 1-2 KB (longer ones get 400 from aiohttp)."""
+MAX_HEADERS = 64
+"""Most header lines in one request."""
+
 
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
@@ -44,7 +51,7 @@ class CoordinatorAPI:
 
     def app(self) -> web.Application:
         """The aiohttp application."""
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
@@ -58,7 +65,13 @@ class CoordinatorAPI:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on ``host:port`` (port 0: any free port, see :attr:`port`)."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            max_line_size=MAX_HEADER_FIELD_BYTES,
+            max_field_size=MAX_HEADER_FIELD_BYTES,
+            max_headers=MAX_HEADERS,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -66,9 +79,11 @@ class CoordinatorAPI:
         self.port = int(addresses[0][1]) if addresses else port
 
     async def stop(self) -> None:
-        """Stop listening."""
+        """Stop listening (and log the credentials' pending refusal summary)."""
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.credentials is not None:
+            self.credentials.close()
 
     # -- handlers ----------------------------------------------------------------------------
 

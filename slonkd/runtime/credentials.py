@@ -11,6 +11,15 @@ new one and the old one stops working. Everything else is refused (401: no or in
 token; 403: a valid token that is not a worker pod's; 429: too many requests from one pod)
 with a logged reason. Neither the token nor the password is ever logged.
 
+Before any TokenReview, a request must pass two token buckets (429 with Retry-After
+otherwise, see :mod:`slonkd.core.rate_limit`): one per source address, taken by every
+request (each agent has its own pod IP, so one noisy client spends only its own allowance),
+and one for the whole replica, taken by those about to be reviewed (it caps what the
+apiserver is asked). The endpoint takes no body: one with more than ``max_body_bytes`` (or
+of unknown length) is refused with 413 unread. Refusals are logged through
+:class:`~slonkd.runtime.refusal_log.RefusalLog`: the first in full, the rest of a burst as
+one summary line per interval.
+
 Any replica may serve it (standbys too): TokenReview and dynsec are idempotent and hold no
 leader state. It must not decide anything about SLURM or Kubernetes.
 """
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 import secrets
 import time
@@ -35,6 +45,8 @@ from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import ParseError, SlonkdError, TransientError
 from slonkd.core.messages import check_name
+from slonkd.core.rate_limit import SourceLimiter
+from slonkd.runtime.refusal_log import RefusalLog
 
 log = structlog.get_logger("slonkd.credentials")
 
@@ -59,13 +71,36 @@ class CredentialSettings:
     """Most issues for one pod within ``per_pod_window_s`` ..."""
     per_pod_window_s: float = 60.0
     max_concurrent_reviews: int = 8
-    """Concurrent TokenReviews (a flood of garbage waits here, not on the apiserver)."""
+    """Concurrent TokenReviews (what passed the limits waits here, not on the apiserver)."""
+    source_rate: float = 0.5
+    """Requests per second one source address may make after its burst ..."""
+    source_burst: int = 10
+    """... and at once (an agent asks once per start or rotation)."""
+    global_rate: float = 20.0
+    """TokenReviews per second this replica asks for after its burst ..."""
+    global_burst: int = 50
+    """... and at once (a rollout restarting many workers)."""
+    max_sources: int = 10_000
+    """Source addresses whose buckets are remembered (least recently used forgotten)."""
+    max_body_bytes: int = 1024
+    """Largest request body accepted (the agent sends none)."""
+    refusal_log_interval_s: float = 60.0
+    """After the first refusal is logged, one summary line per this many seconds."""
 
     def __post_init__(self) -> None:
         if self.per_pod_limit < 1 or self.per_pod_window_s <= 0:
             raise ValueError("per_pod_limit must be >= 1 and per_pod_window_s positive")
         if self.max_concurrent_reviews < 1:
             raise ValueError("max_concurrent_reviews must be >= 1")
+        for key in ("source_rate", "global_rate", "refusal_log_interval_s"):
+            value = getattr(self, key)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{key} must be a positive number, not {value!r}")
+        for key in ("source_burst", "global_burst", "max_sources"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+                raise ValueError(f"{key} must be an integer >= 1, not {getattr(self, key)!r}")
+        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 0:
+            raise ValueError(f"max_body_bytes must be an integer >= 0, not {self.max_body_bytes!r}")
 
 
 class _Refused(Exception):
@@ -76,6 +111,14 @@ class _Refused(Exception):
         self.status = status
         self.reason = reason
         self.context = context
+        self.retry_after = 0.0
+        """For a 429: seconds until the client may try again."""
+
+
+def _too_many(reason: str, retry_after: float, **context: str) -> _Refused:
+    refused = _Refused(429, reason, **context)
+    refused.retry_after = retry_after
+    return refused
 
 
 class CredentialIssuer:
@@ -100,30 +143,44 @@ class CredentialIssuer:
         self._reviews = asyncio.Semaphore(settings.max_concurrent_reviews)
         self._recent: dict[str, deque[float]] = {}
         self._uids: dict[str, str] = {}
+        self._limiter = SourceLimiter(
+            source_rate=settings.source_rate,
+            source_burst=settings.source_burst,
+            global_rate=settings.global_rate,
+            global_burst=settings.global_burst,
+            max_sources=settings.max_sources,
+        )
+        self._refusals = RefusalLog(
+            log, "bus.credentials_refused", interval_s=settings.refusal_log_interval_s
+        )
         self.issued = 0
         self.refused = 0
+        self.reviews = 0
+        """TokenReviews asked for."""
 
     async def handle(self, request: web.Request) -> web.Response:
         """Check the bearer token and answer ``{username, password, cluster}`` or refuse."""
         remote = request.remote or ""
         try:
+            self._admit(self._limiter.take_source(remote, time.monotonic()), "source")
+            self._check_body(request)
             token = _bearer(request.headers.get("Authorization", ""))
+            self._admit(self._limiter.take_global(time.monotonic()), "replica")
             node, uid = await self._identify(token)
             self._limit(node)
             creds = await self.admin.issue(self._cluster, node)
         except _Refused as exc:
             self.refused += 1
-            log.warning(
-                "bus.credentials_refused",
-                status=exc.status,
-                reason=exc.reason,
-                remote=remote,
-                **exc.context,
+            self._refusals.refused(
+                status=exc.status, reason=exc.reason, remote=remote, **exc.context
             )
-            headers = (
-                {"Retry-After": str(int(self.s.per_pod_window_s))} if exc.status == 429 else {}
-            )
-            return web.json_response({"error": exc.reason}, status=exc.status, headers=headers)
+            headers = {}
+            if exc.status == 429:
+                headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            response = web.json_response({"error": exc.reason}, status=exc.status, headers=headers)
+            if exc.status == 413:
+                response.force_close()  # do not read the body it came with
+            return response
         except TransientError as exc:
             log.warning("bus.credentials_unavailable", error=str(exc)[:200], remote=remote)
             return web.json_response({"error": "try again later"}, status=503)
@@ -153,8 +210,26 @@ class CredentialIssuer:
             headers={"Cache-Control": "no-store"},
         )
 
+    def close(self) -> None:
+        """Log the pending refusal summary (on shutdown)."""
+        self._refusals.close()
+
+    @staticmethod
+    def _admit(wait_s: float, scope: str) -> None:
+        if wait_s > 0:
+            raise _too_many(f"too many requests (this {scope})", wait_s)
+
+    def _check_body(self, request: web.Request) -> None:
+        """413 for a body over the cap or of unknown length (chunked), before reading it."""
+        if not request.body_exists:
+            return
+        length = request.content_length
+        if length is None or length > self.s.max_body_bytes:
+            raise _Refused(413, "request body too large (this endpoint takes none)")
+
     async def _identify(self, token: str) -> tuple[str, str]:
         """The worker pod (name, uid) the token is bound to; _Refused otherwise."""
+        self.reviews += 1
         async with self._reviews:
             who = await review_token(self._transport, token, audiences=self.s.audiences)
         if not who.authenticated:
@@ -191,7 +266,9 @@ class CredentialIssuer:
         while recent and recent[0] < horizon:
             recent.popleft()
         if len(recent) >= self.s.per_pod_limit:
-            raise _Refused(429, "too many credential requests for this pod", pod=node)
+            raise _too_many(
+                "too many credential requests for this pod", self.s.per_pod_window_s, pod=node
+            )
         recent.append(now)
 
 

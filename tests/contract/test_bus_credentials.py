@@ -8,15 +8,18 @@ bootstrap client, and then talk to a broker whose only clients are the ones dyns
 from __future__ import annotations
 
 import asyncio
+import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import aiomqtt
 import pytest
+import structlog
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings, IssuedCredentials, fetch_credentials
 from slonkd.adapters.bus.client import BusSettings
@@ -49,6 +52,7 @@ class Setup:
     issuer: CredentialIssuer
     url: str
     tmp: Path
+    transport: KubeTransport
 
     def pod(self, name: str, labels: dict[str, str] | None = None, ns: str = "") -> str:
         """Create a pod (worker labels by default); its uid."""
@@ -101,6 +105,82 @@ async def post(url: str, authorization: str | None) -> tuple[int, dict[str, Any]
         return r.status, await r.json()
 
 
+class CountingTransport:
+    """The real transport, counting the TokenReviews that pass through it."""
+
+    def __init__(self, inner: KubeTransport) -> None:
+        self.inner = inner
+        self.reviews = 0
+
+    async def request(self, call: Any, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        """Count a TokenReview, then make the call."""
+        if path.endswith("/tokenreviews"):
+            self.reviews += 1
+        return await self.inner.request(call, method, path, **kw)
+
+
+@dataclass
+class Served:
+    """A second credentials API with its own settings, over a counting transport."""
+
+    issuer: CredentialIssuer
+    url: str
+    counter: CountingTransport
+
+
+@pytest.fixture
+async def serve(setup: Setup) -> AsyncIterator[Any]:
+    """A starter of credentials APIs with given settings (all stopped after the test)."""
+    apis: list[CoordinatorAPI] = []
+
+    async def start(**overrides: Any) -> Served:
+        settings = CredentialSettings(
+            admin_host=setup.broker.host,
+            admin_port=setup.broker.port,
+            admin_user=setup.broker.admin_user,
+            admin_password=setup.broker.admin_password,
+            audiences=(AUDIENCE,),
+            **overrides,
+        )
+        counter = CountingTransport(setup.transport)
+        issuer = CredentialIssuer(
+            settings,
+            transport=cast(KubeTransport, counter),
+            admin=setup.admin,
+            namespace=setup.namespace,
+            cluster=CLUSTER,
+            pod_selector="app.kubernetes.io/name=slurmd",
+        )
+        api = CoordinatorAPI(identity="test-coordinator", holder=lambda: "")
+        api.credentials = issuer
+        await api.start("127.0.0.1", 0)
+        apis.append(api)
+        return Served(issuer, f"http://127.0.0.1:{api.port}/v1/credentials", counter)
+
+    yield start
+    for api in apis:
+        await api.stop()
+
+
+def junk_token() -> str:
+    """A bearer value shaped like a JWT that no apiserver will authenticate."""
+    return "eyJhbGciOiJSUzI1NiJ9." + secrets.token_urlsafe(600) + "." + secrets.token_urlsafe(64)
+
+
+async def flood(url: str, count: int, source: str) -> list[int]:
+    """``count`` concurrent junk-token requests from the local address ``source``; statuses."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0), limit=0, force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> int:
+            headers = {"Authorization": f"Bearer {junk_token()}"}
+            async with session.post(url, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
 @pytest.fixture
 async def setup(
     kube: KubeCluster, kube_transport: KubeTransport, namespace: str, session_root: Path
@@ -143,6 +223,7 @@ async def setup(
             issuer=issuer,
             url=f"http://127.0.0.1:{api.port}/v1/credentials",
             tmp=root,
+            transport=kube_transport,
         )
     finally:
         await api.stop()
@@ -307,3 +388,118 @@ async def test_the_agents_bus_fetches_credentials_and_refetches_after_a_rotation
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_a_source_past_its_limit_gets_429_before_any_token_review(serve: Any) -> None:
+    """Past its per-source burst a source is answered 429 with Retry-After, no TokenReview spent.
+
+    Another source (another pod's address) still gets its requests reviewed.
+    """
+    served = await serve(source_burst=3, source_rate=0.1)
+    statuses = await flood(served.url, 10, "127.0.0.2")
+    assert sorted(statuses) == [401] * 3 + [429] * 7
+    assert served.counter.reviews == 3
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    headers = {"Authorization": f"Bearer {junk_token()}"}
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post(served.url, headers=headers) as r,
+    ):
+        assert r.status == 429
+        assert int(r.headers["Retry-After"]) >= 1
+    assert (await post(served.url, f"Bearer {junk_token()}"))[0] == 401  # from 127.0.0.1
+    assert served.counter.reviews == 4
+
+
+async def test_past_the_global_limit_requests_get_429_before_any_token_review(
+    serve: Any,
+) -> None:
+    """The global bucket caps TokenReviews across all sources; the rest get 429 + Retry-After."""
+    served = await serve(global_burst=4, global_rate=0.1)
+    statuses = [
+        *(await flood(served.url, 3, "127.0.0.2")),
+        *(await flood(served.url, 3, "127.0.0.3")),
+    ]
+    assert sorted(statuses) == [401] * 4 + [429] * 2
+    assert served.counter.reviews == 4
+
+
+async def test_oversized_headers_and_bodies_are_refused_without_a_token_review(
+    serve: Any, setup: Setup
+) -> None:
+    """A huge Authorization header, too many headers or any sizeable body: refused, unreviewed.
+
+    A body the endpoint never needs is refused with 413 from its Content-Length; a chunked
+    one too; headers past the caps with 400/431 by the HTTP server before the handler runs.
+    """
+    served = await serve()
+    uid = setup.pod("w-4")
+    auth = {"Authorization": f"Bearer {setup.token('w-4', uid)}"}
+    async with aiohttp.ClientSession() as session:
+
+        async def status(headers: dict[str, str], data: Any = None) -> int:
+            async with session.post(served.url, headers=headers, data=data) as r:
+                return r.status
+
+        assert await status({"Authorization": "Bearer " + "a" * 100_000}) in (400, 431)
+        many = {**auth, **{f"X-Pad-{i}": "x" for i in range(200)}}
+        assert await status(many) in (400, 431)
+        assert await status(auth, data=b"x" * 5_000_000) == 413
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(100):
+                yield b"x" * 10_000
+
+        assert await status(auth, data=chunks()) == 413
+        assert served.counter.reviews == 0
+        assert await status(auth, data=b"") == 200  # the agent's own request still works
+    assert served.counter.reviews == 1
+
+
+async def test_a_junk_token_flood_does_not_delay_a_restarted_agent_nor_flood_the_log(
+    serve: Any, setup: Setup, kube: KubeCluster
+) -> None:
+    """500 concurrent junk tokens from one address while a worker pod restarts.
+
+    The restarted pod's agent (another address: each pod has its own IP) gets credentials
+    within its normal time; the flood spends at most its per-source allowance of
+    TokenReviews; the refusals make a bounded number of log lines.
+    """
+    served = await serve()  # the defaults: 10 at once and 1 per 2 s per source, summary per minute
+    uid = setup.pod("w-2")
+    start = time.monotonic()
+    await setup_bootstrap(served.url, setup, setup.token("w-2", uid))
+    normal = time.monotonic() - start
+    kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-2")
+    new_uid = setup.pod("w-2")
+    token = setup.token("w-2", new_uid)
+    reviews_before = served.counter.reviews
+    with structlog.testing.capture_logs() as logs:
+        flooding = asyncio.create_task(flood(served.url, 500, "127.0.0.2"))
+        await asyncio.sleep(0.05)  # the flood is under way
+        start = time.monotonic()
+        creds = await setup_bootstrap(served.url, setup, token)
+        under_flood = time.monotonic() - start
+        flood_start = start - 0.05
+        statuses = await flooding
+        flood_s = time.monotonic() - flood_start
+    refused_lines = [e for e in logs if e["event"] == "bus.credentials_refused"]
+    junk_reviews = served.counter.reviews - reviews_before - 1
+    print(
+        f"normal {normal * 1000:.0f} ms, under flood {under_flood * 1000:.0f} ms, "
+        f"flood {flood_s:.2f} s: {statuses.count(429)} x 429, {statuses.count(401)} x 401, "
+        f"{junk_reviews} junk TokenReviews, {len(refused_lines)} refusal log lines"
+    )
+    assert creds.username == "agent-w-2"
+    assert under_flood < max(2.0, 5 * normal)
+    assert all(code in (401, 429) for code in statuses)
+    assert junk_reviews <= 10 + 0.5 * flood_s + 1
+    assert len(refused_lines) <= 2 + flood_s / 60
+
+
+async def setup_bootstrap(url: str, setup: Setup, token: str) -> IssuedCredentials:
+    """The agent's real bootstrap client against ``url``."""
+    boot = BootstrapSettings(
+        url=url, token_file=setup.token_file(token), attempts=2, wait_min_s=0, wait_max_s=0
+    )
+    return await fetch_credentials(boot)

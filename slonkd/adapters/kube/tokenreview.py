@@ -3,6 +3,11 @@
 An agent presents its pod-bound projected token; the coordinator asks the apiserver who that
 is. Only an authenticated ServiceAccount token bound to a pod yields a pod name; anything
 else comes back with ``authenticated=False`` or no pod, and the caller refuses it.
+
+With ``audiences`` the review must report one of them in ``status.audiences``: the
+apiserver's own authenticators refuse a token of another audience, but one that is not
+audience-aware (a webhook) answers "authenticated" regardless, and the TokenReview API asks
+its clients to check (an empty ``status.audiences`` means "valid for the apiserver").
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ async def review_token(
     status = review.get("status") or {}
     if not status.get("authenticated"):
         return TokenIdentity(authenticated=False, error=str(status.get("error", "")))
+    granted = tuple(str(a) for a in status.get("audiences") or ())
+    if audiences and not set(granted) & set(audiences):
+        wanted = ", ".join(audiences)[:100]
+        return TokenIdentity(
+            authenticated=False,
+            error=f"token not reviewed for the audience {wanted} (got {list(granted)[:3]})",
+        )
     user = status.get("user") or {}
     username = str(user.get("username", ""))
     namespace = service_account = ""
@@ -53,6 +65,7 @@ async def review_token(
         service_account=service_account,
         pod_name=PodName(pod) if pod else None,
         pod_uid=_first(extra, POD_UID),
+        audiences=granted,
     )
 
 
