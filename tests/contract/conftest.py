@@ -91,7 +91,7 @@ def backend(cluster: SlurmCluster) -> ScontrolBackend:
     return ScontrolBackend(settings_for(cluster))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_node(session_root: Path) -> Iterator[RealNode]:
     """A real node (containerd, kubelet, CoreDNS) started once, with a control plane of its own.
 
