@@ -172,7 +172,16 @@ class CoordinatorSettings:
                 "lease timings need retry_period_s < renew_deadline_s < lease_duration_s"
                 f" (got {self.retry_period_s}, {self.renew_deadline_s}, {self.lease_duration_s})"
             )
-        LeaseSettings(  # the elector's own rules (its safety margin), at start, not at campaign
+        self.lease_settings()  # the elector's own rules (safety margin) at start, not at campaign
+        if self.suspect_min_nodes < 1:
+            raise ValueError("suspect_min_nodes must be at least 1")
+        if not 0 < self.suspect_fraction <= 1:
+            raise ValueError("suspect_fraction must be a fraction in (0, 1]")
+        check_rotation(self.audit_max_bytes, self.audit_keep)
+
+    def lease_settings(self) -> LeaseSettings:
+        """The elector's settings (built, and so checked, at start too)."""
+        return LeaseSettings(
             name=self.lease_name,
             namespace=self.namespace,
             identity=self.identity,
@@ -180,11 +189,6 @@ class CoordinatorSettings:
             renew_deadline_s=self.renew_deadline_s,
             retry_period_s=self.retry_period_s,
         )
-        if self.suspect_min_nodes < 1:
-            raise ValueError("suspect_min_nodes must be at least 1")
-        if not 0 < self.suspect_fraction <= 1:
-            raise ValueError("suspect_fraction must be a fraction in (0, 1]")
-        check_rotation(self.audit_max_bytes, self.audit_keep)
 
     cluster: str = "lab"
     bus: BusSettings | None = None
@@ -1124,14 +1128,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         transport = await KubeTransport.from_kubeconfig(s.kubeconfig)
     else:
         transport = KubeTransport.in_cluster()
-    lease = LeaseSettings(
-        name=s.lease_name,
-        namespace=s.namespace,
-        identity=s.identity,
-        lease_duration_s=s.lease_duration_s,
-        renew_deadline_s=s.renew_deadline_s,
-        retry_period_s=s.retry_period_s,
-    )
+    lease = s.lease_settings()
     # a new term's token is above the state's last writer's, even if the Lease was recreated
     elector = LeaderElector(
         transport, lease, floor=StateStore(transport, s.namespace, s.state_name).last_token
