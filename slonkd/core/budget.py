@@ -70,6 +70,9 @@ class Request:
 
     node: str
     pool: str
+    unit: str = ""
+    """Nodes that go out together (the SLURM nodes of one K8s node: its cordon takes them all
+    out); admitted all or none. Empty: the node alone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,11 +114,13 @@ def admit(
     already held back when a human reset the breaker: they are admitted first, within the
     budget, the rest deferred; they never make a mass event nor open the breaker again
     (the reset was the human's answer to them). Candidates new since the reset follow the
-    mass and exhaustion rules as usual.
+    mass and exhaustion rules as usual. A request's ``unit`` groups nodes that go out together
+    (the pods of one K8s node): a unit costs each of its nodes not out yet, and is admitted
+    whole or not at all, so a cordon never takes more out than the budget allows.
     """
-    by_pool: dict[str, list[str]] = defaultdict(list)
+    by_pool: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for r in requests:
-        by_pool[r.pool].append(r.node)
+        by_pool[r.pool][r.unit or r.node].add(r.node)
     admitted: set[str] = set()
     refused: dict[str, str] = {}
     reasons: list[str] = []
@@ -125,47 +130,65 @@ def admit(
         out = out_now.get(pool, frozenset())
         limit = policy.limit(size)
         pools.append(PoolUse(pool=pool, size=size, out=len(out), limit=limit))
-        wanted = sorted(set(by_pool.get(pool, ())))
-        admitted.update(n for n in wanted if n in out)  # already out: costs nothing more
-        new = [n for n in wanted if n not in out]
-        if not new:
+        units: dict[str, list[str]] = {}  # unit -> its nodes not out yet (what it costs)
+        for unit, nodes in sorted(by_pool.get(pool, {}).items()):
+            admitted.update(n for n in nodes if n in out)  # already out: costs nothing more
+            if fresh := sorted(n for n in nodes if n not in out):
+                units[unit] = fresh
+        if not units:
             continue
         if breaker_open:
-            refused.update((n, "breaker open: a human must reset it") for n in new)
+            refused.update((n, "breaker open: a human must reset it") for u in units.values() for n in u)
             continue
         room = max(0, limit - len(out))
-        held_over = [n for n in new if n in standing]
-        taken = len(held_over[:room])
-        admitted.update(held_over[:room])
+        held_over = {u: ns for u, ns in units.items() if any(n in standing for n in ns)}
+        held_in, held_out = _fit(held_over, room)
+        admitted.update(n for u in held_in for n in held_over[u])
+        taken = sum(len(held_over[u]) for u in held_in)
+        room -= taken
         deferred = (
             f"deferred: standing since the breaker reset; pool {pool} has "
             f"{len(out)} of {size} out, limit {limit}"
         )
-        refused.update((n, deferred) for n in held_over[room:])
-        room -= taken
-        new = [n for n in new if n not in standing]
+        refused.update((n, deferred) for u in held_out for n in held_over[u])
+        new = {u: ns for u, ns in units.items() if u not in held_over}
+        wanted = sum(len(ns) for ns in new.values())
         if not new:
             continue
-        if len(new) > policy.mass(size):
-            why = f"mass event in pool {pool}: {len(new)} of {size} nodes at once"
-            refused.update((n, why) for n in new)
+        if wanted > policy.mass(size):
+            why = f"mass event in pool {pool}: {wanted} of {size} nodes at once"
+            refused.update((n, why) for ns in new.values() for n in ns)
             reasons.append(why)
             continue
-        admitted.update(new[:room])
+        fits, left = _fit(new, room)
+        admitted.update(n for u in fits for n in new[u])
+        if not left:
+            continue
         passing = out & (restarting or {}).get(pool, frozenset())
-        if len(new) > room and len(new) <= limit - len(out - passing) - taken:
+        if wanted <= limit - len(out - passing) - taken:
             why = f"deferred: {len(passing)} nodes of pool {pool} are restarting"
-            refused.update((n, why) for n in new[room:])
-        elif len(new) > room:
+        else:
             why = (
                 f"budget of pool {pool} exhausted: {len(out)} of {size} out, "
-                f"limit {limit}, {len(new)} more wanted"
+                f"limit {limit}, {wanted} more wanted"
             )
-            refused.update((n, why) for n in new[room:])
             reasons.append(why)
+        refused.update((n, why) for u in left for n in new[u])
     return Admission(
         admitted=frozenset(admitted),
         refused=refused,
         open_breaker="; ".join(reasons),
         pools=tuple(pools),
     )
+
+
+def _fit(units: Mapping[str, list[str]], room: int) -> tuple[list[str], list[str]]:
+    """Units that fit ``room`` taken in name order (first fit), and those that do not."""
+    fits, left = [], []
+    for unit in sorted(units):
+        if len(units[unit]) <= room:
+            fits.append(unit)
+            room -= len(units[unit])
+        else:
+            left.append(unit)
+    return fits, left

@@ -696,11 +696,16 @@ class Coordinator:
         return 0
 
     def _admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
-        """The budget's answer for every node an automated cause wants out now."""
+        """The budget's answer for every node an automated cause wants out now.
+
+        A budgeted action on a K8s node (cordon, taint, reboot) takes every SLURM node of its
+        pods out: they are one request unit, admitted together (after ``merge_shared_nodes``
+        only one of them carries the action).
+        """
         sizes: dict[str, int] = defaultdict(int)
         out: dict[str, set[str]] = defaultdict(set)
         restarting: dict[str, set[str]] = defaultdict(set)
-        requests = []
+        wanting: set[str] = set()  # K8s nodes a budgeted action takes out
         for view, plan in zip(views, plans, strict=True):
             pool = self._budget_group(view)
             sizes[pool] += 1
@@ -708,8 +713,19 @@ class Coordinator:
                 out[pool].add(view.node)
                 if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
                     restarting[pool].add(view.node)
-            if any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
-                requests.append(Request(node=view.node, pool=pool))
+            if view.kube_node is not None and any(
+                a.budgeted for a in plan.for_writer(Writer.COORDINATOR)
+            ):
+                wanting.add(view.kube_node.name)
+        requests = []
+        for view, plan in zip(views, plans, strict=True):
+            kube = view.kube_node.name if view.kube_node is not None else ""
+            if kube in wanting:
+                requests.append(
+                    Request(node=view.node, pool=self._budget_group(view), unit=f"k8s-node/{kube}")
+                )
+            elif any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
+                requests.append(Request(node=view.node, pool=self._budget_group(view)))
         return admit(
             requests,
             out_now={k: frozenset(v) for k, v in out.items()},

@@ -795,6 +795,26 @@ def test_node_deletion_held_by_a_finalizer_never_kills_a_job(fleet: Fleet) -> No
 
 
 @pytest.mark.parametrize(
+    "coordinator_config", [{**BASE_CONFIG, "max_out": 2, "mass_percent": 100, "remediate": False}]
+)
+def test_a_cordon_counts_every_pod_of_its_k8s_node_against_the_budget(fleet: Fleet) -> None:
+    """Both pods of two K8s nodes fail: one K8s node is cordoned (2 out), not both (4 out).
+
+    Every K8s node holds two pods (topology spread). Cordoning one takes both SLURM nodes out,
+    so the budget (2) has room for one K8s node; the other stays in and the breaker opens.
+    Before, one request per cordon admitted both K8s nodes: four nodes out against two.
+    """
+    first, second = fleet.kube_nodes[3], fleet.kube_nodes[4]
+    failing = fleet.pods_on(first) + fleet.pods_on(second)
+    assert len(failing) == 4
+    fleet.fail(failing)
+    wait_for("breaker open", lambda: fleet.state().get("breakerOpen") == "true", timeout_s=20)
+    time.sleep(3)  # several passes
+    assert "exhausted" in fleet.state()["breakerReason"], fleet.state()["breakerReason"]
+    assert fleet.cordoned() == {first}  # first fit by K8s node name: c3 before c4
+
+
+@pytest.mark.parametrize(
     "coordinator_config", [{**BASE_CONFIG, "max_out": 2, "mass_percent": 20, "remediate": False}]
 )
 def test_a_reset_takes_standing_failures_within_the_budget(fleet: Fleet) -> None:

@@ -184,3 +184,90 @@ def test_new_candidates_after_a_reset_still_make_a_mass_event() -> None:
     assert "mass event" in result.open_breaker
     assert result.admitted == {"n1"}
     assert set(result.refused) == set(fresh)
+
+
+def test_a_unit_goes_out_whole_or_not_at_all() -> None:
+    """The pods of one K8s node are one unit: its cordon takes them all out.
+
+    Room for 2: the first K8s node's two pods fit; the second's do not, so none of it goes
+    (before units, one request per cordon admitted both: 4 out against a limit of 2).
+    """
+    policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=100)
+    result = admit(
+        [
+            Request(node=n, pool="gpu", unit=f"k8s-node/{u}")
+            for u, n in [("c1", "a1"), ("c1", "a2"), ("c2", "b1"), ("c2", "b2")]
+        ],
+        out_now={"gpu": frozenset()},
+        pool_sizes={"gpu": 20},
+        policy=policy,
+        breaker_open=False,
+    )
+    assert result.admitted == {"a1", "a2"}
+    assert set(result.refused) == {"b1", "b2"}
+    assert "exhausted" in result.open_breaker and "4 more wanted" in result.open_breaker
+
+
+def test_a_unit_counts_every_node_toward_a_mass_event() -> None:
+    """Six failing pods on three K8s nodes are six nodes at once, not three cordons."""
+    policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
+    result = admit(
+        [Request(node=f"n{i}", pool="gpu", unit=f"k8s-node/c{i // 2}") for i in range(6)],
+        out_now={"gpu": frozenset()},
+        pool_sizes={"gpu": 20},
+        policy=policy,
+        breaker_open=False,
+    )
+    assert not result.admitted
+    assert "mass event in pool gpu: 6 of 20" in result.open_breaker
+
+
+def test_a_unit_partly_out_costs_only_its_nodes_still_in() -> None:
+    """A unit whose other pod is already out costs one more node, and standing units fit first."""
+    policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=100)
+    result = admit(
+        [
+            Request(node="a1", pool="gpu", unit="k8s-node/c1"),
+            Request(node="a2", pool="gpu", unit="k8s-node/c1"),
+            Request(node="b1", pool="gpu", unit="k8s-node/c2"),
+            Request(node="b2", pool="gpu", unit="k8s-node/c2"),
+        ],
+        out_now={"gpu": frozenset({"a1"})},
+        pool_sizes={"gpu": 20},
+        policy=policy,
+        breaker_open=False,
+        standing=frozenset({"b1", "b2"}),
+    )
+    assert result.admitted == {"a1", "a2"}  # c1 costs one: a2; c2 (two) does not fit the room
+    assert result.refused["b1"].startswith("deferred: standing")
+    assert not result.open_breaker
+
+
+@given(
+    wanted=st.sets(st.integers(0, 99), max_size=60),
+    out=st.sets(st.integers(0, 99), max_size=30),
+    per_unit=st.integers(1, 4),
+    max_out=st.integers(0, 20),
+    mass=st.floats(0, 100),
+    standing=st.sets(st.integers(0, 99), max_size=20),
+)
+def test_units_never_split_nor_pass_the_limit(
+    wanted: set[int], out: set[int], per_unit: int, max_out: int, mass: float, standing: set[int]
+) -> None:
+    """Whatever the inputs: a unit is admitted whole or refused whole, never past the limit."""
+    policy = BudgetPolicy(max_out=max_out, max_out_percent=100, mass_percent=mass)
+    out_names = frozenset(f"n{i}" for i in out)
+    requests = [Request(node=f"n{i}", pool="gpu", unit=f"u{i // per_unit}") for i in wanted]
+    result = admit(
+        requests,
+        out_now={"gpu": out_names},
+        pool_sizes={"gpu": 100},
+        policy=policy,
+        breaker_open=False,
+        standing=frozenset(f"n{i}" for i in standing),
+    )
+    new = result.admitted - out_names
+    assert len(out_names) + len(new) <= max(len(out_names), policy.limit(100))
+    for unit in {r.unit for r in requests}:
+        members = {r.node for r in requests if r.unit == unit} - out_names
+        assert members <= result.admitted or not members & result.admitted
