@@ -138,7 +138,9 @@ def admit(
         if not units:
             continue
         if breaker_open:
-            refused.update((n, "breaker open: a human must reset it") for u in units.values() for n in u)
+            refused.update(
+                (n, "breaker open: a human must reset it") for u in units.values() for n in u
+            )
             continue
         room = max(0, limit - len(out))
         held_over = {u: ns for u, ns in units.items() if any(n in standing for n in ns)}

@@ -205,7 +205,8 @@ def test_a_unit_goes_out_whole_or_not_at_all() -> None:
     )
     assert result.admitted == {"a1", "a2"}
     assert set(result.refused) == {"b1", "b2"}
-    assert "exhausted" in result.open_breaker and "4 more wanted" in result.open_breaker
+    assert "exhausted" in result.open_breaker
+    assert "4 more wanted" in result.open_breaker
 
 
 def test_a_unit_counts_every_node_toward_a_mass_event() -> None:
