@@ -91,6 +91,7 @@ from slonkd.runtime.credentials import (
     CredentialSettings,
     coordinator_bus_credentials,
     credential_issuer,
+    credential_reaper,
 )
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.rollout import RolloutController
@@ -361,6 +362,14 @@ class Coordinator:
         )
         self.nodes.add_handler(self._on_node_change)
         self.pods.add_handler(self._on_change)
+        self.reaper = (  # revokes gone pods' MQTT clients; see slonkd.runtime.credential_reaper
+            credential_reaper(s.credentials, transport, s.namespace, s.pod_selector, self.pods,
+                              s.identity)
+            if s.credentials is not None
+            else None
+        )  # fmt: skip
+        if self.reaper is not None:
+            self.pods.add_handler(self.reaper.on_pod_event)
         self.topology: TopologySync | None = None
         if s.topology is not None:
             self.topology = TopologySync(
@@ -1096,6 +1105,8 @@ class Coordinator:
             await self.nodes.synced.wait()
             await self.pods.synced.wait()
             log.info("coordinator.synced", nodes=len(self.nodes), pods=len(self.pods))
+            if self.reaper is not None:
+                group.create_task(self.reaper.run())  # sweeps first: the leader-start sweep
             if self.watch is not None:
                 group.create_task(self.watch.run())
             group.create_task(self._watch_state())

@@ -6,8 +6,12 @@ the apiserver who that is (TokenReview, with the configured audience), and issue
 credentials only when the token is bound to a pod in the coordinator's namespace that
 matches the worker selector with the same uid (the pod name is the SLURM node name). Then
 :meth:`~slonkd.adapters.bus.dynsec.DynSecAdmin.issue` (re)creates that agent's client and
-role with a fresh password: every request rotates it, so a restarted pod (new uid) gets a
-new one and the old one stops working. Everything else is refused (401: no or invalid
+role with the password of that pod uid, unless dynsec already holds exactly that: requests
+for one pod uid are idempotent (a retry or a replayed token gets the same password and
+kicks nobody off the broker), a restarted pod (new uid) gets a new one and the old one
+stops working. The per-pod limit counts only the requests that change dynsec. The leader's
+:class:`~slonkd.runtime.credential_reaper.CredentialReaper` deletes the client when its pod
+is gone. Everything else is refused (401: no or invalid
 token; 403: a valid token that is not a worker pod's; 429: too many requests from one pod)
 with a logged reason. Neither the token nor the password is ever logged.
 
@@ -41,11 +45,14 @@ from aiohttp import web
 
 from slonkd.adapters.bus.client import CredentialSource
 from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
+from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import ParseError, SlonkdError, TransientError
+from slonkd.core.kube_objects import Pod
 from slonkd.core.messages import check_name
 from slonkd.core.rate_limit import SourceLimiter
+from slonkd.runtime.credential_reaper import CredentialReaper
 from slonkd.runtime.refusal_log import RefusalLog
 
 log = structlog.get_logger("slonkd.credentials")
@@ -68,7 +75,7 @@ class CredentialSettings:
     service_account: str = ""
     """If set, only this ServiceAccount's tokens (``name`` or ``system:serviceaccount:ns:name``)."""
     per_pod_limit: int = 5
-    """Most issues for one pod within ``per_pod_window_s`` ..."""
+    """Most (re)creations of one pod's client within ``per_pod_window_s`` ..."""
     per_pod_window_s: float = 60.0
     max_concurrent_reviews: int = 8
     """Concurrent TokenReviews (what passed the limits waits here, not on the apiserver)."""
@@ -167,8 +174,10 @@ class CredentialIssuer:
             token = _bearer(request.headers.get("Authorization", ""))
             self._admit(self._limiter.take_global(time.monotonic()), "replica")
             node, uid = await self._identify(token)
-            self._limit(node)
-            creds = await self.admin.issue(self._cluster, node)
+            held = await self.admin.current(node, uid)
+            if held is None:
+                self._limit(node)  # only changes count: a retry must not lock the agent out
+            creds = held or await self.admin.issue(self._cluster, node, pod_uid=uid)
         except _Refused as exc:
             self.refused += 1
             self._refusals.refused(
@@ -197,6 +206,7 @@ class CredentialIssuer:
             pod_uid=uid,
             username=creds.username,
             new_pod=rotated,
+            changed=held is None,
             cause="agent-bootstrap",
             remote=remote,
         )
@@ -296,6 +306,31 @@ def credential_issuer(
     )
 
 
+def credential_reaper(
+    settings: CredentialSettings,
+    transport: KubeTransport,
+    namespace: str,
+    pod_selector: str,
+    pods: Informer[Pod],
+    identity: str,
+) -> CredentialReaper:
+    """The leader's reaper of gone pods' clients (never touching ``identity``'s own)."""
+    admin = DynSecAdmin(
+        host=settings.admin_host,
+        port=settings.admin_port,
+        username=settings.admin_user,
+        password=settings.admin_password,
+    )
+    return CredentialReaper(
+        admin,
+        transport=transport,
+        namespace=namespace,
+        pod_selector=pod_selector,
+        pods=pods,
+        own_client=coordinator_username(identity),
+    )
+
+
 def _bearer(header: str) -> str:
     scheme, _, token = header.partition(" ")
     token = token.strip()
@@ -321,15 +356,22 @@ def coordinator_bus_credentials(
         username=settings.admin_user,
         password=settings.admin_password,
     )
-    name = f"coordinator-{identity}"
-    if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        name = f"coordinator-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
+    name = coordinator_username(identity)
+    pod = identity if re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", identity) else ""
 
     async def provision() -> tuple[str, str]:
         password = secrets.token_urlsafe(24)
         await admin.ensure_client(
-            name, password, coordinator_role(cluster, name), client_id=client_id
+            name, password, coordinator_role(cluster, name), client_id=client_id, pod=pod
         )
         return name, password
 
     return provision
+
+
+def coordinator_username(identity: str) -> str:
+    """The dynsec username of the coordinator replica ``identity`` (its pod name)."""
+    name = f"coordinator-{identity}"
+    if len(name) > 63 or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        name = f"coordinator-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
+    return name

@@ -20,10 +20,12 @@ import aiohttp
 import aiomqtt
 import pytest
 import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings, IssuedCredentials, fetch_credentials
 from slonkd.adapters.bus.client import BusSettings
-from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
@@ -336,22 +338,30 @@ async def test_a_restarted_pod_gets_a_new_password_and_the_old_one_stops_working
         assert secret not in logged.out + logged.err  # neither passwords nor tokens are logged
 
 
-async def test_requests_past_the_per_pod_limit_are_refused_with_429(setup: Setup) -> None:
-    """With a limit of 3 per window, the fourth request of one pod is 429 and issues nothing."""
+async def test_rotations_past_the_per_pod_limit_are_refused_with_429(setup: Setup) -> None:
+    """With a limit of 3 per window, the fourth re-creation of one pod's client is 429.
+
+    Only requests that must (re)create the client count (here it is deleted under the pod
+    each time); the refused one creates nothing.
+    """
     uid = setup.pod("w-9")
     header = f"Bearer {setup.token('w-9', uid)}"
-    codes = [(await post(setup.url, header))[0] for _ in range(4)]
+    codes = []
+    for _ in range(4):
+        codes.append((await post(setup.url, header))[0])
+        await setup.admin.revoke("w-9")
     assert codes == [200, 200, 200, 429]
     assert setup.issuer.issued == 3
+    assert await setup.agent_names() == set()
 
 
 async def test_the_agents_bus_fetches_credentials_and_refetches_after_a_rotation(
     setup: Setup,
 ) -> None:
-    """The agent's bus connects with issued credentials and refetches them after a rotation.
+    """The agent's bus connects with issued credentials and refetches them when refused.
 
-    When its password is rotated under it (the broker drops it), it fetches new ones and
-    reconnects by itself.
+    When its client is deleted under it (the broker drops it and refuses the password), it
+    fetches credentials again and reconnects by itself.
     """
     uid = setup.pod("w-3")
     token = setup.token("w-3", uid)
@@ -379,11 +389,10 @@ async def test_the_agents_bus_fetches_credentials_and_refetches_after_a_rotation
     try:
         await bus.wait_connected(20)
         await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
-        status, _ = await post(setup.url, f"Bearer {token}")  # someone re-keys w-3
-        assert status == 200
+        await setup.admin.revoke("w-3")  # its client deleted under it: the broker drops it
         await until("the bus reconnected with new credentials", lambda: bus.connects >= 2)
         await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
-        assert setup.issuer.issued == 3
+        assert setup.issuer.issued == 2
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -503,3 +512,186 @@ async def setup_bootstrap(url: str, setup: Setup, token: str) -> IssuedCredentia
         url=url, token_file=setup.token_file(token), attempts=2, wait_min_s=0, wait_max_s=0
     )
     return await fetch_credentials(boot)
+
+
+# -- issue 16 item 4: idempotent per pod uid, revoked when the pod goes ---------------------
+
+
+async def test_a_replayed_token_gets_the_same_password_and_never_kicks_the_agent(
+    setup: Setup,
+) -> None:
+    """Requests for one pod uid are idempotent: same password, no rotation, no lockout.
+
+    A replayed (or retried) token used to re-key the agent on every request, kicking it off
+    the broker until the per-pod limit (3 here) locked it out. Now eight requests for the same
+    live pod all answer its one password, the connected agent stays connected, and dynsec
+    holds one client for the pod.
+    """
+    uid = setup.pod("w-11")
+    header = f"Bearer {setup.token('w-11', uid)}"
+    first = await setup.bootstrap(setup.token("w-11", uid))
+    async with setup.client(first.username, first.password, first.client_id) as agent:
+        answers = [await post(setup.url, header) for _ in range(8)]
+        assert [status for status, _ in answers] == [200] * 8
+        assert {body["password"] for _, body in answers} == {first.password}
+        mine = AgentStatus(node="w-11", online=True)
+        await agent.publish(str(node_topic(CLUSTER, "w-11", Channel.STATUS)), encode(mine), qos=1)
+    assert await setup.agent_names() == {"agent-w-11"}
+
+
+def _reaper(setup: Setup, pods: Any) -> Any:
+    from slonkd.runtime.credential_reaper import CredentialReaper
+
+    return CredentialReaper(
+        setup.admin,
+        transport=setup.transport,
+        namespace=setup.namespace,
+        pod_selector="app.kubernetes.io/name=slurmd",
+        pods=pods,
+        own_client="coordinator-me",
+    )
+
+
+@pytest.fixture
+async def pods(setup: Setup) -> AsyncIterator[Any]:
+    """The coordinator's worker pod informer over the test namespace, synced."""
+    from slonkd.adapters.kube.sources import coordinator_informers
+
+    _, informer = coordinator_informers(
+        setup.transport, setup.namespace, pod_selector="app.kubernetes.io/name=slurmd"
+    )
+    task = asyncio.create_task(informer.run())
+    await informer.synced.wait()
+    yield informer
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_deleting_a_worker_pod_revokes_its_agents_client(
+    setup: Setup, kube: KubeCluster, pods: Any
+) -> None:
+    """When a worker pod is deleted, its agent's client is deleted: connection closed, refused.
+
+    The leader's reaper hears the deletion from the pod informer; the scaled-down agent's
+    password stops working at once instead of staying valid forever.
+    """
+    reaper = _reaper(setup, pods)
+    pods.add_handler(reaper.on_pod_event)
+    task = asyncio.create_task(reaper.run())
+    try:
+        uid = setup.pod("w-12")
+        creds = await setup.bootstrap(setup.token("w-12", uid))
+        async with setup.client(creds.username, creds.password, creds.client_id) as agent:
+            kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-12")
+            await until_async("the client deleted", lambda: _gone(setup, "agent-w-12"))
+            with pytest.raises(aiomqtt.MqttError):  # the broker closed the connection
+                await _publish_twice(agent)
+        with pytest.raises(aiomqtt.MqttError):
+            async with setup.client(creds.username, creds.password, creds.client_id):
+                pass
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_late_deletion_of_an_old_pod_keeps_its_successors_client(
+    setup: Setup, kube: KubeCluster, pods: Any
+) -> None:
+    """A deletion handled after the pod's successor got its client leaves that client alone.
+
+    A StatefulSet recreates the pod under the same name; the revocation is bound to the
+    deleted pod's uid, so the successor's agent keeps its credentials.
+    """
+    reaper = _reaper(setup, pods)
+    old_uid = setup.pod("w-13")
+    await setup.bootstrap(setup.token("w-13", old_uid))
+    kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-13")
+    new_uid = setup.pod("w-13")
+    new = await setup.bootstrap(setup.token("w-13", new_uid))
+    assert await reaper.revoke_pod("w-13", old_uid) is False
+    async with setup.client(new.username, new.password, new.client_id):
+        pass
+    assert await reaper.revoke_pod("w-13", new_uid) is True
+    assert await setup.agent_names() == set()
+
+
+async def test_the_leader_start_sweep_removes_clients_of_gone_pods_and_their_sessions(
+    setup: Setup, kube: KubeCluster, pods: Any
+) -> None:
+    """At leader start, every issued client whose pod (by uid) is gone is deleted.
+
+    Kept: a live worker pod's agent, the leader's own client, the admin. Deleted: an agent
+    client issued to a deleted pod uid, a pre-uid agent client of a pod name that no longer
+    exists, a gone coordinator pod's client; that coordinator's session (it queued what its
+    subscriptions matched) is purged too.
+    """
+    live_uid = setup.pod("w-14")
+    live = await setup.bootstrap(setup.token("w-14", live_uid))
+    gone_uid = setup.pod("w-15")
+    await setup.bootstrap(setup.token("w-15", gone_uid))
+    kube.api.request("DELETE", f"/api/v1/namespaces/{setup.namespace}/pods/w-15")
+    await setup.admin.issue(CLUSTER, "w-16")  # issued before uids were recorded; no pod w-16
+    role = coordinator_role(CLUSTER, "coordinator-c-gone")
+    await setup.admin.ensure_client(
+        "coordinator-c-gone", "pw-gone-123456", role,
+        client_id="slonkd-coordinator-c-gone", pod="c-gone",
+    )  # fmt: skip
+    own = coordinator_role(CLUSTER, "coordinator-me")
+    await setup.admin.ensure_client(
+        "coordinator-me", "pw-me-123456", own, client_id="slonkd-coordinator-me", pod="me"
+    )
+    async with _session_client(
+        setup, "coordinator-c-gone", "pw-gone-123456", "slonkd-coordinator-c-gone"
+    ) as c:
+        await c.subscribe("slonk/v1/lab/nodes/+/status", qos=1)
+    async with setup.client(setup.broker.admin_user, setup.broker.admin_password) as admin:
+        await admin.publish("slonk/v1/lab/nodes/w-14/status", b"queued", qos=1)
+
+    removed = await _reaper(setup, pods).sweep()
+
+    assert sorted(removed) == ["agent-w-15", "agent-w-16", "coordinator-c-gone"]
+    names = set(await setup.admin.clients())
+    assert {"agent-w-14", "coordinator-me", setup.broker.admin_user} <= names
+    assert not names & {"agent-w-15", "agent-w-16", "coordinator-c-gone"}
+    async with setup.client(live.username, live.password, live.client_id):
+        pass
+    # The gone coordinator's session is purged: resuming it delivers nothing it had queued.
+    async with _session_client(
+        setup, setup.broker.admin_user, setup.broker.admin_password, "slonkd-coordinator-c-gone"
+    ) as resumed:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.5):
+                await anext(aiter(resumed.messages))
+
+
+def _session_client(setup: Setup, user: str, password: str, client_id: str) -> aiomqtt.Client:
+    """A client resuming (or starting) a persistent session under ``client_id``."""
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+    props.SessionExpiryInterval = 300
+    return aiomqtt.Client(
+        setup.broker.host, setup.broker.port, username=user, password=password,
+        identifier=client_id, protocol=aiomqtt.ProtocolVersion.V5, clean_start=False,
+        properties=props, timeout=5,
+    )  # fmt: skip
+
+
+async def _gone(setup: Setup, username: str) -> bool:
+    return username not in await setup.admin.clients()
+
+
+async def _publish_twice(agent: aiomqtt.Client) -> None:
+    async with asyncio.timeout(5):
+        for _ in range(2):
+            await agent.publish("slonk/v1/lab/nodes/w-12/status", b"{}", qos=1)
+
+
+async def until_async(what: str, check: Any, timeout_s: float = 15.0) -> None:
+    """Await ``check()`` until it is true; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

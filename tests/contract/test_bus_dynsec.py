@@ -149,3 +149,29 @@ async def test_the_coordinators_client_is_bound_to_its_id(dynsec_broker: Mosquit
     with pytest.raises(aiomqtt.MqttError):
         async with _client(b, creds, client_id="slonkd-agent-n9"):
             pass
+
+
+async def test_the_coordinators_client_reads_only_the_topics_it_needs(
+    dynsec_broker: Mosquitto,
+) -> None:
+    """The coordinator's client may subscribe to every node's status and the SLURM nudges only.
+
+    A ``#`` subscription would make a session of a gone coordinator pod queue everything the
+    cluster says (issue 16 item 4): ``slonk/v1/lab/#`` and another node's events are refused.
+    """
+    b = dynsec_broker
+    admin = _admin(b)
+    user = "coordinator-c1"
+    await admin.ensure_client(
+        user, "pw-c1-123456", coordinator_role("lab", user), client_id="slonkd-coordinator-c1"
+    )
+    creds = AgentCredentials(
+        username=user, password="pw-c1-123456", client_id="slonkd-coordinator-c1"
+    )
+    async with _client(b, creds) as coordinator:
+        status = await coordinator.subscribe("slonk/v1/lab/nodes/+/status", qos=1)
+        nudges = await coordinator.subscribe("slonk/v1/lab/slurm/events", qos=1)
+        everything = await coordinator.subscribe("slonk/v1/lab/#", qos=1)
+        events = await coordinator.subscribe("slonk/v1/lab/nodes/+/events", qos=1)
+    assert [int(c.value) for c in [*status, *nudges]] == [1, 1]
+    assert all(int(c.value) >= 0x80 for c in [*everything, *events])

@@ -11,6 +11,7 @@ coordinator status, and obeys a ``recheck`` sent through ``POST /v1/nodes/{node}
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd.testing.mosquitto import Mosquitto
 from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from tests.e2e.conftest import Workers, read_json_log
@@ -82,6 +84,15 @@ def _outward_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
+def _admin(broker: Mosquitto) -> DynSecAdmin:
+    return DynSecAdmin(
+        host=broker.host,
+        port=broker.port,
+        username=broker.admin_user,
+        password=broker.admin_password,
+    )
+
+
 def _events(path: Path, event: str) -> list[dict[str, Any]]:
     return [e for e in read_json_log(path) if e.get("event") == event]
 
@@ -97,6 +108,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
     broker.start()
     coordinator: subprocess.Popen[bytes] | None = None
     try:
+        asyncio.run(_admin(broker).issue("lab", "w-gone"))  # no pod w-gone: swept at leader start
         api_port = free_ports(1)[0]
         config = tmp_path / "coordinator.json"
         config.write_text(json.dumps({"api_host": "0.0.0.0", "api_port": api_port, "resync_s": 1}))  # noqa: S104 - the test reaches it from outside loopback too
@@ -190,9 +202,11 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         if outward is not None:  # the endpoint is bound to loopback: any other peer gets 403
             assert _post(f"http://{outward}:{api_port}/v1/nodes/w-0/recheck")[0] == 403
 
-        # Re-key w-0 under the running agent: the broker drops it, it fetches new credentials,
-        # reconnects, and its retained status still says online.
+        # A replayed token gets the same credentials and leaves the running agent connected.
         assert _post(f"{base}/v1/credentials", token)[0] == 200
+        # Its client deleted under it: the broker drops it, it fetches credentials again,
+        # reconnects, and its retained status still says online.
+        asyncio.run(_admin(broker).revoke("w-0"))
         wait_for(
             "the agent reconnected",
             lambda: len(_events(agent.log, "bus.connected")) >= 2,
@@ -204,6 +218,9 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
 
         wait_for("the retained status online again", online, timeout_s=30)
         assert len(_events(agent.log, "bus.bootstrap_done")) == 2
+        assert len(_events(agent.log, "bus.connected")) == 2  # the replay kicked nobody
+        # The leader swept the client left by a pod that was gone before it started.
+        assert "agent-w-gone" not in asyncio.run(_admin(broker).clients())
         for path in (agent.log, coordinator_log):
             text = path.read_text()
             assert token not in text

@@ -722,3 +722,82 @@ def test_topology_plugin_reaches_slurm_conf_seed_and_coordinator(
         sources = {v["name"]: v for v in spec["volumes"]}["slurm-config"]["projected"]["sources"]
         assert [s["configMap"]["name"] for s in sources] == ["rel-slurm-config", "rel-topology"]
         assert sources[1]["configMap"]["optional"] is True
+
+
+def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("values", [(), (MULTI_POOL,)], ids=["default", "multi-pool"])
+def test_the_coordinator_api_takes_ingress_only_from_the_worker_pods(
+    helm: Helm, values: tuple[Path, ...]
+) -> None:
+    """A NetworkPolicy (on by default) admits only worker pods, only to the API port.
+
+    Its pod selector is the coordinator's pods; its one ingress rule names the worker pods of
+    every pool (their agents fetch credentials there) and nothing broad (no namespace or
+    ipBlock peer, no rule without ``from``); no other pod of the release matches it.
+    """
+    objs = render(helm, *values)
+    policy = one(objs, "NetworkPolicy", "rel-coordinator")
+    spec = policy["spec"]
+    deploy = one(objs, "Deployment", "rel-coordinator")
+    coordinator_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert _labels_match(spec["podSelector"]["matchLabels"], coordinator_labels)
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8081}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}
+    allowed = peer["podSelector"]["matchLabels"]
+    workloads = [o for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
+    admitted = {
+        o["metadata"]["name"]
+        for o in workloads
+        if _labels_match(allowed, o["spec"]["template"]["metadata"]["labels"])
+    }
+    workers = {
+        o["metadata"]["name"]
+        for o in kinds(objs, "StatefulSet")
+        if o["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+        == "slurmd"
+    }
+    assert workers
+    assert admitted == workers
+
+
+def test_the_network_policy_can_be_switched_off_or_widened(helm: Helm) -> None:
+    """``networkPolicy.enabled: false`` renders none; ``extraFrom`` peers are added as given."""
+    off = render(helm, set_json=('coordinator.networkPolicy={"enabled":false}',))
+    assert kinds(off, "NetworkPolicy") == []
+    prometheus = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    wide = render(
+        helm, set_json=(f"coordinator.networkPolicy.extraFrom=[{json.dumps(prometheus)}]",)
+    )
+    (rule,) = one(wide, "NetworkPolicy", "rel-coordinator")["spec"]["ingress"]
+    assert rule["from"][1:] == [prometheus]
+
+
+def test_credential_limits_from_values_reach_the_coordinators_settings(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """``coordinator.credentials`` values load, through the pod's env, into the issuer's limits."""
+    from slonkd.cli.bus_env import credential_settings
+
+    limits = {
+        "sourceRate": 0.2, "sourceBurst": 3, "globalRate": 7, "globalBurst": 30,
+        "perPodLimit": 2, "perPodWindowSeconds": 90, "maxConcurrentReviews": 4, "maxBodyBytes": 0,
+    }  # fmt: skip
+    objs = render(helm, set_json=(f"coordinator.credentials={json.dumps(limits)}",))
+    pod = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]["spec"]
+    (coord,) = pod["containers"]
+    s = credential_settings(_container_env(coord, tmp_path))
+    assert s is not None
+    got = (
+        s.source_rate, s.source_burst, s.global_rate, s.global_burst, s.per_pod_limit,
+        s.per_pod_window_s, s.max_concurrent_reviews, s.max_body_bytes,
+    )  # fmt: skip
+    assert got == (0.2, 3, 7.0, 30, 2, 90.0, 4, 0)
+    bad = helm.template("rel", set_json=('coordinator.credentials={"sourceBurst":0}',), check=False)
+    assert bad.returncode != 0
+    assert "sourceBurst" in bad.stderr

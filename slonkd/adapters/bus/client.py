@@ -42,8 +42,10 @@ class BusSettings:
     password: str
     client_id: str
     keepalive_s: int = 30
-    session_expiry_s: int = 7 * 24 * 3600
-    """How long the broker keeps this client's session (and queued QoS 1 messages)."""
+    session_expiry_s: int = 3600
+    """How long the broker keeps this client's session (and queued QoS 1 messages) after it
+    goes: an agent's outlives a pod restart, not a scale-down by days; the coordinator's is
+    shorter (:data:`~slonkd.cli.bus_env.COORDINATOR_SESSION_EXPIRY_S`)."""
     connect_timeout_s: float = 5.0
     reconnect_min_s: float = 0.1
     reconnect_max_s: float = 10.0

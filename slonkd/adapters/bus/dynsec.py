@@ -9,11 +9,22 @@ credential can connect under another client's id: client ids are predictable, an
 connection under a taken id would kick its owner off and resume its session. Only the
 coordinator's admin client talks to ``$CONTROL/dynamic-security/v1``; nothing here builds a
 topic from unchecked text.
+
+A client issued to a pod records the pod's uid (its ``textdescription``), so it can be
+revoked when that pod is gone and never when its successor of the same name holds it, and
+its password is derived from the admin's secret and the pod uid (:func:`pod_password`): any
+replica answers a retried request for the same pod uid with the same password and without
+touching the broker (the description also holds a tag of the password, so a changed admin
+secret re-keys it). Deleting a client closes its connection; :meth:`DynSecAdmin.purge_session`
+also drops the session the broker keeps for its client id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -23,6 +34,8 @@ from typing import Any
 
 import aiomqtt
 import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.messages import Channel, check_name, node_topic
@@ -32,6 +45,8 @@ log = structlog.get_logger("slonkd.bus.dynsec")
 CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
 RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_POD_UID_RE = re.compile(r"pod-uid=([A-Za-z0-9-]{1,64}) tag=([0-9a-f]{16})")
+_POD_RE = re.compile(r"pod=([A-Za-z0-9][A-Za-z0-9._-]{0,252})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +67,47 @@ def agent_username(node: str) -> str:
 def agent_client_id(node: str) -> str:
     """The MQTT client id of ``node``'s agent (bound to its username in dynsec)."""
     return f"slonkd-agent-{check_name(node, 'node')}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientRecord:
+    """One client dynsec holds, with what slonkd recorded about its owner."""
+
+    username: str
+    client_id: str
+    pod_uid: str = ""
+    """The pod uid an agent client was issued to ("": none recorded)."""
+    tag: str = ""
+    """A tag of the issued password (see :func:`pod_password`)."""
+    pod: str = ""
+    """The pod a coordinator client belongs to ("": none recorded)."""
+
+
+def pod_password(secret: str, username: str, pod_uid: str) -> tuple[str, str]:
+    """The password of ``username`` issued to pod ``pod_uid``, and its tag.
+
+    An HMAC of the admin's secret (shared by every coordinator replica), so a retry for the
+    same pod uid gets the same password from any replica, and nobody without the secret can
+    compute it. The tag (a hash of the password) tells whether dynsec holds this very
+    password; it reveals no more than the salted hash dynsec stores anyway.
+    """
+    message = f"slonkd-agent-password/v1/{username}/{pod_uid}".encode()
+    digest = hmac.new(secret.encode(), message, hashlib.sha256).digest()
+    password = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    return password, hashlib.sha256(password.encode()).hexdigest()[:16]
+
+
+def _record(raw: dict[str, Any]) -> ClientRecord:
+    text = str(raw.get("textdescription", ""))
+    by_uid = _POD_UID_RE.fullmatch(text)
+    by_pod = _POD_RE.fullmatch(text)
+    return ClientRecord(
+        username=str(raw.get("username", "")),
+        client_id=str(raw.get("clientid", "")),
+        pod_uid=by_uid.group(1) if by_uid else "",
+        tag=by_uid.group(2) if by_uid else "",
+        pod=by_pod.group(1) if by_pod else "",
+    )
 
 
 def agent_role(cluster: str, node: str) -> dict[str, Any]:
@@ -82,15 +138,20 @@ def agent_role(cluster: str, node: str) -> dict[str, Any]:
 
 
 def coordinator_role(cluster: str, username: str) -> dict[str, Any]:
-    """The dynsec role of the coordinator: send every node's commands and its own status."""
+    """The dynsec role of the coordinator: send every node's commands and its own status.
+
+    It reads only what it subscribes to (every node's status, slurmctld's nudges): no ``#``,
+    so the session of a gone coordinator queues no more than that.
+    """
     root = f"slonk/v1/{check_name(cluster, 'cluster')}"
+    reads = (f"{root}/nodes/+/status", f"{root}/slurm/events")
     return {
         "rolename": f"slonk-{check_name(username, 'client')}",
         "acls": [
             {"acltype": "publishClientSend", "topic": f"{root}/nodes/+/commands", "allow": True},
             {"acltype": "publishClientSend", "topic": f"{root}/coordinator/status", "allow": True},
-            {"acltype": "subscribePattern", "topic": f"{root}/#", "allow": True},
-            {"acltype": "publishClientReceive", "topic": f"{root}/#", "allow": True},
+            *({"acltype": "subscribeLiteral", "topic": t, "allow": True} for t in reads),
+            *({"acltype": "publishClientReceive", "topic": t, "allow": True} for t in reads),
         ],
     }
 
@@ -102,6 +163,7 @@ class DynSecAdmin:
         self, *, host: str, port: int, username: str, password: str, timeout_s: float = 10.0
     ) -> None:
         self._args = {"hostname": host, "port": port, "username": username, "password": password}
+        self._secret = password
         self._timeout_s = timeout_s
         self._lock = asyncio.Lock()
 
@@ -131,27 +193,50 @@ class DynSecAdmin:
                 raise TransientError(f"dynsec call failed: {exc}") from exc
         raise TransientError("the broker closed the dynsec response stream")
 
-    async def issue(self, cluster: str, node: str) -> AgentCredentials:
-        """Create (or re-key) ``node``'s agent client and role; return the new password."""
+    async def issue(self, cluster: str, node: str, *, pod_uid: str = "") -> AgentCredentials:
+        """Create (or re-key) ``node``'s agent client and role; return the new password.
+
+        With ``pod_uid``: the pod's derived password (:func:`pod_password`), and the uid is
+        recorded; without: a random one.
+        """
         username = agent_username(node)
         role = agent_role(cluster, node)
-        password = secrets.token_urlsafe(24)
+        password, note = secrets.token_urlsafe(24), ""
+        if pod_uid:
+            password, tag = pod_password(self._secret, username, _check_uid(pod_uid))
+            note = f"pod-uid={pod_uid} tag={tag}"
         client_id = agent_client_id(node)
-        await self._replace(username, password, role, client_id)
-        log.info("bus.agent_credentials_issued", node=node, username=username)
+        await self._replace(username, password, role, client_id, note)
+        log.info("bus.agent_credentials_issued", node=node, username=username, pod_uid=pod_uid)
+        return AgentCredentials(username=username, password=password, client_id=client_id)
+
+    async def current(self, node: str, pod_uid: str) -> AgentCredentials | None:
+        """``node``'s credentials for pod ``pod_uid`` if dynsec already holds them, else None."""
+        username = agent_username(node)
+        password, tag = pod_password(self._secret, username, _check_uid(pod_uid))
+        held = await self.client(username)
+        client_id = agent_client_id(node)
+        if held is None or (held.pod_uid, held.tag, held.client_id) != (pod_uid, tag, client_id):
+            return None
         return AgentCredentials(username=username, password=password, client_id=client_id)
 
     async def ensure_client(
-        self, username: str, password: str, role: dict[str, Any], *, client_id: str
+        self, username: str, password: str, role: dict[str, Any], *, client_id: str, pod: str = ""
     ) -> None:
-        """Create or replace a fixed client (the coordinator's) with ``role``."""
+        """Create or replace a fixed client (the coordinator's) with ``role``.
+
+        ``pod``: the pod it belongs to, recorded so the leader can delete it once that is gone.
+        """
         if not _CLIENT_ID_RE.fullmatch(client_id):
             raise ParseError(f"bad MQTT client id: {client_id[:80]!r}")
-        await self._replace(check_name(username, "client"), password, role, client_id)
+        if pod and not _POD_RE.fullmatch(f"pod={pod}"):
+            raise ParseError(f"bad pod name: {pod[:80]!r}")
+        note = f"pod={pod}" if pod else ""
+        await self._replace(check_name(username, "client"), password, role, client_id, note)
         log.info("bus.client_ensured", username=username, role=role["rolename"])
 
     async def _replace(
-        self, username: str, password: str, role: dict[str, Any], client_id: str
+        self, username: str, password: str, role: dict[str, Any], client_id: str, note: str = ""
     ) -> None:
         """Recreate ``role`` and ``username`` (new password, bound to ``client_id``)."""
         responses = await self._call(
@@ -164,6 +249,7 @@ class DynSecAdmin:
                     "username": username,
                     "password": password,
                     "clientid": client_id,
+                    "textdescription": note,
                     "roles": [{"rolename": role["rolename"]}],
                 },
             ]
@@ -181,8 +267,68 @@ class DynSecAdmin:
             raise TransientError(f"unexpected listClients answer: {str(responses)[:200]}")
         return [str(n) for n in names]
 
+    async def records(self) -> list[ClientRecord]:
+        """Every client dynsec holds, with what slonkd recorded about its owner."""
+        responses = await self._call(
+            [{"command": "listClients", "verbose": True, "count": -1, "offset": 0}]
+        )
+        data = responses[0].get("data") if responses else None
+        found = data.get("clients") if isinstance(data, dict) else None
+        if not isinstance(found, list):
+            raise TransientError(f"unexpected listClients answer: {str(responses)[:200]}")
+        return [_record(c) for c in found if isinstance(c, dict)]
+
+    async def client(self, username: str) -> ClientRecord | None:
+        """The client ``username`` (None: dynsec holds none)."""
+        responses = await self._call([{"command": "getClient", "username": username}])
+        data = responses[0].get("data") if responses else None
+        raw = data.get("client") if isinstance(data, dict) else None
+        if isinstance(raw, dict):
+            return _record(raw)
+        if responses and responses[0].get("error") == "Client not found":
+            return None
+        raise TransientError(f"unexpected getClient answer: {str(responses)[:200]}")
+
     async def revoke(self, node: str) -> None:
         """Delete ``node``'s agent client (its connection is closed by the broker)."""
         username = agent_username(node)
-        await self._call([{"command": "deleteClient", "username": username}])
+        await self.delete_client(username)
         log.info("bus.agent_credentials_revoked", node=node, username=username)
+
+    async def delete_client(self, username: str) -> None:
+        """Delete the client ``username`` (the broker closes its connection)."""
+        await self._call([{"command": "deleteClient", "username": check_name(username, "client")}])
+
+    async def purge_session(self, client_id: str) -> None:
+        """Drop the session the broker keeps for ``client_id`` (and what it queued).
+
+        Connects as the admin under that id with a clean start and no session expiry: the
+        broker discards the old session and forgets the new one on disconnect. Only for the
+        id of a client that is gone: a live one would be kicked off by the takeover.
+        """
+        if not _CLIENT_ID_RE.fullmatch(client_id):
+            raise ParseError(f"bad MQTT client id: {client_id[:80]!r}")
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho is untyped here
+        props.SessionExpiryInterval = 0
+        try:
+            async with (
+                asyncio.timeout(self._timeout_s),
+                aiomqtt.Client(
+                    **self._args,  # type: ignore[arg-type]
+                    identifier=client_id,
+                    protocol=aiomqtt.ProtocolVersion.V5,
+                    clean_start=True,
+                    properties=props,
+                ),
+            ):
+                pass
+        except TimeoutError as exc:
+            raise TransientError("the broker did not answer a session purge") from exc
+        except aiomqtt.MqttError as exc:
+            raise TransientError(f"session purge failed: {exc}") from exc
+
+
+def _check_uid(uid: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", uid):
+        raise ParseError(f"bad pod uid: {uid[:80]!r}")
+    return uid
