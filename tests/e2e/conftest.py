@@ -25,6 +25,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 from slonkd.testing.workloads import worker_statefulset
 
 GRACE_S = 12
@@ -147,6 +148,8 @@ class Workers:
     kube_node: str
     standin: KubeletStandIn
     agents: dict[str, AgentProcess] = field(default_factory=dict)
+    client_env: dict[str, str] = field(default_factory=dict)
+    """What the agents' environment adds for SLURM's clients (24.11: PATH with the shims)."""
 
     def pod(self, name: str) -> dict[str, Any] | None:
         """The pod's JSON, or None."""
@@ -192,27 +195,59 @@ class Workers:
 
 
 @pytest.fixture
+def worker_slurm(
+    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
+    """The SLURM cluster of nodes w-0 and w-1 (no slurmd yet), and the agents' client env.
+
+    The host's 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``:
+    then the cluster runs in the 24.11 root and the agents call that root's clients (shims
+    first on their PATH). A 24.11 test needs a preStop that calls no SLURM client (the
+    kubelet stand-in's PATH is the host's).
+    """
+    layout = SlurmLayout(nodes=("w-0", "w-1"), autostart=False)
+    release = str(getattr(request, "param", "22.05"))
+    if release == "22.05":
+        yield slurm_factory(layout), {}
+        return
+    cluster = ChrootSlurmCluster.create(release, layout)
+    try:
+        cluster.start()
+        shims = cluster.client_shims(tmp_path / "slurm-bin")
+        yield cluster, {"PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
 def workers(
     kube: KubeCluster,
     namespace: str,
     unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
+    worker_slurm: tuple[SlurmCluster, dict[str, str]],
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Workers]:
     """One kwok node, two worker pods w-0 and w-1 bound to slurmd, and their agents.
 
-    ``@pytest.mark.prestop(argv)`` replaces the preStop command.
+    ``@pytest.mark.prestop(argv)`` replaces the preStop command; SLURM is ``worker_slurm``.
     """
     marker = request.node.get_closest_marker("prestop")
     prestop = marker.args[0] if marker else PRESTOP
     names = ("w-0", "w-1")
-    slurm = slurm_factory(SlurmLayout(nodes=names, autostart=False))
+    slurm, clients = worker_slurm
     label = {"slonk.dev/test": namespace}
     (kube_node,) = kube.add_fake_nodes([unique("e2e")], labels=label)
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
-    w = Workers(kube=kube, slurm=slurm, namespace=namespace, kube_node=kube_node, standin=standin)
+    w = Workers(
+        kube=kube,
+        slurm=slurm,
+        namespace=namespace,
+        kube_node=kube_node,
+        standin=standin,
+        client_env=clients,
+    )
     try:
         sts = worker_statefulset(
             "w",
@@ -234,6 +269,7 @@ def workers(
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
                 "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                **clients,
             }
             agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
             agent.start()
