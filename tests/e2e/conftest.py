@@ -8,6 +8,7 @@ process per pod, each started with the environment the chart's downward API woul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -194,29 +195,41 @@ class Workers:
         return self.slurm.run("scontrol", "-o", "show", "node", node).stdout
 
 
-@pytest.fixture
-def worker_slurm(
-    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
+@contextlib.contextmanager
+def slurm_of_release(
+    release: str, layout: SlurmLayout, slurm_factory: Callable[..., SlurmCluster], shims: Path
 ) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
-    """The SLURM cluster of nodes w-0 and w-1 (no slurmd yet), and the agents' client env.
+    """A cluster of ``release`` and what slonkd's processes need in their env to reach it.
 
-    The host's 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``:
-    then the cluster runs in the 24.11 root and the agents call that root's clients (shims
-    first on their PATH). A 24.11 test needs a preStop that calls no SLURM client (the
-    kubelet stand-in's PATH is the host's).
+    22.05 is the host's (nothing to add). Another release runs in its cached root and the
+    processes call that root's clients: shims put first on their PATH. A preStop that calls
+    SLURM's clients still gets the host's (the kubelet stand-in's PATH).
     """
-    layout = SlurmLayout(nodes=("w-0", "w-1"), autostart=False)
-    release = str(getattr(request, "param", "22.05"))
     if release == "22.05":
         yield slurm_factory(layout), {}
         return
     cluster = ChrootSlurmCluster.create(release, layout)
     try:
         cluster.start()
-        shims = cluster.client_shims(tmp_path / "slurm-bin")
-        yield cluster, {"PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
+        shim_dir = cluster.client_shims(shims)
+        yield cluster, {"PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def worker_slurm(
+    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
+    """The SLURM cluster of nodes w-0 and w-1 (no slurmd yet), and the agents' client env.
+
+    The host's 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``
+    (see :func:`slurm_of_release`).
+    """
+    layout = SlurmLayout(nodes=("w-0", "w-1"), autostart=False)
+    release = str(getattr(request, "param", "22.05"))
+    with slurm_of_release(release, layout, slurm_factory, tmp_path / "slurm-bin") as got:
+        yield got
 
 
 @pytest.fixture
