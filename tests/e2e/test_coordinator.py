@@ -740,7 +740,8 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
     """The ladder is the hardware's: a restart first, then a reboot request on the same node.
 
     The reboot request is the ``slonk.dev/reboot-requested`` taint and annotation (for the
-    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap.
+    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap. Its
+    SLURM half is audited; SLURM's own reason holds this node, so it is not rebooted by slonkd.
     """
     kube_node = next(n for n in fleet.kube_nodes if len(fleet.pods_on(n)) == 2)
     first, second = fleet.pods_on(kube_node)
@@ -768,6 +769,10 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
     assert [e["node"] for e in evictions] == [first]  # the second one was not restarted
     remediation = json.loads(fleet.state()["remediation"])
     assert remediation[kube_node]["attempts"] == 2
+    # SLURM's half is audited: SLURM's own reason holds the node, so no scontrol reboot
+    audit = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    reboots = [a for a in audit if a["action"] == "slurm-reboot"]
+    assert [(a["node"], a["outcome"]) for a in reboots] == [(second, "skipped: slurm-reason")]
     events = [  # a Node's Events live in "default" (or the recorder's namespace)
         e
         for ns in ("default", fleet.namespace)
