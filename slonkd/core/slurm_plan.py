@@ -32,7 +32,7 @@ from slonkd.core.reasons import (
     highest,
     parse_reason,
 )
-from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, NodeFlag, NodeName, SlurmNode
 
 
 class HoldState(StrEnum):
@@ -69,6 +69,8 @@ class SkipReason(StrEnum):
     """Release removed this cause, but other slonkd causes still hold the node."""
     CHANGED = "changed-since-read"
     """The node changed between the pass's read and its chunk's write: left for the next pass."""
+    REBOOT_PENDING = "reboot-pending"
+    """A reboot is requested or issued already (REBOOT_REQUESTED/REBOOT_ISSUED): not asked again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,6 +170,30 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     if how is ReleaseState.UNDRAIN and state.drain is DrainStatus.NONE:
         return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
     return Update(node=node.name, state=how.value, extra=extra)
+
+
+def plan_reboot(node: SlurmNode) -> Update | Skip:
+    """Decide a ``scontrol reboot ASAP`` of ``node``, a node slonkd holds.
+
+    The adapter drains the node for the reboot's cause first (that records it, as any hold
+    does), so the reboot is planned only for a node slonkd's live reason holds; it goes out
+    with that reason unchanged (``state`` None: the reboot drains by itself). A node with a
+    reboot requested or issued already is not asked again: one request per ladder step.
+    """
+    state = node.state
+    if not state.fully_recognised:
+        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
+    owner = parse_reason(node.live_reason).owner
+    if owner is ReasonOwner.FOREIGN:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
+    if owner is ReasonOwner.SLURM:
+        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    if owner is ReasonOwner.NONE:
+        why = SkipReason.FOREIGN_STATE if node.held else SkipReason.NOT_HELD
+        return Skip(node=node.name, why=why, detail=str(state))
+    if state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}:
+        return Skip(node=node.name, why=SkipReason.REBOOT_PENDING, detail=str(state))
+    return Update(node=node.name, state=None, reason=node.reason)
 
 
 def held_causes(node: SlurmNode) -> frozenset[Cause]:

@@ -227,6 +227,8 @@ class Snapshot:
 
 _MARKS = frozenset({Kind.CORDON, Kind.TAINT, Kind.SET_CONDITION, Kind.EVENT})
 """What the fast path may do: mark a K8s node (undone when healthy), never evict or drain."""
+SLURM_REBOOT = "slurm-reboot"
+"""Audit action of a reboot step's SLURM half (``scontrol reboot ASAP``), next to its K8s half."""
 
 
 def _is_out(view: NodeView) -> bool:
@@ -1000,22 +1002,33 @@ class Coordinator:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if action.kind is Kind.REQUEST_REBOOT:
             taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
+            before = str(view.slurm.state) if view.slurm is not None else None
             try:
                 rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
             except SlonkdError as exc:
                 # SLURM's half (e.g. no RebootProgram) must not keep the site's tooling from
                 # seeing the request on the K8s node
                 self.elector.check_valid()
+                self._audit(
+                    SLURM_REBOOT, view.node, action.cause, token, f"failed: {exc}"[:200], before
+                )
                 log.warning(
                     "slurm.reboot_failed", node=view.node, cause=cause, error=str(exc)[:300]
                 )
             else:
+                skips = {k.node: k.why.value for k in rebooted.skipped}
+                done = (
+                    "changed"
+                    if view.node in rebooted.changed
+                    else f"skipped: {skips.get(view.node, '')}"
+                )
+                self._audit(SLURM_REBOOT, view.node, action.cause, token, done, before)
                 log.info(
                     "slurm.reboot_requested",
                     node=view.node,
                     cause=cause,
                     requested=bool(rebooted.changed),
-                    skipped={k.node: k.why.value for k in rebooted.skipped},
+                    skipped=skips,
                     fencing_token=token,
                 )
         else:

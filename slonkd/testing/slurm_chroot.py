@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from slonkd.testing import procs
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout, render_slurm_conf
 from slonkd.testing.slurm_root import ensure_slurm_root
+
+SLURM_CLIENTS = ("scontrol", "sinfo", "squeue", "strigger", "sbatch", "scancel", "sdiag")
+"""The clients slonkd and the tests call by name (see :meth:`ChrootSlurmCluster.client_shims`)."""
 
 
 @dataclass(slots=True)
@@ -51,6 +55,21 @@ class ChrootSlurmCluster(SlurmCluster):
     def client_prefix(self) -> tuple[str, ...]:
         """argv before a SLURM client: ``chroot FSROOT env SLURM_CONF=...``."""
         return ("chroot", str(self.fsroot), "env", f"SLURM_CONF={self.inner(self.conf)}")
+
+    def client_shims(self, directory: Path) -> Path:
+        """A directory of ``scontrol``, ``sinfo``, ... that run the root's clients on this cluster.
+
+        Put first on a process's PATH, it makes a slonkd agent (or any tool) that calls the
+        clients by name talk to this cluster with this release's clients, as a pod of the
+        release would; ``SLURM_CONF`` in its environment is replaced by the root's path.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        prefix = " ".join(shlex.quote(p) for p in self.client_prefix)
+        for tool in SLURM_CLIENTS:
+            shim = directory / tool
+            shim.write_text(f'#!/bin/sh\nexec {prefix} {tool} "$@"\n')
+            shim.chmod(0o755)
+        return directory
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a SLURM client of the root's release against this cluster."""

@@ -278,6 +278,38 @@ async def test_reboot_request_drains_with_slonkds_reason(
     await _wait_for("RebootProgram ran for n1", rebooted, timeout_s=30)
 
 
+async def test_reboot_of_a_node_slonkd_already_drained_is_sent_once(
+    backend: ScontrolBackend, cluster: SlurmCluster
+) -> None:
+    """The ladder's normal path: slonkd drained the node for the failure, then asks a reboot.
+
+    ``scontrol reboot`` reaches slurmctld (REBOOT_* flag, the RebootProgram runs), the
+    node keeps slonkd's reason and every cause it held, and a second request while the
+    reboot is pending sends nothing (issue 15 item 9).
+    """
+    await backend.drain(["n1"], HEALTH, "xid 79")
+    await backend.drain(["n1"], POD, "bye")
+    result = await backend.request_reboot(["n1"], HEALTH, "by slonkd")
+    assert result.changed == ("n1",), result
+    n1 = await _node(backend, "n1")
+    assert n1.state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}, n1.state
+    assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
+    assert n1.reason.startswith("slonkd:health:gpu-xid-79"), n1.reason
+    assert held_causes(n1) == {HEALTH, POD}
+    again = await backend.request_reboot(["n1"], HEALTH, "by slonkd")
+    assert again.changed == ()
+    assert again.skipped_for(SkipReason.REBOOT_PENDING) == {"n1"}, again
+    log = Path(cluster.root / "log" / "reboot.log")
+
+    async def rebooted() -> bool:
+        return await asyncio.to_thread(_logged, log, "reboot requested")
+
+    await _wait_for("RebootProgram ran for n1", rebooted, timeout_s=30)
+    await asyncio.sleep(2)  # a second request would have run the program again by now
+    runs = (await asyncio.to_thread(log.read_text)).count("reboot requested")
+    assert runs == 1, f"RebootProgram ran {runs} times"
+
+
 async def test_comment_round_trips(backend: ScontrolBackend) -> None:
     """A comment is written sanitised to every named node and reads back."""
     await backend.set_comment(["n1", "n2"], 'rack "r1"\nrow 2')

@@ -8,6 +8,7 @@ process per pod, each started with the environment the chart's downward API woul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 from slonkd.testing.workloads import worker_statefulset
 
 GRACE_S = 12
@@ -147,6 +149,8 @@ class Workers:
     kube_node: str
     standin: KubeletStandIn
     agents: dict[str, AgentProcess] = field(default_factory=dict)
+    client_env: dict[str, str] = field(default_factory=dict)
+    """What the agents' environment adds for SLURM's clients (24.11: PATH with the shims)."""
 
     def pod(self, name: str) -> dict[str, Any] | None:
         """The pod's JSON, or None."""
@@ -191,28 +195,72 @@ class Workers:
         return self.slurm.run("scontrol", "-o", "show", "node", node).stdout
 
 
+@contextlib.contextmanager
+def slurm_of_release(
+    release: str, layout: SlurmLayout, slurm_factory: Callable[..., SlurmCluster], shims: Path
+) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
+    """A cluster of ``release`` and what slonkd's processes need in their env to reach it.
+
+    22.05 is the host's (nothing to add). Another release runs in its cached root and the
+    processes call that root's clients: shims put first on their PATH. A preStop that calls
+    SLURM's clients still gets the host's (the kubelet stand-in's PATH).
+    """
+    if release == "22.05":
+        yield slurm_factory(layout), {}
+        return
+    cluster = ChrootSlurmCluster.create(release, layout)
+    try:
+        cluster.start()
+        shim_dir = cluster.client_shims(shims)
+        yield cluster, {"PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def worker_slurm(
+    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
+    """The SLURM cluster of nodes w-0 and w-1 (no slurmd yet), and the agents' client env.
+
+    The host's 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``
+    (see :func:`slurm_of_release`).
+    """
+    layout = SlurmLayout(nodes=("w-0", "w-1"), autostart=False)
+    release = str(getattr(request, "param", "22.05"))
+    with slurm_of_release(release, layout, slurm_factory, tmp_path / "slurm-bin") as got:
+        yield got
+
+
 @pytest.fixture
 def workers(
     kube: KubeCluster,
     namespace: str,
     unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
+    worker_slurm: tuple[SlurmCluster, dict[str, str]],
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Workers]:
     """One kwok node, two worker pods w-0 and w-1 bound to slurmd, and their agents.
 
-    ``@pytest.mark.prestop(argv)`` replaces the preStop command.
+    ``@pytest.mark.prestop(argv)`` replaces the preStop command; SLURM is ``worker_slurm``.
     """
     marker = request.node.get_closest_marker("prestop")
     prestop = marker.args[0] if marker else PRESTOP
     names = ("w-0", "w-1")
-    slurm = slurm_factory(SlurmLayout(nodes=names, autostart=False))
+    slurm, clients = worker_slurm
     label = {"slonk.dev/test": namespace}
     (kube_node,) = kube.add_fake_nodes([unique("e2e")], labels=label)
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
-    w = Workers(kube=kube, slurm=slurm, namespace=namespace, kube_node=kube_node, standin=standin)
+    w = Workers(
+        kube=kube,
+        slurm=slurm,
+        namespace=namespace,
+        kube_node=kube_node,
+        standin=standin,
+        client_env=clients,
+    )
     try:
         sts = worker_statefulset(
             "w",
@@ -234,6 +282,7 @@ def workers(
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
                 "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                **clients,
             }
             agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
             agent.start()

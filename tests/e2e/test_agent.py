@@ -50,6 +50,46 @@ def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
     assert workers.agents["w-1"].actions() == []
 
 
+@pytest.mark.prestop(GATED)
+@pytest.mark.parametrize("worker_slurm", ["22.05", "24.11"], indirect=True)
+def test_pod_deleted_after_an_operator_drain_and_resume_drains(workers: Workers) -> None:
+    """An operator drains w-0 with a reason and resumes it; then its pod is deleted: drained.
+
+    SLURM 24.11 keeps the operator's text on the resumed node; that leftover holds nothing,
+    so the agent must still drain the node for the pod's termination (issue 15 item 1).
+    The agents run the cluster's own clients: the version they see is checked.
+    """
+    env = {**workers.agents["w-0"].env}
+    version = subprocess.run(
+        ["scontrol", "--version"], env=env, capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()[-1]
+    expected = "22.05" if not workers.client_env else "24.11"
+    assert version.startswith(expected + "."), version
+    workers.slurm.run(
+        "scontrol", "update", "nodename=w-0", "state=drain", "reason=bad DIMM, ticket 7"
+    )
+    wait_for(
+        "agent saw the operator's drain",
+        lambda: any(e.get("event") == "agent.left_alone" for e in workers.agents["w-0"].events()),
+        timeout_s=20,
+    )
+    workers.slurm.run("scontrol", "update", "nodename=w-0", "state=resume")
+    wait_for("w-0 idle", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=20)
+    if expected == "24.11":
+        assert "Reason=bad DIMM, ticket 7" in workers.show("w-0")  # the leftover under test
+    workers.delete_pod("w-0")
+    wait_for(
+        "agent drained w-0",
+        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"),
+        timeout_s=15,
+    )
+    assert "DRAIN" in workers.show("w-0")
+    drains = [a for a in workers.agents["w-0"].actions() if a["action"] == "drain"]
+    assert drains, workers.agents["w-0"].actions()
+    assert drains[-1]["cause"] == "pod-terminating"
+    (workers.standin.root.parent / "open").write_text("")
+
+
 def test_prestop_down_is_lifted_when_the_new_pod_is_ready(workers: Workers) -> None:
     """The full handshake: prestop downs the node, the slurmd stops, the new pod's agent resumes."""
     uid = workers.delete_pod("w-1")

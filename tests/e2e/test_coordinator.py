@@ -25,7 +25,12 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import marked_unhealthy, read_json_log, set_unschedulable
+from tests.e2e.conftest import (
+    marked_unhealthy,
+    read_json_log,
+    set_unschedulable,
+    slurm_of_release,
+)
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -124,17 +129,32 @@ def coordinator_config() -> dict[str, Any]:
 
 
 @pytest.fixture
+def fleet_slurm(
+    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
+    """20 idle slurmd (nothing is out at the start), and the coordinator's client env.
+
+    SLURM 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``.
+    """
+    names = tuple(f"w-{i}" for i in range(PODS))
+    release = str(getattr(request, "param", "22.05"))
+    with slurm_of_release(
+        release, SlurmLayout(nodes=names), slurm_factory, tmp_path / "slurm-bin"
+    ) as got:
+        yield got
+
+
+@pytest.fixture
 def fleet(
     kube: KubeCluster,
     namespace: str,
     unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
+    fleet_slurm: tuple[SlurmCluster, dict[str, str]],
     tmp_path: Path,
     coordinator_config: dict[str, Any],
 ) -> Iterator[Fleet]:
     """20 worker pods on 10 kwok nodes, 20 idle slurmd, one coordinator with fast timings."""
-    names = tuple(f"w-{i}" for i in range(PODS))
-    slurm = slurm_factory(SlurmLayout(nodes=names))  # 20 idle slurmd: nothing is out at the start
+    slurm, clients = fleet_slurm
     label = {"slonk.dev/test": namespace}
     kube_nodes = kube.add_fake_nodes([unique(f"c{i}") for i in range(KUBE_NODES)], labels=label)
 
@@ -173,6 +193,7 @@ def fleet(
         "KUBECONFIG": str(kube.kubeconfig),
         "SLURM_CONF": str(slurm.conf),
         "SLONKD_CONFIG": str(config),
+        **clients,
     }
     log = tmp_path / "coordinator.log"
     with log.open("ab") as out:
@@ -245,6 +266,44 @@ def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> Non
     wait_for(
         "resumed", lambda: all(fleet.reasons().get(n) == "none" for n in affected), timeout_s=20
     )
+
+
+@pytest.mark.parametrize("fleet_slurm", ["22.05", "24.11"], indirect=True)
+def test_a_cordon_after_an_uncordon_drains_again(fleet: Fleet) -> None:
+    """Cordon, uncordon, cordon again: the SLURM nodes are drained the second time too.
+
+    SLURM 24.11 keeps ``slonkd:k8s-cordoned`` as text on the resumed nodes; that leftover
+    holds nothing and must not pass for a drain already in place (issue 15 item 1). The
+    coordinator runs the cluster's own clients: the version it sees is checked.
+    """
+    version = subprocess.run(
+        ["scontrol", "--version"], env=fleet.env, capture_output=True, text=True, timeout=30
+    ).stdout.split()[-1]
+    expected = "24.11" if fleet.env["PATH"] != os.environ["PATH"] else "22.05"
+    assert version.startswith(expected + "."), version
+    kube_node = next(n for n in fleet.kube_nodes if fleet.pods_on(n))
+    affected = fleet.pods_on(kube_node)
+
+    def drained() -> bool:
+        states, reasons = fleet.slurm.node_states(), fleet.reasons()
+        return all(
+            states.get(n) in {"drained", "draining"}
+            and reasons.get(n, "").startswith("slonkd:k8s-cordoned")
+            for n in affected
+        )
+
+    def idle() -> bool:
+        states = fleet.slurm.node_states()
+        return all(states.get(n) == "idle" for n in affected)
+
+    set_unschedulable(fleet.kube, [kube_node])
+    wait_for("drained for the cordon", drained, timeout_s=20)
+    set_unschedulable(fleet.kube, [kube_node], on=False)
+    wait_for("resumed after the uncordon", idle, timeout_s=20)
+    if expected == "24.11":
+        assert all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected)
+    set_unschedulable(fleet.kube, [kube_node])
+    wait_for("drained again for the second cordon", drained, timeout_s=20)
 
 
 def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> None:
@@ -681,7 +740,8 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
     """The ladder is the hardware's: a restart first, then a reboot request on the same node.
 
     The reboot request is the ``slonk.dev/reboot-requested`` taint and annotation (for the
-    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap.
+    site's reboot tooling), an Event, and the attempt recorded in the state ConfigMap. Its
+    SLURM half is audited; SLURM's own reason holds this node, so it is not rebooted by slonkd.
     """
     kube_node = next(n for n in fleet.kube_nodes if len(fleet.pods_on(n)) == 2)
     first, second = fleet.pods_on(kube_node)
@@ -709,6 +769,10 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
     assert [e["node"] for e in evictions] == [first]  # the second one was not restarted
     remediation = json.loads(fleet.state()["remediation"])
     assert remediation[kube_node]["attempts"] == 2
+    # SLURM's half is audited: SLURM's own reason holds the node, so no scontrol reboot
+    audit = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
+    reboots = [a for a in audit if a["action"] == "slurm-reboot"]
+    assert [(a["node"], a["outcome"]) for a in reboots] == [(second, "skipped: slurm-reason")]
     events = [  # a Node's Events live in "default" (or the recorder's namespace)
         e
         for ns in ("default", fleet.namespace)

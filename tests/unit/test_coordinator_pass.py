@@ -302,9 +302,54 @@ async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_no
     c = _coordinator(slurm, writer, [_node(0), _node(1)])
     fake_health = {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)}
     c.health["w-0"] = ("kn-0", fake_health)
+    audit = AuditRecorder()
+    c.audit = audit  # type: ignore[assignment]
     await c.reconcile_all()
     assert ("taint slonk.dev/reboot-requested", "kn-0") in writer.calls
     assert ("cordon", "kn-1") in writer.calls
+    (failed,) = [r for r in audit.records if r["action"] == "slurm-reboot"]
+    assert failed["outcome"].startswith("failed: scontrol reboot: RebootProgram"), failed
+
+
+class AuditRecorder:
+    """Keeps the audit records of a pass."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def record(self, **entry: Any) -> None:
+        """One record."""
+        self.records.append(entry)
+
+
+async def test_a_reboot_step_requests_the_reboot_from_slurm_once_and_audits_it() -> None:
+    """The ladder's reboot step on a node slonkd drained: SLURM is asked once, and it is audited.
+
+    Two passes (the second inside the cool-down) send one ``request_reboot`` for the failure's
+    cause; the audit log has a ``slurm-reboot`` record with that cause next to the K8s half.
+    """
+    held = _slurm(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
+    slurm = FakeSlurm([held, _slurm(1)], failing=set())
+    asked: list[tuple[list[str], str]] = []
+
+    async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        asked.append((list(names), str(cause)))
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=2)
+
+    slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    audit = AuditRecorder()
+    c.audit = audit  # type: ignore[assignment]
+    c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
+    await c.reconcile_all()
+    await c.reconcile_all()
+    assert asked == [(["w-0"], "health:gpu-xid-79")]
+    reboots = [r for r in audit.records if r["action"] == "slurm-reboot"]
+    assert [(r["node"], r["cause"], r["outcome"]) for r in reboots] == [
+        ("w-0", "health:gpu-xid-79", "changed")
+    ]
+    assert ("taint slonk.dev/reboot-requested", "kn-0") in writer.calls
 
 
 async def test_a_newer_leaders_token_ends_the_pass() -> None:

@@ -18,6 +18,7 @@ from slonkd.core.slurm_plan import (
     Update,
     held_causes,
     plan_hold,
+    plan_reboot,
     plan_release,
 )
 
@@ -172,6 +173,53 @@ def test_leftover_reason_on_a_resumed_node_is_stale() -> None:
     assert released.why is SkipReason.NOT_HELD
 
 
+def test_reboot_of_a_node_slonkd_holds_is_planned_with_its_reason() -> None:
+    """The ladder's normal path: the node is drained by slonkd already; the reboot still goes.
+
+    A drain plan answers "already held" for it, which is how ``scontrol reboot`` was never
+    sent (issue 15 item 9); the reboot keeps the node's slonkd reason as it is.
+    """
+    held = node(
+        "IDLE+DRAIN",
+        "slonkd:health:gpu-xid-79 xid",
+        '{"slonkd":["health:gpu-xid-79","pod-terminating"]}',
+    )
+    assert isinstance(plan_hold(held, HoldState.DRAIN, HEALTH), Skip)
+    result = plan_reboot(held)
+    assert isinstance(result, Update)
+    assert (result.state, result.reason, result.extra) == (
+        None,
+        "slonkd:health:gpu-xid-79 xid",
+        None,
+    )
+    busy = plan_reboot(node("MIXED+DRAIN", "slonkd:health:gpu-xid-79"))
+    assert isinstance(busy, Update)  # ASAP: SLURM reboots it once its jobs are done
+
+
+REBOOT_SKIPS = [
+    (node("IDLE+DRAIN+REBOOT_REQUESTED", "slonkd:health:gpu-xid-79"), SkipReason.REBOOT_PENDING),
+    (node("DOWN+DRAIN+REBOOT_ISSUED", "slonkd:health:gpu-xid-79"), SkipReason.REBOOT_PENDING),
+    (node("IDLE+DRAIN", "admin maint"), SkipReason.FOREIGN_REASON),
+    (node("IDLE+DRAIN", "Kill task failed"), SkipReason.SLURM_REASON),
+    (node("DOWN"), SkipReason.FOREIGN_STATE),
+    (node("IDLE"), SkipReason.NOT_HELD),
+    (node("IDLE", "slonkd:health:gpu-xid-79"), SkipReason.NOT_HELD),
+    (node("IDLE+DRAIN+NEW_FLAG", "slonkd:health:gpu-xid-79"), SkipReason.UNRECOGNISED_STATE),
+]
+
+
+@pytest.mark.parametrize(("current", "why"), REBOOT_SKIPS)
+def test_reboot_skips_pending_foreign_and_unheld_nodes(current: SlurmNode, why: SkipReason) -> None:
+    """A reboot is asked once (none while one is pending), never of a node slonkd does not hold.
+
+    The adapter drains first (which records the cause); a node that is not slonkd's to
+    hold after that, or holds a reboot already, gets no second ``scontrol reboot``.
+    """
+    result = plan_reboot(current)
+    assert isinstance(result, Skip)
+    assert result.why is why
+
+
 BASES = st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN", "UNKNOWN", "FUTURE", "WEIRD"])
 FLAGS = st.lists(
     st.sampled_from(["DRAIN", "FAIL", "NOT_RESPONDING", "COMPLETING", "REBOOT_REQUESTED", "NEW"]),
@@ -230,3 +278,8 @@ def test_no_plan_ever_steals_or_lifts_a_foreign_hold(
             assert owner is ReasonOwner.SLONKD
             if plan.state in {"resume", "undrain"}:
                 assert held_causes(current) <= {cause}
+    reboot = plan_reboot(current)
+    if isinstance(reboot, Update):
+        assert current.held
+        assert owner is ReasonOwner.SLONKD
+        assert reboot.reason == current.reason

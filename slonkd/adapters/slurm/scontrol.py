@@ -49,6 +49,7 @@ from slonkd.core.slurm_plan import (
     SkipReason,
     Update,
     plan_hold,
+    plan_reboot,
     plan_release,
 )
 
@@ -265,19 +266,37 @@ class ScontrolBackend:
     async def request_reboot(
         self, names: Sequence[str], cause: Cause, text: str = ""
     ) -> UpdateResult:
-        """``scontrol reboot ASAP`` of the nodes slonkd may hold (drains them until reboot)."""
+        """``scontrol reboot ASAP`` of the nodes slonkd may hold, once per request.
+
+        First a compare-and-set drain for ``cause`` (it records the cause next to any other
+        slonkd holds the node for; a node slonkd holds already is the ladder's normal case),
+        then, on a fresh read, the reboot of every node slonkd's reason holds now, with that
+        reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
+        skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
+        """
         before = self.calls
-        nodes = await self.read_for_update(names, hold=True)
-        plans = [
-            _plan_or_missing(nodes, n, lambda node: plan_hold(node, HoldState.DRAIN, cause))
-            for n in names
-        ]
-        todo = [p.node for p in plans if isinstance(p, Update)]
-        skipped = [p for p in plans if isinstance(p, Skip)]
-        reason = format_reason(cause, text)
-        for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
-            await self.runner.run("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
-        return UpdateResult(changed=tuple(todo), skipped=tuple(skipped), calls=self.calls - before)
+        wanted = list(dict.fromkeys(names))
+        drained = await self._hold(wanted, HoldState.DRAIN, cause, text)
+        refused = {s.node for s in drained.skipped if s.why is not SkipReason.ALREADY_HELD}
+        skipped = [s for s in drained.skipped if s.node in refused]
+        rest = [n for n in wanted if n not in refused]
+        nodes = await self.read_for_update(rest, hold=True) if rest else {}
+        plans = [_plan_or_missing(nodes, n, plan_reboot) for n in rest]
+        skipped += [p for p in plans if isinstance(p, Skip)]
+        by_reason: dict[str, list[NodeName]] = {}
+        for plan in plans:
+            if isinstance(plan, Update):
+                by_reason.setdefault(plan.reason or format_reason(cause, text), []).append(
+                    plan.node
+                )
+        changed: list[NodeName] = []
+        for reason, todo in by_reason.items():
+            for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
+                await self.runner.run("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
+                changed += [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+        return UpdateResult(
+            changed=tuple(changed), skipped=tuple(skipped), calls=self.calls - before
+        )
 
     async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
