@@ -35,6 +35,7 @@ from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.kubeconfig import KubeConfigError
 from slonkd.adapters.kube.sources import agent_informers
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
@@ -157,7 +158,7 @@ class Agent:
 
     def __init__(self, settings: AgentSettings, transport: KubeTransport) -> None:
         self.s = settings
-        self.backend = ScontrolBackend(settings.slurm)
+        self.backend: SlurmBackend = ScontrolBackend(settings.slurm)
         self.nodes, self.pods = agent_informers(
             transport, settings.namespace, pod_name=settings.pod_name, node_name=settings.kube_node
         )

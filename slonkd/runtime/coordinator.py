@@ -43,6 +43,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
 from slonkd.core.budget import (
@@ -295,7 +296,7 @@ class Coordinator:
         self.s = s
         self.elector = elector
         self.metrics = metrics or Metrics(role="coordinator")
-        self.slurm = ScontrolBackend(s.slurm)
+        self.slurm: SlurmBackend = ScontrolBackend(s.slurm)
         self.node_writer = NodeWriter(transport)
         self.pod_writer = PodWriter(transport)
         self.events = EventRecorder(transport)

@@ -9,7 +9,7 @@ the state ConfigMap) so that RBAC, not this API, decides who may.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -17,8 +17,6 @@ from aiohttp import web
 from slonkd.core.status import explain, node_row
 from slonkd.runtime.commands import recheck_endpoint
 from slonkd.runtime.metrics import Metrics
-
-StatusSource = Callable[[], Mapping[str, Any] | None]
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body any handler may read (none needs more)."""
@@ -40,8 +38,6 @@ class CoordinatorAPI:
         self._holder = holder
         self.leader: Any = None
         """The leading :class:`~slonkd.runtime.coordinator.Coordinator`, or None."""
-        self.sections: dict[str, StatusSource] = {}
-        """Extra status sections (topology, rollout) by name."""
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.credentials: Any = None
@@ -129,8 +125,6 @@ class CoordinatorAPI:
             "nodes": [node_row(v, p, refused) for v, p in zip(snap.views, snap.plans, strict=True)],
         }
         body.update(self.leader.status_sections())
-        for name, source in self.sections.items():
-            body[name] = source()
         return _json(body)
 
     async def _nodes(self, _request: web.Request) -> web.Response:

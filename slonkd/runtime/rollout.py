@@ -38,7 +38,7 @@ from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
@@ -73,7 +73,7 @@ class RolloutController:
         namespace: str,
         transport: KubeTransport,
         pods: Informer[Pod],
-        slurm: ScontrolBackend,
+        slurm: SlurmBackend,
         elector: LeaderElector,
         budget: BudgetPolicy,
         reads: ReadLimiter | None = None,

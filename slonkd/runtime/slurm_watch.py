@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.errors import SlonkdError
 from slonkd.core.slurm_node import SlurmNode
 
@@ -79,7 +79,7 @@ class SlurmWatch:
 
     def __init__(
         self,
-        slurm: ScontrolBackend,
+        slurm: SlurmBackend,
         limiter: ReadLimiter,
         changed: Callable[[Sequence[SlurmNode]], None],
         *,

@@ -48,6 +48,10 @@ class SlurmBackend(Protocol):
         """Only the nodes that carry a reason."""
         ...
 
+    async def read_reason_nodes(self) -> list[SlurmNode]:
+        """Every node that carries a reason, as exact node records (the coordinator's poll)."""
+        ...
+
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on a node."""
         ...
