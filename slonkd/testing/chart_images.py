@@ -14,6 +14,9 @@ image the node's containerd already holds under that reference.
 
 The chart selects these references with ``imagePullPolicy: Never`` (the node has no
 registry): ``deploy/helm/slonk/ci/local-images-values.yaml`` plus :func:`image_values`.
+``scripts/bootstrap`` builds them ahead of the tests (``python -m slonkd.testing.chart_images``;
+cold: about 4 minutes of ``build.sh`` and 1.5 of export on 2 cores); the newest
+:data:`KEEP_ARCHIVES` archives of each image are kept.
 """
 
 from __future__ import annotations
@@ -223,7 +226,20 @@ def ensure_chart_images(specs: Sequence[ImageSpec] = SPECS) -> list[ChartImage]:
             tmp.replace(img.archive)
             _buildah("rmi", built, img.ref)
             _log(f"exported {img.ref} in {time.monotonic() - started:.0f} s")
+            _prune(cache, img.spec)
         return images
+
+
+KEEP_ARCHIVES = 4
+"""Archives kept per image (the newest; other worktrees may still use an older key)."""
+
+
+def _prune(cache: Path, spec: ImageSpec) -> None:
+    archives = sorted(
+        cache.glob(f"chart-{spec.build_name}-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for old in archives[KEEP_ARCHIVES:]:
+        old.unlink(missing_ok=True)
 
 
 def import_images(node: RealNode, images: Sequence[ChartImage]) -> list[str]:

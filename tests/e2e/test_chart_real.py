@@ -32,7 +32,10 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, wait_for
 from slonkd.testing.realnode import API_HOST, API_PORT, RealNode
 
-pytestmark = pytest.mark.kube
+# The first test's setup builds the images when this tree changed them (scripts/bootstrap
+# builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the
+# default 300 s per test.
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1200)]
 
 RELEASE = "rel"
 POOL = "cpu"
