@@ -22,6 +22,12 @@ Safety nets on the host as well: blackhole routes for the Service CIDR and the p
 The apiserver listens on 127.0.0.1 only, which the namespace cannot reach. A ``socat`` relay
 on the host end of the veth forwards to it (kube.py unchanged in that respect; the kubelet's
 kubeconfig names ``localhost`` as the TLS server name, which the serving certificate holds).
+Pods reach the apiserver by name, never by the ``kubernetes`` Service's ClusterIP (no
+kube-proxy programs it): CoreDNS answers ``kubernetes.default.svc.cluster.local`` with the
+node's own address (``hosts``, ahead of the ``kubernetes`` plugin), where a second relay in the
+node's namespace listens on port 443 and forwards to the host's. The serving certificate
+holds ``kubernetes.default.svc``, so a client given that name in ``KUBERNETES_SERVICE_HOST``
+(:data:`API_HOST`; the chart's ``kubernetesService`` values) verifies it as usual.
 The kubelet authenticates with a client certificate of the harness CA (``system:node:<name>``
 in ``system:nodes``, bound to the ``system:node`` ClusterRole: the harness runs RBAC without
 the Node authorizer); the apiserver reaches the kubelet (logs, exec) at the node's InternalIP
@@ -62,6 +68,9 @@ SERVICE_CIDR = "10.0.0.0/24"
 POD_SUPERNET = "10.244.0.0/16"
 """Blackholed on the host: no pod address is ever routed off this machine."""
 CLUSTER_DOMAIN = "cluster.local"
+API_HOST = "kubernetes.default.svc"
+"""The name pods use for the apiserver (KUBERNETES_SERVICE_HOST), port :data:`API_PORT`."""
+API_PORT = 443
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CNI_CACHE_DIR = Path("/var/lib/cni/results")
 KUBELET_DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
@@ -212,6 +221,14 @@ class RealNode:
         self.timings["image_import_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         self._start_coredns(timeout_s)
+        self._spawn(
+            "api-relay",
+            self.nsexec(
+                "socat",
+                f"TCP-LISTEN:{API_PORT},bind={self.node_ip},reuseaddr,fork",
+                f"TCP:{self.host_ip}:{self.cluster.ports['apiserver']},nodelay",
+            ),
+        )
         self.timings["coredns_ready_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         self._start_kubelet()
@@ -234,6 +251,7 @@ class RealNode:
 
         step("kubelet", lambda: self._stop_proc("kubelet", 10))
         step("coredns", lambda: self._stop_proc("coredns", 5))
+        step("api relay", lambda: self._stop_proc("api-relay", 5))
         step("tasks", self._kill_tasks)
         step("containerd", lambda: self._stop_proc("containerd", 10))
         step("processes", self._kill_leftover_processes)
@@ -537,6 +555,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bind {self.node_ip}
     errors
     ready {self.node_ip}:8181
+    hosts {{
+        {self.node_ip} {API_HOST}.{CLUSTER_DOMAIN}
+        fallthrough
+    }}
     kubernetes {CLUSTER_DOMAIN} {{
         kubeconfig {self.root / "coredns.kubeconfig"} harness
         pods disabled
@@ -739,4 +761,4 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         return left
 
 
-__all__ = ["CLUSTER_DOMAIN", "POD_SUPERNET", "SERVICE_CIDR", "RealNode"]
+__all__ = ["API_HOST", "API_PORT", "CLUSTER_DOMAIN", "POD_SUPERNET", "SERVICE_CIDR", "RealNode"]

@@ -20,6 +20,7 @@ from slonkd.testing.helm import CHART_DIR, Helm
 from slonkd.testing.toolchain import ensure_tools
 
 MULTI_POOL = CHART_DIR / "ci" / "multi-pool-values.yaml"
+LOCAL_IMAGES = CHART_DIR / "ci" / "local-images-values.yaml"
 Obj = dict[str, Any]
 
 
@@ -52,9 +53,11 @@ def slurm_conf(objs: list[Obj]) -> str:
     return str(one(objs, "ConfigMap", "rel-slurm-config")["data"]["slurm.conf"])
 
 
-@pytest.mark.parametrize("values", [(), (MULTI_POOL,)], ids=["default", "multi-pool"])
+@pytest.mark.parametrize(
+    "values", [(), (MULTI_POOL,), (LOCAL_IMAGES,)], ids=["default", "multi-pool", "local-images"]
+)
 def test_lint_is_clean(helm: Helm, values: tuple[Path, ...]) -> None:
-    """``helm lint --strict`` passes for the default and the multi-pool values."""
+    """``helm lint --strict`` passes for the default, multi-pool and local-images values."""
     args = [f"--values={v}" for v in values]
     proc = helm.run("lint", "--strict", str(CHART_DIR), *args)
     assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
@@ -801,3 +804,40 @@ def test_credential_limits_from_values_reach_the_coordinators_settings(
     bad = helm.template("rel", set_json=('coordinator.credentials={"sourceBurst":0}',), check=False)
     assert bad.returncode != 0
     assert "sourceBurst" in bad.stderr
+
+
+def test_services_agents_dial_are_headless_and_the_api_host_can_be_named(helm: Helm) -> None:
+    """Every Service a pod dials is headless; ``kubernetesService`` names the API for its clients.
+
+    Coordinator and mosquitto resolve to pod IPs (no ClusterIP, so no kube-proxy needed);
+    KUBERNETES_SERVICE_HOST/PORT are set in the coordinator and the agent only, and only when
+    asked; the local-images values never pull.
+    """
+    objs = render(helm)
+    for name in ("rel-coordinator", "rel-mosquitto", "rel-slurmctld", "rel-slurmd"):
+        assert one(objs, "Service", name)["spec"]["clusterIP"] == "None", name
+
+    def api_env(objs: list[Obj]) -> dict[str, dict[str, str]]:
+        out = {}
+        for kind, name in (("Deployment", "rel-coordinator"), ("StatefulSet", "rel-gpu")):
+            pod = _pod(one(objs, kind, name))
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
+                out[c["name"]] = {k: v for k, v in env.items() if k.startswith("KUBERNETES_")}
+        return out
+
+    assert all(not env for env in api_env(objs).values())  # the kubelet's variables
+    named = api_env(
+        render(helm, set_json=('kubernetesService={"host":"kubernetes.default.svc","port":6443}',))
+    )
+    wanted = {
+        "KUBERNETES_SERVICE_HOST": "kubernetes.default.svc",
+        "KUBERNETES_SERVICE_PORT": "6443",
+    }
+    assert named == {"coordinator": wanted, "slonkd-agent": wanted, "munged": {}, "slurmd": {}}
+    objs = render(helm, LOCAL_IMAGES)
+    pods = [_pod(o) for o in objs if o["kind"] in ("StatefulSet", "Deployment")]
+    policies = {
+        c["imagePullPolicy"] for p in pods for c in p.get("initContainers", []) + p["containers"]
+    }
+    assert policies == {"Never"}

@@ -235,3 +235,14 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
 {{- end -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT for the API clients (agent, coordinator) when
+kubernetesService.host is set; explicit env wins over the kubelet's service variables. */}}
+{{- define "slonk.kubernetesServiceEnv" -}}
+{{- with .Values.kubernetesService.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ $.Values.kubernetesService.port | int | quote }}
+{{- end }}
+{{- end -}}
