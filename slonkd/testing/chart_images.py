@@ -159,7 +159,8 @@ def _wheel_files() -> list[Path]:
         ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "--", "slonkd"],
         timeout_s=60,
     )
-    files = [REPO / "pyproject.toml", REPO / "README.md"]
+    # README.md is the wheel's long description only: an edit to it need not rebuild images.
+    files = [REPO / "pyproject.toml"]
     for name in sorted(out.split("\n")):
         if name and not name.startswith("slonkd/testing/") and (REPO / name).is_file():
             files.append(REPO / name)
