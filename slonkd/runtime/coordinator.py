@@ -1147,6 +1147,20 @@ class Coordinator:
                 )
 
 
+def api_readiness(silent_s: float | None, limit_s: float) -> tuple[bool, str]:
+    """Ready while the apiserver answered a Lease call within ``limit_s`` (one lease duration).
+
+    A standby asks every retry period and a leader renews as often, so a silence past a whole
+    lease duration means this replica cannot reach the API (a wrong address, a network
+    policy, the apiserver down): it would never act, whatever its process looks like.
+    """
+    if silent_s is None:
+        return False, "the Kubernetes API has not answered yet"
+    if silent_s > limit_s:
+        return False, f"the Kubernetes API has not answered for {silent_s:.0f} s"
+    return True, "ready"
+
+
 class _NotLeading(Exception):
     """The lease ran out under this term's work."""
 
@@ -1174,7 +1188,11 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     elector = LeaderElector(
         transport, lease, floor=StateStore(transport, s.namespace, s.state_name).last_token
     )
-    api = CoordinatorAPI(identity=s.identity, holder=lambda: elector.holder)
+    api = CoordinatorAPI(
+        identity=s.identity,
+        holder=lambda: elector.holder,
+        ready=lambda: api_readiness(elector.api_silent_s(), lease.lease_duration_s),
+    )
     metrics = Metrics(role="coordinator")
     api.metrics = metrics
     if s.credentials is not None:

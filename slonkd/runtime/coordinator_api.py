@@ -2,9 +2,10 @@
 
 Every replica serves it; only the leader has a pass to show, the others answer 503 with the
 holder they last saw on the Lease so ``slonkd status`` can say where to look. ``/healthz``
-says the process is alive; ``/readyz`` that it is campaigning (a standby is ready too: it is
-doing its job). Read-only: operators change slonkd through Kubernetes objects (hold label,
-the state ConfigMap) so that RBAC, not this API, decides who may.
+says the process is alive; ``/readyz`` that it is campaigning and reaching the Kubernetes
+API (a standby is ready too: it is doing its job; a replica the API does not answer is not).
+Read-only: operators change slonkd through Kubernetes objects (hold label, the state
+ConfigMap) so that RBAC, not this API, decides who may.
 """
 
 from __future__ import annotations
@@ -33,9 +34,16 @@ def _json(data: Any, status: int = 200) -> web.Response:
 class CoordinatorAPI:
     """Serves the leader's last pass; ``leader`` is set while this replica leads."""
 
-    def __init__(self, *, identity: str, holder: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        *,
+        identity: str,
+        holder: Callable[[], str],
+        ready: Callable[[], tuple[bool, str]] = lambda: (True, "ready"),
+    ) -> None:
         self.identity = identity
         self._holder = holder
+        self._ready = ready
         self.leader: Any = None
         """The leading :class:`~slonkd.runtime.coordinator.Coordinator`, or None."""
         self._runner: web.AppRunner | None = None
@@ -49,7 +57,7 @@ class CoordinatorAPI:
         """The aiohttp application."""
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/nodes", self._nodes)
@@ -85,6 +93,10 @@ class CoordinatorAPI:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        ok, why = self._ready()
+        return web.Response(status=200 if ok else 503, text=why + "\n")
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         if self.metrics is None:

@@ -409,3 +409,39 @@ async def test_a_leader_fenced_by_a_newer_token_leads_again_above_it(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_candidate_knows_how_long_the_api_has_been_silent(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """Never answered: None; leading: answered within a retry; apiserver gone: the silence grows.
+
+    The coordinator's /readyz is built on this (a pod whose API path is broken must not look
+    Ready: the chart on the real node was Ready with no route to the API).
+    """
+    leading = _Leading(_solo(kube_transport, namespace, "silence"))
+    assert leading.elector.api_silent_s() is None
+    task = asyncio.create_task(leading.elector.run(leading.work))
+    try:
+        async with asyncio.timeout(10):
+            await leading.started.wait()
+        await asyncio.sleep(RETRY_S * 2)
+        silent = leading.elector.api_silent_s()
+        assert silent is not None
+        assert silent <= RETRY_S + 0.5
+        try:
+            kube.kill_apiserver()
+            await asyncio.sleep(DURATION_S + 1)
+            silent = leading.elector.api_silent_s()
+            assert silent is not None
+            assert silent > DURATION_S
+        finally:
+            kube.start_apiserver()
+        await until(
+            "the API answers again",
+            lambda: (leading.elector.api_silent_s() or 99.0) <= RETRY_S + 0.5,
+            timeout_s=30,
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

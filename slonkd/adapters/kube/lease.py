@@ -99,6 +99,7 @@ class LeaderElector:
         )
         self._observed: tuple[str, str, str] | None = None
         self._observed_at = 0.0
+        self._answered_at: float | None = None
         self._valid_until = 0.0
         self._token: int | None = None
 
@@ -115,6 +116,16 @@ class LeaderElector:
     def token(self) -> int | None:
         """The fencing token while leading, else None."""
         return self._token
+
+    def api_silent_s(self) -> float | None:
+        """Seconds since the apiserver last answered a Lease call (None: it never has).
+
+        A candidate that cannot reach the API does nothing useful, leader or standby: the
+        coordinator's readiness is built on this.
+        """
+        if self._answered_at is None:
+            return None
+        return self._clock() - self._answered_at
 
     def is_valid(self) -> bool:
         """True if this candidate leads and its lease has not run out by the local clock."""
@@ -231,9 +242,12 @@ class LeaderElector:
             name=self._s.name,
         )
         try:
-            return await self._transport.request(call, "GET", self._path)
+            lease: dict[str, Any] = await self._transport.request(call, "GET", self._path)
         except KubeNotFound:
+            self._answered_at = self._clock()
             return None
+        self._answered_at = self._clock()
+        return lease
 
     async def _put(self, lease: dict[str, Any]) -> None:
         call = Call(
@@ -244,6 +258,7 @@ class LeaderElector:
             name=self._s.name,
         )
         await self._transport.request(call, "PUT", self._path, body=lease)
+        self._answered_at = self._clock()
 
     def _spec(self, transitions: int, acquire_time: str) -> dict[str, Any]:
         now = _micro_time()
