@@ -88,3 +88,40 @@ def test_the_agent_refuses_a_bad_bootstrap_ca(tmp_path: Path) -> None:
     """``slonkd agent`` with a missing ``SLONKD_MQTT_BOOTSTRAP_CA`` exits 2 naming it."""
     env = {**AGENT, **BOOTSTRAP, "SLONKD_MQTT_BOOTSTRAP_CA": str(tmp_path / "missing.pem")}
     _assert_refused(*_run(tmp_path, "agent", {}, env), "SLONKD_MQTT_BOOTSTRAP_CA")
+
+
+def test_the_api_certificate_and_key_load_together(tmp_path: Path) -> None:
+    """``SLONKD_API_TLS_CERT_FILE`` and ``_KEY_FILE`` give the coordinator an HTTPS API."""
+    from slonkd.cli.coordinator import load_settings
+    from slonkd.testing.tls import make_server_cert
+
+    server = make_server_cert(make_ca(tmp_path), tmp_path)
+    env = {**COORDINATOR, "SLONKD_API_TLS_CERT_FILE": str(server.cert)}
+    s = load_settings({**env, "SLONKD_API_TLS_KEY_FILE": str(server.key)})
+    assert s.api_tls is not None
+    assert (s.api_tls.cert_file, s.api_tls.key_file) == (str(server.cert), str(server.key))
+    assert load_settings(COORDINATOR).api_tls is None
+
+
+@pytest.mark.parametrize("case", ["cert-only", "key-only", "missing", "key-mismatch"])
+def test_the_coordinator_refuses_a_bad_api_certificate(tmp_path: Path, case: str) -> None:
+    """Half a pair, a missing file or a key of another certificate: exit 2, one line naming it."""
+    from slonkd.testing.tls import make_server_cert
+
+    ca = make_ca(tmp_path)
+    one = make_server_cert(ca, tmp_path, "one")
+    two = make_server_cert(ca, tmp_path, "two")
+    env = {
+        "cert-only": {"SLONKD_API_TLS_CERT_FILE": str(one.cert)},
+        "key-only": {"SLONKD_API_TLS_KEY_FILE": str(one.key)},
+        "missing": {
+            "SLONKD_API_TLS_CERT_FILE": str(tmp_path / "none.crt"),
+            "SLONKD_API_TLS_KEY_FILE": str(one.key),
+        },
+        "key-mismatch": {
+            "SLONKD_API_TLS_CERT_FILE": str(one.cert),
+            "SLONKD_API_TLS_KEY_FILE": str(two.key),
+        },
+    }[case]
+    rc, stderr = _run(tmp_path, "coordinator", {}, {**COORDINATOR, **env})
+    _assert_refused(rc, stderr, "SLONKD_API_TLS_")
