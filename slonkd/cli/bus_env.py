@@ -4,7 +4,9 @@ Agent: ``SLONKD_MQTT_BOOTSTRAP_URL`` (the coordinator's ``/v1/credentials``; wit
 without ``SLONKD_MQTT_USER``, ``$SLONKD_COORDINATOR_URL/v1/credentials``, as the chart sets)
 and ``SLONKD_TOKEN_FILE`` (the projected pod-bound token; default
 ``/var/run/secrets/slonk.dev/token/token``). Static ``SLONKD_MQTT_USER``/``PASSWORD`` keep
-working and win when set. ``SLONKD_MQTT_BOOTSTRAP_CA`` names a CA bundle for an https URL.
+working and win when set. ``SLONKD_MQTT_BOOTSTRAP_CA`` names a CA bundle for an https URL
+(checked at load). ``SLONKD_MQTT_TLS_CA_FILE`` (see :mod:`slonkd.cli.config`) makes the bus
+and the coordinator's dynsec admin connect with TLS, verified against that CA.
 
 Coordinator: ``SLONKD_MQTT_ADMIN_USERNAME`` and ``SLONKD_MQTT_ADMIN_PASSWORD`` (or
 ``SLONKD_MQTT_ADMIN_PASSWORD_FILE``), the broker's dynsec admin, turn on
@@ -31,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.bus.bootstrap import DEFAULT_TOKEN_FILE, BootstrapSettings
 from slonkd.adapters.bus.client import BusSettings
-from slonkd.cli.config import bus_settings
+from slonkd.cli.config import bus_settings, ca_file
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
     from slonkd.runtime.credentials import CredentialSettings
 
+_CA = "SLONKD_MQTT_TLS_CA_FILE"
 COORDINATOR_SESSION_EXPIRY_S = 60
 """Seconds the broker keeps a coordinator's session after it goes (a reconnect, no more)."""
 _LIMITS = {  # SLONKD_CREDENTIALS_<KEY>: (field, whole number)
@@ -76,11 +79,16 @@ def agent_bus_settings(
         bootstrap = BootstrapSettings(
             url=url,
             token_file=env.get("SLONKD_TOKEN_FILE") or DEFAULT_TOKEN_FILE,
-            ca_file=env.get("SLONKD_MQTT_BOOTSTRAP_CA") or None,
+            ca_file=ca_file(env, "SLONKD_MQTT_BOOTSTRAP_CA"),
         )
     except ValueError as exc:
+        if "SLONKD_MQTT_BOOTSTRAP_CA" in str(exc):
+            raise
         raise ValueError(f"bad SLONKD_MQTT_BOOTSTRAP_URL: {exc}") from None
-    bus = BusSettings(host=host, port=_port(env), username="", password="", client_id=client_id)
+    bus = BusSettings(
+        host=host, port=_port(env), username="", password="", client_id=client_id,
+        ca_file=ca_file(env, _CA),
+    )  # fmt: skip
     return bus, bootstrap
 
 
@@ -105,12 +113,14 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
     from slonkd.runtime.credentials import CredentialSettings
 
     limits = _limits(env)
+    admin_ca = ca_file(env, _CA)
     try:
         settings = CredentialSettings(
             admin_host=host,
             admin_port=_port(env),
             admin_user=user,
             admin_password=password,
+            admin_ca_file=admin_ca,
             audiences=audiences,
             service_account=env.get("SLONKD_AGENT_SERVICE_ACCOUNT", ""),
         )
@@ -150,5 +160,5 @@ def coordinator_bus_settings(env: Mapping[str, str], client_id: str) -> BusSetti
         return None
     return BusSettings(
         host=host, port=_port(env), username="", password="", client_id=client_id,
-        session_expiry_s=COORDINATOR_SESSION_EXPIRY_S,
+        session_expiry_s=COORDINATOR_SESSION_EXPIRY_S, ca_file=ca_file(env, _CA),
     )  # fmt: skip

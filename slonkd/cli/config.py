@@ -3,7 +3,9 @@
 ``SLONKD_CONFIG`` names a JSON object whose keys override the environment's values; keys a
 command does not know are refused (a typo must not pass silently). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
-(or ``SLONKD_MQTT_PASSWORD_FILE``). Every problem is a ValueError with a one-line reason.
+(or ``SLONKD_MQTT_PASSWORD_FILE``); ``SLONKD_MQTT_TLS_CA_FILE`` (a PEM CA bundle) makes
+every MQTT client of the process connect with TLS and verify the broker against it. Every
+problem is a ValueError with a one-line reason.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
-from slonkd.adapters.bus.client import BusSettings
+from slonkd.adapters.bus.client import BusSettings, tls_context
 
 
 def config_file(env: Mapping[str, str], known: Set[str]) -> dict[str, Any]:
@@ -52,4 +54,23 @@ def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
     user = env.get("SLONKD_MQTT_USER", "")
     if not user or not password:
         raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")
-    return BusSettings(host=host, port=port, username=user, password=password, client_id=client_id)
+    return BusSettings(
+        host=host,
+        port=port,
+        username=user,
+        password=password,
+        client_id=client_id,
+        ca_file=ca_file(env, "SLONKD_MQTT_TLS_CA_FILE"),
+    )
+
+
+def ca_file(env: Mapping[str, str], key: str) -> str | None:
+    """The CA bundle named by ``env[key]`` (None when unset), loaded once to check it."""
+    path = env.get(key, "").strip()
+    if not path:
+        return None
+    try:
+        tls_context(path)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+    return path

@@ -6,7 +6,9 @@ and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`
 (the fields of :class:`~slonkd.runtime.coordinator.CoordinatorSettings` and of the policy:
 timings, budget, state, API, audit, dry run, remediation, topology);
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
-turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`). Bad settings exit 2
+turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
+``SLONKD_API_TLS_CERT_FILE`` and ``SLONKD_API_TLS_KEY_FILE`` (PEM, both or neither) make the
+API serve HTTPS only. Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
@@ -31,6 +33,7 @@ from slonkd.core.rollout import RolloutSettings
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinator import CoordinatorSettings
+    from slonkd.runtime.coordinator_api import ApiTls
 
 EXIT_BAD_SETTINGS = 2
 _NUMBERS = {
@@ -141,8 +144,10 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
+    api_tls = _api_tls(env)
     try:
         return CoordinatorSettings(
+            api_tls=api_tls,
             policy=policy,
             slurm=SlurmSettings(env=slurm_env),
             bus=bus,
@@ -151,6 +156,24 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None
+
+
+def _api_tls(env: Mapping[str, str]) -> ApiTls | None:
+    """The API's certificate and key from the environment, loaded once to check them."""
+    from slonkd.runtime.coordinator_api import ApiTls
+
+    cert = env.get("SLONKD_API_TLS_CERT_FILE", "").strip()
+    key = env.get("SLONKD_API_TLS_KEY_FILE", "").strip()
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ValueError("SLONKD_API_TLS_CERT_FILE and SLONKD_API_TLS_KEY_FILE go together")
+    tls = ApiTls(cert_file=cert, key_file=key)
+    try:
+        tls.context()
+    except ValueError as exc:
+        raise ValueError(f"SLONKD_API_TLS_CERT_FILE/SLONKD_API_TLS_KEY_FILE: {exc}") from None
+    return tls
 
 
 def main(args: argparse.Namespace) -> int:

@@ -4,9 +4,10 @@
 the coordinator over MQTT (slurmctld and the coordinator are different pods) by publishing a
 :class:`~slonkd.core.messages.SlurmEvent` to ``slonk/v1/<cluster>/slurm/events``. The
 coordinator then reads SLURM at once instead of at its next resync. MQTT settings come from
-the environment (``SLONKD_MQTT_*``, ``SLONKD_CLUSTER``). It never blocks slurmctld for long:
-one publish with a deadline, and exit 0 even when the broker is away (the periodic read is
-the fast path, triggers only a backstop); bad arguments exit 2.
+the environment (``SLONKD_MQTT_*``, TLS with ``SLONKD_MQTT_TLS_CA_FILE``; ``SLONKD_CLUSTER``).
+It never blocks slurmctld for long: one publish with a deadline, and exit 0 even when the
+broker is away (the periodic read is the fast path, triggers only a backstop); bad
+arguments exit 2.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 import aiomqtt
 
+from slonkd.adapters.bus.client import tls_context
 from slonkd.cli.config import bus_settings
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import SlurmEvent, decode, encode, slurm_events_topic
@@ -41,6 +43,7 @@ async def _publish(event: SlurmEvent, cluster: str) -> None:
             identifier=settings.client_id,
             protocol=aiomqtt.ProtocolVersion.V5,
             timeout=DEADLINE_S,
+            tls_context=tls_context(settings.ca_file),
         ) as client,
     ):
         await client.publish(str(topic), encode(event), qos=1)

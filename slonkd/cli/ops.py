@@ -1,11 +1,13 @@
 """Operator commands: ``slonkd status``, ``explain``, ``pause``, ``unpause``, ``budget``, ``state``.
 
 ``status`` and ``explain`` read the leader's HTTP API (``--url``, else
-``SLONKD_COORDINATOR_URL``, else http://127.0.0.1:8081). ``pause``, ``unpause``,
-``budget reset`` and ``state reset`` write the coordinator's state ConfigMap with the
-operator's own Kubernetes credentials (``KUBECONFIG`` or in-cluster), so RBAC decides who
-may; the leader sees the change at its next pass. Exit codes: 0 done, 1 the coordinator or
-the apiserver could not be reached or refused, 2 bad arguments.
+``SLONKD_COORDINATOR_URL``, else http://127.0.0.1:8081; HTTPS is verified with
+``SLONKD_COORDINATOR_CA`` and ``SLONKD_COORDINATOR_TLS_NAME``, see
+:mod:`slonkd.cli.api_client`). ``pause``, ``unpause``, ``budget reset`` and ``state reset``
+write the coordinator's state ConfigMap with the operator's own Kubernetes credentials
+(``KUBECONFIG`` or in-cluster), so RBAC decides who may; the leader sees the change at its
+next pass. Exit codes: 0 done, 1 the coordinator or the apiserver could not be reached or
+refused, 2 bad arguments.
 
 A state ConfigMap that does not parse (hand-edited, corrupted) stops the coordinator's
 automated actions and refuses ``pause``/``unpause``/``budget reset``;
@@ -30,10 +32,10 @@ from urllib.parse import quote
 
 import aiohttp
 
+from slonkd.cli.api_client import DEFAULT_URL, base_url, call
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import SlonkdError
 
-DEFAULT_URL = "http://127.0.0.1:8081"
 TIMEOUT_S = 10.0
 COLUMNS = (
     "node",
@@ -88,14 +90,11 @@ def _state_args(p: argparse.ArgumentParser) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    base: str = args.url or os.environ.get("SLONKD_COORDINATOR_URL") or DEFAULT_URL
-    return base.rstrip("/")
+    return base_url(args.url)
 
 
 async def _get(url: str) -> tuple[int, Any]:
-    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
-        return response.status, await response.json(content_type=None)
+    return await call("GET", url, timeout_s=TIMEOUT_S)
 
 
 SHOWN = 10

@@ -2,10 +2,11 @@
 
 The coordinator answers ``POST /v1/nodes/{node}/recheck`` only from loopback, so this is run
 inside the coordinator's pod (``kubectl exec deploy/<coordinator> -- slonkd recheck w-0``) or
-through ``kubectl port-forward``: Kubernetes RBAC decides who may. The leader publishes a
-fenced ``recheck`` command on the agent's commands topic; the agent runs every check and
-republishes its status. Prints the command (id, fencing token) as JSON. Exit codes: 0 sent,
-1 refused or unreachable, 2 bad arguments.
+through ``kubectl port-forward``: Kubernetes RBAC decides who may (HTTPS is verified with
+``SLONKD_COORDINATOR_CA`` and ``SLONKD_COORDINATOR_TLS_NAME``, see :mod:`slonkd.cli.api_client`).
+The leader publishes a fenced ``recheck`` command on the agent's commands topic; the agent
+runs every check and republishes its status. Prints the command (id, fencing token) as
+JSON. Exit codes: 0 sent, 1 refused or unreachable, 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-DEFAULT_URL = "http://127.0.0.1:8081"
-TIMEOUT_S = 15.0
+from slonkd.cli.api_client import DEFAULT_URL, base_url, call
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,14 +31,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 async def _post(url: str) -> tuple[int, Any]:
-    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.post(url) as response:
-        return response.status, await response.json(content_type=None)
+    return await call("POST", url)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd recheck``."""
-    base = (args.url or os.environ.get("SLONKD_COORDINATOR_URL") or DEFAULT_URL).rstrip("/")
+    base = base_url(args.url)
     url = f"{base}/v1/nodes/{quote(str(args.node), safe='')}/recheck"
     try:
         status, body = asyncio.run(_post(url))

@@ -87,7 +87,7 @@ from slonkd.runtime.audit import KEEP as AUDIT_KEEP
 from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
 from slonkd.runtime.audit import AuditLog, DryRunSeen, check_rotation
 from slonkd.runtime.commands import CommandSender
-from slonkd.runtime.coordinator_api import CoordinatorAPI
+from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
 from slonkd.runtime.credentials import (
     CredentialSettings,
     coordinator_bus_credentials,
@@ -152,6 +152,8 @@ class CoordinatorSettings:
     api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
     api_port: int = 8081
     """The status API (``slonkd status``); 0: any free port."""
+    api_tls: ApiTls | None = None
+    """The API's certificate and key: it serves HTTPS only (None: plain HTTP)."""
 
     def __post_init__(self) -> None:
         BudgetPolicy(  # refuse impossible budgets at start, not at the first pass
@@ -1199,8 +1201,8 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         api.credentials = credential_issuer(
             s.credentials, transport, s.namespace, s.cluster, s.pod_selector
         )
-    await api.start(s.api_host, s.api_port)
-    log.info("coordinator.api_listening", host=s.api_host, port=api.port)
+    await api.start(s.api_host, s.api_port, tls=s.api_tls)
+    log.info("coordinator.api_listening", host=s.api_host, port=api.port, tls=bool(s.api_tls))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

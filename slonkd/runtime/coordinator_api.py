@@ -6,11 +6,17 @@ says the process is alive; ``/readyz`` that it is campaigning and reaching the K
 API (a standby is ready too: it is doing its job; a replica the API does not answer is not).
 Read-only: operators change slonkd through Kubernetes objects (hold label, the state
 ConfigMap) so that RBAC, not this API, decides who may.
+
+With :class:`ApiTls` it serves HTTPS only (the chart's ``tls.enabled``): the port then
+answers no plain HTTP, so agents fetching MQTT credentials verify the coordinator with the
+CA and a token never crosses the network in the clear.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +31,26 @@ MAX_HEADER_FIELD_BYTES = 8190
 """Longest header line; a bound token is 1-2 KB (longer ones get 400 from aiohttp)."""
 MAX_HEADERS = 64
 """Most header lines in one request."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiTls:
+    """The API's certificate (chain) and private key, PEM files: the API serves HTTPS."""
+
+    cert_file: str
+    key_file: str
+
+    def context(self) -> ssl.SSLContext:
+        """A server TLS context (TLS 1.2 at least); ValueError naming a file that will not load."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cannot load the certificate {self.cert_file} with the key {self.key_file}: {exc}"
+            ) from None
+        return context
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -67,8 +93,8 @@ class CoordinatorAPI:
         app.router.add_post("/v1/nodes/{node}/recheck", self._recheck)
         return app
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port`` (port 0: any free port, see :attr:`port`)."""
+    async def start(self, host: str, port: int, *, tls: ApiTls | None = None) -> None:
+        """Listen on ``host:port`` (port 0: any free port, see :attr:`port`); HTTPS with ``tls``."""
         self._runner = web.AppRunner(
             self.app(),
             access_log=None,
@@ -77,7 +103,9 @@ class CoordinatorAPI:
             max_headers=MAX_HEADERS,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(
+            self._runner, host, port, ssl_context=tls.context() if tls is not None else None
+        )
         await site.start()
         addresses = self._runner.addresses
         self.port = int(addresses[0][1]) if addresses else port

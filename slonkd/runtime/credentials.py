@@ -70,6 +70,8 @@ class CredentialSettings:
     admin_port: int
     admin_user: str
     admin_password: str
+    admin_ca_file: str | None = None
+    """The broker's CA bundle: the dynsec admin connects with TLS (None: plain MQTT)."""
     audiences: Sequence[str] = ()
     """TokenReview audiences (the agent's projected token's ``audience``); () : the apiserver's."""
     service_account: str = ""
@@ -282,6 +284,17 @@ class CredentialIssuer:
         recent.append(now)
 
 
+def dynsec_admin(settings: CredentialSettings) -> DynSecAdmin:
+    """The broker's dynsec admin client these settings name (TLS with ``admin_ca_file``)."""
+    return DynSecAdmin(
+        host=settings.admin_host,
+        port=settings.admin_port,
+        username=settings.admin_user,
+        password=settings.admin_password,
+        ca_file=settings.admin_ca_file,
+    )
+
+
 def credential_issuer(
     settings: CredentialSettings,
     transport: KubeTransport,
@@ -290,12 +303,7 @@ def credential_issuer(
     pod_selector: str,
 ) -> CredentialIssuer:
     """The issuer ``run_coordinator`` hangs on its API (every replica serves it)."""
-    admin = DynSecAdmin(
-        host=settings.admin_host,
-        port=settings.admin_port,
-        username=settings.admin_user,
-        password=settings.admin_password,
-    )
+    admin = dynsec_admin(settings)
     return CredentialIssuer(
         settings,
         transport=transport,
@@ -315,12 +323,7 @@ def credential_reaper(
     identity: str,
 ) -> CredentialReaper:
     """The leader's reaper of gone pods' clients (never touching ``identity``'s own)."""
-    admin = DynSecAdmin(
-        host=settings.admin_host,
-        port=settings.admin_port,
-        username=settings.admin_user,
-        password=settings.admin_password,
-    )
+    admin = dynsec_admin(settings)
     return CredentialReaper(
         admin,
         transport=transport,
@@ -350,12 +353,7 @@ def coordinator_bus_credentials(
     coordinator's role (every node's commands, its status) and a fresh password whenever
     the bus needs one: at start and after the broker refuses the last.
     """
-    admin = DynSecAdmin(
-        host=settings.admin_host,
-        port=settings.admin_port,
-        username=settings.admin_user,
-        password=settings.admin_password,
-    )
+    admin = dynsec_admin(settings)
     name = coordinator_username(identity)
     pod = identity if re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", identity) else ""
 

@@ -9,7 +9,9 @@ Two flavours:
   ``$CONTROL/dynamic-security/v1`` topic (the bus issue's per-agent credentials).
 
 Restarting keeps the persistence file, so retained messages and persistent sessions
-survive, as in production.
+survive, as in production. With ``tls`` (a :class:`~slonkd.testing.tls.ServerCert`) the
+broker also listens with TLS on :attr:`Mosquitto.tls_port`, as the chart's ``tls.enabled``
+makes it; the plain port stays for the tests' own checks.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from slonkd.testing import procs
 from slonkd.testing.procs import HarnessError
+from slonkd.testing.tls import ServerCert
 
 DYNSEC_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
 
@@ -50,6 +53,9 @@ class Mosquitto:
     admin_user: str = "admin"
     admin_password: str = "admin-password"  # noqa: S105 - a throwaway test broker's admin
     port: int = 0
+    tls: ServerCert | None = None
+    """Also listen with TLS (this certificate and key) on :attr:`tls_port`."""
+    tls_port: int = 0
     _proc: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
 
@@ -78,6 +84,8 @@ class Mosquitto:
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = procs.free_ports(1)[0]
+        if self.tls is not None and not self.tls_port:
+            self.tls_port = next(p for p in procs.free_ports(2) if p != self.port)
         conf = self.root / "mosquitto.conf"
         conf.write_text(self._render())
         self._proc = procs.spawn(["mosquitto", "-c", str(conf)], log=self.log)
@@ -136,6 +144,13 @@ class Mosquitto:
             "connection_messages true",
             "log_timestamp_format %Y-%m-%dT%H:%M:%S",
         ]
+        if self.tls is not None:
+            lines += [
+                f"listener {self.tls_port} 127.0.0.1",
+                f"certfile {self.tls.cert}",
+                f"keyfile {self.tls.key}",
+                "tls_version tlsv1.2",
+            ]
         if self.dynamic_security:
             dynsec = d / "dynamic-security.json"
             if not dynsec.exists():

@@ -3,7 +3,9 @@
 The :class:`Bus` owns the connection loop: connect (clean_start off, a session expiry, so a
 QoS 1 message published while this client is away is kept by the broker and delivered when
 it is back), subscribe, read messages, and on any connection error reconnect with jittered
-exponential backoff. Every received message is validated by :mod:`slonkd.core.messages`;
+exponential backoff. With ``ca_file`` set the connection is TLS and the broker's certificate
+must chain to that CA and name the host dialled (:func:`tls_context`); there is no fallback
+to plain MQTT. Every received message is validated by :mod:`slonkd.core.messages`;
 malformed, forged or oversized ones are dropped, counted by reason and logged, never handed
 on. aiomqtt objects and exceptions stop here: callers see core payloads and slonkd errors.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +50,8 @@ class BusSettings:
     goes: an agent's outlives a pod restart, not a scale-down by days; the coordinator's is
     shorter (:data:`~slonkd.cli.bus_env.COORDINATOR_SESSION_EXPIRY_S`)."""
     connect_timeout_s: float = 5.0
+    ca_file: str | None = None
+    """A CA bundle: connect with TLS and verify the broker against it (None: plain MQTT)."""
     reconnect_min_s: float = 0.1
     reconnect_max_s: float = 10.0
 
@@ -125,6 +130,7 @@ class Bus:
             keepalive=s.keepalive_s,
             timeout=s.connect_timeout_s,
             will=will,
+            tls_context=tls_context(s.ca_file),
         )
 
     async def run(self) -> None:
@@ -213,6 +219,22 @@ class Bus:
             await client.publish(str(topic), raw, qos=1, retain=retain, timeout=timeout_s)
         except aiomqtt.MqttError as exc:
             raise TransientError(f"publish to {topic} failed: {exc}") from exc
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """A client TLS context trusting only ``ca_file`` (None: no TLS).
+
+    Verifies the certificate chain and the host name (or IP address) dialled; TLS 1.2 at
+    least. An unreadable or malformed bundle raises ValueError naming the file.
+    """
+    if ca_file is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load the CA bundle {ca_file}: {exc}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def _auth_refused(exc: Exception) -> bool:

@@ -16,7 +16,8 @@ its password is derived from the admin's secret and the pod uid (:func:`pod_pass
 replica answers a retried request for the same pod uid with the same password and without
 touching the broker (the description also holds a tag of the password, so a changed admin
 secret re-keys it). Deleting a client closes its connection; :meth:`DynSecAdmin.purge_session`
-also drops the session the broker keeps for its client id.
+also drops the session the broker keeps for its client id. With ``ca_file`` the admin talks
+TLS, verifying the broker as the bus does (:func:`~slonkd.adapters.bus.client.tls_context`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from slonkd.adapters.bus.client import tls_context
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.messages import Channel, check_name, node_topic
 
@@ -160,9 +162,23 @@ class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
     def __init__(
-        self, *, host: str, port: int, username: str, password: str, timeout_s: float = 10.0
+        self,
+        *,
+        host: str,
+        port: int,
+        username: str,
+        password: str,
+        timeout_s: float = 10.0,
+        ca_file: str | None = None,
     ) -> None:
-        self._args = {"hostname": host, "port": port, "username": username, "password": password}
+        """``ca_file``: connect with TLS, verifying the broker against this CA bundle."""
+        self._args = {
+            "hostname": host,
+            "port": port,
+            "username": username,
+            "password": password,
+            "tls_context": tls_context(ca_file),
+        }
         self._secret = password
         self._timeout_s = timeout_s
         self._lock = asyncio.Lock()

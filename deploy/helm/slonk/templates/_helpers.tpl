@@ -65,8 +65,17 @@ imagePullSecrets:
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
+{{- with .scheme }}
+prometheus.io/scheme: {{ . }}
+{{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* TLS (tls.enabled): the broker's one port, the API's scheme, where the Secret is mounted. */}}
+{{- define "slonk.mqttPort" -}}{{ if .Values.tls.enabled }}{{ .Values.mosquitto.tlsPort }}{{ else }}{{ .Values.mosquitto.port }}{{ end }}{{- end -}}
+{{- define "slonk.apiScheme" -}}{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}{{- end -}}
+{{- define "slonk.tlsDir" -}}/etc/slonk/tls{{- end -}}
+{{- define "slonk.coordinatorHost" -}}{{ printf "%s.%s.svc.%s" (include "slonk.coordinator" .) .Release.Namespace .Values.clusterDomain }}{{- end -}}
 
 {{- define "slonk.topologyConfigMap" -}}{{ printf "%s-topology" .Release.Name }}{{- end -}}
 

@@ -34,6 +34,9 @@
 {{- if hasKey .Values.slurm.config "TopologyPlugin" -}}
 {{- fail "slurm.config: set the topology plugin with topology.plugin (none, tree or block), not slurm.config.TopologyPlugin: the coordinator's topology settings and the seed topology.conf follow it" -}}
 {{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
+{{- fail "tls.secretName: tls.enabled needs the name of a Secret with ca.crt, tls.crt and tls.key (a cert-manager Certificate's)" -}}
+{{- end -}}
 {{- if gt (len .Release.Name) 30 -}}
 {{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}
 {{- end -}}
