@@ -244,9 +244,7 @@ class SlurmCluster:
             procs.free_port_range(max(n, 1)) if not self.slurmd_port else self.slurmd_port
         )
         reboot = root / "bin" / "reboot"
-        reboot.write_text(
-            '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
-        )
+        reboot.write_text(_REBOOT_PROGRAM.format(socket=self.socket_path))
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
         self.conf.write_text(render_slurm_conf(self))
@@ -298,6 +296,25 @@ def control(sock_path: Path, request: dict[str, Any], *, timeout_s: float = 60.0
 def short_hostname() -> str:
     """The machine's short hostname: slurmctld insists SlurmctldHost is exactly this."""
     return socket.gethostname().split(".")[0]
+
+
+_REBOOT_PROGRAM = """#!/bin/sh
+# The harness's RebootProgram: slurmd runs it for ``scontrol reboot``. It logs the request and
+# asks the supervisor to restart this node's slurmd (found as the ancestor started with -N):
+# the node registers anew, as after a real reboot.
+echo "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"
+pid=$PPID
+while :; do  # slurmd is PID 1 of its own PID namespace
+    node=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;q}}')
+    [ -n "$node" ] || [ "$pid" -le 1 ] && break
+    pid=$(awk '{{print $4}}' /proc/$pid/stat)
+done
+[ -n "$node" ] || exit 0
+exec python3 -c 'import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1])
+s.sendall(json.dumps({{"op": "reboot_slurmd", "node": sys.argv[2]}}).encode() + b"\\n")
+s.recv(4096)' "{socket}" "$node"
+"""
 
 
 def render_slurm_conf(cluster: SlurmCluster) -> str:

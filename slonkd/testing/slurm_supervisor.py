@@ -13,7 +13,10 @@ Control: a Unix socket (``SPEC.socket``) taking one JSON object per line and ans
 JSON line: ``{"op": "status"}``, ``{"op": "start_slurmd", "node": N}``,
 ``{"op": "stop_slurmd", "node": N, "grace_s": S}``, ``{"op": "kill_slurmd", "node": N}``,
 ``{"op": "start_slurmctld"}``, ``{"op": "stop_slurmctld", "grace_s": S}``,
-``{"op": "kill_slurmctld"}``, ``{"op": "shutdown"}``. Any process that can reach the socket
+``{"op": "kill_slurmctld"}``, ``{"op": "shutdown"}``, and ``{"op": "reboot_slurmd", "node": N}``:
+it answers at once and two seconds later stops that slurmd as a kubelet would and starts it
+again with a fresh boot time (the harness's RebootProgram sends it, so ``scontrol reboot``
+completes as after a real reboot). Any process that can reach the socket
 (the pytest process, the kubelet stand-in) may send them.
 """
 
@@ -89,12 +92,21 @@ def _stop(key: str, grace_s: float, *, nested: bool) -> str:
     return "killed"
 
 
-def _slurmd_argv(node: str) -> list[str]:
+def _slurmd_argv(node: str, *, booted_now: bool = False) -> list[str]:
+    """The argv of ``node``'s slurmd in a PID namespace of its own.
+
+    ``booted_now``: also in a time namespace whose boot time is now, so slurmctld, which
+    compares the boot time slurmd reports with its reboot request, sees the reboot complete.
+    """
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    # Uptime under a second: the boot time lands after slurmctld's reboot request time.
+    fresh = ["--time", f"--boottime={-int(uptime)}"] if booted_now else []
     return [
         "unshare",
         "--pid",
         "--fork",
         "--mount-proc",
+        *fresh,
         "--kill-child=SIGKILL",
         *_spec["slurmd_argv"],
         "-N",
@@ -106,7 +118,9 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     node = str(request.get("node", ""))
     grace = float(request.get("grace_s", 0))
-    if op in {"start_slurmd", "stop_slurmd", "kill_slurmd"} and node not in _spec["nodes"]:
+    if op in {"start_slurmd", "stop_slurmd", "kill_slurmd", "reboot_slurmd"} and (
+        node not in _spec["nodes"]
+    ):
         return {"ok": False, "error": f"unknown node {node!r}"}
     with _lock:
         if op == "status":
@@ -120,6 +134,9 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "how": _stop(f"slurmd-{node}", grace, nested=True)}
         if op == "kill_slurmd":
             return {"ok": True, "how": _stop(f"slurmd-{node}", 0, nested=True)}
+        if op == "reboot_slurmd":
+            threading.Thread(target=_reboot, args=(node,), daemon=True).start()
+            return {"ok": True}
         if op == "start_slurmctld":
             return {"ok": True, "pid": _spawn("slurmctld", _spec["slurmctld_argv"])}
         if op == "stop_slurmctld":
@@ -130,6 +147,14 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
             _done.set()
             return {"ok": True}
     return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _reboot(node: str) -> None:
+    """Restart ``node``'s slurmd once its RebootProgram returned (a reboot, as SLURM sees it)."""
+    time.sleep(2.0)
+    with _lock:
+        _stop(f"slurmd-{node}", 5.0, nested=True)
+        _spawn(f"slurmd-{node}", _slurmd_argv(node, booted_now=True))
 
 
 class _Handler(socketserver.StreamRequestHandler):
