@@ -21,20 +21,19 @@ cold: about 4 minutes of ``build.sh`` and 1.5 of export on 2 cores); the newest
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.realnode import RealNode
 from slonkd.testing.realnode_images import images_cache
+from slonkd.testing.toolchain import cache_lock
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER = REPO / "container"
@@ -142,17 +141,6 @@ def _buildah(*args: str, timeout_s: float = _CMD_TIMEOUT_S) -> str:
     return _run(["buildah", "--storage-driver", DRIVER, *args], timeout_s=timeout_s)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _wheel_files() -> list[Path]:
     """The files the slonkd wheel is built from, less the test harness (see the module doc)."""
     out = _run(
@@ -202,7 +190,7 @@ def _build_sh(*images: str, tag: str = "dev") -> None:
 def ensure_chart_images(specs: Sequence[ImageSpec] = SPECS) -> list[ChartImage]:
     """The chart's images as cached OCI archives, building and exporting only what is missing."""
     cache = images_cache()
-    with _locked(cache / ".chart-images.lock"):
+    with cache_lock(cache / ".chart-images.lock"):
         _build_sh("base")
         base_id = _buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", BASE_IMAGE)
         images = []

@@ -90,8 +90,8 @@ def _run(argv: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialise builds of one tool across processes (parallel test runs share the cache)."""
+def cache_lock(path: Path) -> Iterator[None]:
+    """Serialise builds of one cached thing across processes (parallel runs share the cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -281,7 +281,7 @@ def _build_missing(
     root: Path, plan: Sequence[tuple[Path, list[str], Callable[[Path], None]]]
 ) -> None:
     for directory, names, build in plan:
-        with _locked(root / f".{directory.name}.lock"):
+        with cache_lock(root / f".{directory.name}.lock"):
             if _ready(directory, names):
                 continue
             if shutil.which("go") is None:
