@@ -16,6 +16,7 @@ carries the label ``slonk.dev/kubelet: standin`` (see :mod:`slonkd.testing.kubel
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import signal
@@ -436,13 +437,23 @@ class KubeCluster:
     # -- helpers for tests ------------------------------------------------------------------
 
     def create_namespace(self, name: str, *, timeout_s: float = 30.0) -> None:
-        """Create a namespace and wait until its default ServiceAccount exists."""
+        """Create a namespace and wait until its default ServiceAccount exists.
+
+        The controller-manager creates it; after a test restarted the apiserver its informers
+        may still be backing off (client-go waits up to 30 s and more between relists), so
+        after 10 s the harness creates the ServiceAccount itself, as the controller would.
+        """
         self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+        path = f"/api/v1/namespaces/{name}/serviceaccounts"
 
         def has_sa() -> bool:
-            self.api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            self.api.request("GET", f"{path}/default")
             return True
 
+        with contextlib.suppress(procs.HarnessError):
+            procs.wait_for(f"namespace {name} ready", has_sa, timeout_s=min(10.0, timeout_s))
+            return
+        self.api.request("POST", path, {"metadata": {"name": "default"}}, ok=(201, 409))
         procs.wait_for(f"namespace {name} ready", has_sa, timeout_s=timeout_s)
 
     def add_fake_nodes(
