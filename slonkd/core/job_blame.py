@@ -1,0 +1,212 @@
+"""Which node keeps breaking jobs: triangulation over finished jobs (pure; no I/O).
+
+A multi-node job that ends NODE_FAIL (or fails with an exit code the policy calls an
+infrastructure failure) implicates every node it ran on, most of them innocent. One bad node
+shows up as the node that fails with many *different* partners; a healthy node that failed
+only together with it is explained by it. The rule here, applied to a window of finished jobs:
+
+- a node's **independent failures** are its infrastructure failures with those it shared
+  with its most frequent partner counted as one: ``failures(n) - max(0, shared(n, p) - 1)``
+  for the partner ``p`` it shared most with. A node whose every failure had the same partner
+  has one (the two cannot be told apart, so neither is blamed until the evidence separates
+  them); a node that failed with a different partner each time has all of them;
+- a node is blamed when it has at least ``min_failures`` independent failures **and** its
+  failure rate is improbable under the rate of the jobs it did not run in (a one-sided
+  binomial tail below ``max_p_value`` divided by the number of nodes judged: every node is
+  tested at once, and chance alone must not blame one of hundreds): on a cluster where many
+  jobs fail for their own reasons, a busy node is not blamed for being busy;
+- blamed nodes are taken one at a time, strongest evidence first, and the jobs a blamed node
+  failed are explained by it before the next one is judged (two bad nodes are both found;
+  their common partners are not).
+
+Successful jobs are evidence too (they give each node's rate): feed every finished job, not
+only the failures. Neighbours: :mod:`slonkd.core.slurm_job` (job ids and states),
+:mod:`slonkd.core.budget` (a blamed node is drained within the budget like any automated
+cause); the wiring into the coordinator (the job-outcome source and the
+``slonkd:job-failures`` drain) is the next step of this feature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from slonkd.core.slurm_job import JobId, JobState
+from slonkd.core.slurm_node import NodeName
+
+# States that mean the machine failed the job whatever its exit code (SLURM sets them).
+_INFRASTRUCTURE_STATES = frozenset({JobState.NODE_FAIL, JobState.BOOT_FAIL})
+
+
+def is_infrastructure_failure(
+    state: JobState, exit_code: int, infrastructure_exit_codes: Collection[int]
+) -> bool:
+    """Whether a finished job's end counts against its nodes.
+
+    NODE_FAIL and BOOT_FAIL always do; FAILED does when its exit code is one the policy names
+    (NCCL or ECC aborts a site maps to codes); a cancelled, timed-out or completed job never does.
+    """
+    if state in _INFRASTRUCTURE_STATES:
+        return True
+    return state is JobState.FAILED and exit_code in infrastructure_exit_codes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOutcome:
+    """One finished job: where it ran and whether it ended in an infrastructure failure."""
+
+    job_id: JobId
+    nodes: frozenset[NodeName]
+    infrastructure_failure: bool
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError(f"job {self.job_id}: a finished job ran on at least one node")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlamePolicy:
+    """How much evidence blames a node."""
+
+    min_failures: int = 3
+    """Independent infrastructure failures a node needs (K, at least 2: one failure never
+    tells which of its nodes broke it)."""
+    window_failures: int = 200
+    """Only the jobs since the last this many infrastructure failures count (M)."""
+    max_p_value: float = 1e-4
+    """How improbable a failure rate must be under the peers' rate to blame a node, for the
+    whole window (each node is held to this divided by the number of nodes in the window)."""
+
+    def __post_init__(self) -> None:
+        if self.min_failures < 2:
+            raise ValueError("min_failures must be at least 2")
+        if self.window_failures < self.min_failures:
+            raise ValueError("window_failures must be at least min_failures")
+        if not 0 < self.max_p_value <= 1:
+            raise ValueError("max_p_value must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blame:
+    """A node blamed for failed jobs, with the evidence an operator reads in the Event."""
+
+    node: NodeName
+    jobs: tuple[JobId, ...]
+    """The infrastructure-failed jobs it is blamed for, oldest first."""
+    partners: tuple[NodeName, ...]
+    """Every other node of those jobs (sorted): many different ones is the point."""
+    independent: int
+    """Its failures, those shared with its most frequent partner counted as one."""
+    ran: int
+    """Jobs of the window it ran in, failed or not."""
+    p_value: float
+
+    def describe(self) -> str:
+        """One line for the Event and ``explain``."""
+        ids = ",".join(str(j) for j in self.jobs)
+        return (
+            f"failed {len(self.jobs)} of {self.ran} jobs with {len(self.partners)} different "
+            f"partners ({self.independent} independent; p={self.p_value:.1e}); jobs {ids}"
+        )
+
+
+def window(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> Sequence[JobOutcome]:
+    """The jobs that count: everything since the ``window_failures``-th last failure."""
+    seen = 0
+    for i in range(len(outcomes) - 1, -1, -1):
+        if outcomes[i].infrastructure_failure:
+            seen += 1
+            if seen == policy.window_failures:
+                return outcomes[i:]
+    return outcomes
+
+
+def binomial_tail(successes: int, trials: int, p: float) -> float:
+    """P[X >= successes] for X ~ Binomial(trials, p)."""
+    if successes <= 0:
+        return 1.0
+    if successes > trials:
+        return 0.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for k in range(successes, trials + 1):
+        log_term = (
+            math.lgamma(trials + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(trials - k + 1)
+            + k * log_p
+            + (trials - k) * log_q
+        )
+        total += math.exp(log_term)
+    return min(1.0, total)
+
+
+def _independent(node: NodeName, failed: Iterable[JobOutcome]) -> tuple[int, set[NodeName]]:
+    """The node's failures, those shared with its most frequent partner counted as one."""
+    shared: Counter[NodeName] = Counter()
+    count = 0
+    for job in failed:
+        count += 1
+        shared.update(p for p in job.nodes if p != node)
+    worst = max(shared.values(), default=0)
+    return count - max(0, worst - 1), set(shared)
+
+
+def blame(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> tuple[Blame, ...]:
+    """The nodes the window's failed jobs blame, strongest evidence first."""
+    jobs = list(window(outcomes, policy))
+    blamed: list[Blame] = []
+    while True:
+        found = _strongest(jobs, policy)
+        if found is None:
+            return tuple(blamed)
+        blamed.append(found)
+        explained = set(found.jobs)
+        # the blamed node's failures are explained; its successes stay evidence for others
+        jobs = [j for j in jobs if j.job_id not in explained]
+
+
+def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
+    ran: Counter[NodeName] = Counter()
+    failures: Counter[NodeName] = Counter()
+    for job in jobs:
+        ran.update(job.nodes)
+        if job.infrastructure_failure:
+            failures.update(job.nodes)
+    total_jobs = len(jobs)
+    total_failed = sum(1 for j in jobs if j.infrastructure_failure)
+    threshold = policy.max_p_value / max(1, len(ran))
+    best: tuple[float, int, str] | None = None
+    chosen: Blame | None = None
+    for node, failed_count in failures.items():
+        if failed_count < policy.min_failures:
+            continue
+        failed_jobs = [j for j in jobs if j.infrastructure_failure and node in j.nodes]
+        independent, partners = _independent(node, failed_jobs)
+        if independent < policy.min_failures:
+            continue
+        # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1)
+        others_jobs = total_jobs - ran[node]
+        others_failed = total_failed - failed_count
+        rate = (others_failed + 1) / (others_jobs + 2)
+        p_value = binomial_tail(failed_count, ran[node], rate)
+        if p_value > threshold:
+            continue
+        key = (p_value, -independent, node)
+        if best is None or key < best:
+            best = key
+            chosen = Blame(
+                node=node,
+                jobs=tuple(j.job_id for j in failed_jobs),
+                partners=tuple(sorted(partners)),
+                independent=independent,
+                ran=ran[node],
+                p_value=p_value,
+            )
+    return chosen
