@@ -326,6 +326,8 @@ def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list
 
 def _cannot_release(view: NodeView, cause: Cause) -> str:
     """Why a held cause must stay although nothing asks for it now (unknown is not healthy)."""
+    if view.slurm is not None and view.slurm.state.reboot_pending:
+        return "a reboot is pending (a release would cancel it; it clears slonkd's hold)"
     if cause.name == "health":
         return "" if view.health else "no health verdicts known"
     if cause.name.startswith("k8s-"):

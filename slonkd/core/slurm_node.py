@@ -137,6 +137,11 @@ class NodeState:
         return not self.unrecognised and self.base is not BaseState.UNRECOGNISED
 
     @property
+    def reboot_pending(self) -> bool:
+        """A reboot is requested or issued and has not completed yet."""
+        return bool(self.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED})
+
+    @property
     def drain(self) -> DrainStatus:
         """Drained (no work left), draining (work still running), none, or unknown."""
         if not self.fully_recognised:

@@ -10,6 +10,8 @@ of docs/architecture.md ("Ownership") live here:
   reason shows the highest-priority cause;
 - release removes one cause; the node is resumed only when no slonkd cause is left and its
   reason is still slonkd's (an operator who re-drained it owns it now);
+- a node whose reboot is pending is never released: a resume cancels the reboot, and the
+  reboot clears slonkd's reason itself when it completes;
 - a state slonkd does not recognise is never acted on;
 - a reason left on a node that is no longer held (24.11 keeps it after a resume) is stale:
   it neither protects nor claims the node.
@@ -32,7 +34,7 @@ from slonkd.core.reasons import (
     highest,
     parse_reason,
 )
-from slonkd.core.slurm_node import DrainStatus, NodeFlag, NodeName, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 
 
 class HoldState(StrEnum):
@@ -70,7 +72,8 @@ class SkipReason(StrEnum):
     CHANGED = "changed-since-read"
     """The node changed between the pass's read and its chunk's write: left for the next pass."""
     REBOOT_PENDING = "reboot-pending"
-    """A reboot is requested or issued already (REBOOT_REQUESTED/REBOOT_ISSUED): not asked again."""
+    """A reboot is requested or issued already (REBOOT_REQUESTED/REBOOT_ISSUED): not asked
+    again, and not released (a resume would cancel it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +152,8 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
         return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
     if reason.owner is ReasonOwner.NONE:
         return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
+    if state.reboot_pending:  # a resume would cancel it; its completion clears the reason
+        return Skip(node=node.name, why=SkipReason.REBOOT_PENDING, detail=str(state))
     try:
         causes = held_causes(node)
         remaining = causes - {cause}
@@ -191,7 +196,7 @@ def plan_reboot(node: SlurmNode) -> Update | Skip:
     if owner is ReasonOwner.NONE:
         why = SkipReason.FOREIGN_STATE if node.held else SkipReason.NOT_HELD
         return Skip(node=node.name, why=why, detail=str(state))
-    if state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}:
+    if state.reboot_pending:
         return Skip(node=node.name, why=SkipReason.REBOOT_PENDING, detail=str(state))
     return Update(node=node.name, state=None, reason=node.reason)
 

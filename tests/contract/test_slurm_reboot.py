@@ -55,3 +55,43 @@ async def test_a_reboot_slonkd_requested_completes_and_returns_the_node(
     runs = (cluster.root / "log" / "reboot.log").read_text().count("reboot requested")
     assert runs == 1
     assert "State=IDLE " in cluster.run("scontrol", "-o", "show", "node", "n2").stdout
+
+
+async def test_a_release_while_the_reboot_waits_for_a_job_keeps_the_reboot(
+    slurm_factory: Callable[..., SlurmCluster],
+) -> None:
+    """slonkd's release never cancels a reboot: it happens once the job ends, then n1 is idle.
+
+    n1 runs a job; slonkd drains it and asks a reboot ASAP, which waits for the job. The
+    check passes meanwhile and slonkd releases its cause: the release is skipped
+    (``reboot-pending``) and the reboot stays requested. (A resume clears SLURM 22.05's
+    REBOOT_REQUESTED: the reboot would never happen while the ladder counts it as tried, and
+    the next failure would go to manual repair with no reboot done.) When the job ends, the
+    RebootProgram runs and SLURM returns n1 to service, slonkd's reason cleared with it.
+    """
+    cluster = slurm_factory(SlurmLayout(nodes=("n1", "n2")))
+    backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(cluster.conf)}, timeout_s=30.0))
+    job = cluster.run(
+        "sbatch", "--parsable", "-w", "n1", "-o", "/dev/null", "--wrap", "sleep 8"
+    ).stdout.strip()  # fmt: skip
+
+    def show() -> str:
+        return cluster.run("scontrol", "-o", "show", "node", "n1").stdout
+
+    def job_state() -> str:
+        return cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+
+    wait_for("job running", lambda: job_state() == "RUNNING", timeout_s=30)
+    await backend.drain(["n1"], HEALTH, "xid 79")
+    assert (await backend.request_reboot(["n1"], HEALTH, "by slonkd")).changed == ("n1",)
+    assert "REBOOT_REQUESTED" in show()
+    released = await backend.resume(["n1"], HEALTH)
+    assert released.changed == (), released
+    assert [s.why.value for s in released.skipped] == ["reboot-pending"]
+    assert "REBOOT_REQUESTED" in show()
+    assert job_state() == "RUNNING"  # ASAP: the job is never hit
+    log = cluster.root / "log" / "reboot.log"
+    wait_for("the reboot ran", lambda: log.exists(), timeout_s=45)
+    wait_for("n1 rebooted and idle", lambda: "State=IDLE " in show(), timeout_s=45)
+    assert "Reason=" not in show()
+    assert log.read_text().count("reboot requested") == 1

@@ -9,31 +9,93 @@ nothing out. A hung mount drains for one stable cause that slonkd lifts when it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slonkd.core.decide import REBOOT_TAINT
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.procs import die_with_parent, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.procs import die_with_parent, free_ports, wait_for
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout, control
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy, read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
 NAMES = ("w-0", "w-1", "w-2", "w-3")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetOptions:
+    """How a test wants its health fleet (``indirect`` parametrization of ``health_fleet``)."""
+
+    kube_nodes: int = 4
+    """Four: one worker pod each; two: two worker pods share each K8s node."""
+    coordinator: Mapping[str, Any] = field(default_factory=dict)
+    """Settings that override the fleet's coordinator settings."""
+    gated: bool = False
+    """Each agent's slurmd check probes a :class:`PortGate` the test holds, not its slurmd:
+    the check fails and passes when the test says, while slurmd keeps running (it must,
+    to run the RebootProgram of a reboot slonkd asks for)."""
+
+
+class PortGate:
+    """A TCP port on 127.0.0.1 that accepts connections while open and refuses them when shut.
+
+    An agent's slurmd check (a TCP connect) probing it passes or fails as the test wants.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_ports(1)[0]
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    def open(self) -> None:
+        """Listen on the port and accept (and close) every connection."""
+        if self._sock is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(16)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+        self._thread.start()
+
+    def shut(self) -> None:
+        """Stop listening: connections are refused from now on."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+        sock.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @staticmethod
+    def _serve(sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.close()
 
 
 @dataclass(slots=True)
@@ -49,6 +111,10 @@ class HealthFleet:
     mount_root: Path
     """w-0 checks the mount ``mount_root/sw/proc``; ``sw`` is a symlink to ``/`` (so the
     path is /proc, a responsive mount point) until a test points it elsewhere."""
+    audit: Path
+    """The coordinator's audit log (JSON lines)."""
+    gates: dict[str, PortGate] = field(default_factory=dict)
+    """Per worker, the port its slurmd check probes (``FleetOptions.gated`` only)."""
 
     @property
     def mount(self) -> str:
@@ -88,9 +154,38 @@ class HealthFleet:
         """A K8s node's JSON."""
         return dict(self.kube.api.request("GET", f"/api/v1/nodes/{name}"))
 
+    def pods_on(self, kube_node: str) -> list[str]:
+        """The worker pods bound to ``kube_node``, by name."""
+        return sorted(n for n in NAMES if self._node_or_none(n) == kube_node)
+
+    def _node_or_none(self, pod: str) -> str | None:
+        try:
+            return self.kube_node_of(pod)
+        except Exception:  # noqa: BLE001 - a pod being replaced has no node (or no object)
+            return None
+
+    def audit_records(self) -> list[dict[str, Any]]:
+        """The coordinator's audit records."""
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line]
+
+    def state_cm(self) -> dict[str, str]:
+        """The coordinator's state ConfigMap data."""
+        cm = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
+        return dict(self.kube.api.request("GET", cm)["data"])
+
+    def restart_agent(self, name: str) -> None:
+        """Restart a worker's agent for the K8s node its pod runs on now (a new pod's agent)."""
+        agent = self.agents[name]
+        agent.stop()
+        agent.env["NODE_NAME"] = self.kube_node_of(name)
+        agent.start()
+
 
 @pytest.fixture
 def health_fleet(
+    request: pytest.FixtureRequest,
     kube: KubeCluster,
     namespace: str,
     unique: Callable[[str], str],
@@ -101,8 +196,10 @@ def health_fleet(
     """Workers w-0..w-3 on four kwok nodes with agents, mosquitto and a coordinator.
 
     The stand-in binds slurmd; each agent checks its slurmd every 0.3 s (2 failures of 3 make
-    a fail, 2 passes clear it) and publishes its verdicts.
+    a fail, 2 passes clear it) and publishes its verdicts. A test may ask for other
+    :class:`FleetOptions` (``request.param``).
     """
+    options: FleetOptions = getattr(request, "param", FleetOptions())
     slurm = slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
     users = {"coordinator": MqttUser(password="coordinator-pw", acl=("topic readwrite slonk/#",))}
     users.update({n: MqttUser(password=f"{n}-pw") for n in NAMES})
@@ -113,7 +210,9 @@ def health_fleet(
     )
     broker.start()
     label = {"slonk.dev/test": namespace}
-    kube_nodes = kube.add_fake_nodes([unique(f"h{i}") for i in range(4)], labels=label)
+    kube_nodes = kube.add_fake_nodes(
+        [unique(f"h{i}") for i in range(options.kube_nodes)], labels=label
+    )
     wait_for(
         "untainted",
         lambda: all(
@@ -128,7 +227,10 @@ def health_fleet(
     standin.start()
     procs: list[subprocess.Popen[bytes]] = []
     agents: dict[str, AgentProcess] = {}
+    gates = {n: PortGate() for n in NAMES} if options.gated else {}
     try:
+        for gate in gates.values():
+            gate.open()
         sts = worker_statefulset("w", replicas=4, node_selector=label, grace_s=12, prestop=PRESTOP)
         sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
             {
@@ -156,7 +258,7 @@ def health_fleet(
                     {
                         "health": {
                             "disk_paths": [],
-                            "slurmd_port": slurm.slurmd_port + i,
+                            "slurmd_port": gates[name].port if gates else slurm.slurmd_port + i,
                             "fast_period_s": 0.3,
                             "mounts": [str(mount_root / "sw" / "proc")] if i == 0 else [],
                             "mount_timeout_s": 2.0,
@@ -181,6 +283,7 @@ def health_fleet(
         config.write_text(
             json.dumps(
                 {
+                    "audit_path": str(tmp_path / "audit.jsonl"),
                     "resync_s": 1,
                     "failure_grace_s": 1,
                     "max_out": 4,
@@ -191,6 +294,7 @@ def health_fleet(
                     "lease_duration_s": 6,
                     "renew_deadline_s": 4,
                     "retry_period_s": 1,
+                    **options.coordinator,
                 }
             )
         )
@@ -220,6 +324,8 @@ def health_fleet(
             agents=agents,
             coordinator_log=log,
             mount_root=mount_root,
+            audit=tmp_path / "audit.jsonl",
+            gates=gates,
         )
         wait_for(
             "coordinator synced",
@@ -235,6 +341,8 @@ def health_fleet(
             agent.stop()
         standin.stop()
         broker.stop()
+        for gate in gates.values():
+            gate.shut()
         shutil.rmtree(mount_root, ignore_errors=True)
 
 
@@ -350,3 +458,161 @@ def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
     ]
     assert [e["cause"] for e in releases] == [cause]
     assert published()[-1] == "ok"
+
+
+COOLDOWN_S = 20.0
+"""The ladder test's ``remediation_cooldown_s``: long enough for a reboot and the checks on
+the new boot (about 10 s here), short enough for a test."""
+
+
+@pytest.mark.parametrize(
+    "health_fleet",
+    [FleetOptions(kube_nodes=2, gated=True, coordinator={"remediation_cooldown_s": COOLDOWN_S})],
+    indirect=True,
+)
+def test_the_ladder_climbs_to_a_completed_reboot_and_the_node_returns(
+    health_fleet: HealthFleet,
+) -> None:
+    """Health failures on one K8s node: restart the pod, then a reboot SLURM completes.
+
+    Two worker pods share a K8s node. The first's slurmd check fails: its SLURM node is
+    drained ``slonkd:health:slurmd-dead``, the K8s node cordoned, tainted, marked
+    ``SlurmHealthy=False`` and the pod evicted once (attempt 1); the new pod lands on the
+    other K8s node and returns to service there. The second pod's check fails during the
+    cool-down: its node is drained, nothing more until the cool-down is over; then attempt 2
+    is a reboot request: the ``slonk.dev/reboot-requested`` taint and annotation, an Event,
+    and ``scontrol reboot ASAP`` sent (audited ``slurm-reboot``/``changed``). The
+    RebootProgram runs once, slurmd comes back with a new boot time and SLURM returns the
+    node to service. With the check passing on the new boot the second node is idle with
+    nothing of slonkd's on it, and slonkd lifts every mark it put on the K8s node, the
+    reboot request included; no third step (manual repair) is taken.
+    """
+    f = health_fleet
+    kube_node = next(n for n in f.kube_nodes if len(f.pods_on(n)) >= 2)
+    first, second = f.pods_on(kube_node)[:2]
+    cause = "slonkd:health:slurmd-dead"
+    log_dir = f.slurm.root / "log"
+
+    def show(node: str) -> str:
+        return f.slurm.run("scontrol", "-o", "show", "node", node).stdout
+
+    def boot_time(node: str) -> str:
+        return show(node).partition(" BootTime=")[2].split(" ", 1)[0]
+
+    def slurmd_pid(node: str) -> int:
+        running = control(f.slurm.socket_path, {"op": "status"})["running"]
+        return int(running[f"slurmd-{node}"])
+
+    def audited(action: str) -> list[dict[str, Any]]:
+        return [a for a in f.audit_records() if a["action"] == action]
+
+    def running_elsewhere(pod: str) -> bool:
+        try:
+            got = f.kube.api.request("GET", f"/api/v1/namespaces/{f.namespace}/pods/{pod}")
+        except Exception:  # noqa: BLE001 - between the old pod and the new one
+            return False
+        return got["spec"].get("nodeName") not in (None, kube_node) and (
+            got["status"].get("phase") == "Running"
+        )
+
+    def attempts() -> int:
+        return int(
+            json.loads(f.state_cm().get("remediation", "{}")).get(kube_node, {}).get("attempts", 0)
+        )
+
+    boot_before, pid_before = boot_time(second), slurmd_pid(second)
+    # rung 1: the first pod's check fails -> drain, marks, one eviction
+    f.gates[first].shut()
+    wait_for(
+        "first drained, K8s node marked, pod evicted",
+        lambda: (
+            f.reason(first).startswith(cause)
+            and marked_unhealthy(f.knode(kube_node))
+            and [a["node"] for a in audited("evict")] == [first]
+            and attempts() == 1
+        ),
+        timeout_s=40,
+    )
+    evicted_at = audited("evict")[0]["ts"]
+    f.gates[second].shut()  # the second pod fails during the cool-down
+    # the first pod's successor lands on the other K8s node (the cordon keeps it away) ...
+    wait_for(
+        "first pod replaced on the other K8s node",
+        lambda: running_elsewhere(first),
+        timeout_s=60,
+    )
+    f.gates[first].open()  # ... where its slurmd answers: its new agent says so
+    f.restart_agent(first)
+    wait_for("first back in service", lambda: f.state(first) == "idle", timeout_s=60)
+    assert "slonkd" not in show(first)
+
+    # the cool-down: the second node is drained for its failure, no further step yet
+    wait_for("second drained", lambda: f.reason(second).startswith(cause), timeout_s=30)
+    (drained,) = [a for a in audited("drain") if a["node"] == second]
+    assert drained["ts"] < evicted_at + COOLDOWN_S - 2  # it failed well inside the cool-down
+
+    # rung 2: past the cool-down, a reboot request, and SLURM's reboot really sent
+    def reboot_requested() -> bool:
+        node = f.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        annotations = node["metadata"].get("annotations") or {}
+        return REBOOT_TAINT in taints and REBOOT_TAINT in annotations
+
+    wait_for("reboot requested", reboot_requested, timeout_s=COOLDOWN_S + 30)
+    assert "attempt 2" in f.knode(kube_node)["metadata"]["annotations"][REBOOT_TAINT]
+    reboots = audited("slurm-reboot")
+    assert [(a["node"], a["outcome"]) for a in reboots] == [(second, "changed")], reboots
+    assert reboots[0]["ts"] >= evicted_at + COOLDOWN_S - 1  # not before the cool-down ended
+    assert attempts() == 2
+    events = [
+        e
+        for ns in ("default", f.namespace)
+        for e in f.kube.api.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    ]
+    assert any(
+        e.get("reason") == "SlurmRebootRequested" and e["involvedObject"]["name"] == kube_node
+        for e in events
+    )
+
+    # the RebootProgram runs; slurmd comes back with a new boot time; SLURM completes it
+    wait_for(
+        "second rebooted",
+        lambda: slurmd_pid(second) != pid_before and boot_time(second) not in ("", boot_before),
+        timeout_s=45,
+    )
+    assert (log_dir / "reboot.log").read_text().count("reboot requested") == 1
+    wait_for(
+        "SLURM returned the node to service",
+        lambda: (
+            f"node {second} returned to service" in (log_dir / "slurmctld.log").read_text()
+            and "REBOOT" not in show(second).partition(" State=")[2].split(" ", 1)[0]
+        ),
+        timeout_s=45,
+    )
+
+    # the check passes on the new boot: the node is back, slonkd's marks are gone
+    f.gates[second].open()
+
+    def lifted() -> bool:
+        node = f.knode(kube_node)
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        annotations = node["metadata"].get("annotations") or {}
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        return (
+            not node["spec"].get("unschedulable")
+            and not {k for k in taints | set(annotations) if k.startswith("slonk.dev/")}
+            and conds.get("SlurmHealthy") == "True"
+        )
+
+    wait_for("second back in service", lambda: f.state(second) == "idle", timeout_s=30)
+    wait_for("slonkd's marks lifted", lifted, timeout_s=30)
+    time.sleep(3)  # a few more passes: nothing comes back
+    assert f.state(second) == "idle"
+    assert f.state(first) == "idle"
+    assert "slonkd" not in show(second)
+    assert "Reason=" not in show(second)
+    assert lifted()
+    assert audited("mark-manual") == []
+    assert [a["node"] for a in audited("evict")] == [first]
+    assert len(audited("slurm-reboot")) == 1
+    assert attempts() == 2  # the history stays for the next failure on this hardware

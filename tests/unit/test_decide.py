@@ -314,6 +314,19 @@ def test_unknowns_never_release() -> None:
     assert decide(view(slurm=None), POLICY).actions == ()
 
 
+def test_a_pending_reboot_keeps_slonkds_hold_until_it_completes() -> None:
+    """The check passes while the reboot slonkd asked for waits: no release (it would cancel it).
+
+    SLURM clears slonkd's reason itself when the reboot completes.
+    """
+    waiting = view(slurm=slurm("MIXED+DRAIN+REBOOT_REQUESTED", "slonkd:health:slurmd-dead"))
+    plan = decide(waiting, POLICY)
+    assert [a for a in plan.actions if a.kind is Kind.RELEASE] == []
+    assert any("reboot" in n for n in plan.notes), plan.notes
+    done = view(slurm=slurm("IDLE+DRAIN", "slonkd:health:slurmd-dead"))
+    assert kinds(decide(done, POLICY)) == [("release", "health:slurmd-dead")]
+
+
 # --- properties over arbitrary views ----------------------------------------------------------
 
 reasons = st.sampled_from(

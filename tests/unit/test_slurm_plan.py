@@ -196,6 +196,25 @@ def test_reboot_of_a_node_slonkd_holds_is_planned_with_its_reason() -> None:
     assert isinstance(busy, Update)  # ASAP: SLURM reboots it once its jobs are done
 
 
+@pytest.mark.parametrize("state", ["MIXED+DRAIN+REBOOT_REQUESTED", "DOWN+DRAIN+REBOOT_ISSUED"])
+@pytest.mark.parametrize("how", list(ReleaseState))
+def test_release_never_cancels_a_pending_reboot(state: str, how: ReleaseState) -> None:
+    """A node whose reboot is requested or issued keeps slonkd's hold until it completes.
+
+    A resume clears SLURM's REBOOT_REQUESTED (the reboot would never happen); the reboot
+    clears slonkd's reason itself when it completes.
+    """
+    for current in (
+        node(state, "slonkd:health:gpu-xid-79 by slonkd"),
+        node(
+            state, "slonkd:health:gpu-xid-79", '{"slonkd":["health:gpu-xid-79","pod-terminating"]}'
+        ),
+    ):
+        result = plan_release(current, how, HEALTH)
+        assert isinstance(result, Skip), result
+        assert result.why is SkipReason.REBOOT_PENDING
+
+
 REBOOT_SKIPS = [
     (node("IDLE+DRAIN+REBOOT_REQUESTED", "slonkd:health:gpu-xid-79"), SkipReason.REBOOT_PENDING),
     (node("DOWN+DRAIN+REBOOT_ISSUED", "slonkd:health:gpu-xid-79"), SkipReason.REBOOT_PENDING),
@@ -278,6 +297,7 @@ def test_no_plan_ever_steals_or_lifts_a_foreign_hold(
             assert owner is ReasonOwner.SLONKD
             if plan.state in {"resume", "undrain"}:
                 assert held_causes(current) <= {cause}
+            assert "REBOOT_REQUESTED" not in flags  # a release never cancels a reboot
     reboot = plan_reboot(current)
     if isinstance(reboot, Update):
         assert current.held
