@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import signal
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Coroutine, Sequence
@@ -95,6 +92,7 @@ from slonkd.runtime.credentials import (
     credential_reaper,
 )
 from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.process import cancel_within, exit_now, stop_on_signals
 from slonkd.runtime.rollout import RolloutController
 from slonkd.runtime.settle import settle
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
@@ -1171,14 +1169,6 @@ SHUTDOWN_DEADLINE_S = 8.0
 """After SIGTERM the campaign has this long to stop before the process exits anyway."""
 
 
-def _dump_tasks() -> None:
-    """SIGUSR1: every asyncio task and where it waits, to stderr (for a stuck process)."""
-    for task in asyncio.all_tasks():
-        print(f"--- task {task.get_name()} {task!r}"[:300], file=sys.stderr)
-        task.print_stack(limit=12, file=sys.stderr)
-    sys.stderr.flush()
-
-
 async def run_coordinator(s: CoordinatorSettings) -> int:
     """Campaign for the Lease and lead while holding it, until SIGTERM/SIGINT."""
     if s.kubeconfig:
@@ -1203,11 +1193,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         )
     await api.start(s.api_host, s.api_port, tls=s.api_tls)
     log.info("coordinator.api_listening", host=s.api_host, port=api.port, tls=bool(s.api_tls))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+    stop = stop_on_signals()
 
     async def lead(token: int) -> None:
         coordinator = Coordinator(s, transport, elector, metrics=metrics)
@@ -1227,12 +1213,8 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             task.result()  # the campaign ended by itself: a bug, raised
-        task.cancel()
-        done, _ = await asyncio.wait({task}, timeout=SHUTDOWN_DEADLINE_S)
-        if not done:
-            # Something swallowed its cancellation: do not hang the pod's termination on it.
-            log.error("coordinator.shutdown_deadline", deadline_s=SHUTDOWN_DEADLINE_S)
-            _dump_tasks()
+        # something that swallows its cancellation must not hang the pod's termination
+        await cancel_within(task, SHUTDOWN_DEADLINE_S, event="coordinator.shutdown_deadline")
     finally:
         stopping.cancel()
         with contextlib.suppress(SlonkdError, TimeoutError):
@@ -1242,6 +1224,5 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         await transport.close()
     log.info("coordinator.stopped", identity=s.identity)
     if not task.done():
-        sys.stderr.flush()
-        os._exit(0)  # the stuck task would also hang asyncio.run's final cancellation
+        exit_now()  # the stuck task would also hang asyncio.run's final cancellation
     return 0
