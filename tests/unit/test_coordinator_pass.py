@@ -35,7 +35,7 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.coordinator import Coordinator, CoordinatorSettings
+from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings
 
 TOKEN = 7
 
