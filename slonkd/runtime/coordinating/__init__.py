@@ -2,10 +2,10 @@
 
 from slonkd.runtime.coordinating.reconciling import (
     Coordinator,
-    CoordinatorSettings,
     Snapshot,
     api_readiness,
     run_coordinator,
 )
+from slonkd.runtime.coordinating.settings import CoordinatorSettings
 
 __all__ = ["Coordinator", "CoordinatorSettings", "Snapshot", "api_readiness", "run_coordinator"]
