@@ -12,6 +12,7 @@ hiding a lost lease.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -44,33 +45,30 @@ KubeWrite = Callable[[NodeView, Node, Action, int], Awaitable[ChangeResult | Non
 """One action on a view's K8s node (view, node, action, fencing token); None: not possible."""
 
 
+@dataclass(slots=True, kw_only=True)
 class Executor:
     """Writes the actions a pass admitted, audited, counted and logged."""
 
-    def __init__(
-        self,
-        *,
-        slurm: SlurmBackend,
-        nodes: NodeWrites,
-        events: EventWrites,
-        remediator: Remediator,
-        auditor: Auditor,
-        metrics: Metrics,
-        is_valid: Callable[[], bool],
-    ) -> None:
-        self.slurm = slurm
-        self.nodes = nodes
-        self.events = events
-        self.auditor = auditor
-        self.metrics = metrics
-        self.is_valid = is_valid
-        self.slurm_writes: dict[Kind, SlurmWrite] = {
+    slurm: SlurmBackend
+    nodes: NodeWrites
+    events: EventWrites
+    remediator: Remediator
+    auditor: Auditor
+    metrics: Metrics
+    is_valid: Callable[[], bool]
+    """Whether the lease is still held (a failure under a lost lease is raised, not isolated)."""
+    slurm_writes: dict[Kind, SlurmWrite] = field(init=False)
+    """Kind.REQUEUE is not here: it is per node, with its own record (:meth:`_requeue`)."""
+    kube_writes: dict[Kind, KubeWrite] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slurm_writes = {
             Kind.DRAIN: lambda names, cause: self.slurm.drain(names, cause, BY),
             Kind.DOWN: lambda names, cause: self.slurm.down(names, cause, BY),
             Kind.RELEASE: lambda names, cause: self.slurm.resume(names, cause),
         }
-        """Kind.REQUEUE is not here: it is per node, with its own record (:meth:`_requeue`)."""
-        self.kube_writes: dict[Kind, KubeWrite] = {
+        remediator = self.remediator
+        self.kube_writes = {
             Kind.CORDON: self._cordon,
             Kind.UNCORDON: self._uncordon,
             Kind.TAINT: self._taint,

@@ -127,7 +127,9 @@ class Coordinator:
         self.nodes, self.pods = nodes, pods
         self.health = self.observer.health
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
-        self.memory = Memory(parts.store, parts.events, namespace=s.namespace, name=s.state_name)
+        self.memory = Memory(
+            store=parts.store, events=parts.events, namespace=s.namespace, name=s.state_name
+        )
         self.budget = BudgetPolicy(
             max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
         )

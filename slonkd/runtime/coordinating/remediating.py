@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -39,27 +39,18 @@ SLURM_REBOOT = "slurm-reboot"
 """Audit action of a reboot step's SLURM half (``scontrol reboot ASAP``), next to its K8s half."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Remediator:
     """Evictions, reboot requests and manual-repair marks, each recorded as an attempt."""
 
-    def __init__(
-        self,
-        *,
-        slurm: SlurmBackend,
-        nodes: NodeWrites,
-        pods: PodWrites,
-        events: EventWrites,
-        memory: Memory,
-        auditor: Auditor,
-        check_valid: Callable[[], int],
-    ) -> None:
-        self.slurm = slurm
-        self.nodes = nodes
-        self.pods = pods
-        self.events = events
-        self.memory = memory
-        self.auditor = auditor
-        self.check_valid = check_valid
+    slurm: SlurmBackend
+    nodes: NodeWrites
+    pods: PodWrites
+    events: EventWrites
+    memory: Memory
+    auditor: Auditor
+    check_valid: Callable[[], int]
+    """The fencing token, or an error when the lease is no longer held."""
 
     async def evict(
         self, view: NodeView, kube: Node, action: Action, token: int

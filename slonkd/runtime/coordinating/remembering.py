@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -24,20 +24,18 @@ from slonkd.core.kube_changes import ObjectRef
 log = structlog.get_logger("slonkd.coordinator")
 
 
+@dataclass(slots=True, kw_only=True)
 class Memory:
     """The state ConfigMap ``namespace/name``, its last known content and readability."""
 
-    def __init__(
-        self, store: StateStorage, events: EventWrites, *, namespace: str, name: str
-    ) -> None:
-        self.store = store
-        self.events = events
-        self.namespace = namespace
-        self.name = name
-        self.state = CoordinatorState()
-        """Breaker, pause, remediation history and handled failures, as last read/written."""
-        self.error = ""
-        """Why the state ConfigMap is unreadable ("": it is readable)."""
+    store: StateStorage
+    events: EventWrites
+    namespace: str
+    name: str
+    state: CoordinatorState = field(default_factory=CoordinatorState)
+    """Breaker, pause, remediation history and handled failures, as last read/written."""
+    error: str = ""
+    """Why the state ConfigMap is unreadable ("": it is readable)."""
 
     async def load(self) -> CoordinatorState:
         """Read the state (an operator's pause or reset is seen here); corrupt: paused."""
