@@ -3,7 +3,7 @@
 Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
 and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`` below
-(the fields of :class:`~slonkd.runtime.coordinator.CoordinatorSettings` and of the policy:
+(the fields of :class:`~slonkd.runtime.coordinating.settings.CoordinatorSettings` and of the policy:
 timings, budget, state, API, audit, dry run, remediation, topology);
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
@@ -32,7 +32,7 @@ from slonkd.core.decide import Policy
 from slonkd.core.rollout import RolloutSettings
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
-    from slonkd.runtime.coordinator import CoordinatorSettings
+    from slonkd.runtime.coordinating import CoordinatorSettings
     from slonkd.runtime.coordinator_api import ApiTls
 
 EXIT_BAD_SETTINGS = 2
@@ -132,7 +132,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         remediate=bool(values.pop("remediate", True)),
         remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
     )
-    from slonkd.runtime.coordinator import CoordinatorSettings
+    from slonkd.runtime.coordinating import CoordinatorSettings
     from slonkd.runtime.topology_sync import topology_settings
 
     if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
@@ -187,6 +187,6 @@ def main(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         settings = replace(settings, dry_run=True)
-    from slonkd.runtime.coordinator import run_coordinator
+    from slonkd.runtime.coordinating import run_coordinator
 
     return asyncio.run(run_coordinator(settings))

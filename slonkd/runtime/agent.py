@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,6 +61,7 @@ from slonkd.runtime.agent_commands import (
 from slonkd.runtime.health_loop import HealthLoop
 from slonkd.runtime.http_server import HttpServer, ServeError
 from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.process import stop_on_signals
 from slonkd.runtime.reconcile import run_worker
 from slonkd.runtime.workqueue import WorkQueue
 
@@ -371,10 +371,7 @@ class _StopGroup(Exception):
 
 async def run_agent(settings: AgentSettings) -> int:
     """Connect, run until SIGTERM/SIGINT, close within the shutdown deadline."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         if settings.kubeconfig:
             transport = await KubeTransport.from_kubeconfig(settings.kubeconfig)

@@ -71,7 +71,7 @@ class CoordinatorAPI:
         self._holder = holder
         self._ready = ready
         self.leader: Any = None
-        """The leading :class:`~slonkd.runtime.coordinator.Coordinator`, or None."""
+        """The leading :class:`~slonkd.runtime.coordinating.reconciling.Coordinator`, or None."""
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.credentials: Any = None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slonkd.runtime.audit import AuditLog, DryRunSeen
-from slonkd.runtime.coordinator import CoordinatorSettings
+from slonkd.runtime.coordinating import CoordinatorSettings
 
 CAUSE = "x" * 400  # about 700 bytes a record
 

@@ -1,13 +1,15 @@
 """One coordinator pass with fakes for SLURM, the state store and the K8s writers.
 
-No service is needed: the informers' caches are filled by hand, the adapters are replaced
-by recording fakes. What is tested is the pass's orchestration: one failing action never
-aborts the rest of the pass (issue 15 item 9).
+No service is needed: the informers' caches are filled by hand, the writers (typed against
+the protocols of ``slonkd.adapters.kube.ports`` and ``SlurmBackend``) are recording fakes
+handed to the coordinator as its ``Parts``. What is tested is the pass's orchestration: one
+failing action never aborts the rest of the pass (issue 15 item 9), admission within the
+budget, the fast path's marks through the same budget, the dry run, the executors' table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -17,12 +19,13 @@ from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import FencedError
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.scontrol import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import Policy
+from slonkd.core.decide import Kind, Policy
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.health import Remediation, fail
-from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
     KubeNodeName,
@@ -35,7 +38,8 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.coordinator import Coordinator, CoordinatorSettings
+from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
+from slonkd.runtime.coordinating.executing import SLURM_KINDS
 
 TOKEN = 7
 
@@ -120,15 +124,31 @@ class FakeNodeWriter:
         self.cache[name] = replace(node, unschedulable=True, annotations=annotations)
         return result
 
-    async def set_taint(self, name: str, key: str, *_: Any) -> ChangeResult:
+    async def uncordon(self, name: str) -> ChangeResult:
+        """Uncordon."""
+        return await self._do("uncordon", name)
+
+    async def set_taint(
+        self, name: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> ChangeResult:
         """Taint."""
         return await self._do(f"taint {key}", name)
 
-    async def set_annotations(self, name: str, values: Any) -> ChangeResult:
+    async def remove_taint(
+        self, name: str, key: str, effect: TaintEffect | None = None
+    ) -> ChangeResult:
+        """Untaint."""
+        return await self._do(f"untaint {key}", name)
+
+    async def set_annotations(
+        self, name: str, annotations: Mapping[str, str | None]
+    ) -> ChangeResult:
         """Annotations."""
         return await self._do("annotate", name)
 
-    async def set_slurm_healthy(self, name: str, **_: Any) -> ChangeResult:
+    async def set_slurm_healthy(
+        self, name: str, *, healthy: bool, reason: str, message: str = ""
+    ) -> ChangeResult:
         """The SlurmHealthy condition."""
         return await self._do("condition", name)
 
@@ -139,7 +159,9 @@ class FakePodWriter:
     def __init__(self) -> None:
         self.evicted: list[str] = []
 
-    async def evict(self, namespace: str, name: str, *, uid: str) -> ChangeResult:
+    async def evict(
+        self, namespace: str, name: str, *, uid: str = "", grace_s: int | None = None
+    ) -> ChangeResult:
         """Evict."""
         self.evicted.append(name)
         return ChangeResult(outcome=ChangeOutcome.CHANGED)
@@ -151,7 +173,9 @@ class FakeEvents:
     def __init__(self) -> None:
         self.reasons: list[str] = []
 
-    async def record(self, target: Any, *, type_: str, reason: str, message: str) -> ChangeResult:
+    async def record(
+        self, target: ObjectRef, *, type_: str, reason: str, message: str
+    ) -> ChangeResult:
         """One Event."""
         self.reasons.append(reason)
         return ChangeResult(outcome=ChangeOutcome.CHANGED)
@@ -185,16 +209,14 @@ def _coordinator(
         namespace="slonk", identity="c-0", poll_s=0, rollout=None, **limits
     )
     transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
-    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()))
-    fakes: dict[str, object] = {
-        "slurm": slurm,
-        "store": FakeStore(),
-        "node_writer": writer,
-        "events": FakeEvents(),
-        "pod_writer": FakePodWriter(),
-    }
-    for name, fake in fakes.items():
-        setattr(c, name, fake)
+    parts = Parts(
+        slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
+        nodes=writer,
+        pods=FakePodWriter(),
+        events=FakeEvents(),
+        store=FakeStore(),
+    )
+    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
     c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(len(nodes))}
     c.nodes._cache = {n.name: n for n in nodes}
     writer.cache = c.nodes._cache
@@ -274,7 +296,7 @@ async def test_after_a_reset_standing_failures_are_taken_within_the_budget() -> 
         policy=Policy(remediate=False),  # marks only: the fakes do not restart pods
     )
     await c.reconcile_all()
-    store = cast(FakeStore, c.store)
+    store = cast(FakeStore, c.memory.store)
     assert store.state.breaker_open
     assert "mass event" in store.state.breaker_reason
     assert not [call for call in writer.calls if call[0] == "cordon"]
@@ -303,7 +325,7 @@ async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_no
     fake_health = {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)}
     c.health["w-0"] = ("kn-0", fake_health)
     audit = AuditRecorder()
-    c.audit = audit  # type: ignore[assignment]
+    c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
     assert ("taint slonk.dev/reboot-requested", "kn-0") in writer.calls
     assert ("cordon", "kn-1") in writer.calls
@@ -340,7 +362,7 @@ async def test_a_reboot_step_requests_the_reboot_from_slurm_once_and_audits_it()
     writer = FakeNodeWriter()
     c = _coordinator(slurm, writer, [_node(0), _node(1)])
     audit = AuditRecorder()
-    c.audit = audit  # type: ignore[assignment]
+    c.auditor.log = audit  # type: ignore[assignment]
     c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
     await c.reconcile_all()
     await c.reconcile_all()
@@ -368,3 +390,88 @@ async def test_a_newer_leaders_token_ends_the_pass() -> None:
     with pytest.raises(FencedError):
         await c.reconcile_all()
     assert writer.calls == []
+
+
+async def test_a_pass_takes_out_only_what_the_budget_admits() -> None:
+    """Five failures, a budget of two: two K8s nodes are cordoned, three are refused.
+
+    Below the mass-event threshold the budget admits what fits and refuses the rest (in the
+    pass's snapshot, none of theirs cordoned); the exhausted budget opens the breaker.
+    """
+    fails = [_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(5)]
+    slurm = FakeSlurm([*fails, *(_slurm(i) for i in range(5, 20))], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(
+        slurm, writer, [_node(i) for i in range(20)], max_out=2, policy=Policy(remediate=False)
+    )
+    await c.reconcile_all()
+    cordoned = {name for what, name in writer.calls if what == "cordon"}
+    assert len(cordoned) == 2, writer.calls
+    assert c.snapshot is not None
+    refused = set(c.snapshot.admission.refused)
+    assert len(refused) == 3
+    assert not cordoned & {f"kn-{n.removeprefix('w-')}" for n in refused}
+    assert set(c.snapshot.admission.refused.values()) == {
+        "budget of pool default exhausted: 0 of 20 out, limit 2, 5 more wanted"
+    }
+    assert cast(FakeStore, c.memory.store).state.breaker_open
+
+
+async def test_fast_marks_go_through_the_budget_and_only_mark() -> None:
+    """The poll sees three SLURM failures: with a budget of one, one K8s node is cordoned.
+
+    The fast path between passes takes marking actions only (no drain, no eviction) and
+    asks the same budget as a pass: the other two wait for it.
+    """
+    slurm = FakeSlurm([_slurm(i) for i in range(10)], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(i) for i in range(10)], max_out=1)
+    await c.reconcile_all()  # the last full read the fast path patches
+    assert writer.calls == []
+    c.observer.on_slurm_change([_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(3)])
+    assert c.observer.dirty.is_set()
+    await c.fast_marks()
+    cordoned = {name for what, name in writer.calls if what == "cordon"}
+    assert len(cordoned) == 1, writer.calls
+    marks = [what for what, _ in writer.calls]
+    assert all(w in ("cordon", "condition") or w.startswith("taint ") for w in marks), marks
+    assert slurm.drained == []
+    assert c.observer.fresh == []  # taken: the next fast path does not mark them again
+
+
+async def test_fast_marks_leave_reasons_that_are_not_slurms_to_the_pass() -> None:
+    """A reason an operator set (not SLURM's own) is not the fast path's: nothing is marked."""
+    slurm = FakeSlurm([_slurm(i) for i in range(3)], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    await c.reconcile_all()
+    c.observer.on_slurm_change([_slurm(0, "IDLE+DRAIN", "disk swap by alice")])
+    await c.fast_marks()
+    assert writer.calls == []
+
+
+async def test_a_dry_run_writes_nothing_and_audits_each_plan_once() -> None:
+    """dry_run: no SLURM or K8s write; every planned action is audited as dry-run, once."""
+    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0, cordoned=True), _node(1)], dry_run=True)
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+    await c.reconcile_all()
+    await c.reconcile_all()
+    assert writer.calls == []
+    assert slurm.drained == []
+    planned = sorted((r["action"], r["node"]) for r in audit.records)
+    assert ("drain", "w-0") in planned
+    assert ("cordon", "w-1") in planned
+    assert len(planned) == len(set(planned)), planned  # the second pass said nothing again
+    assert {r["outcome"] for r in audit.records} == {"dry-run"}
+
+
+def test_every_action_kind_has_exactly_one_executor() -> None:
+    """The executors' table covers every Kind once: SLURM kinds there, K8s kinds here."""
+    c = _coordinator(FakeSlurm([], failing=set()), FakeNodeWriter(), [])
+    kube = set(c.executor.kube_writes)
+    assert not kube & SLURM_KINDS
+    assert kube | SLURM_KINDS == set(Kind)
+    assert set(c.executor.slurm_writes) == SLURM_KINDS - {Kind.REQUEUE}  # per node: its own

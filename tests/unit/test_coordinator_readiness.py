@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slonkd.runtime.coordinator import api_readiness
+from slonkd.runtime.coordinating import api_readiness
 
 
 def test_never_answered_is_not_ready() -> None:

@@ -1,0 +1,26 @@
+"""The coordinator (``slonkd coordinator``), one concept per module.
+
+- :mod:`.settings`: what it is told (:class:`CoordinatorSettings`).
+- :mod:`.observing`: what it sees: informer caches, agents' verdicts, a view per worker.
+- :mod:`.remembering`: the state ConfigMap (breaker, pause, remediation history).
+- :mod:`.admitting`: the disruption budget and the breaker.
+- :mod:`.executing`: the executors' table, with audit, metrics and log line in one place.
+- :mod:`.remediating`: the remediation ladder's steps (evict, reboot request, manual repair).
+- :mod:`.auditing` and :mod:`.values`: the audit record and the values written.
+- :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, its composition root).
+- :mod:`.leading`: the leader's term, and the process (:func:`run_coordinator`).
+"""
+
+from slonkd.runtime.coordinating.leading import api_readiness, lead, run_coordinator
+from slonkd.runtime.coordinating.reconciling import Coordinator, Parts, Snapshot
+from slonkd.runtime.coordinating.settings import CoordinatorSettings
+
+__all__ = [
+    "Coordinator",
+    "CoordinatorSettings",
+    "Parts",
+    "Snapshot",
+    "api_readiness",
+    "lead",
+    "run_coordinator",
+]

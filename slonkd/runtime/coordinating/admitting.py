@@ -1,0 +1,154 @@
+"""The disruption budget and the breaker: which automated actions a pass may take.
+
+Every node an automated cause wants out is a request to :func:`slonkd.core.budget.admit`
+(per pool, or per pool and topology block); past the budget it is refused, and a mass event
+or a suspected check opens the breaker, persisted in the state (:mod:`.remembering`) until a
+human resets it. Failures still standing at a reset are admitted within the budget, never as
+a new mass event. Used by the pass and the fast path (:mod:`.reconciling`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+import structlog
+
+from slonkd.core.budget import Admission, BudgetPolicy, Request, admit, budget_group
+from slonkd.core.decide import NodeView, Plan, Writer
+from slonkd.core.kube_objects import TaintEffect
+from slonkd.core.slurm_node import NodeFlag
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.remembering import Memory
+
+log = structlog.get_logger("slonkd.coordinator")
+
+
+def is_out(view: NodeView) -> bool:
+    """Taken out by someone: drained in SLURM, its K8s node cordoned, or tainted by slonkd.
+
+    slonkd's NoSchedule taints keep the worker pod from coming back, so a node carrying one
+    is out even when it is not cordoned.
+
+    A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
+    marking it is what the budget must weigh (a slurmctld outage makes every node
+    "Not responding" at once, and that must not cordon the fleet).
+    """
+    slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
+    kube = view.kube_node
+    kube_out = kube is not None and (
+        kube.unschedulable or any(t.effect is TaintEffect.NO_SCHEDULE for t in kube.our_taints)
+    )
+    return slurm_out or kube_out
+
+
+class Gate:
+    """The budget's answers for one leader's term, and the breaker it opens."""
+
+    def __init__(
+        self, policy: BudgetPolicy, *, block_label: str, memory: Memory, auditor: Auditor
+    ) -> None:
+        self.policy = policy
+        self.block_label = block_label
+        self.memory = memory
+        self.auditor = auditor
+        self._refused: dict[str, str] = {}
+        self._standing: frozenset[str] = frozenset()
+        """Candidates held back by the breaker when a human reset it (see ``admit``)."""
+
+    def reset_seen(self) -> None:
+        """A human closed the breaker: what it held back stands, to be taken within budget."""
+        self._standing = frozenset(self._refused)
+        log.info(
+            "budget.reset_seen",
+            standing=sorted(self._standing)[:50],
+            detail="standing candidates are admitted within the budget, never a mass event",
+        )
+
+    def admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
+        """The budget's answer for every node an automated cause wants out now.
+
+        A budgeted action on a K8s node (cordon, taint, reboot) takes every SLURM node of its
+        pods out: they are one request unit, admitted together (after ``merge_shared_nodes``
+        only one of them carries the action).
+        """
+        sizes: dict[str, int] = defaultdict(int)
+        out: dict[str, set[str]] = defaultdict(set)
+        restarting: dict[str, set[str]] = defaultdict(set)
+        wanting: set[str] = set()  # K8s nodes a budgeted action takes out
+        for view, plan in zip(views, plans, strict=True):
+            pool = self._group(view)
+            sizes[pool] += 1
+            if is_out(view):
+                out[pool].add(view.node)
+                if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
+                    restarting[pool].add(view.node)
+            if view.kube_node is not None and any(
+                a.budgeted for a in plan.for_writer(Writer.COORDINATOR)
+            ):
+                wanting.add(view.kube_node.name)
+        requests = []
+        for view, plan in zip(views, plans, strict=True):
+            kube = view.kube_node.name if view.kube_node is not None else ""
+            if kube in wanting:
+                requests.append(
+                    Request(node=view.node, pool=self._group(view), unit=f"k8s-node/{kube}")
+                )
+            elif any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
+                requests.append(Request(node=view.node, pool=self._group(view)))
+        return admit(
+            requests,
+            out_now={k: frozenset(v) for k, v in out.items()},
+            pool_sizes=sizes,
+            restarting={k: frozenset(v) for k, v in restarting.items()},
+            policy=self.policy,
+            breaker_open=self.memory.state.breaker_open,
+            standing=self._standing,
+        )
+
+    def keep_standing(self, admission: Admission) -> None:
+        """Forget standing candidates that no longer want out."""
+        self._standing &= admission.admitted | frozenset(admission.refused)
+
+    def _group(self, view: NodeView) -> str:
+        """The pool of the node, or its pool and topology block when so configured."""
+        return budget_group(
+            view.pod.labels if view.pod is not None else None,
+            view.kube_node.labels if view.kube_node is not None else None,
+            block_label=self.block_label,
+        )
+
+    def log_refusals(self, admission: Admission) -> None:
+        """One log line per node and reason when the budget keeps it in (not every pass)."""
+        for node, why in sorted(admission.refused.items()):
+            if self._refused.get(node) != why:
+                log.warning("budget.refused", node=node, reason=why, owner="coordinator")
+        self._refused = dict(admission.refused)
+
+    async def open_breaker(self, why: str, token: int) -> None:
+        """Open the breaker: persisted, logged, an Event; only a human closes it."""
+        dry_run = self.auditor.dry_run
+        if dry_run and not self.auditor.seen.is_new("*", ("open-breaker",), why):
+            return  # a dry run never persists it: said once per reason, not every pass
+        log.error("budget.breaker_opened", reason=why, owner="coordinator", fencing_token=token)
+        self.auditor.log.record(
+            action="open-breaker",
+            node="*",
+            cause=why,
+            fencing_token=token,
+            outcome="dry-run" if dry_run else "opened",
+            dry_run=dry_run,
+        )
+        if dry_run:
+            return
+        await self.memory.update(
+            token,
+            lambda st: replace(
+                st, breaker_open=True, breaker_reason=why, breaker_opened_at=time.time()
+            ),
+        )
+        await self.memory.warn(
+            "BreakerOpen", f"slonkd: automated actions stopped until `slonkd budget reset`: {why}"
+        )

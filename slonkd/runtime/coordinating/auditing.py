@@ -1,0 +1,44 @@
+"""The coordinator's audit records: one format for every action, dry run included.
+
+Every write (or planned write, in a dry run) of :mod:`.executing`, :mod:`.remediating` and
+:mod:`.admitting` (the breaker) goes through :class:`Auditor` into the JSON-lines
+:class:`~slonkd.runtime.audit.AuditLog`.
+"""
+
+from __future__ import annotations
+
+from slonkd.core.reasons import Cause
+from slonkd.runtime.audit import AuditLog, DryRunSeen
+
+
+class Auditor:
+    """The audit log of this leader's term, and which dry-run plans were said already."""
+
+    def __init__(self, log: AuditLog, *, dry_run: bool) -> None:
+        self.log = log
+        self.dry_run = dry_run
+        self.seen = DryRunSeen()
+        """Dry-run plans already audited, so a dry run says each once per node and state."""
+
+    def record(
+        self,
+        action: str,
+        node: str,
+        cause: Cause,
+        token: int,
+        outcome: str,
+        before: str | None,
+        **extra: str | list[str],
+    ) -> None:
+        """One action on one node: what it was before, and after (unless nothing was done)."""
+        self.log.record(
+            action=action,
+            node=node,
+            cause=str(cause),
+            fencing_token=token,
+            outcome=outcome,
+            before=before,
+            after=None if outcome in ("dry-run", "not implemented") else f"{action} {cause}",
+            dry_run=self.dry_run,
+            **extra,
+        )

@@ -1,0 +1,273 @@
+"""The executors: every coordinator action kind, dispatched through one table per writer.
+
+SLURM actions go out grouped by kind and cause in hostlist calls (requeues per node); K8s
+actions per K8s node. Each kind's write is one entry of :attr:`Executor.slurm_writes` or
+:attr:`Executor.kube_writes` (the remediation steps are :mod:`.remediating`'s); the audit
+record (:mod:`.auditing`), the metric and the log line of every write are made in one place
+here, and so is the dry run, which plans and audits but writes nothing. :meth:`Executor.isolated`
+keeps one failing action from aborting the rest of a pass (:mod:`.reconciling`) without ever
+hiding a lost lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.lease import Superseded
+from slonkd.adapters.kube.ports import EventWrites, NodeWrites
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.scontrol import UpdateResult
+from slonkd.core.decide import MANUAL_TAINT, REBOOT_TAINT, Action, Kind, NodeView
+from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_changes import ChangeResult, ObjectRef
+from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.core.reasons import Cause
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.remediating import Remediator
+from slonkd.runtime.coordinating.values import kube_text, label_value
+from slonkd.runtime.metrics import Metrics
+
+log = structlog.get_logger("slonkd.coordinator")
+
+SLURM_KINDS = frozenset({Kind.DRAIN, Kind.DOWN, Kind.RELEASE, Kind.REQUEUE})
+"""The coordinator's SLURM actions (grouped by kind and cause); every other kind is K8s."""
+MARKS = frozenset({Kind.CORDON, Kind.TAINT, Kind.SET_CONDITION, Kind.EVENT})
+"""What the fast path may do: mark a K8s node (undone when healthy), never evict or drain."""
+BY = "by slonkd coordinator"
+
+SlurmWrite = Callable[[list[str], Cause], Awaitable[UpdateResult]]
+"""A hostlist update of SLURM nodes for one cause."""
+KubeWrite = Callable[[NodeView, Node, Action, int], Awaitable[ChangeResult | None]]
+"""One action on a view's K8s node (view, node, action, fencing token); None: not possible."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Executor:
+    """Writes the actions a pass admitted, audited, counted and logged."""
+
+    slurm: SlurmBackend
+    nodes: NodeWrites
+    events: EventWrites
+    remediator: Remediator
+    auditor: Auditor
+    metrics: Metrics
+    is_valid: Callable[[], bool]
+    """Whether the lease is still held (a failure under a lost lease is raised, not isolated)."""
+    slurm_writes: dict[Kind, SlurmWrite] = field(init=False)
+    """Kind.REQUEUE is not here: it is per node, with its own record (:meth:`_requeue`)."""
+    kube_writes: dict[Kind, KubeWrite] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slurm_writes = {
+            Kind.DRAIN: lambda names, cause: self.slurm.drain(names, cause, BY),
+            Kind.DOWN: lambda names, cause: self.slurm.down(names, cause, BY),
+            Kind.RELEASE: lambda names, cause: self.slurm.resume(names, cause),
+        }
+        remediator = self.remediator
+        self.kube_writes = {
+            Kind.CORDON: self._cordon,
+            Kind.UNCORDON: self._uncordon,
+            Kind.TAINT: self._taint,
+            Kind.UNTAINT: self._untaint,
+            Kind.SET_CONDITION: self._set_condition,
+            Kind.EVENT: self._event,
+            Kind.EVICT: remediator.evict,
+            Kind.REQUEST_REBOOT: remediator.escalate,
+            Kind.MARK_MANUAL: remediator.escalate,
+        }
+
+    async def isolated(
+        self,
+        work: Coroutine[Any, Any, None],
+        *,
+        action: Kind,
+        cause: Cause,
+        nodes: Sequence[str],
+        token: int,
+    ) -> int:
+        """Run one action of a pass; its failure is logged and audited, the pass goes on.
+
+        Returns 1 when it failed. A lost lease is never swallowed: the error is raised again
+        when the lease is no longer valid, or when a newer leader's token was met
+        (``Superseded``), so a deposed leader writes nothing more. The next
+        pass (an event, a poll change or the resync) tries the failed action again.
+        """
+        try:
+            await work
+        except Superseded:
+            raise  # a newer leader wrote: this term ends, whatever the Lease says
+        except SlonkdError as exc:
+            if not self.is_valid():
+                raise
+            self.metrics.applied(action.value, cause.name, changed=False, skipped=["failed"])
+            for node in nodes:
+                self.auditor.record(
+                    action.value, node, cause, token, f"failed: {str(exc)[:200]}", None
+                )
+            log.warning(
+                "coordinator.action_failed",
+                action=action.value,
+                cause=str(cause),
+                nodes=list(nodes)[:20],
+                error=str(exc)[:300],
+                fencing_token=token,
+            )
+            return 1
+        return 0
+
+    # -- SLURM -----------------------------------------------------------------------------
+
+    async def apply_slurm(
+        self, kind: Kind, cause: Cause, names: list[str], token: int, before: dict[str, str]
+    ) -> None:
+        """One SLURM action for ``names`` (``before``: their states, for the audit)."""
+        if self.auditor.dry_run:  # audited (and logged at info) when new for the node
+            planned = (kind.value, str(cause))
+            new = [n for n in names if self.auditor.seen.is_new(n, planned, before.get(n))]
+            for name in new:
+                self.auditor.record(kind.value, name, cause, token, "dry-run", before.get(name))
+            (log.info if new else log.debug)(
+                "coordinator.dry_run", action=kind.value, cause=str(cause), nodes=names
+            )
+            return
+        if kind is Kind.REQUEUE:
+            await self._requeue(names, cause, token, before)
+            return
+        result = await self.slurm_writes[kind](names, cause)
+        self.metrics.applied(
+            kind.value,
+            cause.name,
+            changed=bool(result.changed),
+            skipped=[skip.why.value for skip in result.skipped],
+        )
+        for name in sorted(result.changed):
+            self.auditor.record(kind.value, name, cause, token, "changed", before.get(name))
+        for skip in result.skipped:
+            outcome = f"skipped: {skip.why.value}"
+            self.auditor.record(kind.value, skip.node, cause, token, outcome, before.get(skip.node))
+        log.info(
+            f"slurm.nodes_{kind.value}",
+            action=kind.value,
+            cause=str(cause),
+            owner="coordinator",
+            nodes=sorted(result.changed),
+            skipped={s.node: s.why.value for s in result.skipped},
+            calls=result.calls,
+            fencing_token=token,
+        )
+
+    async def _requeue(
+        self, names: list[str], cause: Cause, token: int, before: dict[str, str]
+    ) -> None:
+        """Requeue the jobs of each node (per node: a job list is per node)."""
+        for name in names:
+            requeued = await self.slurm.requeue_jobs(name)
+            self.auditor.record(
+                "requeue",
+                name,
+                cause,
+                token,
+                "requeued",
+                before.get(name),
+                jobs=[str(j) for j in requeued.requeued],
+                not_requeueable=[str(j) for j in requeued.not_requeueable],
+            )
+            log.info(
+                "slurm.jobs_requeued",
+                node=name,
+                cause=str(cause),
+                jobs=list(requeued.requeued),
+                not_requeueable=list(requeued.not_requeueable),
+                fencing_token=token,
+            )
+
+    # -- Kubernetes ------------------------------------------------------------------------
+
+    async def apply_kube(self, view: NodeView, action: Action, token: int) -> None:
+        """One action on the view's K8s node (none: nothing to do)."""
+        kube = view.kube_node
+        if kube is None:
+            return
+        kind, cause = action.kind.value, str(action.cause)
+        before = kube_text(kube)
+        if self.auditor.dry_run:  # audited (and logged at info) when new for the node
+            planned = (kind, cause, action.key, kube.name)
+            new = self.auditor.seen.is_new(view.node, planned, before)
+            if new:
+                self.auditor.record(
+                    kind, view.node, action.cause, token, "dry-run", before,
+                    kube_node=kube.name, key=action.key,
+                )  # fmt: skip
+            (log.info if new else log.debug)(
+                "coordinator.dry_run", action=kind, node=view.node, kube_node=kube.name,
+                cause=cause,
+            )  # fmt: skip
+            return
+        write = self.kube_writes.get(action.kind)
+        result = await write(view, kube, action, token) if write is not None else None
+        if result is None:
+            self.auditor.record(
+                kind, view.node, action.cause, token, "not implemented", before,
+                kube_node=kube.name,
+            )  # fmt: skip
+            log.info("coordinator.action_not_implemented", node=view.node, action=kind, cause=cause)
+            return
+        outcome = result.outcome.value
+        self.metrics.applied(kind, action.cause.name, changed=outcome == "changed")
+        self.auditor.record(
+            kind, view.node, action.cause, token, outcome, before,
+            kube_node=kube.name, key=action.key,
+        )  # fmt: skip
+        log.info(
+            f"kube.{kind.replace('-', '_')}",
+            node=view.node,
+            kube_node=kube.name,
+            cause=cause,
+            owner="coordinator",
+            outcome=outcome,
+            fencing_token=token,
+        )
+
+    async def _cordon(self, view: NodeView, kube: Node, action: Action, token: int) -> ChangeResult:
+        return await self.nodes.cordon(kube.name, cause=str(action.cause))
+
+    async def _uncordon(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult:
+        return await self.nodes.uncordon(kube.name)
+
+    async def _taint(self, view: NodeView, kube: Node, action: Action, token: int) -> ChangeResult:
+        value = label_value(str(action.cause))
+        return await self.nodes.set_taint(kube.name, action.key, TaintEffect.NO_SCHEDULE, value)
+
+    async def _untaint(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult:
+        result = await self.nodes.remove_taint(kube.name, action.key)
+        if action.key in (REBOOT_TAINT, MANUAL_TAINT):
+            await self.nodes.set_annotations(kube.name, {action.key: None})
+        return result
+
+    async def _set_condition(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult:
+        healthy = action.key == "True"
+        return await self.nodes.set_slurm_healthy(
+            kube.name,
+            healthy=healthy,
+            reason="SlurmHealthy" if healthy else "SlurmFailure",
+            message=str(action.cause),
+        )
+
+    async def _event(self, view: NodeView, kube: Node, action: Action, token: int) -> ChangeResult:
+        cause = str(action.cause)
+        return await self.events.record(
+            ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
+            type_="Warning",
+            reason=action.key,
+            message=f"slonkd: {cause}",
+        )

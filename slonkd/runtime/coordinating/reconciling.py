@@ -1,0 +1,367 @@
+"""The coordinator: one leader that reconciles every worker node in bulk, a pass at a time.
+
+While it holds the Lease it watches every K8s node and the worker pods, reads all SLURM
+nodes in one call per pass (on events, debounced, and on a resync period), builds a
+:class:`~slonkd.core.decide.NodeView` per worker pod (:mod:`.observing`), calls ``decide``
+and executes the coordinator's actions (:mod:`.executing`): SLURM drains, downs and releases
+grouped by cause into hostlist calls; cordons, taints, the ``SlurmHealthy`` condition, Events
+and evictions per K8s node, and the remediation ladder (:mod:`.remediating`). It acts only
+after its caches synced and a SLURM read succeeded, checks its lease right before each write
+(a paused old leader writes nothing), and keeps a disruption budget per pool
+(:mod:`.admitting`): automated actions past it are refused, the breaker opens and stays open
+until ``slonkd budget reset``. Breaker, pause and remediation history live in the state
+ConfigMap (:mod:`.remembering`), so a failover neither resets nor repeats them. Every action
+goes to the audit log (:mod:`.auditing`); ``dry_run`` logs the plans and writes nothing. The
+last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``.
+
+:class:`Coordinator` is also the composition root of one leader's term: it is built from
+collaborators typed against protocols (:class:`Parts`), so a unit test runs a pass with
+fakes. The term's loop and the process around it are :mod:`.leading`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from slonkd.adapters.kube.events import EventRecorder
+from slonkd.adapters.kube.lease import LeaderElector
+from slonkd.adapters.kube.nodes import NodeWriter
+from slonkd.adapters.kube.pods import PodWriter
+from slonkd.adapters.kube.ports import EventWrites, NodeWrites, PodWrites, StateStorage
+from slonkd.adapters.kube.sources import coordinator_informers
+from slonkd.adapters.kube.state import StateStore
+from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.budget import Admission, BudgetPolicy
+from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.decide import (
+    Action,
+    Kind,
+    NodeView,
+    Plan,
+    Writer,
+    decide,
+    merge_shared_nodes,
+    suspect_common_causes,
+)
+from slonkd.core.errors import SlonkdError
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
+from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.commands import CommandSender
+from slonkd.runtime.coordinating.admitting import Gate
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.executing import MARKS, SLURM_KINDS, Executor
+from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
+from slonkd.runtime.coordinating.remediating import Remediator
+from slonkd.runtime.coordinating.remembering import Memory
+from slonkd.runtime.coordinating.settings import CoordinatorSettings
+from slonkd.runtime.coordinating.values import slurm_text
+from slonkd.runtime.credentials import credential_reaper
+from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.rollout import RolloutController
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+from slonkd.runtime.topology_sync import TopologySync
+
+log = structlog.get_logger("slonkd.coordinator")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parts:
+    """The writers a pass uses: SLURM, K8s nodes, pods, Events and the state ConfigMap."""
+
+    slurm: SlurmBackend
+    nodes: NodeWrites
+    pods: PodWrites
+    events: EventWrites
+    store: StateStorage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The views, plans and budget of the last pass (for status and explain)."""
+
+    at: float
+    views: tuple[NodeView, ...]
+    plans: tuple[Plan, ...]
+    admission: Admission
+    state: CoordinatorState
+    fencing_token: int
+    duration_ms: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+class Coordinator:
+    """The leader's reconcile passes over all worker nodes."""
+
+    def __init__(
+        self,
+        s: CoordinatorSettings,
+        transport: KubeTransport,
+        elector: LeaderElector,
+        *,
+        metrics: Metrics | None = None,
+        parts: Parts | None = None,
+    ) -> None:
+        self.s = s
+        self.elector = elector
+        self.metrics = metrics or Metrics(role="coordinator")
+        scontrol = ScontrolBackend(s.slurm)
+        parts = parts or Parts(
+            slurm=scontrol,
+            nodes=NodeWriter(transport),
+            pods=PodWriter(transport),
+            events=EventRecorder(transport),
+            store=StateStore(transport, s.namespace, s.state_name),
+        )
+        self.slurm = parts.slurm
+        nodes, pods = coordinator_informers(transport, s.namespace, pod_selector=s.pod_selector)
+        self.observer = Observer(nodes, pods)
+        self.nodes, self.pods = nodes, pods
+        self.health = self.observer.health
+        """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
+        self.memory = Memory(
+            store=parts.store, events=parts.events, namespace=s.namespace, name=s.state_name
+        )
+        self.budget = BudgetPolicy(
+            max_out=s.max_out, max_out_percent=s.max_out_percent, mass_percent=s.mass_percent
+        )
+        self.audit = AuditLog(
+            Path(s.audit_path) if s.audit_path else None,
+            identity=s.identity,
+            max_bytes=s.audit_max_bytes,
+            keep=s.audit_keep,
+        )
+        self.auditor = Auditor(self.audit, dry_run=s.dry_run)
+        self.gate = Gate(
+            self.budget, block_label=s.budget_block_label, memory=self.memory, auditor=self.auditor
+        )
+        remediator = Remediator(
+            slurm=parts.slurm, nodes=parts.nodes, pods=parts.pods, events=parts.events,
+            memory=self.memory, auditor=self.auditor, check_valid=elector.check_valid,
+        )  # fmt: skip
+        self.executor = Executor(
+            slurm=parts.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,
+            auditor=self.auditor, metrics=self.metrics, is_valid=elector.is_valid,
+        )  # fmt: skip
+        self.snapshot: Snapshot | None = None
+        self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
+        self.watch = (
+            SlurmWatch(self.slurm, self.reads, self.observer.on_slurm_change, poll_s=s.poll_s)
+            if s.poll_s > 0
+            else None
+        )
+        self._last_slurm: list[SlurmNode] | None = None
+        self.passes = 0
+        self.suspected: frozenset[Cause] = frozenset()
+        self.bus = coordinator_bus(s)
+        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+            CommandSender(
+                self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
+            )
+            if self.bus is not None
+            else None
+        )
+        self.reaper = (  # revokes gone pods' MQTT clients; see slonkd.runtime.credential_reaper
+            credential_reaper(s.credentials, transport, s.namespace, s.pod_selector, self.pods,
+                              s.identity)
+            if s.credentials is not None
+            else None
+        )  # fmt: skip
+        if self.reaper is not None:
+            self.pods.add_handler(self.reaper.on_pod_event)
+        self.topology: TopologySync | None = None
+        if s.topology is not None:
+            self.topology = TopologySync(
+                s.topology, transport=transport, namespace=s.namespace, nodes=self.nodes,
+                pods=self.pods, slurm=scontrol, check_valid=elector.check_valid,
+            )  # fmt: skip
+        self.rollout: RolloutController | None = None
+        if s.rollout is not None:
+            self.rollout = RolloutController(
+                s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
+                slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
+                hold=self._rollout_hold, kube_nodes=self.nodes, dry_run=s.dry_run,
+            )  # fmt: skip
+
+    @property
+    def state(self) -> CoordinatorState:
+        """Breaker, pause, remediation history and handled failures, as last read/written."""
+        return self.memory.state
+
+    def status_sections(self) -> dict[str, Any]:
+        """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
+        sections: dict[str, Any] = {
+            "passes": {
+                "count": self.passes,
+                "last_ms": self.snapshot.duration_ms if self.snapshot else None,
+                "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
+                "slurm_reads": self.reads.reads,
+                "slurm_polls": self.watch.polls if self.watch else 0,
+            }
+        }
+        if self.topology is not None:
+            sections["topology"] = self.topology.status()
+        if self.rollout is not None:
+            sections["rollout"] = self.rollout.status()
+        return sections
+
+    def _rollout_hold(self) -> str:
+        """Why rollouts may not take another node now ("" when they may)."""
+        if self.state.paused:
+            return f"slonkd is paused: {self.state.paused_reason}"
+        if self.state.breaker_open:
+            return f"breaker open: {self.state.breaker_reason}"
+        return ""
+
+    def _plans(self, views: list[NodeView]) -> tuple[list[Plan], frozenset[Cause]]:
+        plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
+        return suspect_common_causes(
+            views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
+        )
+
+    # -- the fast path -----------------------------------------------------------------------
+
+    async def fast_marks(self) -> None:
+        """Mark K8s nodes for SLURM failures the poll just saw, before the next full read.
+
+        The poll read those nodes exactly (state, reason, who and when); for a reason that is
+        SLURM's own (a failure), the last full read with those nodes replaced is all
+        ``decide`` needs to mark their K8s nodes (cordon, taint, condition, Event). Only those
+        marking actions are taken, inside the budget; the full pass that follows (as soon as
+        the read limiter allows) does everything else.
+        """
+        fresh = self.observer.take_fresh()
+        if not fresh or self._last_slurm is None:
+            return
+        failing = {n.name: n for n in fresh if reason_owner(n.live_reason) is ReasonOwner.SLURM}
+        if not failing:
+            return
+        patched = [failing.get(n.name, n) for n in self._last_slurm]
+        try:
+            await self._apply_marks(patched, set(failing))
+        except SlonkdError as exc:
+            log.warning("coordinator.fast_marks_failed", error=str(exc)[:300])
+
+    async def _apply_marks(self, slurm_nodes: list[SlurmNode], failing: set[str]) -> None:
+        views = self.observer.views(slurm_nodes, time.time(), self.state)
+        plans, _ = self._plans(views)
+        admission = self.gate.admit(views, plans)
+        token = self.elector.check_valid()
+        marked = []
+        for view, plan in zip(views, plans, strict=True):
+            if view.node not in failing:
+                continue
+            for action in plan.for_writer(Writer.COORDINATOR):
+                if action.kind not in MARKS or (action.budgeted and view.node in admission.refused):
+                    continue
+                self.elector.check_valid()
+                if not await self.executor.isolated(
+                    self.executor.apply_kube(view, action, token),
+                    action=action.kind, cause=action.cause, nodes=[view.node], token=token,
+                ):  # fmt: skip
+                    marked.append(view.node)
+        if marked:
+            log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    async def reconcile_all(self) -> list[Plan]:
+        """Read SLURM and the state once, decide for every worker, apply in bulk."""
+        await self.reads.acquire()
+        began = time.monotonic()
+        slurm_nodes = await self.slurm.read_nodes()
+        self._last_slurm = slurm_nodes
+        self.observer.fresh = []  # this read has them all
+        read_at = time.monotonic()
+        was_open = self.state.breaker_open
+        await self.memory.load()
+        if was_open and not self.state.breaker_open:
+            self.gate.reset_seen()
+        state_at = time.monotonic()
+        views = self.observer.views(slurm_nodes, time.time(), self.state)
+        plans, suspected = self._plans(views)
+        newly = sorted(str(c) for c in suspected - self.suspected)
+        for suspect in newly:
+            log.warning(
+                "health.cause_suspected",
+                cause=suspect,
+                owner="coordinator",
+                detail="many nodes fail the same check at once: suspecting the check",
+            )
+        self.suspected = suspected
+        admission = self.gate.admit(views, plans)
+        self.gate.keep_standing(admission)  # still wanted
+        token = self.elector.check_valid()  # a paused old leader stops here
+        why = admission.open_breaker or (
+            f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
+            if newly
+            else ""
+        )
+        if why and not self.state.breaker_open and not self.memory.error:
+            await self.gate.open_breaker(why, token)
+        self.gate.log_refusals(admission)
+        slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
+        kube_actions: list[tuple[NodeView, Action]] = []
+        for view, plan in zip(views, plans, strict=True):
+            for action in plan.for_writer(Writer.COORDINATOR):
+                if action.budgeted and view.node in admission.refused:
+                    continue
+                if action.kind in SLURM_KINDS:
+                    slurm_groups[(action.kind, action.cause)].append(view.node)
+                else:
+                    kube_actions.append((view, action))
+        before: dict[str, str] = {str(v.node): slurm_text(v.slurm) for v in views}
+        decided_at = time.monotonic()
+        failed = 0
+        for (kind, cause), names in sorted(
+            slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
+        ):
+            self.elector.check_valid()
+            failed += await self.executor.isolated(
+                self.executor.apply_slurm(kind, cause, names, token, before),
+                action=kind, cause=cause, nodes=names, token=token,
+            )  # fmt: skip
+        for view, action in kube_actions:
+            self.elector.check_valid()
+            failed += await self.executor.isolated(
+                self.executor.apply_kube(view, action, token),
+                action=action.kind, cause=action.cause, nodes=[view.node], token=token,
+            )  # fmt: skip
+        self.metrics.reconciled("ok", time.monotonic() - began)
+        self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
+        self.metrics.paused.set(1 if self.state.paused else 0)
+        self.metrics.budget_refused.set(len(admission.refused))
+        self.metrics.suspected.set(len(suspected))
+        self.snapshot = Snapshot(
+            at=time.time(),
+            views=tuple(views),
+            plans=tuple(plans),
+            admission=admission,
+            state=self.state,
+            fencing_token=token,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+            phases_ms={
+                "slurm_read": round((read_at - began) * 1000, 1),
+                "state_read": round((state_at - read_at) * 1000, 1),
+                "decide": round((decided_at - state_at) * 1000, 1),
+                "apply": round((time.monotonic() - decided_at) * 1000, 1),
+            },
+        )
+        self.passes += 1
+        (log.info if slurm_groups or kube_actions else log.debug)(
+            "coordinator.pass",
+            nodes=len(views),
+            slurm_calls=len(slurm_groups),
+            kube_actions=len(kube_actions),
+            failed_actions=failed,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+        )
+        return plans

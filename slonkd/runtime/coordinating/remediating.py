@@ -1,0 +1,143 @@
+"""The remediation ladder's steps, as the coordinator executes them.
+
+``decide`` plans the step (:func:`slonkd.core.decide.decide`, one step per attempt with a
+cool-down): evict the pod, then request a reboot, then mark for manual repair. Each step
+done is counted per K8s node in the state (:mod:`.remembering`), which the next views read
+(:mod:`.observing`). The executors' table (:mod:`.executing`) dispatches the three kinds here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import structlog
+
+from slonkd.adapters.kube.ports import EventWrites, NodeWrites, PodWrites
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.core.coordinator_state import Attempts, CoordinatorState
+from slonkd.core.decide import (
+    MANUAL_TAINT,
+    REBOOT_TAINT,
+    Action,
+    Kind,
+    NodeView,
+    failure_fingerprint,
+)
+from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
+from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.remembering import Memory
+from slonkd.runtime.coordinating.values import label_value
+
+log = structlog.get_logger("slonkd.coordinator")
+
+SLURM_REBOOT = "slurm-reboot"
+"""Audit action of a reboot step's SLURM half (``scontrol reboot ASAP``), next to its K8s half."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Remediator:
+    """Evictions, reboot requests and manual-repair marks, each recorded as an attempt."""
+
+    slurm: SlurmBackend
+    nodes: NodeWrites
+    pods: PodWrites
+    events: EventWrites
+    memory: Memory
+    auditor: Auditor
+    check_valid: Callable[[], int]
+    """The fencing token, or an error when the lease is no longer held."""
+
+    async def evict(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult | None:
+        """Evict the worker pod (a new one may land on healthy hardware); None: no pod."""
+        if view.pod is None:
+            return None
+        result = await self.pods.evict(view.pod.namespace, view.pod.name, uid=view.pod.uid)
+        if result.done:
+            handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
+            await self._remediated(kube.name, view.node, handled, token)
+        return result
+
+    async def escalate(
+        self, view: NodeView, kube: Node, action: Action, token: int
+    ) -> ChangeResult | None:
+        """The remediation ladder's later steps: a reboot request, then manual repair.
+
+        A reboot request is ``scontrol reboot ASAP`` (when slonkd may hold the SLURM node)
+        plus the ``slonk.dev/reboot-requested`` taint and annotation that the site's reboot
+        tooling acts on; slonkd never reboots a machine. Manual repair is a taint and an
+        annotation for people. Both are recorded as attempts (with the time) in the state.
+        """
+        cause = str(action.cause)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if action.kind is Kind.REQUEST_REBOOT:
+            taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
+            await self._request_slurm_reboot(view, action, token)
+        else:
+            taint, reason = MANUAL_TAINT, "SlurmManualRepair"
+        result = await self.nodes.set_taint(
+            kube.name, taint, TaintEffect.NO_SCHEDULE, label_value(cause)
+        )
+        attempts = self.memory.state.remediation.get(kube.name, Attempts()).attempts + 1
+        await self.nodes.set_annotations(
+            kube.name, {taint: f"{stamp} {cause[:200]} (attempt {attempts})"}
+        )
+        if result.outcome is ChangeOutcome.CHANGED:
+            await self.events.record(
+                ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
+                type_="Warning",
+                reason=reason,
+                message=f"slonkd: {cause} (remediation attempt {attempts})",
+            )
+            await self._remediated(kube.name, view.node, "", token)
+        return result
+
+    async def _request_slurm_reboot(self, view: NodeView, action: Action, token: int) -> None:
+        """The reboot's SLURM half; its failure (e.g. no RebootProgram) is audited, not raised.
+
+        It must not keep the site's tooling from seeing the request on the K8s node.
+        """
+        cause = str(action.cause)
+        before = str(view.slurm.state) if view.slurm is not None else None
+        try:
+            rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
+        except SlonkdError as exc:
+            self.check_valid()
+            self.auditor.record(
+                SLURM_REBOOT, view.node, action.cause, token, f"failed: {exc}"[:200], before
+            )
+            log.warning("slurm.reboot_failed", node=view.node, cause=cause, error=str(exc)[:300])
+            return
+        skips = {k.node: k.why.value for k in rebooted.skipped}
+        done = (
+            "changed" if view.node in rebooted.changed else f"skipped: {skips.get(view.node, '')}"
+        )
+        self.auditor.record(SLURM_REBOOT, view.node, action.cause, token, done, before)
+        log.info(
+            "slurm.reboot_requested",
+            node=view.node,
+            cause=cause,
+            requested=bool(rebooted.changed),
+            skipped=skips,
+            fencing_token=token,
+        )
+
+    async def _remediated(self, kube_node: str, node: str, handled: str, token: int) -> None:
+        """Record one remediation step (and the failure it handled) in the state ConfigMap."""
+
+        def change(st: CoordinatorState) -> CoordinatorState:
+            was = st.remediation.get(kube_node, Attempts())
+            remediation = {
+                **st.remediation,
+                kube_node: Attempts(attempts=was.attempts + 1, last_at=time.time()),
+            }
+            done = {**st.handled, node: handled} if handled else st.handled
+            return replace(st, remediation=remediation, handled=done)
+
+        await self.memory.update(token, change)

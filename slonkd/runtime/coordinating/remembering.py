@@ -1,0 +1,106 @@
+"""The coordinator's memory: the state ConfigMap as last read or written.
+
+Breaker, pause, remediation history and handled failures survive a failover there. A pass
+reads it (:mod:`.reconciling`), the breaker (:mod:`.admitting`) and the remediation steps
+(:mod:`.remediating`) write it under the fencing token; between passes it is polled so an
+operator's pause or breaker reset starts a pass within seconds (:mod:`.leading`). A corrupt
+ConfigMap pauses every automated action until it is repaired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import structlog
+
+from slonkd.adapters.kube.ports import EventWrites, StateStorage
+from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
+from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_changes import ObjectRef
+
+log = structlog.get_logger("slonkd.coordinator")
+
+
+@dataclass(slots=True, kw_only=True)
+class Memory:
+    """The state ConfigMap ``namespace/name``, its last known content and readability."""
+
+    store: StateStorage
+    events: EventWrites
+    namespace: str
+    name: str
+    state: CoordinatorState = field(default_factory=CoordinatorState)
+    """Breaker, pause, remediation history and handled failures, as last read/written."""
+    error: str = ""
+    """Why the state ConfigMap is unreadable ("": it is readable)."""
+
+    async def load(self) -> CoordinatorState:
+        """Read the state (an operator's pause or reset is seen here); corrupt: paused."""
+        try:
+            self.state = await self.store.load()
+        except StateCorrupt as exc:
+            await self._unreadable(exc)  # a paused pass: status served, nothing done
+        else:
+            self._readable()
+        return self.state
+
+    async def update(
+        self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+    ) -> CoordinatorState:
+        """Write ``change`` as the leader holding ``token``; the result is the known state."""
+        self.state = await self.store.update(token, change)
+        return self.state
+
+    async def warn(self, reason: str, message: str) -> None:
+        """A Warning Event on the state ConfigMap (best effort: never fails the caller)."""
+        with contextlib.suppress(SlonkdError):
+            await self.events.record(
+                ObjectRef(kind="ConfigMap", name=self.name, namespace=self.namespace),
+                type_="Warning",
+                reason=reason,
+                message=message,
+            )
+
+    async def watch(self, dirty: asyncio.Event, poll_s: float) -> None:
+        """Start a pass (``dirty``) when an operator pauses, unpauses or resets the breaker."""
+        while True:
+            await asyncio.sleep(poll_s)
+            try:
+                stored = await self.store.load()
+            except SlonkdError as exc:
+                log.debug("coordinator.state_read_failed", error=str(exc)[:200])
+                continue
+            seen = (self.state.paused, self.state.breaker_open)
+            if (stored.paused, stored.breaker_open) != seen:
+                log.info(
+                    "coordinator.operator_change",
+                    paused=stored.paused,
+                    breaker_open=stored.breaker_open,
+                    by=stored.paused_by or stored.breaker_reason[:100],
+                )
+                dirty.set()
+
+    async def _unreadable(self, exc: StateCorrupt) -> None:
+        """A corrupt state ConfigMap: act as paused (no automated action) until it is repaired.
+
+        Logged and recorded as an Event once per distinct error, not every pass.
+        """
+        ref = f"{self.namespace}/{self.name}"
+        why = (
+            f"state ConfigMap {ref} is unreadable ({str(exc)[:200]}): automated actions refused "
+            "until it is repaired or `slonkd state reset --yes-discard-state`"
+        )
+        self.state = replace(self.state, paused=True, paused_by="slonkd", paused_reason=why)
+        if self.error == str(exc):
+            return
+        self.error = str(exc)
+        log.error("coordinator.state_corrupt", state=ref, error=str(exc)[:300], owner="coordinator")
+        await self.warn("StateCorrupt", f"slonkd: {why}")
+
+    def _readable(self) -> None:
+        if self.error:
+            log.warning("coordinator.state_readable", state=self.name, was=self.error)
+            self.error = ""

@@ -1,0 +1,127 @@
+"""The coordinator's settings: where the workers are, how often to look, what the budget is.
+
+Validated when built (``slonkd coordinator`` exits 2 on a bad one, before campaigning).
+Read by every part of the coordinator: :mod:`.observing`, :mod:`.admitting`,
+:mod:`.executing`, :mod:`.reconciling` and :mod:`.leading`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slonkd.adapters.bus.client import BusSettings
+from slonkd.adapters.kube.lease import LeaseSettings
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.core.budget import BudgetPolicy
+from slonkd.core.decide import Policy
+from slonkd.core.rollout import RolloutSettings
+from slonkd.runtime.audit import KEEP as AUDIT_KEEP
+from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
+from slonkd.runtime.audit import check_rotation
+from slonkd.runtime.coordinator_api import ApiTls
+from slonkd.runtime.credentials import CredentialSettings
+from slonkd.runtime.topology_sync import TopologySettings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordinatorSettings:
+    """Where the workers are, how often to look, and how much may be taken out at once."""
+
+    namespace: str
+    pod_selector: str = "app.kubernetes.io/name=slurmd"
+    identity: str
+    kubeconfig: str | None = None
+    lease_name: str = "slonkd-coordinator"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    policy: Policy = field(default_factory=Policy)
+    resync_s: float = 30.0
+    """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
+    poll_s: float = 0.7
+    """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
+    max_reads_per_s: float = 2.0
+    state_poll_s: float = 2.0
+    """The state ConfigMap is read this often between passes, so that an operator's pause or
+    breaker reset is seen within seconds rather than at the next resync."""
+    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
+    debounce_s: float = 0.05
+    """A pass starts once no event arrived for this long ..."""
+    max_batch_delay_s: float = 1.0
+    """... or this long after the first event of a burst, whichever comes first."""
+    max_out: int = 10
+    """Most nodes of a pool out of service before automated causes stop (the budget)."""
+    max_out_percent: float = 10.0
+    """... or this percentage of the pool, whichever is lower (at least one node)."""
+    mass_percent: float = 20.0
+    """More new automated outages than this percentage of a pool at once: a mass event."""
+    budget_block_label: str = ""
+    """A K8s node label naming its topology block: the budget then holds per pool and block
+    (e.g. an NVLink domain) instead of per pool; "" : per pool."""
+    state_name: str = "slonkd-state"
+    """The ConfigMap holding breaker, pause and remediation history."""
+    audit_path: str = ""
+    """JSON-lines audit log of every action ("" : the structured log only)."""
+    audit_max_bytes: int = AUDIT_MAX_BYTES
+    """The audit log is rotated at this size ..."""
+    audit_keep: int = AUDIT_KEEP
+    """... keeping this many old files (``<audit_path>.1`` is the newest)."""
+    dry_run: bool = False
+    """Decide and log the plans, write nothing."""
+    api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
+    api_port: int = 8081
+    """The status API (``slonkd status``); 0: any free port."""
+    api_tls: ApiTls | None = None
+    """The API's certificate and key: it serves HTTPS only (None: plain HTTP)."""
+
+    def __post_init__(self) -> None:
+        BudgetPolicy(  # refuse impossible budgets at start, not at the first pass
+            max_out=self.max_out,
+            max_out_percent=self.max_out_percent,
+            mass_percent=self.mass_percent,
+        )
+        if self.max_reads_per_s <= 0:
+            raise ValueError("max_reads_per_s must be positive")
+        if not 0 <= self.api_port <= 65535:
+            raise ValueError("api_port must be between 0 and 65535")
+        for name in ("resync_s", "state_poll_s", "retry_period_s", "renew_deadline_s"):
+            if not getattr(self, name) > 0:  # 0: a loop that never sleeps
+                raise ValueError(f"{name} must be a positive number of seconds")
+        for name in ("poll_s", "debounce_s", "max_batch_delay_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0")
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "lease timings need retry_period_s < renew_deadline_s < lease_duration_s"
+                f" (got {self.retry_period_s}, {self.renew_deadline_s}, {self.lease_duration_s})"
+            )
+        self.lease_settings()  # the elector's own rules (safety margin) at start, not at campaign
+        if self.suspect_min_nodes < 1:
+            raise ValueError("suspect_min_nodes must be at least 1")
+        if not 0 < self.suspect_fraction <= 1:
+            raise ValueError("suspect_fraction must be a fraction in (0, 1]")
+        check_rotation(self.audit_max_bytes, self.audit_keep)
+
+    def lease_settings(self) -> LeaseSettings:
+        """The elector's settings (built, and so checked, at start too)."""
+        return LeaseSettings(
+            name=self.lease_name,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration_s=self.lease_duration_s,
+            renew_deadline_s=self.renew_deadline_s,
+            retry_period_s=self.retry_period_s,
+        )
+
+    cluster: str = "lab"
+    bus: BusSettings | None = None
+    """MQTT, to read the agents' health verdicts; None: no health input."""
+    suspect_min_nodes: int = 3
+    suspect_fraction: float = 0.3
+    topology: TopologySettings | None = None
+    """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
+    credentials: CredentialSettings | None = None
+    """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
+    rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
+    """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
