@@ -2,7 +2,9 @@
 
 Identity and timing come from flags or the environment the chart sets: the SLURM node name
 (``--node``, ``SLONKD_NODE``, else the pod name from ``POD_NAME``), the pod's grace period
-(``--grace``, ``SLONKD_GRACE_S``) and the margin kept for the requeue and the DOWN. It exits
+(``--grace``, ``SLONKD_GRACE_S``) and the margin kept for the requeue and the DOWN; the
+checkpoint signal (``--checkpoint-signal B:USR1``, ``SLONKD_CHECKPOINT_SIGNAL``; off by
+default) and its window (``--checkpoint-window``, ``SLONKD_CHECKPOINT_WINDOW_S``). It exits
 0 whatever SLURM says (the pod is going anyway; what could not be done is logged), and 2
 with a one-line reason on bad settings.
 """
@@ -14,6 +16,7 @@ import asyncio
 import os
 import sys
 
+from slonkd.core.checkpoint import SignalSpec
 from slonkd.runtime.prestop import PrestopSettings, run_prestop
 
 EXIT_BAD_SETTINGS = 2
@@ -46,6 +49,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="time kept for requeue and DOWN at the end of the grace (default: 5)",
     )
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS")
+    p.add_argument(
+        "--checkpoint-signal",
+        default=None,
+        metavar="B:SIG",
+        help="signal for each requeueable job's batch shell that handles it, before the requeue "
+        "(default: $SLONKD_CHECKPOINT_SIGNAL, else none)",
+    )
+    p.add_argument(
+        "--checkpoint-window",
+        default=None,
+        metavar="SECONDS",
+        help="seconds from that signal to the requeue (default: $SLONKD_CHECKPOINT_WINDOW_S or 0)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> PrestopSettings:
@@ -62,7 +78,26 @@ def settings_from(args: argparse.Namespace) -> PrestopSettings:
         raise ValueError("grace and poll must be positive and the margin not negative")
     if args.margin >= grace:
         raise ValueError(f"margin {args.margin} s leaves nothing of the {grace} s grace period")
-    return PrestopSettings(node=node, grace_s=grace, margin_s=args.margin, poll_s=args.poll)
+    raw_signal = args.checkpoint_signal or os.environ.get("SLONKD_CHECKPOINT_SIGNAL", "")
+    spec = SignalSpec.parse(raw_signal) if raw_signal.strip() else None
+    raw_window = args.checkpoint_window or os.environ.get("SLONKD_CHECKPOINT_WINDOW_S", "0")
+    try:
+        window = float(raw_window)
+    except ValueError:
+        raise ValueError(f"checkpoint window {raw_window!r} is not a number of seconds") from None
+    if window < 0 or (spec is not None and window + args.margin >= grace):
+        raise ValueError(
+            f"checkpoint window {window} s plus margin {args.margin} s must fit in the "
+            f"{grace} s grace period"
+        )
+    return PrestopSettings(
+        node=node,
+        grace_s=grace,
+        margin_s=args.margin,
+        poll_s=args.poll,
+        checkpoint_signal=spec,
+        checkpoint_window_s=window if spec is not None else 0.0,
+    )
 
 
 def main(args: argparse.Namespace) -> int:

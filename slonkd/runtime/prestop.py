@@ -5,7 +5,10 @@ deleted, evicted or preempted. Within the pod's grace period minus a margin it:
 
 1. drains the SLURM node with ``slonkd:pod-terminating`` (a node someone else drained or
    downed is left as it is: slonkd never steals it);
-2. waits for the node's running jobs to finish, polling ``squeue``;
+2. waits for the node's running jobs to finish, polling ``squeue``; with a checkpoint signal
+   configured, ``window`` seconds before the requeue it signals each requeueable job's batch
+   shell that handles that signal (:mod:`slonkd.adapters.slurm.job_signal`; a shell without
+   a handler would die of it and is left alone), so the job can write a checkpoint;
 3. at the deadline requeues every requeueable job that is still there; a job that cannot be
    requeued is reported loudly and left to SLURM's own handling (the node is then *not*
    set DOWN, since that would kill it);
@@ -26,8 +29,10 @@ from typing import TypeVar
 
 import structlog
 
+from slonkd.adapters.slurm.job_signal import JobSignaller, SignalOutcome
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
+from slonkd.core.checkpoint import SignalSpec, deadlines
 from slonkd.core.errors import SlonkdError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
@@ -49,6 +54,9 @@ class PrestopSettings:
     poll_s: float = 1.0
     call_timeout_s: float = 5.0
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    checkpoint_signal: SignalSpec | None = None
+    """Sent to each requeueable job's batch shell that handles it, ``window`` before requeue."""
+    checkpoint_window_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +70,8 @@ class PrestopOutcome:
     not_requeueable: tuple[int, ...] = ()
     down: bool = False
     failures: tuple[str, ...] = ()
+    signalled: tuple[int, ...] = ()
+    """Jobs whose batch shell got the checkpoint signal."""
 
 
 STARTUP_ALLOWANCE_S = 0.5
@@ -69,14 +79,30 @@ STARTUP_ALLOWANCE_S = 0.5
 
 
 class _Clock:
-    """Two deadlines: waiting for jobs ends at ``wait_until``; everything ends at ``hard``."""
+    """The handshake's deadlines (:func:`slonkd.core.checkpoint.deadlines` does the sums).
 
-    def __init__(self, grace_s: float, margin_s: float) -> None:
+    Waiting for jobs ends at ``wait_until``, everything at ``hard``; the checkpoint signal
+    goes at ``signal_at``.
+    """
+
+    def __init__(self, grace_s: float, margin_s: float, window_s: float = 0.0) -> None:
         self.start = time.monotonic()
-        self.hard = self.start + max(0.5, grace_s - margin_s / 2 - STARTUP_ALLOWANCE_S)
-        self.wait_until = min(
-            self.hard, self.start + max(0.0, grace_s - margin_s - STARTUP_ALLOWANCE_S)
+        d = deadlines(
+            grace_s=grace_s,
+            margin_s=margin_s,
+            startup_s=STARTUP_ALLOWANCE_S,
+            checkpoint_window_s=window_s,
         )
+        self.hard = self.start + d.hard_s
+        self.wait_until = self.start + d.requeue_at_s
+        self.signal_at = None if d.signal_at_s is None else self.start + d.signal_at_s
+        self.window_s = d.window_s
+
+    def until_signal(self) -> float:
+        """Time left before the checkpoint signal (infinite without one)."""
+        if self.signal_at is None:
+            return float("inf")
+        return self.signal_at - time.monotonic()
 
     def left(self) -> float:
         """Time left for waiting on jobs."""
@@ -92,7 +118,8 @@ class _Clock:
 
 async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
     """Do the handshake for ``s.node``; never raises for SLURM trouble, never overstays."""
-    clock = _Clock(s.grace_s, s.margin_s)
+    window = s.checkpoint_window_s if s.checkpoint_signal is not None else 0.0
+    clock = _Clock(s.grace_s, s.margin_s, window)
     bound = log.bind(node=s.node, cause=str(CAUSE), owner="slonkd")
     failures: list[str] = []
 
@@ -132,6 +159,8 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
 
     jobs_finished = False
     last_count = -1
+    signalled: list[int] = []
+    signal_sent_at: float | None = None
     while clock.left() > 0:
         jobs = await attempt("list-jobs", backend().jobs_on(s.node))
         if jobs is None:
@@ -142,7 +171,26 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
         if len(jobs) != last_count:
             bound.info("prestop.waiting", jobs=len(jobs), left_s=round(clock.left(), 1))
             last_count = len(jobs)
-        await asyncio.sleep(min(s.poll_s, max(0.0, clock.left())))
+        if s.checkpoint_signal is not None and signal_sent_at is None and clock.until_signal() <= 0:
+            signal_sent_at = time.monotonic()
+            signaller = JobSignaller(runner=backend().runner, node=s.node)
+            for job in jobs:
+                if not job.requeueable:
+                    continue  # it will not be requeued; a checkpoint signal would only disturb it
+                sent = await attempt(
+                    "checkpoint-signal", signaller.signal(job.job_id, s.checkpoint_signal)
+                )
+                bound.info(
+                    "prestop.checkpoint_signal",
+                    job=int(job.job_id),
+                    signal=str(s.checkpoint_signal),
+                    outcome=str(sent) if sent is not None else "failed",
+                    window_s=round(clock.window_s, 1),
+                )
+                if sent is SignalOutcome.SENT:
+                    signalled.append(int(job.job_id))
+        nap = min(s.poll_s, max(0.0, clock.left()), max(0.0, clock.until_signal()))
+        await asyncio.sleep(nap)
 
     requeued: tuple[int, ...] = ()
     stuck: tuple[int, ...] = ()
@@ -152,7 +200,16 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
             requeued = tuple(int(j) for j in result.requeued)
             stuck = tuple(int(j) for j in result.not_requeueable)
             if requeued:
-                bound.info("slurm.jobs_requeued", action="requeue", jobs=list(requeued))
+                bound.info(
+                    "slurm.jobs_requeued",
+                    action="requeue",
+                    jobs=list(requeued),
+                    signal_to_requeue_s=(
+                        round(time.monotonic() - signal_sent_at, 2)
+                        if signal_sent_at is not None and signalled
+                        else None
+                    ),
+                )
             if stuck:
                 bound.error(
                     "prestop.jobs_not_requeueable",
@@ -174,6 +231,7 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
         not_requeueable=stuck,
         down=down,
         failures=tuple(failures),
+        signalled=tuple(signalled),
     )
     bound.info(
         "prestop.finished",

@@ -33,7 +33,7 @@ from typing import Any
 from slonkd.testing import procs
 from slonkd.testing.kube import STANDIN_LABEL, KubeCluster
 from slonkd.testing.kubeapi import ApiError, KubeApi
-from slonkd.testing.slurm import SlurmCluster, control
+from slonkd.testing.slurm import SlurmCluster, control, slurmd_host_pid
 
 MIN_KILL_GRACE_S = 2.0
 """After preStop, a kubelet still gives containers at least this long before SIGKILL."""
@@ -124,6 +124,9 @@ class _StandIn:
         begun = time.monotonic()
         self.note("pod.terminating", pod=name, uid=uid, node=node, grace_s=grace)
         container, command = _prestop(spec)
+        slurmd = slurmd_host_pid(self.slurm_conf, node) if command else None
+        if command and slurmd is not None:  # "in the container": slurmd's PID and mounts
+            command = ["nsenter", f"--target={slurmd}", "--pid", "--mount", "--", *command]
         if command:
             env = {**os.environ, "SLURM_CONF": self.slurm_conf, **_env(pod, container)}
             log = self.log_dir / f"prestop-{name}-{uid[:8]}.log"

@@ -43,6 +43,9 @@ class SlurmLayout:
     real_memory_mb: int = 1000
     features: tuple[str, ...] = ("f_a", "f_b")
     slurmd_timeout_s: int = 10
+    cred_expire_s: int = 120
+    """AuthInfo's cred_expire (SLURM's default): also how long a requeued job waits before
+    it may start again (``Reason=BeginTime``)."""
     topology_plugin: str | None = None
     """e.g. ``topology/tree``: ``topology.conf`` starts with all nodes on one switch (or
     in one block for ``topology/block``, 24.11 only)."""
@@ -158,6 +161,10 @@ class SlurmCluster:
     def stop_slurmd(self, node: str, *, grace_s: float = 5.0) -> str:
         """Stop ``node``'s slurmd like a kubelet: SIGTERM, SIGKILL after ``grace_s``."""
         return str(self.control({"op": "stop_slurmd", "node": node, "grace_s": grace_s})["how"])
+
+    def slurmd_host_pid(self, node: str) -> int | None:
+        """The host PID of ``node``'s slurmd (it runs in a PID namespace of its own)."""
+        return slurmd_host_pid(self.conf, node)
 
     def slurmd_running(self, node: str) -> bool:
         """Whether the supervisor has a live slurmd for ``node``."""
@@ -329,7 +336,7 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         f"SlurmdPort={cluster.slurmd_port}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={d}/munge/munge.sock",
+        f"AuthInfo=socket={d}/munge/munge.sock,cred_expire={lay.cred_expire_s}",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={d}/state",
@@ -372,3 +379,28 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         lines.append(f"TopologyPlugin={lay.topology_plugin}")
     lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def slurmd_host_pid(conf: str | Path, node: str) -> int | None:
+    """The host PID of the slurmd of ``node`` started with ``conf``, None if none runs.
+
+    What a container runtime knows of a container's init: the harness enters that slurmd's
+    PID and mount namespaces to run a pod's preStop command "in the container", so the hook
+    sees the job processes as in a real slurmd pod.
+    """
+    want_conf, want_node = str(conf).encode(), node.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and argv[0].endswith(b"slurmd")
+            and want_node in argv
+            and any(want_conf in a for a in argv)
+        ):
+            return int(entry.name)
+    return None

@@ -8,7 +8,9 @@ same assertions fail: the test can fail).
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,3 +100,114 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
             assert not requeued, (state, restarts)
             assert not down_by_slonkd, node
             assert state == "RUNNING"
+
+
+CHECKPOINTING_JOB = """#!/bin/bash
+# A training loop that checkpoints on USR1 and resumes from its checkpoint when restarted.
+dir={dir}
+step=$(cat "$dir/state" 2>/dev/null || echo 0)
+save() {{ echo "$step" > "$dir/state.tmp" && mv "$dir/state.tmp" "$dir/state"; }}
+trap 'save; echo "checkpoint $step" >> "$dir/log"' USR1
+echo "start $step restart ${{SLURM_RESTART_COUNT:-0}}" >> "$dir/log"
+while true; do step=$((step + 1)); sleep 0.1 & wait $!; done
+"""
+
+
+def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoint(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+) -> None:
+    """Delete the pod of a node running a checkpointing job and a plain one.
+
+    The preStop hook (``--checkpoint-signal B:USR1 --checkpoint-window 4``) signals the batch
+    shell that traps USR1 four seconds before the requeue: it writes its checkpoint, is
+    requeued, and when the node is back it starts again FROM the checkpoint (its log proves it
+    continued, not restarted from zero). The plain job, whose shell has no handler, gets no
+    signal (it would have died of it) and is still requeued in time: neither ends FAILED,
+    CANCELLED or NODE_FAIL.
+    """
+    # a requeued job may start again after cred_expire (SLURM's default 120 s): 10 s here
+    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
+    label = {"slonk.dev/test": namespace}
+    kube.add_fake_nodes([unique("ckpt")], labels=label)
+    work = tmp_path / "job"
+    work.mkdir()
+    work.chmod(0o777)  # slurmd writes the job's files here
+    script = work / "train.sh"
+    script.write_text(CHECKPOINTING_JOB.format(dir=work))
+    script.chmod(0o755)
+    prestop = [*PRESTOP, "--checkpoint-signal", "B:USR1", "--checkpoint-window", "4"]
+    with KubeletStandIn(
+        kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k"
+    ) as standin:
+        sts = worker_statefulset(
+            "w", replicas=1, node_selector=label, grace_s=GRACE_S, prestop=prestop
+        )
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        slurm.wait_idle(["w-0"], timeout_s=60)
+        submit = ["sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null"]
+        training = slurm.run(*submit, str(script)).stdout.strip()
+        plain = slurm.run(*submit, "--wrap", "sleep 300").stdout.strip()
+        wait_for(
+            "both jobs running",
+            lambda: {_job(slurm, training)[0], _job(slurm, plain)[0]} == {"RUNNING"},
+            timeout_s=30,
+        )
+        wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
+        time.sleep(1)
+        uid = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")["metadata"]["uid"]
+        kube.api.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods/w-0", {"gracePeriodSeconds": GRACE_S}
+        )
+        wait_for(
+            "slurmd stopped",
+            lambda: any(
+                e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in standin.events()
+            ),
+            timeout_s=GRACE_S + 20,
+        )
+        for job in (training, plain):
+            state, restarts = _job(slurm, job)
+            assert state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}, (job, state)
+            assert restarts >= 1, (job, restarts)
+        checkpoints = [
+            ln for ln in (work / "log").read_text().splitlines() if ln.startswith("checkpoint")
+        ]
+        assert len(checkpoints) == 1, (work / "log").read_text()
+        saved = int(checkpoints[0].split()[1])
+        assert saved > 0
+        hook_log = "".join(p.read_text() for p in (tmp_path / "k").rglob("prestop-w-0-*.log"))
+        signals = [
+            json.loads(ln) for ln in hook_log.splitlines() if "prestop.checkpoint_signal" in ln
+        ]
+        assert {(s["job"], s["outcome"]) for s in signals} == {
+            (int(training), "sent"),
+            (int(plain), "not-caught"),
+        }, hook_log
+        requeued = next(
+            json.loads(ln) for ln in hook_log.splitlines() if "slurm.jobs_requeued" in ln
+        )
+        assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
+
+        # the new pod's slurmd is up; resume the node as its agent would, the job runs again
+        wait_for("the new pod's slurmd runs", lambda: slurm.slurmd_running("w-0"), timeout_s=60)
+        wait_for(
+            "the new slurmd registered",
+            lambda: (
+                "NOT_RESPONDING" not in slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
+            ),
+            timeout_s=60,
+        )
+        slurm.run("scontrol", "update", "nodename=w-0", "state=resume")
+
+        def starts() -> list[str]:
+            return [ln for ln in (work / "log").read_text().splitlines() if ln.startswith("start")]
+
+        wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=60)
+        assert starts()[0].startswith("start 0 "), starts()
+        assert starts()[1] == f"start {saved} restart 1", starts()  # continued, not from zero
+        for job in (training, plain):
+            assert _job(slurm, job)[0] not in {"FAILED", "CANCELLED", "NODE_FAIL"}

@@ -1,0 +1,88 @@
+"""Checkpoint signals against a real slurmd: the batch shell is found, and only a handler gets one.
+
+SLURM 22.05's ``scontrol listpids`` and ``scancel --batch --signal``. The harness runs each
+slurmd in a PID namespace of its own (as a container would); the signaller reads the job's
+``/proc`` through that namespace's root, as the preStop hook inside the container reads its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slonkd.adapters.slurm.job_signal import JobSignaller, SignalOutcome
+from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
+from slonkd.core.checkpoint import SignalSpec
+from slonkd.core.slurm_job import JobId
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+
+pytestmark = pytest.mark.slurm
+
+USR1 = SignalSpec.parse("B:USR1")
+
+
+def _namespace_proc(cluster: SlurmCluster, node: str) -> Path:
+    """``/proc`` as the node's slurmd (and its jobs) see it, through its mount namespace."""
+    pid = cluster.slurmd_host_pid(node)
+    assert pid is not None, f"no slurmd of {node} found"
+    return Path("/proc") / str(pid) / "root" / "proc"
+
+
+def _state(cluster: SlurmCluster, job: str) -> str:
+    out = cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+    return out or "GONE"
+
+
+def _submit(cluster: SlurmCluster, *args: str) -> str:
+    out = cluster.run("sbatch", "--parsable", "--requeue", "-w", "n1", *args).stdout
+    return out.strip().split(";")[0]
+
+
+async def test_a_trapping_shell_gets_the_signal_and_a_plain_one_is_left_alone(
+    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path
+) -> None:
+    """A job that traps USR1 is signalled and keeps running; one that does not is not signalled.
+
+    The last step shows why the rule exists: the same USR1 sent to the plain job's shell by
+    hand ends the job. Without the SigCgt check slonkd would have killed it.
+    """
+    cluster = slurm_factory(SlurmLayout(nodes=("n1",)))
+    os.chmod(tmp_path, 0o777)  # noqa: S103 - slurmd writes the job's output here
+    marker = tmp_path / "checkpointed"
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"trap 'echo checkpoint >> {marker}' USR1\n"
+        "while true; do sleep 1 & wait $!; done\n"
+    )
+    script.chmod(0o755)
+    trapping = _submit(cluster, "-o", str(tmp_path / "t.out"), str(script))
+    plain = _submit(cluster, "-o", str(tmp_path / "p.out"), "--wrap", "sleep 300")
+    deadline = time.monotonic() + 30
+    while {_state(cluster, trapping), _state(cluster, plain)} != {"RUNNING"}:
+        assert time.monotonic() < deadline, "jobs did not start"
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(1)  # the shell has installed its trap
+    runner = CommandRunner(SlurmSettings(env={"SLURM_CONF": str(cluster.conf)}, timeout_s=20))
+    signaller = JobSignaller(runner=runner, node="n1", proc=_namespace_proc(cluster, "n1"))
+
+    assert await signaller.signal(JobId(int(trapping)), USR1) is SignalOutcome.SENT
+    deadline = time.monotonic() + 15
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the trap never ran"
+        await asyncio.sleep(0.2)
+    assert await signaller.signal(JobId(int(plain)), USR1) is SignalOutcome.NOT_CAUGHT
+    await asyncio.sleep(2)
+    assert _state(cluster, trapping) == "RUNNING"
+    assert _state(cluster, plain) == "RUNNING"
+
+    cluster.run("scancel", "--batch", "--signal=USR1", plain)  # what the rule prevents
+    deadline = time.monotonic() + 15
+    while _state(cluster, plain) == "RUNNING":
+        assert time.monotonic() < deadline, "USR1 did not end the plain job"
+        await asyncio.sleep(0.5)
