@@ -156,6 +156,24 @@ def test_worker_pod_has_agent_sidecar_prestop_and_pod_bound_token(helm: Helm) ->
     assert "slonk.dev/kubelet" not in sts["spec"]["template"]["metadata"]["labels"]
 
 
+def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(helm: Helm) -> None:
+    """workers.prestop.enabled=false drops slurmd's preStop; failureGraceSeconds is passed on.
+
+    The preStop is on by default; the coordinator's config carries
+    coordinator.failureGraceSeconds as failure_grace_s.
+    """
+    off = render(
+        helm,
+        set_json=("workers.prestop.enabled=false", "coordinator.failureGraceSeconds=10"),
+    )
+    (slurmd,) = _pod(one(off, "StatefulSet", "rel-gpu"))["containers"]
+    assert "lifecycle" not in slurmd
+    config = json.loads(one(off, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert config["failure_grace_s"] == 10
+    (slurmd,) = _pod(one(render(helm), "StatefulSet", "rel-gpu"))["containers"]
+    assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
+
+
 def test_slurm_conf_nodes_are_the_pod_names_behind_the_headless_service(helm: Helm) -> None:
     """One NodeName per worker pod, NodeAddr its headless DNS name, one partition per pool."""
     objs = render(helm, MULTI_POOL, ns="hpc")
@@ -175,6 +193,8 @@ def test_slurm_conf_nodes_are_the_pod_names_behind_the_headless_service(helm: He
         "SlurmctldHost=rel-slurmctld-0(rel-slurmctld-0.rel-slurmctld.hpc.svc.cluster.local)" in conf
     )
     assert "ClusterName=multi" in conf
+    # a new pod is a new address behind the same name: slurmctld must not cache the old one
+    assert "CommunicationParameters=NoAddrCache" in conf
     assert "PartitionName=h100 Nodes=rel-h100-[0-2] Default=YES" in conf
     assert "PartitionName=cpu Nodes=rel-cpu-0 Default=NO" in conf
     assert "RealMemory=1000000 Gres=gpu:h100:8 Feature=h100,nvlink" in conf

@@ -210,6 +210,7 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "pod_selector" (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=slurmd" .Release.Name)
   "lease_name" (include "slonk.coordinator" .)
   "lease_duration_s" $lease
+  "failure_grace_s" (int $c.failureGraceSeconds)
   "renew_deadline_s" (divf (mul $lease 2) 3)
   "retry_period_s" (divf (mul $lease 2) 15)
   "state_name" (include "slonk.coordinatorState" .)
