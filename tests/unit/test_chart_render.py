@@ -362,12 +362,41 @@ def test_agent_mounts_the_dcgm_socket_dir_only_when_asked(helm: Helm) -> None:
     assert mounts["kmsg"]["mountPath"] == "/dev/kmsg"  # the other agent.health keys kept
 
 
+def test_a_checkpoint_signal_reaches_the_prestop_hook(helm: Helm) -> None:
+    """workers.prestop.checkpoint: signal and window go to ``slonkd prestop``; off by default."""
+    objs = render(
+        helm,
+        set_json=('workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":120}',),
+    )
+    command = _slurmd_prestop(objs)
+    assert command[command.index("--checkpoint-signal") + 1] == "B:USR1"
+    assert command[command.index("--checkpoint-window") + 1] == "120"
+    assert "--checkpoint-signal" not in _slurmd_prestop(render(helm))
+
+
+def _slurmd_prestop(objs: list[Obj]) -> list[str]:
+    sts = next(o for o in objs if o["kind"] == "StatefulSet" and "slurmd" in str(o["metadata"]))
+    (slurmd,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
+    return [str(a) for a in slurmd["lifecycle"]["preStop"]["exec"]["command"]]
+
+
 BREAKING = {
     "no pools key": (["pools=null"], "missing property 'pools'"),
     "empty pools": (["pools=[]"], "/pools': minItems"),
     "grace not above margin": (
         ['workers={"terminationGracePeriodSeconds":30,"prestop":{"marginSeconds":30}}'],
         "terminationGracePeriodSeconds (30) must be longer than workers.prestop.marginSeconds (30)",
+    ),
+    "grace shorter than checkpoint window plus margin": (
+        [
+            'workers={"terminationGracePeriodSeconds":60,"prestop":{"marginSeconds":30,'
+            '"checkpoint":{"signal":"B:USR1","windowSeconds":30}}}'
+        ],
+        "must be longer than workers.prestop.checkpoint.windowSeconds (30) plus",
+    ),
+    "checkpoint signal that would kill": (
+        ['workers={"prestop":{"marginSeconds":30,"checkpoint":{"signal":"B:KILL"}}}'],
+        "/workers/prestop/checkpoint/signal",
     ),
     "pool grace not above margin": (
         [
