@@ -33,6 +33,23 @@ def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:
     return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
 
 
+def _delete_and_wait_until_slurmd_stopped(
+    kube: KubeCluster, namespace: str, standin: KubeletStandIn
+) -> None:
+    """Delete pod w-0 with the grace period; return once the stand-in stopped its slurmd."""
+    uid = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")["metadata"]["uid"]
+    kube.api.request(
+        "DELETE", f"/api/v1/namespaces/{namespace}/pods/w-0", {"gracePeriodSeconds": GRACE_S}
+    )
+    wait_for(
+        "slurmd stopped",
+        lambda: any(
+            e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in standin.events()
+        ),
+        timeout_s=GRACE_S + 20,
+    )
+
+
 @pytest.mark.parametrize("prestop_enabled", [True, False], ids=["slonkd-prestop", "no-prestop"])
 def test_deleted_pod_requeues_its_job_and_downs_its_node(
     kube: KubeCluster,
@@ -75,18 +92,8 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
             "sleep 300",
         ).stdout.strip()
         wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
-        uid = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")["metadata"]["uid"]
 
-        kube.api.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods/w-0", {"gracePeriodSeconds": GRACE_S}
-        )
-        wait_for(
-            "slurmd stopped",
-            lambda: any(
-                e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in standin.events()
-            ),
-            timeout_s=GRACE_S + 20,
-        )
+        _delete_and_wait_until_slurmd_stopped(kube, namespace, standin)
         state, restarts = _job(slurm, job)
         node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
         requeued = state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and restarts >= 1
@@ -158,17 +165,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         )
         wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
         time.sleep(1)
-        uid = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")["metadata"]["uid"]
-        kube.api.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods/w-0", {"gracePeriodSeconds": GRACE_S}
-        )
-        wait_for(
-            "slurmd stopped",
-            lambda: any(
-                e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in standin.events()
-            ),
-            timeout_s=GRACE_S + 20,
-        )
+        _delete_and_wait_until_slurmd_stopped(kube, namespace, standin)
         for job in (training, plain):
             state, restarts = _job(slurm, job)
             assert state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}, (job, state)

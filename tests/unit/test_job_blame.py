@@ -125,15 +125,21 @@ def test_two_nodes_that_always_fail_together_are_not_told_apart() -> None:
     assert found[0].independent == 3
 
 
-def test_a_busy_node_on_a_cluster_where_many_jobs_fail_is_not_blamed() -> None:
-    """A third of all jobs fail at random: a node in many of them fails at that rate, no more."""
+def _busy_cluster(node: NodeName, share: float, *, node_always_fails: bool) -> Jobs:
+    """400 jobs of 4 nodes, ``share`` of them with ``node``; a third fail at random."""
     rng = random.Random(7)
     jobs = Jobs()
-    busy = NODES[0]
     for _ in range(400):
-        with_busy = rng.random() < 0.5
-        nodes = {busy, *rng.sample(NODES[1:], 3)} if with_busy else set(rng.sample(NODES[1:], 4))
-        jobs.add(nodes, failed=rng.random() < 0.33)
+        with_node = rng.random() < share
+        nodes = {node, *rng.sample(NODES[1:], 3)} if with_node else set(rng.sample(NODES[1:], 4))
+        jobs.add(nodes, failed=(node_always_fails and with_node) or rng.random() < 0.33)
+    return jobs
+
+
+def test_a_busy_node_on_a_cluster_where_many_jobs_fail_is_not_blamed() -> None:
+    """A third of all jobs fail at random: a node in many of them fails at that rate, no more."""
+    busy = NODES[0]
+    jobs = _busy_cluster(busy, 0.5, node_always_fails=False)
     ran = sum(1 for j in jobs.items if busy in j.nodes)
     failed = sum(1 for j in jobs.items if busy in j.nodes and j.infrastructure_failure)
     assert failed >= 3 * BlamePolicy().min_failures  # plenty of diverse failures ...
@@ -143,13 +149,8 @@ def test_a_busy_node_on_a_cluster_where_many_jobs_fail_is_not_blamed() -> None:
 
 def test_a_node_failing_far_above_a_busy_clusters_rate_is_blamed() -> None:
     """The same busy cluster, but one node fails every job it runs: it stands out."""
-    rng = random.Random(7)
-    jobs = Jobs()
     bad = NODES[0]
-    for _ in range(400):
-        with_bad = rng.random() < 0.1
-        nodes = {bad, *rng.sample(NODES[1:], 3)} if with_bad else set(rng.sample(NODES[1:], 4))
-        jobs.add(nodes, failed=bad in nodes or rng.random() < 0.33)
+    jobs = _busy_cluster(bad, 0.1, node_always_fails=True)
     found = blame(jobs.items, BlamePolicy())
     assert [b.node for b in found] == [bad]
     assert found[0].p_value < BlamePolicy().max_p_value
