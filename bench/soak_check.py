@@ -1,0 +1,529 @@
+"""The soak's checker: every second, from outside slonkd, the invariants of issue 18.
+
+It reads what an operator can read (``sinfo``, ``squeue``, the apiserver, the Lease, the
+coordinators' audit logs, ``/proc``) and never slonkd's memory. The one exception is I5:
+"agrees with decide()'s verdict" is the leader's ``/v1/status`` drift (the pending actions
+of its plan), checked together with the outside reads.
+
+- I1 a SLURM drain/failure (reason and state) or a K8s cordon/taint the soak made as an
+  operator stays exactly as the soak left it until the soak undoes it (:class:`Marks`);
+- I2 no job ends FAILED/CANCELLED/NODE_FAIL/BOOT_FAIL unless an injected event touched one of
+  its nodes while it lived (then it is counted as lost to that event, not hidden);
+- I3 no audit record carries a fencing token older than the Lease's token seen before it;
+- I4 per pool, the SLURM nodes out for slonkd's automated causes (its cordon on their K8s
+  node, or its ``slonkd:health`` drain) never exceed the budget's limit;
+- I5 convergence: after each fault ends, seconds until the leader has no drift left;
+- I6 RSS and open fds of every slonkd process (slopes per role), log lines per minute.
+
+A violation is counted once per distinct key (invariant, node, what) and written to the
+time-line with the evidence around it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, SoakFleet
+from slonkd.core.budget import BudgetPolicy
+from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
+
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
+BAD_JOB_STATES = {"FAILED", "CANCELLED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE"}
+JOB_KILLERS = {"pod_delete", "slurm_fail", "health_fail", "mid_bulk_cordon"}
+"""Injected node events that may end a job (a remediation evicts the pod; its preStop
+requeues what it can and the rest ends with its slurmd)."""
+CONVERGENCE_CAP_S = 120.0
+
+
+class Timeline:
+    """The JSONL time-line: every injected event, every violation, the samples."""
+
+    def __init__(self, path: Path, t0: float) -> None:
+        self.path = path
+        self.t0 = t0
+        self._lock = threading.Lock()
+        self._out: IO[str] = path.open("a")
+
+    def write(self, kind: str, **fields: Any) -> None:
+        """Append one line (``t``: seconds since the start, ``wall``: epoch seconds)."""
+        now = time.time()
+        line = json.dumps(
+            {"t": round(now - self.t0, 3), "wall": round(now, 3), "kind": kind, **fields},
+            default=str,
+        )
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._out.close()
+
+
+@dataclass(slots=True)
+class Mark:
+    """A foreign (operator or SLURM) change the soak made and has not undone yet."""
+
+    event: int
+    since: float
+    reason: str = ""
+    key: str = ""
+
+
+@dataclass(slots=True)
+class Marks:
+    """What the soak changed as an operator, shared by the schedule and the checker."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    slurm: dict[str, Mark] = field(default_factory=dict)
+    cordons: dict[str, Mark] = field(default_factory=dict)
+    taints: dict[str, Mark] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
+    node_events: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def touched(self, node: str, kind: str) -> None:
+        """Note an injected event on a SLURM node (for classifying lost jobs)."""
+        with self.lock:
+            self.node_events.setdefault(node, []).append((time.time(), kind))
+
+    def injected_between(self, nodes: Iterable[str], begin: float, end: float) -> list[str]:
+        """The injected job-ending events on ``nodes`` in ``[begin, end]``."""
+        with self.lock:
+            return [
+                f"{kind}@{n}"
+                for n in nodes
+                for t, kind in self.node_events.get(n, [])
+                if kind in JOB_KILLERS and begin <= t <= end
+            ]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """One second's outside view (a part is None when its service did not answer)."""
+
+    t: float
+    slurm: dict[str, tuple[str, str, str]] | None
+    """``{node: (state, reason, reason user)}`` from sinfo."""
+    knodes: dict[str, dict[str, Any]] | None
+    pods: dict[str, dict[str, Any]] | None
+    lease: dict[str, Any] | None
+
+
+def _client(env: dict[str, str], *argv: str) -> str | None:
+    try:
+        out = subprocess.run(
+            list(argv), env=env, capture_output=True, text=True, timeout=5, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _slope_per_h(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(t seconds, value)``, per hour."""
+    if len(samples) < 3 or samples[-1][0] - samples[0][0] < 30:
+        return 0.0
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    den = sum((t - mt) ** 2 for t, _ in samples)
+    return 0.0 if den == 0 else sum((t - mt) * (v - mv) for t, v in samples) / den * 3600
+
+
+@dataclass(slots=True)
+class Checker:
+    """Runs :meth:`check_once` every second on its own thread (see the module doc)."""
+
+    fleet: SoakFleet
+    marks: Marks
+    timeline: Timeline
+    violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INVARIANTS, 0))
+    seen: set[tuple[str, ...]] = field(default_factory=set)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs_lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    jobs_done: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    lease_tokens: list[tuple[float, int]] = field(default_factory=list)
+    audit_offsets: dict[Path, int] = field(default_factory=dict)
+    audit_recent: list[dict[str, Any]] = field(default_factory=list)
+    actions: int = 0
+    pending_faults: list[tuple[str, float, int]] = field(default_factory=list)
+    """(fault, time it ended, the leader's pass count then) waiting for convergence."""
+    convergence: list[float] = field(default_factory=list)
+    proc_samples: dict[tuple[int, str], list[tuple[float, float, float]]] = field(
+        default_factory=dict
+    )
+    log_offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    checks: int = 0
+    last: Snapshot | None = None
+    last_status: dict[str, Any] | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check every second until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._loop, name="soak-checker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop checking (the current check finishes)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        next_proc = 0.0
+        while not self._stop.is_set():
+            began = time.time()
+            try:
+                self.check_once()
+                if began >= next_proc:
+                    self.sample_processes()
+                    next_proc = began + 5
+            except Exception as exc:  # noqa: BLE001 - a checker bug must not end the run
+                self.timeline.write("checker_error", error=repr(exc)[:500])
+            self._stop.wait(max(0.05, 1.0 - (time.time() - began)))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self) -> Snapshot:
+        """One outside view of SLURM, Kubernetes and the Lease."""
+        now = time.time()
+        env = self.fleet.env
+        slurm: dict[str, tuple[str, str, str]] | None = None
+        out = _client(env, "sinfo", "-h", "-N", "-o", "%N|%T|%E|%u")
+        if out is not None:
+            slurm = {}
+            for line in out.splitlines():
+                name, state, reason, user = [*line.split("|", 3), "", "", ""][:4]
+                slurm[name] = (state, "" if reason == "none" else reason, user)
+        knodes = pods = lease = None
+        kube = self.fleet.kube
+        try:
+            api = kube.api
+            knodes = {
+                n["metadata"]["name"]: n
+                for n in api.request("GET", "/api/v1/nodes", timeout_s=5)["items"]
+            }
+            pods = {
+                p["metadata"]["name"]: p
+                for p in api.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", timeout_s=5)[
+                    "items"
+                ]
+            }
+            lease = self.fleet.lease()
+        except Exception:  # noqa: BLE001, S110 - the apiserver is down: those checks wait
+            pass
+        return Snapshot(t=now, slurm=slurm, knodes=knodes, pods=pods, lease=lease)
+
+    def leader_status(self) -> dict[str, Any] | None:
+        """The Lease holder's ``/v1/status`` (None when it does not answer)."""
+        try:
+            slot = self.fleet.leader()
+            if slot is None or slot.stopped:
+                return None
+            url = f"http://127.0.0.1:{slot.port}/v1/status"
+            with urllib.request.urlopen(url, timeout=3) as response:
+                body: dict[str, Any] = json.loads(response.read())
+            return body if body.get("leading") else None
+        except Exception:  # noqa: BLE001 - not answering is an answer
+            return None
+
+    # -- the checks ------------------------------------------------------------------------
+
+    def violate(self, invariant: str, key: tuple[str, ...], **evidence: Any) -> None:
+        """Count a violation once per key, with its evidence on the time-line."""
+        with self._lock:
+            if (invariant, *key) in self.seen:
+                return
+            self.seen.add((invariant, *key))
+            self.violations[invariant] += 1
+        self.timeline.write("violation", invariant=invariant, key=list(key), **evidence)
+
+    def check_once(self) -> None:
+        """Read once and check I1-I5."""
+        snap = self.read()
+        self.checks += 1
+        self._tail_audit()
+        if snap.lease is not None and "leaseTransitions" in snap.lease:
+            token = int(snap.lease["leaseTransitions"])
+            if not self.lease_tokens or token != self.lease_tokens[-1][1]:
+                self.lease_tokens.append((snap.t, token))
+                self.timeline.write("lease", holder=snap.lease.get("holderIdentity"), token=token)
+        self._check_marks(snap)
+        self._check_jobs(snap)
+        self._check_budget(snap)
+        self._check_convergence(snap)
+        self.last = snap
+
+    def _evidence(self, snap: Snapshot, node: str) -> dict[str, Any]:
+        audit = [a for a in self.audit_recent if a.get("node") == node][-5:]
+        slurm = (snap.slurm or {}).get(node)
+        return {"slurm": slurm, "audit": audit}
+
+    def _check_marks(self, snap: Snapshot) -> None:
+        with self.marks.lock:
+            slurm_marks = dict(self.marks.slurm)
+            cordons = dict(self.marks.cordons)
+            taints = dict(self.marks.taints)
+            busy = set(self.marks.in_flight)
+        if snap.slurm is not None:
+            for node, mark in slurm_marks.items():
+                if node in busy or mark.since >= snap.t - 0.05 or node not in snap.slurm:
+                    continue
+                state, reason, _ = snap.slurm[node]
+                out = any(w in state for w in ("drain", "fail", "down"))
+                if reason != mark.reason or not out:
+                    self.violate(
+                        "I1", (node, str(mark.event)), what="foreign SLURM reason/state changed",
+                        want=mark.reason, got=[state, reason], **self._evidence(snap, node),
+                    )  # fmt: skip
+        if snap.knodes is not None:
+            for knode, mark in cordons.items():
+                if knode in busy or mark.since >= snap.t - 0.05 or knode not in snap.knodes:
+                    continue
+                if not snap.knodes[knode]["spec"].get("unschedulable"):
+                    self.violate("I1", (knode, str(mark.event)), what="operator cordon removed")
+            for knode, mark in taints.items():
+                if knode in busy or mark.since >= snap.t - 0.05 or knode not in snap.knodes:
+                    continue
+                keys = {t["key"] for t in snap.knodes[knode]["spec"].get("taints", [])}
+                if mark.key not in keys:
+                    self.violate("I1", (knode, str(mark.event)), what="operator taint removed")
+
+    def _check_jobs(self, snap: Snapshot) -> None:
+        out = _client(self.fleet.env, "squeue", "-h", "-t", "all", "-o", "%i|%T|%N|%r")
+        if out is None:
+            return
+        for line in out.splitlines():
+            job_id, state, nodes, reason = [*line.split("|", 3), "", "", ""][:4]
+            job = self.jobs.setdefault(job_id, {"first": snap.t, "nodes": set(), "state": ""})
+            if nodes:
+                job["nodes"].update(_expand(self.fleet.env, nodes))
+            if state == job["state"]:
+                continue
+            job["state"] = state
+            if state in BAD_JOB_STATES:
+                causes = self.marks.injected_between(job["nodes"], job["first"] - 5, snap.t + 1)
+                if causes:
+                    self.jobs_lost[state] += 1
+                    self.timeline.write("job_lost", job=job_id, state=state, causes=causes)
+                else:
+                    self.violate(
+                        "I2", (job_id,), what=f"job ended {state} with no injected cause",
+                        nodes=sorted(job["nodes"]), reason=reason,
+                        audit=[a for a in self.audit_recent if a.get("node") in job["nodes"]][-5:],
+                    )  # fmt: skip
+            elif state in {"COMPLETED", "RUNNING", "PENDING", "REQUEUED", "COMPLETING"}:
+                self.jobs_done[state] += state == "COMPLETED"
+
+    def _tail_audit(self) -> None:
+        for slot in self.fleet.coordinators:
+            path = slot.audit
+            if not path.exists():
+                continue
+            offset = self.audit_offsets.get(path, 0)
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+            end = data.rfind(b"\n") + 1
+            self.audit_offsets[path] = offset + end
+            for raw in data[:end].splitlines():
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                self._check_token(rec)
+                self.audit_recent.append(rec)
+        del self.audit_recent[:-500]
+
+    def _check_token(self, rec: dict[str, Any]) -> None:
+        if rec.get("dry_run"):
+            return
+        self.actions += 1
+        ts, token = float(rec.get("ts", 0)), int(rec.get("fencing_token", -1))
+        newer = [tok for t, tok in self.lease_tokens if t + 0.01 < ts and tok > token]
+        if newer:
+            self.violate(
+                "I3", (str(ts), str(rec.get("node"))), what="audit record with an old token",
+                record=rec, newest_token_before=max(newer),
+            )  # fmt: skip
+
+    def _check_budget(self, snap: Snapshot) -> None:
+        if snap.slurm is None or snap.knodes is None or snap.pods is None:
+            return
+        policy = BudgetPolicy(
+            max_out=int(COORDINATOR_CONFIG["max_out"]),
+            max_out_percent=float(COORDINATOR_CONFIG["max_out_percent"]),
+            mass_percent=float(COORDINATOR_CONFIG["mass_percent"]),
+        )
+        pools: dict[str, list[str]] = defaultdict(list)
+        for name in self.fleet.names:
+            pools[name.rsplit("-", 1)[0]].append(name)
+        for pool, names in pools.items():
+            out = []
+            for name in names:
+                reason = snap.slurm.get(name, ("", "", ""))[1]
+                pod = snap.pods.get(name)
+                knode = snap.knodes.get(pod["spec"].get("nodeName", "")) if pod else None
+                by_slonkd = bool(
+                    knode
+                    and knode["spec"].get("unschedulable")
+                    and CORDONED_BY_ANNOTATION in (knode["metadata"].get("annotations") or {})
+                )
+                if by_slonkd or reason.startswith("slonkd:health"):
+                    out.append(name)
+            limit = policy.limit(len(names))
+            if len(out) > limit:
+                self.violate(
+                    "I4", (pool, ",".join(sorted(out))), what="automated outages past the budget",
+                    limit=limit, out=sorted(out),
+                )  # fmt: skip
+
+    # -- convergence -----------------------------------------------------------------------
+
+    def fault_ended(self, fault: str) -> None:
+        """Start the convergence clock of a fault that just ended."""
+        status = self.last_status or {}
+        passes = int((status.get("passes") or {}).get("count", 0))
+        with self._lock:
+            self.pending_faults.append((fault, time.time(), passes))
+
+    def converged(self, status: dict[str, Any], snap: Snapshot) -> bool:
+        """The leader has nothing left to do (budget refusals aside) and all pods are Ready."""
+        if status.get("paused") or snap.pods is None or snap.slurm is None:
+            return False
+        rows = status.get("nodes") or []
+        if len(rows) < len(self.fleet.names) or any(r["drift"] and "budget" not in r for r in rows):
+            return False
+        return all(_ready(snap.pods.get(n)) for n in self.fleet.names)
+
+    def _check_convergence(self, snap: Snapshot) -> None:
+        with self._lock:
+            pending = list(self.pending_faults)
+        if not pending:
+            return
+        status = self.leader_status()
+        if status is None:
+            return
+        self.last_status = status
+        now = time.time()
+        passes = int((status.get("passes") or {}).get("count", 0))
+        done = self.converged(status, snap)
+        keep = []
+        for fault, ended, then in pending:
+            if done and passes > then:
+                self.convergence.append(now - ended)
+                self.timeline.write("converged", fault=fault, seconds=round(now - ended, 3))
+            elif now - ended > CONVERGENCE_CAP_S:
+                self.convergence.append(now - ended)
+                self.violate(
+                    "I5", (fault, str(ended)), what="not converged in time",
+                    seconds=round(now - ended, 1), status_nodes=status.get("nodes"),
+                )  # fmt: skip
+            else:
+                keep.append((fault, ended, then))
+        with self._lock:
+            self.pending_faults = keep
+
+    def wait_converged(self, timeout_s: float) -> float | None:
+        """Seconds until the leader and the outside views agree (None: not within ``timeout_s``)."""
+        began = time.time()
+        start = self.leader_status() or {}
+        first = int((start.get("passes") or {}).get("count", 0))
+        while time.time() - began < timeout_s:
+            status = self.leader_status()
+            snap = self.read()
+            if status is not None:
+                passes = int((status.get("passes") or {}).get("count", 0))
+                if passes > first and self.converged(status, snap) and _no_marks(snap):
+                    return time.time() - began
+            time.sleep(0.5)
+        return None
+
+    # -- resources -------------------------------------------------------------------------
+
+    def sample_processes(self) -> None:
+        """RSS (MB) and open fds of every live slonkd process."""
+        now = time.time()
+        for pid, role in self.fleet.slonkd_pids().items():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                rss = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS"))
+                fds = len(os.listdir(f"/proc/{pid}/fd"))
+            except (OSError, StopIteration):
+                continue
+            self.proc_samples.setdefault((pid, role), []).append((now, rss / 1024, float(fds)))
+
+    def slopes(self) -> tuple[dict[str, float], float]:
+        """Largest RSS slope (MB/h) per role, and largest fd slope (per h), after warm-up."""
+        rss: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        fds = 0.0
+        for (_, role), samples in self.proc_samples.items():
+            warm = [s for s in samples if s[0] >= samples[0][0] + 30]
+            rss[role] = max(rss[role], _slope_per_h([(t, r) for t, r, _ in warm]))
+            fds = max(fds, _slope_per_h([(t, f) for t, _, f in warm]))
+        return rss, fds
+
+    def log_lines(self) -> dict[str, int]:
+        """Lines each slonkd log has gained since the previous call."""
+        out = {}
+        for path in sorted(self.fleet.logs.glob("*.log")):
+            if path.name == "agent-keeper.log":
+                continue
+            offset, _ = self.log_offsets.get(path, (0, 0))
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+            self.log_offsets[path] = (offset + len(data), 0)
+            out[path.name] = data.count(b"\n")
+        return out
+
+
+def _ready(pod: dict[str, Any] | None) -> bool:
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return False
+    conds = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def _no_marks(snap: Snapshot) -> bool:
+    """No slonkd reason in SLURM, no cordon or slonk.dev taint on a K8s node."""
+    if snap.slurm is None or snap.knodes is None:
+        return False
+    if any(reason.startswith("slonkd:") for _, reason, _ in snap.slurm.values()):
+        return False
+    return not any(
+        n["spec"].get("unschedulable")
+        or any(t["key"].startswith("slonk.dev/") for t in n["spec"].get("taints", []))
+        for n in snap.knodes.values()
+    )
+
+
+_EXPANDED: dict[str, list[str]] = {}
+
+
+def _expand(env: dict[str, str], hostlist: str) -> list[str]:
+    """``scontrol show hostnames`` of a hostlist (cached)."""
+    if hostlist not in _EXPANDED:
+        out = _client(env, "scontrol", "show", "hostnames", hostlist)
+        if out is None:
+            return [hostlist]
+        _EXPANDED[hostlist] = out.split()
+    return _EXPANDED[hostlist]
+
+
+__all__ = ["INVARIANTS", "Checker", "Mark", "Marks", "Snapshot", "Timeline"]
