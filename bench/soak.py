@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import random
 import signal
 import statistics
@@ -119,7 +120,7 @@ class Soak:
         self.workload = 0
         self.jobs_submitted = 0
         self.outage_lines: list[float] = []
-        self.by_event: dict[int, str] = {}
+        self.ops: queue.Queue[tuple[Step, list[str]] | None] = queue.Queue()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -192,7 +193,6 @@ class Soak:
             finally:
                 with m.lock:
                     m.in_flight.discard(target)
-            self.by_event[step.id] = target
             return "done"
         if kind in {"op_undrain", "slurm_resume"}:
             with m.lock:
@@ -202,7 +202,11 @@ class Soak:
                 m.in_flight.add(target)
                 del m.slurm[target]
             try:
-                return "done" if self.scontrol(f"nodename={target}", "state=resume") else "failed"
+                if self.scontrol(f"nodename={target}", "state=resume"):
+                    return "done"
+                with m.lock:  # still the operator's: the next undo (or the final one) retries
+                    m.slurm[target] = Mark(event=mark.event, since=time.time(), reason=mark.reason)
+                return "failed: scontrol failed, kept"
             finally:
                 with m.lock:
                     m.in_flight.discard(target)
@@ -231,15 +235,25 @@ class Soak:
                 self.marks.touched(target, kind)
             self.fleet.point_mount(target, healthy=kind == "health_recover")
             return "done"
-        if kind == "pause":
-            return (
-                "done" if self.slonkd_cli("pause", "--reason", f"soak-{step.id}") == 0 else "failed"
-            )
-        if kind == "unpause":
-            return "done" if self.slonkd_cli("unpause") == 0 else "failed"
-        if kind == "budget_reset":
-            return "done" if self.slonkd_cli("budget", "reset") == 0 else "failed"
+        if kind in {"pause", "unpause", "budget_reset"}:
+            argv = {"pause": ["pause", "--reason", f"soak-{step.id}"], "unpause": ["unpause"],
+                    "budget_reset": ["budget", "reset"]}[kind]  # fmt: skip
+            self.ops.put((step, argv))  # the CLI takes seconds to start: in order, off this thread
+            return "queued"
         return f"unknown kind {kind}"
+
+    def run_ops(self) -> None:
+        """Run the operator's ``slonkd`` commands in the order the schedule queued them."""
+        while True:
+            item = self.ops.get()
+            if item is None:
+                return
+            step, argv = item
+            rc = self.slonkd_cli(*argv)
+            self.workload += rc == 0
+            self.timeline.write(
+                "event", step=asdict(step), outcome="done" if rc == 0 else f"rc {rc}"
+            )
 
     def rng_reason(self, step: Step) -> str:
         """A SLURM-style failure reason, chosen by the step (replayable)."""
@@ -256,6 +270,10 @@ class Soak:
             del m.cordons[knode]
         try:
             self.patch_node(knode, {"spec": {"unschedulable": False}})
+        except Exception:
+            with m.lock:  # still the operator's
+                m.cordons[knode] = Mark(event=mark.event, since=time.time())
+            raise
         finally:
             with m.lock:
                 m.in_flight.discard(knode)
@@ -297,7 +315,13 @@ class Soak:
             del m.taints[knode]
         try:
             for _ in range(5):
-                node = self.fleet.kube.api.request("GET", f"/api/v1/nodes/{knode}", timeout_s=10)
+                try:
+                    node = self.fleet.kube.api.request(
+                        "GET", f"/api/v1/nodes/{knode}", timeout_s=10
+                    )
+                except Exception:  # noqa: BLE001 - the apiserver is away: try again
+                    time.sleep(1)
+                    continue
                 taints = node["spec"].get("taints") or []
                 index = next((i for i, t in enumerate(taints) if t["key"] == TAINT_KEY), None)
                 if index is None:
@@ -312,7 +336,9 @@ class Soak:
                     return "done"
                 except Exception:  # noqa: BLE001 - a conflict: read again
                     time.sleep(0.2)
-            return "failed: conflicts"
+            with m.lock:  # still the operator's
+                m.taints[knode] = Mark(event=mark.event, since=time.time(), key=TAINT_KEY)
+            return "failed: conflicts, kept"
         finally:
             with m.lock:
                 m.in_flight.discard(knode)
@@ -492,31 +518,37 @@ def main(argv: list[str] | None = None) -> int:
                    minutes=args.minutes, steps=[asdict(s) for s in steps])  # fmt: skip
     soak = Soak(fleet, timeline, seed, steps)
     soak.t0 = timeline.t0
-    final_s: float | None = None
+    final: dict[str, float | None] = {}
     try:
         soak.checker.start()
         threads = [threading.Thread(target=soak.run_workload, name="workload", daemon=True),
-                   threading.Thread(target=soak.run_jobs, name="jobs", daemon=True)]  # fmt: skip
+                   threading.Thread(target=soak.run_jobs, name="jobs", daemon=True),
+                   threading.Thread(target=soak.run_ops, name="ops", daemon=True)]  # fmt: skip
         for t in threads:
             t.start()
         soak.run_faults()
         soak.sleep_until(args.minutes * 60)
         soak.stop.set()
+        soak.ops.put(None)
         for t in threads:
             t.join(timeout=120)
         timeline.write("churn_over")
         soak.undo_everything()
-        final_s = soak.checker.wait_converged(args.settle_s)
-        timeline.write("final_convergence", seconds=final_s)
-        if final_s is None:
-            soak.checker.violate("I5", ("final",), what=f"not converged in {args.settle_s} s")
+        final = soak.checker.wait_converged(args.settle_s)
+        timeline.write("final_convergence", per_node=final)
+        for node, seconds in final.items():
+            if seconds is None:
+                soak.checker.violate(
+                    "I5", ("final", node), what=f"not converged in {args.settle_s} s"
+                )
         soak.checker.sample_processes()
     finally:
         soak.stop.set()
         soak.checker.stop()
         fleet.stop()
     checker = soak.checker
-    convergence = [*checker.convergence, *([final_s] if final_s is not None else [])]
+    convergence = [v for v in final.values() if v is not None]
+    recovery = [v for samples in checker.recovery.values() for v in samples]
     rss, fds = checker.slopes()
     violations = dict(checker.violations)
     result: dict[str, Any] = {
@@ -535,7 +567,9 @@ def main(argv: list[str] | None = None) -> int:
         "convergence_p50_s": round(statistics.median(convergence), 3) if convergence else None,
         "convergence_p99_s": round(_pct(convergence, 0.99), 3) if convergence else None,
         "convergence_max_s": round(max(convergence), 3) if convergence else None,
-        "final_convergence_s": None if final_s is None else round(final_s, 3),
+        "nodes_not_converged": sum(v is None for v in final.values()),
+        "recovery_max_s": {k: round(max(v), 3) for k, v in sorted(checker.recovery.items())},
+        "recovery_p50_s": round(statistics.median(recovery), 3) if recovery else None,
         "rss_slope_mb_per_h": {k: round(v, 2) for k, v in rss.items()},
         "fd_slope_per_h": round(fds, 2),
         "log_lines_per_min_outage_max": max(soak.outage_lines, default=None),

@@ -12,7 +12,9 @@ of its plan), checked together with the outside reads.
 - I3 no audit record carries a fencing token older than the Lease's token seen before it;
 - I4 per pool, the SLURM nodes out for slonkd's automated causes (its cordon on their K8s
   node, or its ``slonkd:health`` drain) never exceed the budget's limit;
-- I5 convergence: after each fault ends, seconds until the leader has no drift left;
+- I5 convergence: once the churn and the faults stop and the operator undid its changes,
+  seconds until each node has converged (:meth:`Checker.node_converged`), within a bound;
+  and after each fault, seconds until a leader finishes a pass again (recovery);
 - I6 RSS and open fds of every slonkd process (slopes per role), log lines per minute.
 
 A violation is counted once per distinct key (invariant, node, what) and written to the
@@ -42,7 +44,7 @@ BAD_JOB_STATES = {"FAILED", "CANCELLED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMOR
 JOB_KILLERS = {"pod_delete", "slurm_fail", "health_fail", "mid_bulk_cordon"}
 """Injected node events that may end a job (a remediation evicts the pod; its preStop
 requeues what it can and the rest ends with its slurmd)."""
-CONVERGENCE_CAP_S = 120.0
+RECOVERY_CAP_S = 120.0
 
 
 class Timeline:
@@ -159,7 +161,8 @@ class Checker:
     actions: int = 0
     pending_faults: list[tuple[str, float, int]] = field(default_factory=list)
     """(fault, time it ended, the leader's pass count then) waiting for convergence."""
-    convergence: list[float] = field(default_factory=list)
+    recovery: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds from a fault's end until a leader finished a pass again, per fault kind."""
     proc_samples: dict[tuple[int, str], list[tuple[float, float, float]]] = field(
         default_factory=dict
     )
@@ -266,7 +269,7 @@ class Checker:
         self._check_marks(snap)
         self._check_jobs(snap)
         self._check_budget(snap)
-        self._check_convergence(snap)
+        self._check_recovery()
         self.last = snap
 
     def _evidence(self, snap: Snapshot, node: str) -> dict[str, Any]:
@@ -396,63 +399,71 @@ class Checker:
     # -- convergence -----------------------------------------------------------------------
 
     def fault_ended(self, fault: str) -> None:
-        """Start the convergence clock of a fault that just ended."""
-        status = self.last_status or {}
+        """Start the recovery clock of a fault that just ended."""
+        status = self.last_status or self.leader_status() or {}
         passes = int((status.get("passes") or {}).get("count", 0))
         with self._lock:
             self.pending_faults.append((fault, time.time(), passes))
 
-    def converged(self, status: dict[str, Any], snap: Snapshot) -> bool:
-        """The leader has nothing left to do (budget refusals aside) and all pods are Ready."""
-        if status.get("paused") or snap.pods is None or snap.slurm is None:
-            return False
-        rows = status.get("nodes") or []
-        if len(rows) < len(self.fleet.names) or any(r["drift"] and "budget" not in r for r in rows):
-            return False
-        return all(_ready(snap.pods.get(n)) for n in self.fleet.names)
-
-    def _check_convergence(self, snap: Snapshot) -> None:
+    def _check_recovery(self) -> None:
+        """A fault has recovered once a leader answers and has finished a pass since it ended."""
         with self._lock:
             pending = list(self.pending_faults)
         if not pending:
             return
         status = self.leader_status()
-        if status is None:
-            return
-        self.last_status = status
         now = time.time()
-        passes = int((status.get("passes") or {}).get("count", 0))
-        done = self.converged(status, snap)
+        if status is not None:
+            self.last_status = status
+        passes = int(((status or {}).get("passes") or {}).get("count", 0))
         keep = []
         for fault, ended, then in pending:
-            if done and passes > then:
-                self.convergence.append(now - ended)
-                self.timeline.write("converged", fault=fault, seconds=round(now - ended, 3))
-            elif now - ended > CONVERGENCE_CAP_S:
-                self.convergence.append(now - ended)
-                self.violate(
-                    "I5", (fault, str(ended)), what="not converged in time",
-                    seconds=round(now - ended, 1), status_nodes=status.get("nodes"),
-                )  # fmt: skip
+            if status is not None and passes != then:
+                self.recovery.setdefault(fault, []).append(now - ended)
+                self.timeline.write("recovered", fault=fault, seconds=round(now - ended, 3))
+            elif now - ended > RECOVERY_CAP_S:
+                self.violate("I5", (fault, str(ended)), what="no leader pass after the fault",
+                             seconds=round(now - ended, 1))  # fmt: skip
             else:
                 keep.append((fault, ended, then))
         with self._lock:
             self.pending_faults = keep
 
-    def wait_converged(self, timeout_s: float) -> float | None:
-        """Seconds until the leader and the outside views agree (None: not within ``timeout_s``)."""
+    def node_converged(self, node: str, row: dict[str, Any] | None, snap: Snapshot) -> bool:
+        """Whether ``node`` converged (every cause of an outage being gone).
+
+        The leader has nothing left to do for it, its pod is Ready, and no mark of slonkd's is
+        left on it in SLURM or on its K8s node.
+        """
+        if row is None or (row["drift"] and "budget" not in row):
+            return False
+        if snap.pods is None or snap.slurm is None or snap.knodes is None:
+            return False
+        pod = snap.pods.get(node)
+        if not _ready(pod) or snap.slurm.get(node, ("", "", ""))[1].startswith("slonkd:"):
+            return False
+        knode = snap.knodes.get(pod["spec"].get("nodeName", "")) if pod else None
+        return knode is not None and not _marked(knode)
+
+    def wait_converged(self, timeout_s: float) -> dict[str, float | None]:
+        """Seconds from now until each node has converged (None: not within ``timeout_s``).
+
+        See :meth:`node_converged`; the leader must have finished a pass since now.
+        """
         began = time.time()
         start = self.leader_status() or {}
         first = int((start.get("passes") or {}).get("count", 0))
-        while time.time() - began < timeout_s:
+        done: dict[str, float | None] = dict.fromkeys(self.fleet.names)
+        while time.time() - began < timeout_s and any(v is None for v in done.values()):
             status = self.leader_status()
             snap = self.read()
-            if status is not None:
-                passes = int((status.get("passes") or {}).get("count", 0))
-                if passes > first and self.converged(status, snap) and _no_marks(snap):
-                    return time.time() - began
+            if status is not None and int((status.get("passes") or {}).get("count", 0)) > first:
+                rows = {r["node"]: r for r in status.get("nodes") or []}
+                for node in self.fleet.names:
+                    if done[node] is None and self.node_converged(node, rows.get(node), snap):
+                        done[node] = time.time() - began
             time.sleep(0.5)
-        return None
+        return done
 
     # -- resources -------------------------------------------------------------------------
 
@@ -500,16 +511,11 @@ def _ready(pod: dict[str, Any] | None) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
 
-def _no_marks(snap: Snapshot) -> bool:
-    """No slonkd reason in SLURM, no cordon or slonk.dev taint on a K8s node."""
-    if snap.slurm is None or snap.knodes is None:
-        return False
-    if any(reason.startswith("slonkd:") for _, reason, _ in snap.slurm.values()):
-        return False
-    return not any(
-        n["spec"].get("unschedulable")
-        or any(t["key"].startswith("slonk.dev/") for t in n["spec"].get("taints", []))
-        for n in snap.knodes.values()
+def _marked(knode: dict[str, Any]) -> bool:
+    """A cordon, or a ``slonk.dev/`` taint."""
+    spec = knode["spec"]
+    return bool(spec.get("unschedulable")) or any(
+        t["key"].startswith("slonk.dev/") for t in spec.get("taints", [])
     )
 
 
