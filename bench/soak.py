@@ -384,10 +384,10 @@ class Soak:
             self.timeline.write("leader_killed", slot=slot.identity, bulk=bulk)
             time.sleep(2)
             f.respawn(slot)
-            if bulk:
-                time.sleep(12)
-                for knode in bulk:
-                    self.uncordon(knode, step.id)
+            if bulk:  # the operator uncordons the rack later, off this thread
+                timer = threading.Timer(12, lambda: [self.uncordon(k, step.id) for k in bulk])
+                timer.daemon = True
+                timer.start()
             return "done"
         if step.kind == "apiserver_restart":
             f.kube.kill_apiserver()
@@ -447,6 +447,8 @@ class Soak:
     def run_jobs(self) -> None:
         """Keep the real nodes busy: a job every ~2 s while few are pending (30 % no-requeue)."""
         rng = random.Random(self.seed + 1)  # noqa: S311 - replayable
+        declared = self.fleet.declared_names  # no slurmd there: a job would only wait and die
+        exclude = [f"--exclude={','.join(declared)}"] if declared else []
         while not self.stop.wait(rng.uniform(1, 3)):
             requeue = rng.random() >= 0.3
             length = rng.randint(15, 60)
@@ -454,7 +456,7 @@ class Soak:
             if pending.returncode != 0 or len(pending.stdout.split()) >= self.fleet.real:
                 continue
             got = self.fleet.slurm.run(
-                "sbatch", "--parsable", "-N1", "-o", "/dev/null",
+                "sbatch", "--parsable", "-N1", "-o", "/dev/null", *exclude,
                 "--requeue" if requeue else "--no-requeue", f"--wrap=sleep {length}",
                 check=False,
             )  # fmt: skip
@@ -536,11 +538,15 @@ def main(argv: list[str] | None = None) -> int:
         soak.undo_everything()
         final = soak.checker.wait_converged(args.settle_s)
         timeline.write("final_convergence", per_node=final)
-        for node, seconds in final.items():
-            if seconds is None:
+        late = [node for node, seconds in final.items() if seconds is None]
+        if late:
+            rows = {r["node"]: r for r in (soak.checker.leader_status() or {}).get("nodes") or []}
+            snap = soak.checker.read()
+            for node in late:
                 soak.checker.violate(
-                    "I5", ("final", node), what=f"not converged in {args.settle_s} s"
-                )
+                    "I5", ("final", node), what=f"not converged in {args.settle_s} s",
+                    row=rows.get(node), slurm=(snap.slurm or {}).get(node),
+                )  # fmt: skip
         soak.checker.sample_processes()
     finally:
         soak.stop.set()
@@ -563,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
         "jobs_lost_to_injected_faults": sum(checker.jobs_lost.values()),
         "actions_taken": checker.actions,
         "checks": checker.checks,
+        "check_gap_p50_s": round(statistics.median(checker.gaps), 3) if checker.gaps else None,
+        "check_gap_max_s": round(max(checker.gaps), 3) if checker.gaps else None,
         "violations": {"total": sum(violations.values()), **violations},
         "convergence_p50_s": round(statistics.median(convergence), 3) if convergence else None,
         "convergence_p99_s": round(_pct(convergence, 0.99), 3) if convergence else None,

@@ -167,7 +167,10 @@ class Checker:
         default_factory=dict
     )
     log_offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    last_resources: float = 0.0
     checks: int = 0
+    gaps: list[float] = field(default_factory=list)
+    """Seconds between the starts of consecutive checks (1 s unless the reads are slow)."""
     last: Snapshot | None = None
     last_status: dict[str, Any] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -260,6 +263,8 @@ class Checker:
         """Read once and check I1-I5."""
         snap = self.read()
         self.checks += 1
+        if self.last is not None:
+            self.gaps.append(snap.t - self.last.t)
         self._tail_audit()
         if snap.lease is not None and "leaseTransitions" in snap.lease:
             token = int(snap.lease["leaseTransitions"])
@@ -273,9 +278,22 @@ class Checker:
         self.last = snap
 
     def _evidence(self, snap: Snapshot, node: str) -> dict[str, Any]:
+        """The node as read, the coordinators' audit records and its agent's last writes."""
         audit = [a for a in self.audit_recent if a.get("node") == node][-5:]
         slurm = (snap.slurm or {}).get(node)
-        return {"slurm": slurm, "audit": audit}
+        agent: list[dict[str, Any]] = []
+        log = self.fleet.logs / f"agent-{node}.log"
+        if log.exists():
+            for line in log.read_bytes()[-200_000:].decode(errors="replace").splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and str(entry.get("event", "")).startswith(
+                    ("agent.mirror", "slurm.")
+                ):
+                    agent.append(entry)
+        return {"slurm": slurm, "audit": audit, "agent": agent[-5:]}
 
     def _check_marks(self, snap: Snapshot) -> None:
         with self.marks.lock:
@@ -478,6 +496,11 @@ class Checker:
             except (OSError, StopIteration):
                 continue
             self.proc_samples.setdefault((pid, role), []).append((now, rss / 1024, float(fds)))
+        if now - self.last_resources >= 30:
+            self.last_resources = now
+            latest = {f"{role}:{pid}": [round(s[-1][1], 1), int(s[-1][2])]
+                      for (pid, role), s in self.proc_samples.items() if s[-1][0] == now}  # fmt: skip
+            self.timeline.write("resources", rss_mb_fds=latest)
 
     def slopes(self) -> tuple[dict[str, float], float]:
         """Largest RSS slope (MB/h) per role, and largest fd slope (per h), after warm-up."""
