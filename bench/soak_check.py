@@ -498,8 +498,11 @@ class Checker:
             self.proc_samples.setdefault((pid, role), []).append((now, rss / 1024, float(fds)))
         if now - self.last_resources >= 30:
             self.last_resources = now
-            latest = {f"{role}:{pid}": [round(s[-1][1], 1), int(s[-1][2])]
-                      for (pid, role), s in self.proc_samples.items() if s[-1][0] == now}  # fmt: skip
+            latest = {
+                f"{role}:{pid}": [round(got[-1][1], 1), int(got[-1][2])]
+                for (pid, role), got in self.proc_samples.items()
+                if got[-1][0] == now
+            }
             self.timeline.write("resources", rss_mb_fds=latest)
 
     def slopes(self) -> tuple[dict[str, float], float]:
