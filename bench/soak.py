@@ -398,6 +398,7 @@ class Soak:
         if step.kind == "slurmctld_stop":
             self.checker.log_lines()
             began = time.time()
+            self.marks.touched("slurmctld", step.kind)
             f.slurm.stop_slurmctld()
             time.sleep(step.arg)
             lines = self.checker.log_lines()
@@ -567,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs_submitted": soak.jobs_submitted,
         "jobs_completed": checker.jobs_done.get("COMPLETED", 0),
         "jobs_lost_to_injected_faults": sum(checker.jobs_lost.values()),
+        "foreign_marks_lost_to_injected_faults": checker.foreign_lost,
         "actions_taken": checker.actions,
         "checks": checker.checks,
         "check_gap_p50_s": round(statistics.median(checker.gaps), 3) if checker.gaps else None,

@@ -32,6 +32,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,9 +42,9 @@ from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 BAD_JOB_STATES = {"FAILED", "CANCELLED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE"}
-JOB_KILLERS = {"pod_delete", "slurm_fail", "health_fail", "mid_bulk_cordon"}
-"""Injected node events that may end a job (a remediation evicts the pod; its preStop
-requeues what it can and the rest ends with its slurmd)."""
+JOB_KILLERS = {"pod_delete", "slurm_fail", "health_fail", "slurmctld_stop"}
+"""Injected events that may end a job (a remediation evicts the pod; its preStop requeues
+what it can and the rest ends with its slurmd) or lose state (slurmctld stopped)."""
 RECOVERY_CAP_S = 120.0
 
 
@@ -169,6 +170,8 @@ class Checker:
     log_offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
     last_resources: float = 0.0
     checks: int = 0
+    foreign_lost: int = 0
+    """Foreign SLURM marks lost without a write of slonkd's, to an injected slurmctld stop."""
     gaps: list[float] = field(default_factory=list)
     """Seconds between the starts of consecutive checks (1 s unless the reads are slow)."""
     last: Snapshot | None = None
@@ -308,10 +311,7 @@ class Checker:
                 state, reason, _ = snap.slurm[node]
                 out = any(w in state for w in ("drain", "fail", "down"))
                 if reason != mark.reason or not out:
-                    self.violate(
-                        "I1", (node, str(mark.event)), what="foreign SLURM reason/state changed",
-                        want=mark.reason, got=[state, reason], **self._evidence(snap, node),
-                    )  # fmt: skip
+                    self._slurm_mark_changed(snap, node, mark, [state, reason])
         if snap.knodes is not None:
             for knode, mark in cordons.items():
                 if knode in busy or mark.since >= snap.t - 0.05 or knode not in snap.knodes:
@@ -324,6 +324,44 @@ class Checker:
                 keys = {t["key"] for t in snap.knodes[knode]["spec"].get("taints", [])}
                 if mark.key not in keys:
                     self.violate("I1", (knode, str(mark.event)), what="operator taint removed")
+
+    def _slurm_mark_changed(self, snap: Snapshot, node: str, mark: Mark, got: list[str]) -> None:
+        """A foreign SLURM mark changed: slonkd's doing (I1), or lost to an injected fault.
+
+        Slonkd's doing when one of its processes wrote to the node since the mark was made
+        (an audit record, an agent's write, a preStop run) or when nothing explains it. It is
+        lost to a fault only when slonkd wrote nothing and slurmctld was stopped by the soak
+        since (slurmctld can come back without a drain set just before it stopped).
+        """
+        evidence = self._evidence(snap, node)
+        writes = [a for a in evidence["audit"] if float(a.get("ts", 0)) >= mark.since]
+        writes += [a for a in evidence["agent"] if _epoch(a.get("timestamp")) >= mark.since]
+        writes += [e for e in self._prestops(node) if float(e["t"]) >= mark.since]
+        restarts = self.marks.injected_between(["slurmctld"], mark.since, snap.t)
+        if writes or not restarts:
+            self.violate(
+                "I1", (node, str(mark.event)), what="foreign SLURM reason/state changed",
+                want=mark.reason, got=got, slonkd_writes=writes, **evidence,
+            )  # fmt: skip
+            return
+        with self.marks.lock:
+            if self.marks.slurm.get(node) is mark:
+                del self.marks.slurm[node]
+        self.foreign_lost += 1
+        self.timeline.write("foreign_mark_lost", node=node, want=mark.reason, got=got,
+                            causes=restarts, **evidence)  # fmt: skip
+
+    def _prestops(self, node: str) -> list[dict[str, Any]]:
+        """The kubelet stand-in's preStop runs for the pod of ``node``."""
+        journal = self.fleet.root / "kubelet" / "kubelet-journal.jsonl"
+        if not journal.exists():
+            return []
+        out = []
+        for line in journal.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("event") == "prestop.started" and entry.get("pod") == node:
+                out.append(entry)
+        return out
 
     def _check_jobs(self, snap: Snapshot) -> None:
         out = _client(self.fleet.env, "squeue", "-h", "-t", "all", "-o", "%i|%T|%N|%r")
@@ -528,6 +566,14 @@ class Checker:
             self.log_offsets[path] = (offset + len(data), 0)
             out[path.name] = data.count(b"\n")
         return out
+
+
+def _epoch(stamp: object) -> float:
+    """Epoch seconds of a structlog ISO timestamp (0 when absent or unreadable)."""
+    try:
+        return datetime.fromisoformat(str(stamp)).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _ready(pod: dict[str, Any] | None) -> bool:
