@@ -52,6 +52,8 @@ FAULTS = ("leader_sigkill", "leader_sigkill_midbulk", "leader_sigstop", "apiserv
 FAIL_REASONS = ("Kill task failed", "Not responding", "Prolog error",
                 "batch job complete failure", "NHC: nvidia-smi ECC errors")  # fmt: skip
 TAINT_KEY = "ops.example.com/maintenance"
+MAX_OUTAGE_LINES_PER_MIN = 60.0
+MAX_RSS_SLOPE_MB_PER_H = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +122,7 @@ class Soak:
         self.workload = 0
         self.jobs_submitted = 0
         self.outage_lines: list[float] = []
+        self.outage_per_process: list[dict[str, float]] = []
         self.ops: queue.Queue[tuple[Step, list[str]] | None] = queue.Queue()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -204,8 +207,8 @@ class Soak:
             try:
                 if self.scontrol(f"nodename={target}", "state=resume"):
                     return "done"
-                with m.lock:  # still the operator's: the next undo (or the final one) retries
-                    m.slurm[target] = Mark(event=mark.event, since=time.time(), reason=mark.reason)
+                with m.lock:  # still the operator's, as it was: the final undo retries
+                    m.slurm[target] = mark
                 return "failed: scontrol failed, kept"
             finally:
                 with m.lock:
@@ -271,8 +274,8 @@ class Soak:
         try:
             self.patch_node(knode, {"spec": {"unschedulable": False}})
         except Exception:
-            with m.lock:  # still the operator's
-                m.cordons[knode] = Mark(event=mark.event, since=time.time())
+            with m.lock:  # still the operator's, as it was
+                m.cordons[knode] = mark
             raise
         finally:
             with m.lock:
@@ -336,8 +339,8 @@ class Soak:
                     return "done"
                 except Exception:  # noqa: BLE001 - a conflict: read again
                     time.sleep(0.2)
-            with m.lock:  # still the operator's
-                m.taints[knode] = Mark(event=mark.event, since=time.time(), key=TAINT_KEY)
+            with m.lock:  # still the operator's, as it was
+                m.taints[knode] = mark
             return "failed: conflicts, kept"
         finally:
             with m.lock:
@@ -405,6 +408,7 @@ class Soak:
             minutes = (time.time() - began) / 60
             per_min = {k: round(v / minutes, 1) for k, v in lines.items()}
             self.outage_lines.append(max(per_min.values(), default=0.0))
+            self.outage_per_process.append(per_min)
             self.timeline.write("outage_log_lines_per_min", per_process=per_min)
             f.slurm.start_slurmctld()
             return "done"
@@ -486,6 +490,24 @@ class Soak:
                             taints=sorted(taints))  # fmt: skip
 
 
+def judge_resources(soak: Soak, *, minutes: float) -> None:
+    """I6 against issue 18's bounds.
+
+    Log lines per minute of each process during a slurmctld outage (any run), and the RSS
+    slope per role (runs of 30 minutes or more: shorter ones measure the warm-up).
+    """
+    for per_process in soak.outage_per_process:
+        for name, per_min in per_process.items():
+            if per_min > MAX_OUTAGE_LINES_PER_MIN:
+                soak.checker.violate("I6", ("log", name), what="log volume during the outage",
+                                     lines_per_min=per_min)  # fmt: skip
+    if minutes >= 30:
+        rss, _ = soak.checker.slopes()
+        for role, slope in rss.items():
+            if slope > MAX_RSS_SLOPE_MB_PER_H:
+                soak.checker.violate("I6", ("rss", role), what="RSS grows", mb_per_h=slope)
+
+
 def _pct(samples: list[float], q: float) -> float:
     if not samples:
         return 0.0
@@ -554,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         soak.checker.stop()
         fleet.stop()
     checker = soak.checker
+    judge_resources(soak, minutes=args.minutes)
     convergence = [v for v in final.values() if v is not None]
     recovery = [v for samples in checker.recovery.values() for v in samples]
     rss, fds = checker.slopes()
