@@ -5,7 +5,7 @@
 A fleet on the real services (:mod:`bench.soak_fleet`: R pods bound to real slurmd, D pods
 whose SLURM nodes are declared without one, an agent per pod, the coordinator pair), jobs
 submitted continuously (a share of them ``--no-requeue``), and a seeded random schedule
-(:func:`schedule`: the same seed and sizes give the same schedule, printed first and
+(:func:`schedule`: the same seed, sizes and minutes give the same schedule, printed first and
 written to the time-line) of workload events and faults, while :mod:`bench.soak_check`
 checks the invariants every second from outside slonkd. After ``--minutes`` the workload
 and the faults stop, the operator undoes what it did, and the run measures how long slonkd
