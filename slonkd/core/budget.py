@@ -176,12 +176,39 @@ def admit(
             )
             reasons.append(why)
         refused.update((n, why) for u in left for n in new[u])
+    _refuse_split_units(_nodes_by_unit(by_pool), admitted, refused)
     return Admission(
         admitted=frozenset(admitted),
         refused=refused,
         open_breaker="; ".join(reasons),
         pools=tuple(pools),
     )
+
+
+def _nodes_by_unit(by_pool: Mapping[str, Mapping[str, set[str]]]) -> dict[str, set[str]]:
+    """Every node of each named unit, whatever its pool (a K8s node's pods may be of many)."""
+    units: dict[str, set[str]] = defaultdict(set)
+    for pool_units in by_pool.values():
+        for unit, nodes in pool_units.items():
+            units[unit] |= nodes
+    return units
+
+
+def _refuse_split_units(
+    units: Mapping[str, set[str]], admitted: set[str], refused: dict[str, str]
+) -> None:
+    """A unit refused in one pool is refused in every pool: its cordon takes all its nodes.
+
+    The room its other nodes took in their pools this pass stays taken (the safe side).
+    """
+    for _, nodes in sorted(units.items()):
+        no = sorted(n for n in nodes if n in refused)
+        if not no or len(nodes) < 2:
+            continue
+        why = refused[no[0]]
+        for node in nodes:
+            admitted.discard(node)
+            refused.setdefault(node, why)
 
 
 def _fit(units: Mapping[str, list[str]], room: int) -> tuple[list[str], list[str]]:

@@ -39,6 +39,9 @@ class SlurmLayout:
     autostart: bool = True
     extra_prefix: str = "x"
     extra_nodes: int = 0
+    extra_first: int = 1
+    """Number of the first declared node (``extra_prefix="d-", extra_first=0``: ``d-0``, ``d-1``
+    ..., the names of a StatefulSet's pods)."""
     cpus: int = 2
     real_memory_mb: int = 1000
     features: tuple[str, ...] = ("f_a", "f_b")
@@ -85,7 +88,10 @@ class SlurmCluster:
     @property
     def extra_node_names(self) -> list[str]:
         """Names of the declared nodes that have no slurmd."""
-        return [f"{self.layout.extra_prefix}{i}" for i in range(1, self.layout.extra_nodes + 1)]
+        first = self.layout.extra_first
+        return [
+            f"{self.layout.extra_prefix}{i}" for i in range(first, first + self.layout.extra_nodes)
+        ]
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -371,9 +377,10 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
             f"Port={cluster.slurmd_port + i} {common}"
         )
     if lay.extra_nodes:
+        last = lay.extra_first + lay.extra_nodes - 1
         lines.append(
-            f"NodeName={lay.extra_prefix}[1-{lay.extra_nodes}] NodeHostname={host} "
-            f"NodeAddr=127.0.0.1 {common}"
+            f"NodeName={lay.extra_prefix}[{lay.extra_first}-{last}]"
+            f" NodeHostname={host} NodeAddr=127.0.0.1 {common}"
         )
     if lay.topology_plugin:
         lines.append(f"TopologyPlugin={lay.topology_plugin}")

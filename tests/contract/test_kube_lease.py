@@ -445,3 +445,33 @@ async def test_a_candidate_knows_how_long_the_api_has_been_silent(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_term_whose_work_ends_gives_the_lease_up_and_campaigns_again(
+    kube: KubeCluster, kube_transport: KubeTransport, namespace: str
+) -> None:
+    """When the leader's work returns on its own, the term ends: no Lease held with no work.
+
+    Found by the soak (bench/soak.py, seed 11): after an apiserver restart the coordinator's
+    work returned (``coordinator.not_leading``) while the elector kept renewing the Lease, so
+    neither coordinator led for minutes. The elector must end such a term (``kube.lease_lost``)
+    and campaign again: here it leads a second term with a higher token.
+    """
+    elector = _solo(kube_transport, namespace, "work-ends")
+    tokens: list[int] = []
+    again = asyncio.Event()
+
+    async def work(token: int) -> None:
+        tokens.append(token)
+        if len(tokens) > 1:
+            again.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(elector.run(work))
+    try:
+        async with asyncio.timeout(DURATION_S * 4):
+            await again.wait()
+        assert tokens[1] > tokens[0]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

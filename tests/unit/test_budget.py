@@ -209,6 +209,33 @@ def test_a_unit_goes_out_whole_or_not_at_all() -> None:
     assert "4 more wanted" in result.open_breaker
 
 
+def test_a_unit_spanning_two_pools_goes_out_whole_or_not_at_all() -> None:
+    """A K8s node holding pods of two pools is one unit across both budgets.
+
+    Found by the soak (bench/soak.py, seed 11): two declared nodes of pool ``d`` failed on
+    K8s nodes that each also held a pod of pool ``w`` (limit 1). Pool ``d`` admitted both
+    cordons; pool ``w`` had room for one of its pods only, yet both K8s nodes were cordoned:
+    2 nodes of pool ``w`` out against a limit of 1. A cordon refused in one pool must not go
+    ahead for the other.
+    """
+    policy = BudgetPolicy(max_out=3, max_out_percent=20, mass_percent=50)
+    result = admit(
+        [
+            Request(node="d-11", pool="d", unit="k8s-node/k4"),
+            Request(node="w-2", pool="w", unit="k8s-node/k4"),
+            Request(node="d-9", pool="d", unit="k8s-node/k8"),
+            Request(node="w-3", pool="w", unit="k8s-node/k8"),
+        ],
+        out_now={"d": frozenset(), "w": frozenset()},
+        pool_sizes={"d": 16, "w": 4},
+        policy=policy,
+        breaker_open=False,
+    )
+    assert result.admitted == {"d-11", "w-2"}
+    assert set(result.refused) == {"d-9", "w-3"}
+    assert "budget of pool w exhausted" in result.refused["d-9"]
+
+
 def test_a_unit_counts_every_node_toward_a_mass_event() -> None:
     """Six failing pods on three K8s nodes are six nodes at once, not three cordons."""
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)

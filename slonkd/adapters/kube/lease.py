@@ -78,6 +78,10 @@ class _Lost(Exception):
     """Leadership ended (internal)."""
 
 
+class _WorkEnded(_Lost):
+    """The leader's work returned on its own: the term ends with it (internal)."""
+
+
 class LeaderElector:
     """One candidate for one Lease."""
 
@@ -141,7 +145,12 @@ class LeaderElector:
     # -- the loop --------------------------------------------------------------------------
 
     async def run(self, work: Callable[[int], Coroutine[Any, Any, None]]) -> None:
-        """Campaign forever; while leading, run ``work(token)``, cancelled the moment it ends."""
+        """Campaign forever; while leading, run ``work(token)``, cancelled the moment it ends.
+
+        A ``work`` that returns on its own ends the term too: the Lease is given up and the
+        campaign starts again (a holder that renews with no work running would keep every
+        other candidate out).
+        """
         while True:
             token = await self._acquire()
             log.info(
@@ -153,7 +162,11 @@ class LeaderElector:
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._renew_until_lost())
-                    group.create_task(work(token))
+                    group.create_task(self._work_then_end(work, token))
+            except* _WorkEnded:
+                # No Lease held with no work running: give it up for the next term (ours or
+                # another candidate's), as when superseded.
+                lost = superseded = True
             except* _Lost:
                 lost = True
             except* Superseded as group:
@@ -180,6 +193,11 @@ class LeaderElector:
             log.warning("kube.lease_lost", lease=self._s.name, identity=self._s.identity)
             if superseded:
                 await self._give_up()  # campaign again at once, for a token above the newer one
+
+    @staticmethod
+    async def _work_then_end(work: Callable[[int], Coroutine[Any, Any, None]], token: int) -> None:
+        await work(token)
+        raise _WorkEnded
 
     async def release(self) -> None:
         """Give the lease up (graceful shutdown) so another candidate takes over at once."""

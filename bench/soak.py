@@ -1,0 +1,625 @@
+"""Soak and chaos (issue 18): hours of churn and faults with invariants checked every second.
+
+``python -m bench.soak [--minutes M] [--seed S] [--real R] [--declared D] [--out DIR]``
+
+A fleet on the real services (:mod:`bench.soak_fleet`: R pods bound to real slurmd, D pods
+whose SLURM nodes are declared without one, an agent per pod, the coordinator pair), jobs
+submitted continuously (a share of them ``--no-requeue``), and a seeded random schedule
+(:func:`schedule`: the same seed, sizes and minutes give the same schedule, printed first and
+written to the time-line) of workload events and faults, while :mod:`bench.soak_check`
+checks the invariants every second from outside slonkd. After ``--minutes`` the workload
+and the faults stop, the operator undoes what it did, and the run measures how long slonkd
+takes to converge. Output: ``DIR/timeline.jsonl``, a table, and as the last line one JSON
+object (issue 18's keys).
+
+Workload kinds: pod deletion, operator drain/undrain, cordon/uncordon, taint/untaint, SLURM
+failure (realistic reasons) and resume, health verdict failing/recovering (the agent's mount
+check), pause/unpause, budget reset. Faults: SIGKILL of the leader, SIGKILL of the leader
+during a bulk cordon, SIGSTOP of the leader past its lease, apiserver restart with an etcd
+compaction in between, slurmctld stopped, mosquitto restarted, an agent SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.soak_check import Checker, Mark, Marks, Timeline
+from bench.soak_fleet import COORDINATOR_CONFIG, GRACE_S, NAMESPACE, SoakFleet
+
+WORKLOAD: dict[str, float] = {
+    "pod_delete": 3, "op_drain": 2, "op_cordon": 1, "op_taint": 1, "slurm_fail": 2,
+    "health_fail": 2, "pause": 0.5, "budget_reset": 0.5,
+}  # fmt: skip
+UNDO = {
+    "op_drain": "op_undrain", "op_cordon": "op_uncordon", "op_taint": "op_untaint",
+    "slurm_fail": "slurm_resume", "health_fail": "health_recover", "pause": "unpause",
+}  # fmt: skip
+FAULTS = ("leader_sigkill", "leader_sigkill_midbulk", "leader_sigstop", "apiserver_restart",
+          "slurmctld_stop", "mosquitto_restart", "agent_sigkill")  # fmt: skip
+FAIL_REASONS = ("Kill task failed", "Not responding", "Prolog error",
+                "batch job complete failure", "NHC: nvidia-smi ECC errors")  # fmt: skip
+TAINT_KEY = "ops.example.com/maintenance"
+MAX_OUTAGE_LINES_PER_MIN = 60.0
+MAX_RSS_SLOPE_MB_PER_H = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One scheduled event: at ``at`` seconds after the start, do ``kind`` to ``target``."""
+
+    id: int
+    at: float
+    kind: str
+    target: str = ""
+    arg: float = 0.0
+    undo_of: int = -1
+
+
+def schedule(seed: int, *, seconds: float, names: list[str], kube_nodes: list[str],
+             outage_s: tuple[float, float] = (30, 90)) -> list[Step]:  # fmt: skip
+    """The run's events, a pure function of its arguments (the replay guarantee)."""
+    rng = random.Random(seed)  # noqa: S311 - a replayable schedule, not a secret
+    steps: list[Step] = []
+    t = 5.0
+    kinds, weights = list(WORKLOAD), list(WORKLOAD.values())
+    while True:
+        t += rng.expovariate(1 / 4.0)
+        if t >= seconds:
+            break
+        kind = rng.choices(kinds, weights)[0]
+        target = rng.choice(kube_nodes if kind in {"op_cordon", "op_taint"} else names)
+        step = Step(id=len(steps), at=round(t, 2), kind=kind, target=target)
+        steps.append(step)
+        if kind in UNDO:
+            undo_at = round(t + rng.uniform(10, 20 if kind == "pause" else 40), 2)
+            steps.append(Step(id=len(steps), at=undo_at, kind=UNDO[kind], target=target,
+                              undo_of=step.id))  # fmt: skip
+    t = 15.0
+    order: list[str] = []
+    while t < seconds - 10:
+        if not order:
+            order = rng.sample(FAULTS, len(FAULTS))
+        kind = order.pop(0)
+        arg = {
+            "slurmctld_stop": rng.uniform(*outage_s),
+            "leader_sigkill_midbulk": rng.uniform(0.05, 0.8),
+            "leader_sigstop": float(COORDINATOR_CONFIG["lease_duration_s"]) + 4,
+        }.get(kind, 0.0)
+        target = rng.choice(names) if kind == "agent_sigkill" else ""
+        steps.append(
+            Step(id=len(steps), at=round(t, 2), kind=kind, target=target, arg=round(arg, 2))
+        )
+        t += arg + rng.uniform(15, 30)
+    return sorted(steps, key=lambda s: (s.at, s.id))
+
+
+class Soak:
+    """The run: fleet, checker, the schedule's executors and the job submitter."""
+
+    def __init__(self, fleet: SoakFleet, timeline: Timeline, seed: int, steps: list[Step]) -> None:
+        self.fleet = fleet
+        self.timeline = timeline
+        self.seed = seed
+        self.steps = steps
+        self.marks = Marks()
+        self.checker = Checker(fleet=fleet, marks=self.marks, timeline=timeline)
+        self.t0 = time.time()
+        self.stop = threading.Event()
+        self.faults = 0
+        self.workload = 0
+        self.jobs_submitted = 0
+        self.outage_lines: list[float] = []
+        self.outage_per_process: list[dict[str, float]] = []
+        self.ops: queue.Queue[tuple[Step, list[str]] | None] = queue.Queue()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def sleep_until(self, at: float) -> bool:
+        """Wait until ``at`` seconds after the start; False when told to stop."""
+        return not self.stop.wait(max(0.0, self.t0 + at - time.time()))
+
+    def scontrol(self, *args: str) -> bool:
+        """``scontrol update ...`` as an operator; False when SLURM refused or is away."""
+        return self.fleet.slurm.run("scontrol", "update", *args, check=False).returncode == 0
+
+    def patch_node(self, knode: str, body: Any, *, json_patch: bool = False) -> None:
+        """PATCH a K8s node (merge patch, or a JSON patch)."""
+        kind = "application/json-patch+json" if json_patch else "application/merge-patch+json"
+        self.fleet.kube.api.request("PATCH", f"/api/v1/nodes/{knode}", body, content_type=kind,
+                                    timeout_s=10)  # fmt: skip
+
+    def slonkd_cli(self, *args: str) -> int:
+        """An operator's ``slonkd`` command (pause, budget reset ...)."""
+        return subprocess.run(
+            [sys.executable, "-m", "slonkd.cli.main", *args], env=self.fleet.env,
+            capture_output=True, timeout=60, check=False,
+        ).returncode  # fmt: skip
+
+    # -- workload --------------------------------------------------------------------------
+
+    def run_workload(self) -> None:
+        """Execute the schedule's workload steps in time order."""
+        for step in self.steps:
+            if step.kind in FAULTS:
+                continue
+            if not self.sleep_until(step.at):
+                return
+            try:
+                outcome = self.do_workload(step)
+            except Exception as exc:  # noqa: BLE001 - a refused step is recorded, the run goes on
+                outcome = f"failed: {exc!r}"[:300]
+            self.workload += outcome == "done"
+            self.timeline.write("event", step=asdict(step), outcome=outcome)
+
+    def do_workload(self, step: Step) -> str:
+        """One workload step; returns ``done`` or why it was skipped."""
+        m, kind, target = self.marks, step.kind, step.target
+        last = self.checker.last
+        if kind == "pod_delete":
+            self.marks.touched(target, kind)
+            self.fleet.kube.api.request(
+                "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{target}",
+                {"gracePeriodSeconds": GRACE_S}, ok=(200, 202), timeout_s=10,
+            )  # fmt: skip
+            return "done"
+        if kind in {"op_drain", "slurm_fail"}:
+            reason = (f"ops: maintenance ticket {step.id}" if kind == "op_drain"
+                      else self.rng_reason(step))  # fmt: skip
+            with m.lock:
+                if target in m.slurm:
+                    return "skipped: marked already"
+                current = (last.slurm or {}).get(target) if last else None
+                if current is None or current[1]:
+                    return "skipped: node has a reason"
+                m.in_flight.add(target)
+            try:
+                if kind == "slurm_fail":
+                    self.marks.touched(target, kind)
+                state = "drain" if kind == "op_drain" else "fail"
+                if not self.scontrol(f"nodename={target}", f"state={state}", f"reason={reason}"):
+                    return "skipped: scontrol failed"
+                with m.lock:
+                    m.slurm[target] = Mark(event=step.id, since=time.time(), reason=reason)
+            finally:
+                with m.lock:
+                    m.in_flight.discard(target)
+            return "done"
+        if kind in {"op_undrain", "slurm_resume"}:
+            with m.lock:
+                mark = m.slurm.get(target)
+                if mark is None or mark.event != step.undo_of:
+                    return "skipped: nothing to undo"
+                m.in_flight.add(target)
+                del m.slurm[target]
+            try:
+                if self.scontrol(f"nodename={target}", "state=resume"):
+                    return "done"
+                with m.lock:  # still the operator's, as it was: the final undo retries
+                    m.slurm[target] = mark
+                return "failed: scontrol failed, kept"
+            finally:
+                with m.lock:
+                    m.in_flight.discard(target)
+        if kind == "op_cordon":
+            with m.lock:
+                knode = (last.knodes or {}).get(target) if last else None
+                if target in m.cordons or knode is None or knode["spec"].get("unschedulable"):
+                    return "skipped: cordoned already"
+                m.in_flight.add(target)
+            try:
+                self.patch_node(target, {"spec": {"unschedulable": True}})
+                with m.lock:
+                    m.cordons[target] = Mark(event=step.id, since=time.time())
+            finally:
+                with m.lock:
+                    m.in_flight.discard(target)
+            return "done"
+        if kind == "op_uncordon":
+            return self.uncordon(target, step.undo_of)
+        if kind == "op_taint":
+            return self.taint(target, step.id)
+        if kind == "op_untaint":
+            return self.untaint(target, step.undo_of)
+        if kind in {"health_fail", "health_recover"}:
+            if kind == "health_fail":
+                self.marks.touched(target, kind)
+            self.fleet.point_mount(target, healthy=kind == "health_recover")
+            return "done"
+        if kind in {"pause", "unpause", "budget_reset"}:
+            argv = {"pause": ["pause", "--reason", f"soak-{step.id}"], "unpause": ["unpause"],
+                    "budget_reset": ["budget", "reset"]}[kind]  # fmt: skip
+            self.ops.put((step, argv))  # the CLI takes seconds to start: in order, off this thread
+            return "queued"
+        return f"unknown kind {kind}"
+
+    def run_ops(self) -> None:
+        """Run the operator's ``slonkd`` commands in the order the schedule queued them."""
+        while True:
+            item = self.ops.get()
+            if item is None:
+                return
+            step, argv = item
+            rc = self.slonkd_cli(*argv)
+            self.workload += rc == 0
+            self.timeline.write(
+                "event", step=asdict(step), outcome="done" if rc == 0 else f"rc {rc}"
+            )
+
+    def rng_reason(self, step: Step) -> str:
+        """A SLURM-style failure reason, chosen by the step (replayable)."""
+        return FAIL_REASONS[step.id % len(FAIL_REASONS)]
+
+    def uncordon(self, knode: str, event: int) -> str:
+        """Undo the soak's own cordon of ``knode`` made by ``event``."""
+        m = self.marks
+        with m.lock:
+            mark = m.cordons.get(knode)
+            if mark is None or mark.event != event:
+                return "skipped: nothing to undo"
+            m.in_flight.add(knode)
+            del m.cordons[knode]
+        try:
+            self.patch_node(knode, {"spec": {"unschedulable": False}})
+        except Exception:
+            with m.lock:  # still the operator's, as it was
+                m.cordons[knode] = mark
+            raise
+        finally:
+            with m.lock:
+                m.in_flight.discard(knode)
+        return "done"
+
+    def taint(self, knode: str, event: int) -> str:
+        """Add the operator's taint (a JSON patch with a resourceVersion test: nothing lost)."""
+        m = self.marks
+        with m.lock:
+            if knode in m.taints:
+                return "skipped: tainted already"
+            m.in_flight.add(knode)
+        try:
+            node = self.fleet.kube.api.request("GET", f"/api/v1/nodes/{knode}", timeout_s=10)
+            taints = node["spec"].get("taints") or []
+            taint = {"key": TAINT_KEY, "value": f"t{event}", "effect": "NoSchedule"}
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": node["metadata"]["resourceVersion"]},
+                {"op": "add", "path": "/spec/taints/-" if taints else "/spec/taints",
+                 "value": taint if taints else [taint]},
+            ]  # fmt: skip
+            self.patch_node(knode, ops, json_patch=True)
+            with m.lock:
+                m.taints[knode] = Mark(event=event, since=time.time(), key=TAINT_KEY)
+        finally:
+            with m.lock:
+                m.in_flight.discard(knode)
+        return "done"
+
+    def untaint(self, knode: str, event: int) -> str:
+        """Remove the soak's own taint (JSON patch, resourceVersion tested)."""
+        m = self.marks
+        with m.lock:
+            mark = m.taints.get(knode)
+            if mark is None or mark.event != event:
+                return "skipped: nothing to undo"
+            m.in_flight.add(knode)
+            del m.taints[knode]
+        try:
+            for _ in range(5):
+                try:
+                    node = self.fleet.kube.api.request(
+                        "GET", f"/api/v1/nodes/{knode}", timeout_s=10
+                    )
+                except Exception:  # noqa: BLE001 - the apiserver is away: try again
+                    time.sleep(1)
+                    continue
+                taints = node["spec"].get("taints") or []
+                index = next((i for i, t in enumerate(taints) if t["key"] == TAINT_KEY), None)
+                if index is None:
+                    return "done: gone already"
+                ops = [
+                    {"op": "test", "path": "/metadata/resourceVersion",
+                     "value": node["metadata"]["resourceVersion"]},
+                    {"op": "remove", "path": f"/spec/taints/{index}"},
+                ]  # fmt: skip
+                try:
+                    self.patch_node(knode, ops, json_patch=True)
+                    return "done"
+                except Exception:  # noqa: BLE001 - a conflict: read again
+                    time.sleep(0.2)
+            with m.lock:  # still the operator's, as it was
+                m.taints[knode] = mark
+            return "failed: conflicts, kept"
+        finally:
+            with m.lock:
+                m.in_flight.discard(knode)
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def run_faults(self) -> None:
+        """Execute the schedule's faults in time order.
+
+        On the main thread: a coordinator started again by a thread dies with that thread.
+        """
+        for step in self.steps:
+            if step.kind not in FAULTS:
+                continue
+            if not self.sleep_until(step.at):
+                return
+            self.timeline.write("fault_start", step=asdict(step))
+            try:
+                outcome = self.do_fault(step)
+            except Exception as exc:  # noqa: BLE001 - recorded; the run goes on
+                outcome = f"failed: {exc!r}"[:300]
+            self.faults += outcome == "done"
+            self.timeline.write("fault_end", step=asdict(step), outcome=outcome)
+            self.checker.fault_ended(step.kind)
+
+    def do_fault(self, step: Step) -> str:
+        """One fault; returns when it is over (``done``) or why it was skipped."""
+        f = self.fleet
+        if step.kind in {"leader_sigkill", "leader_sigkill_midbulk", "leader_sigstop"}:
+            slot = f.leader()
+            if slot is None or slot.pid is None:
+                return "skipped: no live leader"
+            bulk: list[str] = []
+            if step.kind == "leader_sigkill_midbulk":
+                bulk = self.bulk_cordon(step)
+                time.sleep(step.arg)
+            if step.kind == "leader_sigstop":
+                f.signal_coordinator(slot, signal.SIGSTOP)
+                time.sleep(step.arg)
+                f.signal_coordinator(slot, signal.SIGCONT)
+                return "done"
+            f.signal_coordinator(slot, signal.SIGKILL)
+            self.timeline.write("leader_killed", slot=slot.identity, bulk=bulk)
+            time.sleep(2)
+            f.respawn(slot)
+            if bulk:  # the operator uncordons the rack later, off this thread
+                timer = threading.Timer(12, lambda: [self.uncordon(k, step.id) for k in bulk])
+                timer.daemon = True
+                timer.start()
+            return "done"
+        if step.kind == "apiserver_restart":
+            f.kube.kill_apiserver()
+            revision = f.kube.compact_etcd()
+            f.kube.start_apiserver()
+            self.timeline.write("etcd_compacted", revision=revision)
+            return "done"
+        if step.kind == "slurmctld_stop":
+            self.checker.log_lines()
+            began = time.time()
+            self.marks.touched("slurmctld", step.kind)
+            f.slurm.stop_slurmctld()
+            time.sleep(step.arg)
+            lines = self.checker.log_lines()
+            minutes = (time.time() - began) / 60
+            per_min = {k: round(v / minutes, 1) for k, v in lines.items()}
+            self.outage_lines.append(max(per_min.values(), default=0.0))
+            self.outage_per_process.append(per_min)
+            self.timeline.write("outage_log_lines_per_min", per_process=per_min)
+            f.slurm.start_slurmctld()
+            return "done"
+        if step.kind == "mosquitto_restart":
+            f.mqtt.restart()
+            return "done"
+        if step.kind == "agent_sigkill":
+            with f.keeper._lock:  # the keeper's own lock
+                agent = f.keeper.agents.get(step.target)
+                if agent is None or agent.proc.poll() is not None:
+                    return "skipped: no live agent"
+                agent.proc.send_signal(signal.SIGKILL)
+            return "done"
+        return f"unknown fault {step.kind}"
+
+    def bulk_cordon(self, step: Step) -> list[str]:
+        """Cordon three uncordoned K8s nodes at once (the leader mirrors them in bulk)."""
+        last = self.checker.last
+        free = sorted(
+            n for n, body in ((last.knodes or {}) if last else {}).items()
+            if n in self.fleet.kube_nodes and not body["spec"].get("unschedulable")
+            and n not in self.marks.cordons
+        )  # fmt: skip
+        chosen = random.Random(step.id).sample(free, min(3, len(free)))  # noqa: S311 - replayable
+        done = []
+        for knode in chosen:
+            with self.marks.lock:
+                self.marks.in_flight.add(knode)
+            try:
+                self.patch_node(knode, {"spec": {"unschedulable": True}})
+                with self.marks.lock:
+                    self.marks.cordons[knode] = Mark(event=step.id, since=time.time())
+                done.append(knode)
+            finally:
+                with self.marks.lock:
+                    self.marks.in_flight.discard(knode)
+        return done
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def run_jobs(self) -> None:
+        """Keep the real nodes busy: a job every ~2 s while few are pending (30 % no-requeue)."""
+        rng = random.Random(self.seed + 1)  # noqa: S311 - replayable
+        declared = self.fleet.declared_names  # no slurmd there: a job would only wait and die
+        exclude = [f"--exclude={','.join(declared)}"] if declared else []
+        while not self.stop.wait(rng.uniform(1, 3)):
+            requeue = rng.random() >= 0.3
+            length = rng.randint(15, 60)
+            pending = self.fleet.slurm.run("squeue", "-h", "-t", "PD", "-o", "%i", check=False)
+            if pending.returncode != 0 or len(pending.stdout.split()) >= self.fleet.real:
+                continue
+            got = self.fleet.slurm.run(
+                "sbatch", "--parsable", "-N1", "-o", "/dev/null", *exclude,
+                "--requeue" if requeue else "--no-requeue", f"--wrap=sleep {length}",
+                check=False,
+            )  # fmt: skip
+            if got.returncode == 0:
+                self.jobs_submitted += 1
+                self.timeline.write("job", id=got.stdout.strip(), requeue=requeue, sleep=length)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def undo_everything(self) -> None:
+        """The operator puts back what it changed: resumes, uncordons, untaints, heals."""
+        m = self.marks
+        with m.lock:
+            slurm, cordons, taints = dict(m.slurm), dict(m.cordons), dict(m.taints)
+        for node, mark in slurm.items():
+            self.do_workload(Step(id=-1, at=0, kind="op_undrain", target=node, undo_of=mark.event))
+        for knode, mark in cordons.items():
+            self.uncordon(knode, mark.event)
+        for knode, mark in taints.items():
+            self.untaint(knode, mark.event)
+        for pod in self.fleet.names:
+            self.fleet.point_mount(pod, healthy=True)
+        self.slonkd_cli("unpause")
+        self.slonkd_cli("budget", "reset")
+        self.timeline.write("undone", slurm=sorted(slurm), cordons=sorted(cordons),
+                            taints=sorted(taints))  # fmt: skip
+
+
+def judge_resources(soak: Soak, *, minutes: float) -> None:
+    """I6 against issue 18's bounds.
+
+    Log lines per minute of each process during a slurmctld outage (any run), and the RSS
+    slope per role (runs of 30 minutes or more: shorter ones measure the warm-up).
+    """
+    for per_process in soak.outage_per_process:
+        for name, per_min in per_process.items():
+            if per_min > MAX_OUTAGE_LINES_PER_MIN:
+                soak.checker.violate("I6", ("log", name), what="log volume during the outage",
+                                     lines_per_min=per_min)  # fmt: skip
+    if minutes >= 30:
+        rss, _ = soak.checker.slopes()
+        for role, slope in rss.items():
+            if slope > MAX_RSS_SLOPE_MB_PER_H:
+                soak.checker.violate("I6", ("rss", role), what="RSS grows", mb_per_h=slope)
+
+
+def _pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the soak; print the table and the JSON line."""
+    p = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--real", type=int, default=20, help="pods bound to a real slurmd")
+    p.add_argument("--declared", type=int, default=80, help="pods of declared SLURM nodes")
+    p.add_argument("--outage", default="30,90", help="slurmctld outage seconds: min,max")
+    p.add_argument("--settle-s", type=float, default=180.0, help="the final convergence bound")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    out = args.out or Path(tempfile.mkdtemp(prefix="slonkd-soak-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"soak: seed {seed}, {args.minutes} min, {args.real} real + {args.declared} declared,"
+          f" in {out}", flush=True)  # fmt: skip
+    fleet = SoakFleet(root=out / "fleet", real=args.real, declared=args.declared)
+    started = time.time()
+    fleet.start()
+    print(f"soak: fleet up in {time.time() - started:.0f} s", flush=True)
+    low, high = (float(x) for x in args.outage.split(","))
+    steps = schedule(seed, seconds=args.minutes * 60, names=fleet.names,
+                     kube_nodes=fleet.kube_nodes, outage_s=(low, high))  # fmt: skip
+    timeline = Timeline(out / "timeline.jsonl", time.time())
+    timeline.write("schedule", seed=seed, real=args.real, declared=args.declared,
+                   minutes=args.minutes, steps=[asdict(s) for s in steps])  # fmt: skip
+    soak = Soak(fleet, timeline, seed, steps)
+    soak.t0 = timeline.t0
+    final: dict[str, float | None] = {}
+    try:
+        soak.checker.start()
+        threads = [threading.Thread(target=soak.run_workload, name="workload", daemon=True),
+                   threading.Thread(target=soak.run_jobs, name="jobs", daemon=True),
+                   threading.Thread(target=soak.run_ops, name="ops", daemon=True)]  # fmt: skip
+        for t in threads:
+            t.start()
+        soak.run_faults()
+        soak.sleep_until(args.minutes * 60)
+        soak.stop.set()
+        soak.ops.put(None)
+        for t in threads:
+            t.join(timeout=120)
+        timeline.write("churn_over")
+        soak.undo_everything()
+        final = soak.checker.wait_converged(args.settle_s)
+        timeline.write("final_convergence", per_node=final)
+        late = [node for node, seconds in final.items() if seconds is None]
+        if late:
+            rows = {r["node"]: r for r in (soak.checker.leader_status() or {}).get("nodes") or []}
+            snap = soak.checker.read()
+            for node in late:
+                soak.checker.violate(
+                    "I5", ("final", node), what=f"not converged in {args.settle_s} s",
+                    row=rows.get(node), slurm=(snap.slurm or {}).get(node),
+                )  # fmt: skip
+        soak.checker.sample_processes()
+    finally:
+        soak.stop.set()
+        soak.checker.stop()
+        fleet.stop()
+    checker = soak.checker
+    judge_resources(soak, minutes=args.minutes)
+    convergence = [v for v in final.values() if v is not None]
+    recovery = [v for samples in checker.recovery.values() for v in samples]
+    rss, fds = checker.slopes()
+    violations = dict(checker.violations)
+    result: dict[str, Any] = {
+        "seed": seed,
+        "soak_minutes": round(args.minutes, 2),
+        "real_nodes": args.real,
+        "declared_nodes": args.declared,
+        "faults_injected": soak.faults,
+        "workload_events": soak.workload,
+        "jobs_submitted": soak.jobs_submitted,
+        "jobs_completed": checker.jobs_done.get("COMPLETED", 0),
+        "jobs_lost_to_injected_faults": sum(checker.jobs_lost.values()),
+        "foreign_marks_lost_to_injected_faults": checker.foreign_lost,
+        "actions_taken": checker.actions,
+        "checks": checker.checks,
+        "check_gap_p50_s": round(statistics.median(checker.gaps), 3) if checker.gaps else None,
+        "check_gap_max_s": round(max(checker.gaps), 3) if checker.gaps else None,
+        "violations": {"total": sum(violations.values()), **violations},
+        "convergence_p50_s": round(statistics.median(convergence), 3) if convergence else None,
+        "convergence_p99_s": round(_pct(convergence, 0.99), 3) if convergence else None,
+        "convergence_max_s": round(max(convergence), 3) if convergence else None,
+        "nodes_not_converged": sum(v is None for v in final.values()),
+        "recovery_max_s": {k: round(max(v), 3) for k, v in sorted(checker.recovery.items())},
+        "recovery_p50_s": round(statistics.median(recovery), 3) if recovery else None,
+        "rss_slope_mb_per_h": {k: round(v, 2) for k, v in rss.items()},
+        "fd_slope_per_h": round(fds, 2),
+        "log_lines_per_min_outage_max": max(soak.outage_lines, default=None),
+    }
+    timeline.write("result", **result)
+    timeline.close()
+    width = max(len(k) for k in result)
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        print(f"{key:<{width}}  {value}")
+    print(f"{'timeline':<{width}}  {out / 'timeline.jsonl'}")
+    print(json.dumps(result))
+    return 0
+
+
+__all__ = ["Soak", "Step", "main", "schedule"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

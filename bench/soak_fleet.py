@@ -1,0 +1,363 @@
+"""The soak's fleet: every real service, the worker pods, their agents and the coordinator pair.
+
+Two worker pools in namespace ``soak``: StatefulSet ``w`` (pods ``w-<i>``, each bound to a
+real slurmd by the kubelet stand-in, preStop ``slonkd prestop``) and StatefulSet ``d`` (pods
+``d-<i>`` whose SLURM nodes are declared without a slurmd: plain kwok pods). One ``slonkd
+agent`` per pod (the sandbox's :class:`AgentKeeper`: restarted when it dies, replaced with its
+pod), each with a mount check on a path of its own that the soak can break (a symlink swap)
+to make its health verdict fail. Two ``slonkd coordinator`` processes share one Lease; a
+killed one is started again by :meth:`SoakFleet.respawn`, as a Deployment would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slonkd.testing import procs
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kubelet import KubeletStandIn
+from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.procs import HarnessError
+from slonkd.testing.sandbox_agents import AgentKeeper
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.workloads import worker_statefulset
+
+NAMESPACE = "soak"
+_T = TypeVar("_T")
+REAL_POOL = "w"
+DECLARED_POOL = "d"
+SELECTOR = "app.kubernetes.io/name=slurmd"
+LEASE = "slonkd-coordinator"
+GRACE_S = 12
+COORDINATOR_CONFIG: dict[str, Any] = {
+    "resync_s": 5,
+    "failure_grace_s": 2,
+    "unready_grace_s": 30,
+    "max_out": 3,
+    "max_out_percent": 20,
+    "mass_percent": 50,
+    "lease_duration_s": 8,
+    "renew_deadline_s": 5,
+    "retry_period_s": 1,
+    "suspect_min_nodes": 4,
+    "suspect_fraction": 0.5,
+}
+AGENT_HEALTH: dict[str, Any] = {"disk_paths": [], "fast_period_s": 2.0, "mount_timeout_s": 2.0}
+AGENT_HYSTERESIS = {"fail_n": 2, "window_m": 3, "clear_k": 2}
+
+
+def _prestop_argv() -> list[str]:
+    return [sys.executable, "-m", "slonkd.cli.main", "prestop", "--grace", str(GRACE_S),
+            "--margin", "4", "--poll", "0.5"]  # fmt: skip
+
+
+@dataclass(slots=True)
+class CoordinatorSlot:
+    """One of the pair: its identity, API port, log and audit file, and current process."""
+
+    index: int
+    port: int
+    log: Path
+    audit: Path
+    proc: subprocess.Popen[bytes] | None = None
+    stopped: bool = False
+    """SIGSTOPped (and not yet continued)."""
+
+    @property
+    def identity(self) -> str:
+        """Its POD_NAME, the Lease's holderIdentity while it leads."""
+        return f"coordinator-{self.index}"
+
+    @property
+    def pid(self) -> int | None:
+        """The live process's pid."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+
+@dataclass(slots=True)
+class SoakFleet:
+    """Everything the soak runs against (see the module doc); :meth:`start` brings it up."""
+
+    root: Path
+    real: int
+    declared: int
+    stack: ExitStack = field(default_factory=ExitStack)
+    _kube: KubeCluster | None = None
+    _slurm: SlurmCluster | None = None
+    _mqtt: Mosquitto | None = None
+    _keeper: AgentKeeper | None = None
+    coordinators: list[CoordinatorSlot] = field(default_factory=list)
+    kube_nodes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """SLURM clients, kubeconfig and MQTT: what an operator's shell and slonkd need."""
+    _coordinator_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kube(self) -> KubeCluster:
+        """The control plane (after :meth:`start`)."""
+        return _started(self._kube)
+
+    @property
+    def slurm(self) -> SlurmCluster:
+        """The SLURM cluster (after :meth:`start`)."""
+        return _started(self._slurm)
+
+    @property
+    def mqtt(self) -> Mosquitto:
+        """The broker (after :meth:`start`)."""
+        return _started(self._mqtt)
+
+    @property
+    def keeper(self) -> AgentKeeper:
+        """The agents' keeper (after :meth:`start`)."""
+        return _started(self._keeper)
+
+    @property
+    def real_names(self) -> list[str]:
+        """SLURM nodes with a slurmd (= pods of pool ``w``)."""
+        return [f"{REAL_POOL}-{i}" for i in range(self.real)]
+
+    @property
+    def declared_names(self) -> list[str]:
+        """SLURM nodes declared without a slurmd (= pods of pool ``d``)."""
+        return [f"{DECLARED_POOL}-{i}" for i in range(self.declared)]
+
+    @property
+    def names(self) -> list[str]:
+        """Every worker pod, which is also its SLURM node."""
+        return self.real_names + self.declared_names
+
+    @property
+    def logs(self) -> Path:
+        """Where every slonkd process logs."""
+        return self.root / "logs"
+
+    def mount_link(self, pod: str) -> Path:
+        """The symlink whose target the pod's agent's mount check probes (``<link>/proc``)."""
+        return self.root / "mounts" / pod / "sw"
+
+    def point_mount(self, pod: str, *, healthy: bool) -> None:
+        """Make the pod's mount check pass (``/proc``) or fail (a plain directory)."""
+        link = self.mount_link(pod)
+        target = Path("/") if healthy else self.root / "mounts" / "broken"
+        new = link.with_name("sw.new")
+        new.unlink(missing_ok=True)
+        new.symlink_to(target)
+        new.replace(link)
+
+    def start(self) -> None:
+        """Bring everything up; raises (after stopping what started) when something fails."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        kube = self._kube = self.stack.enter_context(
+            KubeCluster(self.root / "kube", node_monitor_grace_period="1h")
+        )
+        layout = SlurmLayout(
+            nodes=tuple(self.real_names),
+            autostart=False,
+            extra_prefix=f"{DECLARED_POOL}-",
+            extra_first=0,
+            extra_nodes=self.declared,
+        )
+        slurm = self._slurm = self.stack.enter_context(SlurmCluster(self.root / "slurm", layout))
+        passwords = {u: secrets.token_hex(12) for u in ("coordinator", *self.names)}
+        users = {
+            "coordinator": MqttUser(
+                password=passwords["coordinator"], acl=("topic readwrite slonk/#",)
+            )
+        }
+        users.update({n: MqttUser(password=passwords[n]) for n in self.names})
+        mqtt = self._mqtt = self.stack.enter_context(
+            Mosquitto(
+                self.root / "mqtt",
+                users=users,
+                patterns=("pattern write slonk/v1/+/nodes/%u/status",),
+            )
+        )
+        count = len(self.names) // 2 + 2  # two pods a node, and room for evicted ones
+        self.kube_nodes = kube.add_fake_nodes([f"k{i}" for i in range(count)])
+        procs.wait_for(
+            "kwok nodes untainted",
+            lambda: all(
+                not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+                for n in self.kube_nodes
+            ),
+            timeout_s=120,
+            interval_s=0.5,
+        )
+        kube.create_namespace(NAMESPACE)
+        self.stack.enter_context(
+            KubeletStandIn(kube=kube, slurm=slurm, namespace=NAMESPACE, root=self.root / "kubelet")
+        )
+        spread = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "slurmd"}},
+            }
+        ]
+        for pool, replicas, standin in ((REAL_POOL, self.real, True),
+                                        (DECLARED_POOL, self.declared, False)):  # fmt: skip
+            if not replicas:
+                continue
+            sts = worker_statefulset(
+                pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
+            )
+            sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = spread
+            kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
+        slurm.wait_idle(self.real_names, timeout_s=180)
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kube.kubeconfig),
+            "SLURM_CONF": str(slurm.conf),
+            "SLONKD_MQTT_HOST": mqtt.host,
+            "SLONKD_MQTT_PORT": str(mqtt.port),
+            "POD_NAMESPACE": NAMESPACE,
+        }
+        self._coordinator_env = {
+            **self.env,
+            "SLONKD_MQTT_USER": "coordinator",
+            "SLONKD_MQTT_PASSWORD": passwords["coordinator"],
+        }
+        for index, port in enumerate(procs.free_ports(2)):
+            slot = CoordinatorSlot(
+                index=index,
+                port=port,
+                log=self.logs / f"coordinator-{index}.log",
+                audit=self.root / f"audit-{index}.jsonl",
+            )
+            self.coordinators.append(slot)
+            self.respawn(slot)
+        first = self.coordinators[0]
+        procs.wait_for(
+            "a coordinator synced",
+            lambda: any('"coordinator.synced"' in s.log.read_text() for s in self.coordinators),
+            timeout_s=120,
+            interval_s=0.5,
+            alive=procs.exited(first.proc, first.log) if first.proc else None,
+        )
+        self._start_agents(passwords)
+
+    def _start_agents(self, passwords: dict[str, str]) -> None:
+        run = self.root / "run"
+        run.mkdir(exist_ok=True)
+        (self.root / "mounts" / "broken" / "proc").mkdir(parents=True, exist_ok=True)
+        ports = dict(zip(self.names, procs.free_ports(len(self.names)), strict=True))
+        for pod in self.names:
+            self.mount_link(pod).parent.mkdir(parents=True, exist_ok=True)
+            self.point_mount(pod, healthy=True)
+            health = {**AGENT_HEALTH, "mounts": [str(self.mount_link(pod) / "proc")]}
+            config = {"health": health, "hysteresis": AGENT_HYSTERESIS}
+            (run / f"agent-{pod}.json").write_text(json.dumps(config))
+
+        def env_for(pod: str) -> dict[str, str]:
+            return {
+                "SLONKD_CONFIG": str(run / f"agent-{pod}.json"),
+                "SLONKD_MQTT_USER": pod,
+                "SLONKD_MQTT_PASSWORD": passwords.get(pod, ""),
+                "SLONKD_RESYNC_S": "5",
+                "SLONKD_READY_FILE": str(run / f"ready-{pod}"),
+                "SLONKD_METRICS_PORT": str(ports.get(pod, 0)),
+                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+            }
+
+        self._keeper = self.stack.enter_context(
+            AgentKeeper(
+                api=self.kube.api,
+                namespace=NAMESPACE,
+                selector=SELECTOR,
+                env=self.env,
+                env_for=env_for,
+                logs=self.logs,
+            )
+        )
+        procs.wait_for(
+            "agents synced",
+            lambda: all((run / f"ready-{n}").exists() for n in self.names),
+            timeout_s=60 + 3 * len(self.names),
+            interval_s=0.5,
+        )
+
+    def respawn(self, slot: CoordinatorSlot) -> None:
+        """Start the slot's coordinator (again): a Deployment replacing a dead pod."""
+        config = {
+            **COORDINATOR_CONFIG,
+            "api_host": "127.0.0.1",
+            "api_port": slot.port,
+            "audit_path": str(slot.audit),
+        }
+        conf = self.root / f"coordinator-{slot.index}.json"
+        conf.write_text(json.dumps(config))
+        env = {**self._coordinator_env, "POD_NAME": slot.identity, "SLONKD_CONFIG": str(conf)}
+        with slot.log.open("ab") as out:
+            slot.proc = subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=procs.die_with_parent,
+            )
+        slot.stopped = False
+
+    def signal_coordinator(self, slot: CoordinatorSlot, sig: int) -> None:
+        """Send ``sig``; a SIGKILLed process is reaped."""
+        if slot.proc is None or slot.proc.poll() is not None:
+            return
+        slot.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            slot.stopped = True
+        elif sig == signal.SIGCONT:
+            slot.stopped = False
+        elif sig == signal.SIGKILL:
+            slot.proc.wait(timeout=10)
+
+    def leader(self) -> CoordinatorSlot | None:
+        """The slot the Lease names (None when the Lease cannot be read or names no slot)."""
+        holder = self.lease().get("holderIdentity")
+        return next((s for s in self.coordinators if s.identity == holder), None)
+
+    def lease(self) -> dict[str, Any]:
+        """The Lease's spec ({} when absent)."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}"
+        return dict(self.kube.api.request("GET", path, timeout_s=5).get("spec") or {})
+
+    def slonkd_pids(self) -> dict[int, str]:
+        """``{pid: role}`` of every live slonkd process (coordinators and agents)."""
+        out = {s.pid: "coordinator" for s in self.coordinators if s.pid is not None}
+        if self._keeper is not None:
+            out.update(dict.fromkeys(self._keeper.pids(), "agent"))
+        return {p: r for p, r in out.items() if p is not None}
+
+    def stop(self) -> None:
+        """Stop the coordinators, then everything else in reverse order."""
+        for slot in self.coordinators:
+            if slot.proc is not None and slot.proc.poll() is None:
+                if slot.stopped:
+                    slot.proc.send_signal(signal.SIGCONT)
+                procs.stop(slot.proc, grace_s=10)
+        self.stack.close()
+
+
+def _started(service: _T | None) -> _T:
+    if service is None:
+        raise HarnessError("the soak fleet is not started")
+    return service
+
+
+__all__ = ["CoordinatorSlot", "SoakFleet"]
