@@ -122,7 +122,10 @@ class CommandRunner:
             except OSError as exc:
                 raise TerminalError(f"cannot run {argv[0]}: {exc}") from exc
             try:
-                await asyncio.wait_for(proc.wait(), self.settings.timeout_s)
+                # asyncio.timeout, never wait_for: 3.11's wait_for drops a cancellation that
+                # lands as the child exits, and a cancelled term then never ends
+                async with asyncio.timeout(self.settings.timeout_s):
+                    await proc.wait()
             except TimeoutError as exc:
                 await _kill(proc)
                 raise TransientError(
