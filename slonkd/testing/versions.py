@@ -29,6 +29,8 @@ DEBIAN_PACKAGES = (
     "procps",
     "iputils-ping",
     "debootstrap",
+    # promtool, for the rule unit tests of the chart's alerts (tests/unit/test_alert_rules.py)
+    "prometheus",
     # the real node (slonkd.testing.realnode)
     "containerd",
     "runc",
