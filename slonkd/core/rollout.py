@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from slonkd.core.budget import BudgetPolicy
 from slonkd.core.errors import ParseError
 from slonkd.core.kube_objects import HOLD_KEY, Node, Pod, PodPhase
 from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
-from slonkd.core.slurm_node import SlurmNode
+from slonkd.core.slurm_node import NodeFlag, SlurmNode
 
 ROLLOUT_CAUSE = Cause(name="rollout")
 """The cause of a drain the rollout makes (``slonkd:rollout`` in ``sinfo -R``)."""
@@ -242,19 +243,32 @@ class RolloutPlan:
     """Workers on a held K8s node (any phase): nothing is done to them, and why."""
 
 
+def _budget(views: Sequence[WorkerView], policy: BudgetPolicy) -> dict[str, tuple[int, int]]:
+    """Per pool: (nodes out of service now, the budget's limit for the pool's size)."""
+    size: dict[str, int] = {}
+    out: dict[str, int] = {}
+    for v in views:
+        if v.pod is None:
+            continue
+        size[v.pool] = size.get(v.pool, 0) + 1
+        if v.slurm is not None and NodeFlag.DRAIN in v.slurm.state.flags:
+            out[v.pool] = out.get(v.pool, 0) + 1  # drained by anyone, the rollout included
+    return {pool: (out.get(pool, 0), policy.limit(n)) for pool, n in size.items()}
+
+
 def plan_rollout(
     views: Sequence[WorkerView],
     settings: RolloutSettings,
     *,
-    budget: Mapping[str, tuple[int, int]],
+    policy: BudgetPolicy,
     hold: str = "",
 ) -> RolloutPlan:
     """The next steps of the rollout over ``views``.
 
-    ``budget`` maps each pool to ``(out, limit)``: how many of its nodes are out of service
-    now (for any cause, the rollout's own included) and how many may be (the disruption
-    budget). A worker whose node is in service costs one unit of its pool's budget when its
-    drain starts. At most ``settings.max_parallel`` workers are in the rollout at once.
+    ``policy`` is the coordinator's disruption budget: the nodes of a pool out of service
+    now (for any cause, the rollout's own included) use its room. A worker whose node is in
+    service costs one unit of its pool's budget when its drain starts. At most
+    ``settings.max_parallel`` workers are in the rollout at once.
     ``hold`` (slonkd paused, breaker open) stops new starts; work in progress goes on.
     An operator's hold on a worker's K8s node (:func:`operator_hold`) stops everything for
     that worker: it is not started, not evicted, not released, and it takes no slot of
@@ -263,6 +277,7 @@ def plan_rollout(
     """
     phases = {v.node: phase_of(v) for v in views}
     held = {v.node: why for v in views if (why := operator_hold(v))}
+    budget = _budget(views, policy)
     active = sum(1 for n, p in phases.items() if p in ACTIVE and n not in held)
     left = {pool: limit - out for pool, (out, limit) in budget.items()}
     room = settings.max_parallel - active

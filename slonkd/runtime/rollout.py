@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,7 +55,7 @@ from slonkd.core.rollout import (
     plan_rollout,
     progress,
 )
-from slonkd.core.slurm_node import NodeFlag, SlurmNode
+from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.rollout")
@@ -178,18 +177,6 @@ class RolloutController:
             )
         return views
 
-    def _budget(self, views: list[WorkerView]) -> dict[str, tuple[int, int]]:
-        """Per pool: (nodes out of service now, the budget's limit for the pool's size)."""
-        size: dict[str, int] = defaultdict(int)
-        out: dict[str, int] = defaultdict(int)
-        for v in views:
-            if v.pod is None:
-                continue
-            size[v.pool] += 1
-            if v.slurm is not None and NodeFlag.DRAIN in v.slurm.state.flags:
-                out[v.pool] += 1  # drained by anyone, the rollout included (as the budget)
-        return {pool: (out[pool], self.budget.limit(n)) for pool, n in size.items()}
-
     async def _read_turn(self) -> None:
         if self.reads is not None:
             await self.reads.acquire()
@@ -215,7 +202,7 @@ class RolloutController:
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
-        plan = plan_rollout(views, self.s, budget=self._budget(views), hold=self.hold())
+        plan = plan_rollout(views, self.s, policy=self.budget, hold=self.hold())
         by_node = {v.node: v for v in views}
         self._report_held(plan.held)
         if self.dry_run:
