@@ -38,7 +38,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
+from slonkd.core.budget import BudgetPolicy, budget_group
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Node, Pod
@@ -75,6 +75,7 @@ class RolloutController:
         slurm: SlurmBackend,
         elector: LeaderElector,
         budget: BudgetPolicy,
+        block_label: str = "",
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
         kube_nodes: Informer[Node] | None = None,
@@ -89,6 +90,8 @@ class RolloutController:
         self.elector = elector
         self.budget = budget
         """The coordinator's per-pool disruption budget (the rollout takes from it)."""
+        self.block_label = block_label
+        """The coordinator's ``budget_block_label``: the budget holds per pool and block."""
         self.reads = reads
         """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
@@ -171,7 +174,11 @@ class RolloutController:
                     statefulset=sts,
                     slurm=slurm_nodes.get(name),
                     settling=name in self._settling,
-                    pool=(pod.labels.get(POOL_LABEL) if pod else None) or DEFAULT_POOL,
+                    pool=budget_group(
+                        pod.labels if pod else None,
+                        kube_node.labels if kube_node else None,
+                        block_label=self.block_label,
+                    ),
                     kube_node=kube_node,
                 )
             )

@@ -14,11 +14,15 @@ from slonkd.core.decide import Kind, NodeView, Policy, decide
 from slonkd.core.errors import ParseError
 from slonkd.core.kube_objects import (
     HOLD_KEY,
+    TAINTS_BY_ANNOTATION,
     KubeNodeName,
     Node,
     Pod,
     PodName,
     PodPhase,
+    Taint,
+    TaintEffect,
+    encode_taint_record,
 )
 from slonkd.core.reasons import Cause, highest
 from slonkd.core.rollout import (
@@ -351,3 +355,29 @@ def test_an_operators_hold_keeps_the_rollout_off_the_node() -> None:
     # the hold lifted: the rollout carries on
     views[0] = replace(views[0], kube_node=kube_node("kn-w-0"))
     assert plan_rollout(views, RolloutSettings(), policy=ROOMY).release == ("w-0",)
+
+
+def test_the_rollout_counts_every_node_out_as_the_coordinator_does() -> None:
+    """A cordoned K8s node or a slonkd NoSchedule taint uses the pool's room: nothing starts.
+
+    Ten workers, budget limit 1. An operator's cordon of one updated worker's K8s node (its
+    SLURM node still IDLE) takes the room, exactly as it does for the coordinator's budget;
+    so does slonkd's own NoSchedule taint. The crowded-out worker waits (the rollout never
+    opens the breaker); once the cordon is lifted, the first outdated worker starts.
+    """
+    views = [*fleet(9), view("w-9", pod("w-9", "w-new"), node("w-9"))]
+    cordoned = replace(kube_node("kn-9"), unschedulable=True)
+    taint = Taint(key="slonk.dev/unhealthy", effect=TaintEffect.NO_SCHEDULE, value="x")
+    tainted = replace(
+        kube_node("kn-9"),
+        taints=(taint,),
+        annotations={TAINTS_BY_ANNOTATION: encode_taint_record([taint.identity]) or ""},
+    )
+    assert tainted.our_taints == (taint,)
+    for out in (cordoned, tainted):
+        views[9] = replace(views[9], kube_node=out)
+        plan = plan_rollout(views, RolloutSettings(), policy=BudgetPolicy())
+        assert plan.start == ()
+        assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
+    views[9] = replace(views[9], kube_node=kube_node("kn-9"))
+    assert plan_rollout(views, RolloutSettings(), policy=BudgetPolicy()).start == ("w-0",)
