@@ -30,7 +30,8 @@ from typing import Any
 
 from slonkd.core.budget import BudgetPolicy, Request, admit, out_of_service
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import HOLD_KEY, Node, Pod, PodPhase
+from slonkd.core.kube_objects import HOLD_KEY, Node, Pod
+from slonkd.core.pod_ready import serving
 from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
 from slonkd.core.slurm_node import SlurmNode
 
@@ -196,8 +197,7 @@ def phase_of(view: WorkerView) -> Phase:
     if held:
         if not updated:
             return Phase.DRAINING
-        ready = pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
-        return Phase.DONE if ready else Phase.STARTING
+        return Phase.DONE if serving(pod) else Phase.STARTING
     if not sts.on_delete:
         return Phase.UNMANAGED
     if updated and view.settling:
