@@ -18,6 +18,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.core.slurm_node import NodeFlag, SlurmNode
+
 DEFAULT_POOL = "default"
 POOL_LABEL = "slonk.dev/pool"
 
@@ -34,6 +37,24 @@ def budget_group(
         return pool
     block = (node_labels or {}).get(block_label) or "unlabelled"
     return f"{pool}/{block}"
+
+
+def out_of_service(slurm: SlurmNode | None, kube: Node | None) -> bool:
+    """Taken out by someone: drained in SLURM, its K8s node cordoned, or tainted by slonkd.
+
+    The one rule of what uses a pool's room, for the coordinator's pass and the rollout alike.
+    slonkd's NoSchedule taints keep the worker pod from coming back, so a node carrying one
+    is out even when it is not cordoned.
+
+    A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
+    marking it is what the budget must weigh (a slurmctld outage makes every node
+    "Not responding" at once, and that must not cordon the fleet).
+    """
+    slurm_out = slurm is not None and NodeFlag.DRAIN in slurm.state.flags
+    kube_out = kube is not None and (
+        kube.unschedulable or any(t.effect is TaintEffect.NO_SCHEDULE for t in kube.our_taints)
+    )
+    return slurm_out or kube_out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

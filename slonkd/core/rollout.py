@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from slonkd.core.budget import BudgetPolicy, Request, admit, out_of_service
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import HOLD_KEY, Node, Pod, PodPhase
+from slonkd.core.kube_objects import HOLD_KEY, Node, Pod
+from slonkd.core.pod_ready import serving
 from slonkd.core.reasons import Cause, ReasonOwner, decode_causes, parse_reason
 from slonkd.core.slurm_node import SlurmNode
 
@@ -143,7 +145,8 @@ class WorkerView:
     settling: bool = False
     """The rollout released this node a moment ago and waits for it to be back in service."""
     pool: str = "default"
-    """The pool (``slonk.dev/pool``) whose disruption budget the worker counts against."""
+    """Where the worker's budget is counted (:func:`slonkd.core.budget.budget_group`: its
+    ``slonk.dev/pool``, and its topology block when the budget holds per block)."""
     kube_node: Node | None = None
     """The K8s node its pod runs on (None: no pod, not scheduled, or not seen)."""
 
@@ -194,8 +197,7 @@ def phase_of(view: WorkerView) -> Phase:
     if held:
         if not updated:
             return Phase.DRAINING
-        ready = pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
-        return Phase.DONE if ready else Phase.STARTING
+        return Phase.DONE if serving(pod) else Phase.STARTING
     if not sts.on_delete:
         return Phase.UNMANAGED
     if updated and view.settling:
@@ -242,19 +244,64 @@ class RolloutPlan:
     """Workers on a held K8s node (any phase): nothing is done to them, and why."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Pools:
+    """The pools' budget as the coordinator counts it: sizes and the nodes out, per pool."""
+
+    sizes: Mapping[str, int]
+    out: Mapping[str, frozenset[str]]
+
+
+def _pools(views: Sequence[WorkerView]) -> _Pools:
+    """Per pool: its workers, and those out of service for any reason (the budget's rule)."""
+    sizes: dict[str, int] = {}
+    out: dict[str, set[str]] = {}
+    for v in views:
+        if v.pod is None:
+            continue  # no pod, no pool to count it in (as before; max_parallel bounds these)
+        sizes[v.pool] = sizes.get(v.pool, 0) + 1
+        if out_of_service(v.slurm, v.kube_node):
+            out.setdefault(v.pool, set()).add(v.node)
+    return _Pools(sizes=sizes, out={pool: frozenset(nodes) for pool, nodes in out.items()})
+
+
+def _admit(view: WorkerView, pools: _Pools, policy: BudgetPolicy) -> tuple[bool, _Pools]:
+    """Whether the budget admits draining ``view``'s node now, and the pools after it.
+
+    The coordinator's admission (:func:`slonkd.core.budget.admit`), one request at a time in
+    the rollout's order. Its breaker verdict is not the rollout's: a refused rollout waits,
+    it never opens the breaker (an open breaker reaches the rollout as ``hold``).
+    """
+    admission = admit(
+        [Request(node=view.node, pool=view.pool)],
+        out_now=pools.out,
+        pool_sizes=pools.sizes,
+        policy=policy,
+        breaker_open=False,
+    )
+    if view.node not in admission.admitted:
+        return False, pools
+    out = dict(pools.out)
+    out[view.pool] = out.get(view.pool, frozenset()) | {view.node}
+    return True, replace(pools, out=out)
+
+
 def plan_rollout(
     views: Sequence[WorkerView],
     settings: RolloutSettings,
     *,
-    budget: Mapping[str, tuple[int, int]],
+    policy: BudgetPolicy,
     hold: str = "",
 ) -> RolloutPlan:
     """The next steps of the rollout over ``views``.
 
-    ``budget`` maps each pool to ``(out, limit)``: how many of its nodes are out of service
-    now (for any cause, the rollout's own included) and how many may be (the disruption
-    budget). A worker whose node is in service costs one unit of its pool's budget when its
-    drain starts. At most ``settings.max_parallel`` workers are in the rollout at once.
+    ``policy`` is the coordinator's disruption budget, admitted by the coordinator's code
+    (:func:`slonkd.core.budget.admit`): the nodes of a pool out of service now for any
+    reason (:func:`slonkd.core.budget.out_of_service`: drained by anyone, the rollout
+    included, cordoned, or tainted by slonkd) use its room. A worker whose node is not out
+    yet costs one unit of its pool's budget when its drain starts; a refused one waits (the
+    rollout never opens the breaker). At most
+    ``settings.max_parallel`` workers are in the rollout at once.
     ``hold`` (slonkd paused, breaker open) stops new starts; work in progress goes on.
     An operator's hold on a worker's K8s node (:func:`operator_hold`) stops everything for
     that worker: it is not started, not evicted, not released, and it takes no slot of
@@ -263,8 +310,8 @@ def plan_rollout(
     """
     phases = {v.node: phase_of(v) for v in views}
     held = {v.node: why for v in views if (why := operator_hold(v))}
+    pools = _pools(views)
     active = sum(1 for n, p in phases.items() if p in ACTIVE and n not in held)
-    left = {pool: limit - out for pool, (out, limit) in budget.items()}
     room = settings.max_parallel - active
     candidates = sorted(
         (v for v in views if phases[v.node] is Phase.OUTDATED),
@@ -277,18 +324,17 @@ def plan_rollout(
         if why:
             waiting[view.node] = why
             continue
-        assert view.slurm is not None  # noqa: S101 - _why_not said it was seen
-        cost = 0 if view.slurm.state.out_of_service else 1
         if room <= 0:
             waiting[view.node] = f"at most {settings.max_parallel} at a time"
-        elif cost > left.get(view.pool, 0):
-            limit = budget.get(view.pool, (0, 0))[1]
-            out = limit - left.get(view.pool, 0)  # counting this pass's starts
-            waiting[view.node] = f"disruption budget of pool {view.pool}: {out} of {limit} out"
-        else:
+            continue
+        admitted, pools = _admit(view, pools, policy)
+        if admitted:
             start.append(view.node)
             room -= 1
-            left[view.pool] = left.get(view.pool, 0) - cost
+        else:
+            out = len(pools.out.get(view.pool, ()))  # counting this pass's starts
+            limit = policy.limit(pools.sizes.get(view.pool, 0))
+            waiting[view.node] = f"disruption budget of pool {view.pool}: {out} of {limit} out"
     return RolloutPlan(
         start=tuple(start),
         release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE and n not in held)),

@@ -40,7 +40,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
 from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
-from slonkd.core.kube_objects import Node, Pod, PodPhase
+from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.messages import (
     AgentStatus,
     Channel,
@@ -51,6 +51,7 @@ from slonkd.core.messages import (
     health_key,
     node_topic,
 )
+from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.agent_commands import (
     CommandListener,
@@ -103,29 +104,6 @@ class AgentSettings:
     """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
 
 
-@dataclass(slots=True)
-class _ReadyTracker:
-    """When the pod became Ready / stopped being Ready, as this agent observed it."""
-
-    uid: str = ""
-    ready_since: float | None = None
-    unready_since: float | None = None
-
-    def observe(self, pod: Pod | None, now: float) -> None:
-        ready = (
-            pod is not None and pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
-        )
-        uid = pod.uid if pod is not None else ""
-        if uid != self.uid:
-            self.uid, self.ready_since, self.unready_since = uid, None, None
-        if ready:
-            self.unready_since = None
-            self.ready_since = self.ready_since or now
-        else:
-            self.ready_since = None
-            self.unready_since = self.unready_since or now
-
-
 def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, str]:
     """``status`` as the coordinator's decoder accepts it, and why it had to change.
 
@@ -163,7 +141,7 @@ class Agent:
             transport, settings.namespace, pod_name=settings.pod_name, node_name=settings.kube_node
         )
         self.queue = WorkQueue()
-        self.ready = _ReadyTracker()
+        self.ready = ReadyTracker()
         self.verdicts: dict[str, CheckResult] = {}
         self.status_topic = node_topic(settings.cluster, settings.slurm_node, Channel.STATUS)
         self.bus: Bus | None = None

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,7 +38,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.budget import DEFAULT_POOL, POOL_LABEL, BudgetPolicy
+from slonkd.core.budget import BudgetPolicy, budget_group
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Node, Pod
@@ -56,7 +55,7 @@ from slonkd.core.rollout import (
     plan_rollout,
     progress,
 )
-from slonkd.core.slurm_node import NodeFlag, SlurmNode
+from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.rollout")
@@ -76,6 +75,7 @@ class RolloutController:
         slurm: SlurmBackend,
         elector: LeaderElector,
         budget: BudgetPolicy,
+        block_label: str = "",
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
         kube_nodes: Informer[Node] | None = None,
@@ -90,6 +90,8 @@ class RolloutController:
         self.elector = elector
         self.budget = budget
         """The coordinator's per-pool disruption budget (the rollout takes from it)."""
+        self.block_label = block_label
+        """The coordinator's ``budget_block_label``: the budget holds per pool and block."""
         self.reads = reads
         """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
@@ -172,23 +174,15 @@ class RolloutController:
                     statefulset=sts,
                     slurm=slurm_nodes.get(name),
                     settling=name in self._settling,
-                    pool=(pod.labels.get(POOL_LABEL) if pod else None) or DEFAULT_POOL,
+                    pool=budget_group(
+                        pod.labels if pod else None,
+                        kube_node.labels if kube_node else None,
+                        block_label=self.block_label,
+                    ),
                     kube_node=kube_node,
                 )
             )
         return views
-
-    def _budget(self, views: list[WorkerView]) -> dict[str, tuple[int, int]]:
-        """Per pool: (nodes out of service now, the budget's limit for the pool's size)."""
-        size: dict[str, int] = defaultdict(int)
-        out: dict[str, int] = defaultdict(int)
-        for v in views:
-            if v.pod is None:
-                continue
-            size[v.pool] += 1
-            if v.slurm is not None and NodeFlag.DRAIN in v.slurm.state.flags:
-                out[v.pool] += 1  # drained by anyone, the rollout included (as the budget)
-        return {pool: (out[pool], self.budget.limit(n)) for pool, n in size.items()}
 
     async def _read_turn(self) -> None:
         if self.reads is not None:
@@ -215,7 +209,7 @@ class RolloutController:
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
-        plan = plan_rollout(views, self.s, budget=self._budget(views), hold=self.hold())
+        plan = plan_rollout(views, self.s, policy=self.budget, hold=self.hold())
         by_node = {v.node: v for v in views}
         self._report_held(plan.held)
         if self.dry_run:

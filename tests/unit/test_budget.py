@@ -6,7 +6,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slonkd.core.budget import Admission, BudgetPolicy, Request, admit, budget_group
+from slonkd.core.budget import (
+    Admission,
+    BudgetPolicy,
+    Request,
+    admit,
+    budget_group,
+    out_of_service,
+)
+from slonkd.core.kube_objects import (
+    TAINTS_BY_ANNOTATION,
+    KubeNodeName,
+    Node,
+    Taint,
+    TaintEffect,
+    encode_taint_record,
+)
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 
 
 def _admit(
@@ -299,3 +315,36 @@ def test_units_never_split_nor_pass_the_limit(
     for unit in {r.unit for r in requests}:
         members = {r.node for r in requests if r.unit == unit} - out_names
         assert members <= result.admitted or not members & result.admitted
+
+
+def test_out_of_service_is_drained_cordoned_or_tainted_by_slonkd() -> None:
+    """The one rule of what uses a pool's room (the coordinator's pass and the rollout alike).
+
+    A SLURM drain by anyone, a cordon by anyone, slonkd's own NoSchedule taint: out. A node
+    SLURM alone marks DOWN, an operator's taint, a PreferNoSchedule taint of slonkd: not out.
+    """
+
+    def slurm(state: str) -> SlurmNode:
+        base, *flags = state.split("+")
+        return SlurmNode(name=NodeName("n"), state=NodeState.from_tokens(base, flags))
+
+    def kube(*, cordoned: bool = False, taint: Taint | None = None, ours: bool = True) -> Node:
+        record = encode_taint_record([taint.identity]) if taint and ours else None
+        return Node(
+            name=KubeNodeName("k"),
+            uid="u",
+            resource_version="1",
+            unschedulable=cordoned,
+            taints=(taint,) if taint else (),
+            annotations={TAINTS_BY_ANNOTATION: record} if record else {},
+        )
+
+    no_schedule = Taint(key="slonk.dev/unhealthy", effect=TaintEffect.NO_SCHEDULE)
+    prefer = Taint(key="slonk.dev/unhealthy", effect=TaintEffect.PREFER_NO_SCHEDULE)
+    assert out_of_service(slurm("IDLE+DRAIN"), None)
+    assert out_of_service(slurm("IDLE"), kube(cordoned=True))
+    assert out_of_service(None, kube(taint=no_schedule))
+    assert not out_of_service(slurm("DOWN"), kube())
+    assert not out_of_service(slurm("IDLE"), kube(taint=no_schedule, ours=False))
+    assert not out_of_service(slurm("IDLE"), kube(taint=prefer))
+    assert not out_of_service(None, None)

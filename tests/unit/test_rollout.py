@@ -9,9 +9,21 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.kube.statefulsets import statefulset_from_json
+from slonkd.core.budget import BudgetPolicy
 from slonkd.core.decide import Kind, NodeView, Policy, decide
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import HOLD_KEY, KubeNodeName, Node, Pod, PodName, PodPhase
+from slonkd.core.kube_objects import (
+    HOLD_KEY,
+    TAINTS_BY_ANNOTATION,
+    KubeNodeName,
+    Node,
+    Pod,
+    PodName,
+    PodPhase,
+    Taint,
+    TaintEffect,
+    encode_taint_record,
+)
 from slonkd.core.reasons import Cause, highest
 from slonkd.core.rollout import (
     REVISION_LABEL,
@@ -77,7 +89,8 @@ def fleet(n: int = 4) -> list[WorkerView]:
 
 
 DRAINED = "slonkd:rollout replacing pod"
-ROOMY = {"default": (0, 10)}
+ROOMY = BudgetPolicy(max_out_percent=100.0)
+"""A budget with room for every worker of a small fleet."""
 
 
 def test_statefulset_owns_its_pods_only() -> None:
@@ -122,7 +135,7 @@ def test_phases_follow_the_world() -> None:
 
 def test_one_at_a_time_in_name_order() -> None:
     """max_parallel 1: the first outdated worker starts; the others wait and say why."""
-    plan = plan_rollout(fleet(), RolloutSettings(), budget={"default": (0, 10)})
+    plan = plan_rollout(fleet(), RolloutSettings(), policy=ROOMY)
     assert plan.start == ("w-0",)
     assert plan.waiting == {n: "at most 1 at a time" for n in ("w-1", "w-2", "w-3")}
 
@@ -131,20 +144,25 @@ def test_nothing_new_starts_while_one_is_in_progress() -> None:
     """A drained worker (or one whose pod is being replaced) holds the single slot."""
     views = fleet()
     views[0] = view("w-0", None, node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.start == ()
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.release == ("w-0",)
     assert plan.start == ()  # the next goes once the release is seen
 
 
 def test_parallel_and_budget_bound_the_starts() -> None:
-    """max_parallel 3 inside a budget with 1 unit left: one starts."""
-    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), budget={"default": (9, 10)})
+    """max_parallel 3 inside a budget with 1 unit left (an operator drains one): one starts."""
+    views = [*fleet(), view("w-9", pod("w-9", "w-new"), node("w-9", "IDLE+DRAIN", "disk swap"))]
+    plan = plan_rollout(
+        views,
+        RolloutSettings(max_parallel=3),
+        policy=BudgetPolicy(max_out=2, max_out_percent=100.0),
+    )
     assert plan.start == ("w-0",)
-    assert plan.waiting["w-1"] == "disruption budget of pool default: 10 of 10 out"
-    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), budget={"default": (0, 10)})
+    assert plan.waiting["w-1"] == "disruption budget of pool default: 2 of 2 out"
+    plan = plan_rollout(fleet(), RolloutSettings(max_parallel=3), policy=ROOMY)
     assert plan.start == ("w-0", "w-1", "w-2")
 
 
@@ -152,7 +170,7 @@ def test_a_node_already_out_costs_no_budget_and_unready_pods_go_first() -> None:
     """A pod that is not Ready goes first; a node slonkd holds already fits a full budget."""
     views = fleet()
     views[2] = view("w-2", pod("w-2", ready=False), node("w-2", "IDLE+DRAIN", "slonkd:health:x"))
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (10, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=BudgetPolicy(max_out=1))
     assert plan.start == ("w-2",)
 
 
@@ -161,7 +179,7 @@ def test_operator_and_slurm_holds_are_left_alone() -> None:
     views = fleet(3)
     views[0] = view("w-0", pod("w-0"), node("w-0", "IDLE+DRAIN", "disk swap by ops"))
     views[1] = view("w-1", pod("w-1"), node("w-1", "DOWN", "Not responding"))
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (2, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.start == ("w-2",)
     assert "someone else" in plan.waiting["w-0"]
     assert "someone else" in plan.waiting["w-1"]
@@ -173,7 +191,7 @@ def test_unknown_slurm_node_and_terminating_pod_wait() -> None:
         view("w-0", pod("w-0"), None),
         view("w-1", pod("w-1", terminating=True), node("w-1")),
     ]
-    plan = plan_rollout(views, RolloutSettings(max_parallel=2), budget={"default": (0, 10)})
+    plan = plan_rollout(views, RolloutSettings(max_parallel=2), policy=ROOMY)
     assert plan.start == ()
     assert plan.waiting["w-0"] == "SLURM node not seen"
     assert "terminating" in plan.waiting["w-1"]
@@ -184,7 +202,7 @@ def test_progress_counts() -> None:
     views = fleet(3)
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0"))
     views[1] = view("w-1", pod("w-1"), node("w-1", "IDLE+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     out = progress(views, plan, [STS])
     assert out["updated"] == 1
     assert out["outdated"] == 1
@@ -275,18 +293,18 @@ def test_a_released_node_holds_the_slot_until_back_in_service() -> None:
         slurm=node("w-0", "DOWN+DRAIN", "slonkd:pod-terminating held"),
         settling=True,
     )
-    plan = plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)})
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.phases["w-0"] is Phase.SETTLING
     assert plan.start == ()
     views[0] = replace(views[0], settling=False)
-    assert plan_rollout(views, RolloutSettings(), budget={"default": (1, 10)}).start == ("w-1",)
+    assert plan_rollout(views, RolloutSettings(), policy=ROOMY).start == ("w-1",)
 
 
 def test_a_hold_stops_new_starts_but_not_work_in_progress() -> None:
     """slonkd paused (or its breaker open): nothing new is drained; a Ready new pod is released."""
     views = fleet()
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(max_parallel=3), budget=ROOMY, hold="paused")
+    plan = plan_rollout(views, RolloutSettings(max_parallel=3), policy=ROOMY, hold="paused")
     assert plan.start == ()
     assert plan.release == ("w-0",)
     assert plan.waiting["w-1"] == "paused"
@@ -294,10 +312,9 @@ def test_a_hold_stops_new_starts_but_not_work_in_progress() -> None:
 
 def test_each_pool_has_its_own_budget() -> None:
     """A full pool waits while another pool's workers go."""
-    views = fleet(2) + [replace(v, pool="serve") for v in fleet(4)[2:]]
-    plan = plan_rollout(
-        views, RolloutSettings(max_parallel=4), budget={"default": (1, 1), "serve": (0, 1)}
-    )
+    ops = view("w-9", pod("w-9", "w-new"), node("w-9", "IDLE+DRAIN", "disk swap"))
+    views = [*fleet(2), ops] + [replace(v, pool="serve") for v in fleet(4)[2:]]
+    plan = plan_rollout(views, RolloutSettings(max_parallel=4), policy=BudgetPolicy())
     assert plan.start == ("w-2",)
     assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
     assert plan.waiting["w-3"] == "disruption budget of pool serve: 1 of 1 out"
@@ -318,23 +335,49 @@ def test_an_operators_hold_keeps_the_rollout_off_the_node() -> None:
     """A worker on a held K8s node is never started, evicted or released; the rest goes on."""
     views = [replace(v, kube_node=kube_node(f"kn-{v.node}")) for v in fleet(3)]
     views[0] = replace(views[0], kube_node=kube_node("kn-w-0", held=True))
-    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.start == ("w-1",)  # not w-0, first by name
     assert "on hold" in plan.waiting["w-0"]
     assert "on hold" in plan.held["w-0"]
     # held while drained for the rollout: not evicted, and it takes no rollout slot
     views[0] = replace(views[0], slurm=node("w-0", "IDLE+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.phases["w-0"] is Phase.DRAINING
     assert plan.draining == ()
     assert plan.start == ("w-1",)
     # held with its new pod Ready: the rollout's cause is not released either
     views[0] = replace(views[0], pod=pod("w-0", "w-new"))
-    plan = plan_rollout(views, RolloutSettings(), budget=ROOMY)
+    plan = plan_rollout(views, RolloutSettings(), policy=ROOMY)
     assert plan.phases["w-0"] is Phase.DONE
     assert plan.release == ()
     out = progress(views, plan, [STS])
     assert out["held"] == {"w-0": plan.held["w-0"]}
     # the hold lifted: the rollout carries on
     views[0] = replace(views[0], kube_node=kube_node("kn-w-0"))
-    assert plan_rollout(views, RolloutSettings(), budget=ROOMY).release == ("w-0",)
+    assert plan_rollout(views, RolloutSettings(), policy=ROOMY).release == ("w-0",)
+
+
+def test_the_rollout_counts_every_node_out_as_the_coordinator_does() -> None:
+    """A cordoned K8s node or a slonkd NoSchedule taint uses the pool's room: nothing starts.
+
+    Ten workers, budget limit 1. An operator's cordon of one updated worker's K8s node (its
+    SLURM node still IDLE) takes the room, exactly as it does for the coordinator's budget;
+    so does slonkd's own NoSchedule taint. The crowded-out worker waits (the rollout never
+    opens the breaker); once the cordon is lifted, the first outdated worker starts.
+    """
+    views = [*fleet(9), view("w-9", pod("w-9", "w-new"), node("w-9"))]
+    cordoned = replace(kube_node("kn-9"), unschedulable=True)
+    taint = Taint(key="slonk.dev/unhealthy", effect=TaintEffect.NO_SCHEDULE, value="x")
+    tainted = replace(
+        kube_node("kn-9"),
+        taints=(taint,),
+        annotations={TAINTS_BY_ANNOTATION: encode_taint_record([taint.identity]) or ""},
+    )
+    assert tainted.our_taints == (taint,)
+    for out in (cordoned, tainted):
+        views[9] = replace(views[9], kube_node=out)
+        plan = plan_rollout(views, RolloutSettings(), policy=BudgetPolicy())
+        assert plan.start == ()
+        assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
+    views[9] = replace(views[9], kube_node=kube_node("kn-9"))
+    assert plan_rollout(views, RolloutSettings(), policy=BudgetPolicy()).start == ("w-0",)

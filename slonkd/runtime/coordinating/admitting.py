@@ -16,10 +16,15 @@ from dataclasses import replace
 
 import structlog
 
-from slonkd.core.budget import Admission, BudgetPolicy, Request, admit, budget_group
+from slonkd.core.budget import (
+    Admission,
+    BudgetPolicy,
+    Request,
+    admit,
+    budget_group,
+    out_of_service,
+)
 from slonkd.core.decide import NodeView, Plan, Writer
-from slonkd.core.kube_objects import TaintEffect
-from slonkd.core.slurm_node import NodeFlag
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 
@@ -27,21 +32,8 @@ log = structlog.get_logger("slonkd.coordinator")
 
 
 def is_out(view: NodeView) -> bool:
-    """Taken out by someone: drained in SLURM, its K8s node cordoned, or tainted by slonkd.
-
-    slonkd's NoSchedule taints keep the worker pod from coming back, so a node carrying one
-    is out even when it is not cordoned.
-
-    A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
-    marking it is what the budget must weigh (a slurmctld outage makes every node
-    "Not responding" at once, and that must not cordon the fleet).
-    """
-    slurm_out = view.slurm is not None and NodeFlag.DRAIN in view.slurm.state.flags
-    kube = view.kube_node
-    kube_out = kube is not None and (
-        kube.unschedulable or any(t.effect is TaintEffect.NO_SCHEDULE for t in kube.our_taints)
-    )
-    return slurm_out or kube_out
+    """Taken out by someone (:func:`slonkd.core.budget.out_of_service`, the rollout's rule too)."""
+    return out_of_service(view.slurm, view.kube_node)
 
 
 class Gate:

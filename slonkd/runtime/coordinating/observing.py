@@ -13,8 +13,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -24,7 +23,7 @@ from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.decide import NodeView, Remediations
 from slonkd.core.health import CheckResult, decode_verdict
-from slonkd.core.kube_objects import Node, Pod, PodPhase
+from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.messages import (
     AgentStatus,
     CoordinatorStatus,
@@ -32,6 +31,7 @@ from slonkd.core.messages import (
     coordinator_topic,
     slurm_events_topic,
 )
+from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.credentials import coordinator_bus_credentials
@@ -39,26 +39,9 @@ from slonkd.runtime.credentials import coordinator_bus_credentials
 log = structlog.get_logger("slonkd.coordinator")
 
 
-@dataclass(slots=True)
-class _Seen:
-    ready_since: float | None = None
-    unready_since: float | None = None
-    uid: str = ""
-
-
 def _same(old: Any, new: Any) -> bool:
     """Equal but for the resourceVersion (a heartbeat changes nothing slonkd looks at)."""
     return bool(replace(old, resource_version="") == replace(new, resource_version=""))
-
-
-def _epoch(stamp: str | None) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time from the apiserver (None if unreadable)."""
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def remediations(state: CoordinatorState, kube_node: str) -> Remediations:
@@ -101,7 +84,7 @@ class Observer:
         self.pods = pods
         self.dirty = asyncio.Event()
         """Set when something changed that a pass should look at."""
-        self._seen: dict[str, _Seen] = defaultdict(_Seen)
+        self._seen: dict[str, ReadyTracker] = defaultdict(lambda: ReadyTracker(kubelet_time=True))
         self.fresh: list[SlurmNode] = []
         """Nodes whose reason or state the poll saw change since the last pass (fast path)."""
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
@@ -168,15 +151,7 @@ class Observer:
         views = []
         for pod in self.pods.items().values():
             seen = self._seen[pod.name]
-            ready = pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
-            if seen.uid != pod.uid:
-                seen.uid, seen.ready_since, seen.unready_since = pod.uid, None, None
-            if ready:
-                # the kubelet's time, so a new leader does not mistake an old failure for history
-                since = seen.ready_since or _epoch(pod.ready_since) or now
-                seen.ready_since, seen.unready_since = min(since, now), None
-            else:
-                seen.ready_since, seen.unready_since = None, seen.unready_since or now
+            seen.observe(pod, now)
             kube = self.nodes.get(pod.node_name) if pod.node_name else None
             views.append(
                 NodeView(
