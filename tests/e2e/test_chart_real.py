@@ -22,381 +22,68 @@ failure that cordons the only node. About 8 minutes with the images cached.
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from slonkd.testing.chart_images import ensure_chart_images, image_values, import_images
-from slonkd.testing.helm import CHART_DIR, Helm, value_args
-from slonkd.testing.kube import KubeCluster
+from slonkd.testing.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
+from slonkd.testing.chart_real import (
+    BAD_STATES,
+    CONTROLLER,
+    POOL,
+    RELEASE,
+    Obj,
+    Release,
+    install,
+    ready,
+    workers,
+)
 from slonkd.testing.procs import HarnessError, wait_for
-from slonkd.testing.realnode import API_HOST, API_PORT, RealNode
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
 # builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the
 # default 300 s per test.
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1200)]
 
-RELEASE = "rel"
-POOL = "cpu"
-WORKERS = (f"{RELEASE}-{POOL}-0", f"{RELEASE}-{POOL}-1")
-CONTROLLER = f"{RELEASE}-slurmctld-0"
-READY_TIMEOUT_S = 420.0
-LOCAL_IMAGES = CHART_DIR / "ci" / "local-images-values.yaml"
-HOME_CLAIM = "home"
-USER = "alice"
-USER_ID = 2001
+WORKERS = workers(2)
 GRACE_S = 24
 MARGIN_S = 8
 FAILURE_GRACE_S = 10
-BAD_STATES = ("FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "OUT_OF_MEMORY")
-Obj = dict[str, Any]
-
-
-@dataclass(slots=True)
-class Deployed:
-    """The installed release on the real node, with what it took to get there."""
-
-    node: RealNode
-    kube: KubeCluster
-    ns: str
-    helm: Helm
-    values: list[str]
-    home: Path
-    """The shared home volume's directory on the node (``/home`` in login and worker pods)."""
-    ssh_key: Path
-    timings: dict[str, float] = field(default_factory=dict)
-    drain_ms: list[float] = field(default_factory=list)
-    """Pod DELETE -> slurmctld logs slonkd's drain reason, per deletion with preStop."""
-
-    def upgrade(self, *set_json: str) -> None:
-        """``helm upgrade`` of the release with the install's values plus ``set_json``."""
-        self.helm.run(
-            "upgrade",
-            RELEASE,
-            str(CHART_DIR),
-            f"--namespace={self.ns}",
-            *self.values,
-            *(f"--set-json={s}" for s in set_json),
-        )
-
-    def ssh(self, *command: str, timeout_s: float = 60) -> str:
-        """Run ``command`` on the login pod over SSH as the unprivileged user (key in its home)."""
-        login = self.pods(**{"app.kubernetes.io/component": "login"})[0]
-        argv = self.node.nsexec(
-            "ssh",
-            "-i",
-            str(self.ssh_key),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            "ConnectTimeout=10",
-            f"{USER}@{login['status']['podIP']}",
-            *command,
-        )
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-        if proc.returncode != 0:
-            raise HarnessError(f"ssh {' '.join(command)}: rc {proc.returncode}: {proc.stderr}")
-        return proc.stdout
-
-    def pods(self, **labels: str) -> list[Obj]:
-        """The release's pods, optionally filtered by more labels."""
-        sel = ",".join(
-            [f"app.kubernetes.io/instance={RELEASE}", *(f"{k}={v}" for k, v in labels.items())]
-        )
-        path = f"/api/v1/namespaces/{self.ns}/pods"
-        return list(self.kube.api.request("GET", path, params={"labelSelector": sel})["items"])
-
-    def exec(self, pod: str, container: str, *argv: str, timeout_s: float = 60) -> str:
-        """Run ``argv`` in a container through the apiserver and the kubelet (kubectl exec)."""
-        out = self.kube.kubectl(
-            "exec",
-            f"--namespace={self.ns}",
-            pod,
-            "-c",
-            container,
-            "--",
-            *argv,
-            timeout_s=timeout_s,
-        )
-        return out.stdout
-
-    def logs(self, pod: str, container: str) -> str:
-        """A container's log through the apiserver (the kubelet serves it)."""
-        path = f"/api/v1/namespaces/{self.ns}/pods/{pod}/log"
-        return str(self.kube.api.request("GET", path, params={"container": container}))
-
-    def diagnose(self) -> str:
-        """Every pod's container states and each unready container's last log lines."""
-        lines = []
-        for pod in self.pods():
-            name = pod["metadata"]["name"]
-            status = pod.get("status", {})
-            lines.append(f"pod {name}: {status.get('phase')}")
-            for cond in status.get("conditions", []):
-                if cond.get("status") != "True":
-                    lines.append(
-                        f"  {cond['type']}=False {cond.get('reason', '')} {cond.get('message', '')}"
-                    )
-            for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
-                lines.append(
-                    f"  {cs['name']}: ready={cs.get('ready')} restarts={cs.get('restartCount')} "
-                    f"state={json.dumps(cs.get('state'))[:300]} "
-                    f"last={json.dumps(cs.get('lastState'))[:300]}"
-                )
-                if not cs.get("ready"):
-                    try:
-                        tail = self.logs(name, cs["name"]).splitlines()[-8:]
-                    except Exception as exc:  # noqa: BLE001 - diagnostics only
-                        tail = [f"(no log: {exc})"]
-                    lines += [f"    | {ln[:300]}" for ln in tail]
-        events = self.kube.kubectl(
-            "get", "events", f"--namespace={self.ns}", "--sort-by=.lastTimestamp", check=False
-        ).stdout.splitlines()[-25:]
-        return "\n".join([*lines, "events:", *events])
-
-
-def _ready(pod: Obj) -> bool:
-    conds = pod.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-
-def _local_volumes(node: RealNode, ns: str) -> Path:
-    """``local`` PersistentVolumes on the node, pre-bound to the chart's claims and the home's.
-
-    The home claim is ReadWriteMany, as ``home.existingClaim`` wants (the chart only names it);
-    returns the home volume's directory.
-    """
-    made: list[Path] = []
-    for claim, modes in (
-        (f"state-{RELEASE}-slurmctld-0", ["ReadWriteOnce"]),
-        (f"{RELEASE}-mosquitto-data", ["ReadWriteOnce"]),
-        (HOME_CLAIM, ["ReadWriteMany"]),
-    ):
-        name = f"pv-{ns}-{len(made)}"
-        path = node.hostpath_dir / name
-        path.mkdir(parents=True)
-        node.cluster.api.request(
-            "POST",
-            "/api/v1/persistentvolumes",
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": modes,
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "",
-                    "local": {"path": str(path)},
-                    "nodeAffinity": {
-                        "required": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "kubernetes.io/hostname",
-                                            "operator": "In",
-                                            "values": [node.name],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    },
-                    "claimRef": {"namespace": ns, "name": claim},
-                },
-            },
-        )
-        made.append(path)
-    # The site's home claim (the chart only names it).
-    node.cluster.api.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": HOME_CLAIM},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": f"pv-{ns}-2",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    return made[2]
-
-
-def _add_user(deployed: Deployed) -> None:
-    """The site's directory service, played by hand: USER's account and home.
-
-    The account on the login pod (sshd, sbatch) and slurmctld (uid -> name); the home with an
-    authorized key and the job script on the shared volume.
-
-    Workers need no account: slurmd takes the job's identity from slurmctld's credential.
-    """
-    home = deployed.home / USER
-    (home / ".ssh").mkdir(parents=True)
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(deployed.ssh_key)],
-        check=True,
-        timeout=30,
-    )
-    pub = deployed.ssh_key.with_suffix(".pub").read_text()
-    (home / ".ssh" / "authorized_keys").write_text(pub)
-    (home / "hb.sh").write_text(HEARTBEAT_SCRIPT)
-    for path in (home, home / ".ssh", home / ".ssh" / "authorized_keys", home / "hb.sh"):
-        os.chown(path, USER_ID, USER_ID)
-    (home / ".ssh").chmod(0o700)
-    (home / "hb.sh").chmod(0o755)
-    for pod, container in ((f"{RELEASE}-login-0", "login"), (CONTROLLER, "slurmctld")):
-        deployed.exec(
-            pod,
-            container,
-            "useradd",
-            "-M",
-            "-d",
-            f"/home/{USER}",
-            "-s",
-            "/bin/sh",
-            "-u",
-            str(USER_ID),
-            "-U",
-            USER,
-        )
-
-
-HEARTBEAT_SCRIPT = f"""#!/bin/sh
-# A job that says when it (re)starts and then beats once a second, in the shared home.
-f=/home/{USER}/hb-$SLURM_JOB_ID
-echo "start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $f
-while :; do date +%s >> $f; sleep 1; done
-"""
-
-
-def _values(tmp: Path) -> Path:
-    values = {
-        "kubernetesService": {"host": API_HOST, "port": API_PORT},
-        "pools": [
-            {
-                "name": POOL,
-                "replicas": len(WORKERS),
-                "gpus": 0,
-                "cpus": os.cpu_count() or 1,
-                "realMemoryMB": 1024,
-            }
-        ],
-        # preStop drains, waits for jobs until grace - margin, then requeues.
-        "workers": {
-            "terminationGracePeriodSeconds": GRACE_S,
-            "prestop": {"marginSeconds": MARGIN_S},
-        },
-        "controller": {"persistence": {"size": "1Gi"}},
-        "home": {"existingClaim": HOME_CLAIM},
-        # Both workers share the one K8s node: cordoning it takes the whole pool out, which
-        # the default budget (10 %, mass 20 %) rightly refuses as a mass event.
-        "coordinator": {
-            "failureGraceSeconds": FAILURE_GRACE_S,
-            "budget": {"maxOut": 10, "maxOutPercent": 100, "massPercent": 100},
-        },
-        "agent": {
-            "health": {"nvidiaVisibleDevices": "", "checks": {"dcgm": False, "fabric": False}}
-        },
-    }
-    path = tmp / "node-values.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return path
+DRAIN_MS: list[float] = []
+"""Pod DELETE -> slurmctld logs slonkd's drain reason, per deletion with preStop."""
 
 
 @pytest.fixture(scope="module")
-def deployed(session_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def deployed(session_root: Path) -> Iterator[Release]:
     """The chart installed once on a fresh real node; every pod Ready (or a diagnosis)."""
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
-    images = ensure_chart_images()
-    timings["images_build_or_cache_s"] = time.monotonic() - t0
-    tag = secrets.token_hex(3)
-    kube = KubeCluster(session_root / f"crk-{tag}")
-    node = RealNode(session_root / f"crn-{tag}", cluster=kube)
     try:
-        kube.start()
-        node.start()
-        t0 = time.monotonic()
-        imported = import_images(node, images)
-        timings["image_import_s"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        assert import_images(node, images) == []  # by content key: nothing twice
-        timings["image_import_again_s"] = time.monotonic() - t0
-        assert len(imported) == len(images)
-        ns = f"chart-{tag}"
-        kube.create_namespace(ns)
-        home = _local_volumes(node, ns)
-        tmp = tmp_path_factory.mktemp("chart-real")
-        assert kube.tools is not None
-        helm = Helm(binary=kube.tools.helm, home=tmp / "helm", kubeconfig=kube.kubeconfig)
-        values = value_args([LOCAL_IMAGES, _values(tmp)], image_values(images))
-        deployed = Deployed(
-            node=node,
-            kube=kube,
-            ns=ns,
-            helm=helm,
-            values=values,
-            home=home,
-            ssh_key=tmp / "id_ed25519",
-            timings=timings,
-        )
-        t0 = time.monotonic()
-        helm.run("install", RELEASE, str(CHART_DIR), f"--namespace={ns}", *values)
-
-        def all_ready() -> bool:
-            pods = deployed.pods()
-            # slurmctld, 2 workers, login, 2 coordinators, mosquitto
-            return len(pods) == 7 and all(_ready(p) for p in pods)
-
-        try:
-            wait_for(
-                "every pod of the release Ready", all_ready, timeout_s=READY_TIMEOUT_S, interval_s=1
-            )
-        except HarnessError as exc:
-            pytest.fail(f"{exc}\n{deployed.diagnose()}")
-        timings["install_to_ready_s"] = time.monotonic() - t0
-        _add_user(deployed)
-        print(f"\n[chart-real] timings: {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
-        yield deployed
-        print(f"\n[chart-real] drain latency ms (DELETE -> slurmctld): {deployed.drain_ms}")
-    finally:
-        try:
-            node.stop()
-        finally:
-            kube.stop()
+        with install(
+            session_root,
+            replicas=len(WORKERS),
+            grace_s=GRACE_S,
+            margin_s=MARGIN_S,
+            failure_grace_s=FAILURE_GRACE_S,
+        ) as release:
+            timings = {k: round(v, 1) for k, v in release.timings.items()}
+            print(f"\n[chart-real] timings: {timings}")
+            yield release
+            print(f"\n[chart-real] drain latency ms (DELETE -> slurmctld): {DRAIN_MS}")
+    except HarnessError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(autouse=True)
 def _no_job_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test, cancel USER's jobs: one left running would hold the next rollout."""
+    """After each test, cancel the user's jobs: one left running would hold the next rollout."""
     yield
     if "deployed" in request.fixturenames:
-        _cancel_all(request.getfixturevalue("deployed"))
+        request.getfixturevalue("deployed").cancel_all()
 
 
-def test_slurmctld_runs_and_every_worker_is_slurmd_plus_agent_and_idle(deployed: Deployed) -> None:
+def test_slurmctld_runs_and_every_worker_is_slurmd_plus_agent_and_idle(deployed: Release) -> None:
     """slurmctld Running; each worker pod 2/2 (slurmd + agent sidecar); its node idle in sinfo."""
     ctl = deployed.pods(**{"app.kubernetes.io/component": "slurmctld"})
     assert [p["metadata"]["name"] for p in ctl] == [CONTROLLER]
@@ -426,27 +113,27 @@ def test_slurmctld_runs_and_every_worker_is_slurmd_plus_agent_and_idle(deployed:
 
 
 def test_one_coordinator_leads_through_the_lease_and_the_standby_is_ready(
-    deployed: Deployed,
+    deployed: Release,
 ) -> None:
     """The chart's Lease names one of the two Ready coordinator pods as holder."""
     coords = deployed.pods(**{"app.kubernetes.io/component": "coordinator"})
     names = {p["metadata"]["name"] for p in coords}
     assert len(names) == 2
-    assert all(_ready(p) for p in coords)
+    assert all(ready(p) for p in coords)
     lease = deployed.kube.api.request(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{deployed.ns}/leases/{RELEASE}-coordinator"
     )
     assert lease["spec"]["holderIdentity"] in names, lease["spec"]
 
 
-def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Deployed) -> None:
+def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Release) -> None:
     """Each agent sidecar logged bus.bootstrap_done: /v1/credentials took its projected token."""
     for pod in WORKERS:
 
         def bootstrapped(pod: str = pod) -> list[Obj]:
             return [
                 e
-                for e in _json_lines(deployed.logs(pod, "slonkd-agent"))
+                for e in json_lines(deployed.logs(pod, "slonkd-agent"))
                 if e.get("event") == "bus.bootstrap_done"
             ]
 
@@ -462,137 +149,8 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Dep
         assert done[0]["username"]
 
 
-def _json_lines(text: str) -> list[Obj]:
-    out = []
-    for line in text.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
-
-
-def _job(deployed: Deployed, job: str) -> dict[str, str]:
-    out = deployed.exec(CONTROLLER, "slurmctld", "scontrol", "-o", "show", "job", job)
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
-
-
-def _job_state(deployed: Deployed, job: str) -> str:
-    fields = _job(deployed, job)
-    return f"{fields.get('JobState', '?')}:{fields.get('Reason', '')}:{fields.get('NodeList', '')}"
-
-
-def _cri_time(stamp: str) -> float:
-    """A CRI log line's RFC 3339 nanosecond stamp as a Unix time (microseconds kept)."""
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
-
-
-def _stamped(text: str) -> list[tuple[float, str]]:
-    """``kubectl logs --timestamps`` output as (time, line) pairs."""
-    out = []
-    for line in text.splitlines():
-        stamp, _, rest = line.partition(" ")
-        try:
-            out.append((_cri_time(stamp), rest))
-        except ValueError:
-            continue
-    return out
-
-
-class LogStream:
-    """``kubectl logs -f --timestamps`` of one container, written to a file.
-
-    The apiserver streams the log from the kubelet until the container exits.
-    """
-
-    def __init__(self, deployed: Deployed, pod: str, container: str, path: Path) -> None:
-        self.path = path
-        self._out = path.open("w")
-        self.proc = subprocess.Popen(
-            [
-                str(deployed.kube.kubectl_path),
-                f"--kubeconfig={deployed.kube.kubeconfig}",
-                f"--namespace={deployed.ns}",
-                "logs",
-                "-f",
-                "--timestamps",
-                pod,
-                "-c",
-                container,
-            ],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-        )
-
-    def ended(self) -> bool:
-        """The container exited (the stream ended)."""
-        return self.proc.poll() is not None
-
-    def close(self) -> list[tuple[float, str]]:
-        """Stop streaming; the (time, line) pairs received."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self._out.close()
-        return _stamped(self.path.read_text())
-
-
-def _ctl_log(deployed: Deployed, since: float) -> list[tuple[float, str]]:
-    out = deployed.kube.kubectl(
-        "logs", f"--namespace={deployed.ns}", CONTROLLER, "-c", "slurmctld", "--timestamps"
-    ).stdout
-    return [(t, line) for t, line in _stamped(out) if t >= since]
-
-
-def _first(lines: list[tuple[float, str]], *needles: str) -> float | None:
-    return next((t for t, line in lines if all(n in line for n in needles)), None)
-
-
-def _sbatch_heartbeat(deployed: Deployed, node: str) -> tuple[str, Path]:
-    """Submit the heartbeat job to ``node`` over SSH from USER's home; wait until it beats."""
-    out = deployed.ssh("sbatch", "--requeue", "-w", node, "-o", "/dev/null", "hb.sh")
-    job = out.strip().split()[-1]
-    beats = deployed.home / USER / f"hb-{job}"
-    queue = deployed.ssh("squeue", "-h", "-o", "%i:%u:%T:%N")
-    assert f"{job}:{USER}:" in queue, f"squeue over SSH: {queue}"
-    wait_for(
-        f"job {job} running and beating",
-        lambda: (
-            _job_state(deployed, job).startswith("RUNNING")
-            and beats.exists()
-            and len(beats.read_text().splitlines()) >= 2
-        ),
-        timeout_s=60,
-        interval_s=1,
-    )
-    return job, beats
-
-
-def _cancel_all(deployed: Deployed) -> None:
-    """Cancel every job of USER (what a test left behind would hold up the next one)."""
-    deployed.exec(CONTROLLER, "slurmctld", "scancel", f"--user={USER}")
-
-
-def _pod_uid(deployed: Deployed, name: str) -> str | None:
-    pod = next((p for p in deployed.pods() if p["metadata"]["name"] == name), None)
-    return None if pod is None else str(pod["metadata"]["uid"])
-
-
-def _replaced_and_ready(deployed: Deployed, name: str, old_uid: str) -> bool:
-    pod = next((p for p in deployed.pods() if p["metadata"]["name"] == name), None)
-    return pod is not None and pod["metadata"]["uid"] != old_uid and _ready(pod)
-
-
-def _node_line(deployed: Deployed, node: str) -> str:
-    out = deployed.exec(CONTROLLER, "slurmctld", "sinfo", "-h", "-n", node, "-o", "%T|%100E")
-    return out.strip()
-
-
 def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
-    deployed: Deployed, tmp_path: Path
+    deployed: Release, tmp_path: Path
 ) -> None:
     """USER sbatches a --requeue job over SSH on the login pod; kubectl delete of its worker.
 
@@ -602,8 +160,8 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
     node and the job runs again there (its second start in the shared home).
     """
     victim = WORKERS[0]
-    job, beats = _sbatch_heartbeat(deployed, victim)
-    old_uid = _pod_uid(deployed, victim)
+    job, beats = deployed.sbatch_heartbeat(victim)
+    old_uid = deployed.pod_uid(victim)
     assert old_uid
     slurmd_log = LogStream(deployed, victim, "slurmd", tmp_path / "slurmd.log")
     time.sleep(1)  # the stream is open before the DELETE
@@ -612,10 +170,10 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
     states: list[str] = []
 
     def replaced() -> bool:
-        state = _job_state(deployed, job)
+        state = deployed.job_state(job)
         if not states or states[-1] != state:
             states.append(state)
-        return _replaced_and_ready(deployed, victim, old_uid)
+        return deployed.replaced_and_ready(victim, old_uid)
 
     try:
         wait_for(f"{victim} replaced and Ready", replaced, timeout_s=180, interval_s=1)
@@ -623,16 +181,16 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
     except HarnessError:
         pytest.fail(f"job states {states}\n{deployed.diagnose()}")
     slurmd_lines = slurmd_log.close()
-    ctl = _ctl_log(deployed, t_delete)
-    t_exit = _first(slurmd_lines, "Slurmd shutdown completing")
-    t_drain = _first(ctl, f"node {victim} reason set to: slonkd:pod-terminating")
-    t_down = _first(ctl, f"node {victim} state set to DOWN")
+    ctl = ctl_log(deployed, t_delete)
+    t_exit = first(slurmd_lines, "Slurmd shutdown completing")
+    t_drain = first(ctl, f"node {victim} reason set to: slonkd:pod-terminating")
+    t_down = first(ctl, f"node {victim} state set to DOWN")
     evidence = f"states {states}\nslurmctld: {ctl[-12:]}\nslurmd: {slurmd_lines[-6:]}"
     assert t_exit is not None, evidence
     assert t_drain is not None, evidence
     assert t_down is not None, evidence
     assert t_drain < t_down < t_exit, evidence
-    deployed.drain_ms.append(round((t_drain - t_delete) * 1000))
+    DRAIN_MS.append(round((t_drain - t_delete) * 1000))
     bad = [s for s in states if s.split(":")[0] in BAD_STATES]
     assert not bad, states
     assert any(s.startswith(("PENDING", "REQUEUED", "REQUEUE_HOLD")) for s in states), states
@@ -645,23 +203,23 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
             interval_s=1,
         )
     except HarnessError:
-        pytest.fail(f"{_job_state(deployed, job)} node {_node_line(deployed, victim)}")
-    assert _job(deployed, job)["Restarts"] == "1"
-    assert _node_line(deployed, victim).split("|")[0] in ("mixed", "allocated"), _node_line(
-        deployed, victim
+        pytest.fail(f"{deployed.job_state(job)} node {deployed.node_line(victim)}")
+    assert deployed.job(job)["Restarts"] == "1"
+    assert deployed.node_line(victim).split("|")[0] in ("mixed", "allocated"), deployed.node_line(
+        victim
     )
     deployed.ssh("scancel", job)
 
 
 def test_the_agent_log_through_the_kubelet_shows_the_drain_as_json(
-    deployed: Deployed, tmp_path: Path
+    deployed: Release, tmp_path: Path
 ) -> None:
     """kubectl logs -c slonkd-agent of a deleted worker: the drain as one JSON line.
 
     With node, pod, cause and the SLURM state before and after; the replacement comes back idle.
     """
     victim = WORKERS[1]
-    old_uid = _pod_uid(deployed, victim)
+    old_uid = deployed.pod_uid(victim)
     assert old_uid
     agent_log = LogStream(deployed, victim, "slonkd-agent", tmp_path / "agent.log")
     time.sleep(1)
@@ -670,7 +228,7 @@ def test_the_agent_log_through_the_kubelet_shows_the_drain_as_json(
     try:
         wait_for(
             f"{victim} replaced and Ready",
-            lambda: _replaced_and_ready(deployed, victim, old_uid),
+            lambda: deployed.replaced_and_ready(victim, old_uid),
             timeout_s=120,
             interval_s=1,
         )
@@ -680,7 +238,7 @@ def test_the_agent_log_through_the_kubelet_shows_the_drain_as_json(
     lines = agent_log.close()
     drains = [
         e
-        for e in _json_lines("\n".join(line for _, line in lines))
+        for e in json_lines("\n".join(line for _, line in lines))
         if e.get("event") == "agent.mirror_applied" and e.get("action") == "drain"
     ]
     assert drains, lines[-10:]
@@ -693,21 +251,21 @@ def test_the_agent_log_through_the_kubelet_shows_the_drain_as_json(
     # the sidecar outlived slurmd and stopped cleanly on its SIGTERM
     tail = [line for _, line in lines[-15:]]
     assert not any("Traceback" in line for _, line in lines), tail
-    assert "agent.stopped" in [e.get("event") for e in _json_lines("\n".join(tail))], tail
-    t_drain = _first(
-        _ctl_log(deployed, t_delete), f"node {victim} reason set to: slonkd:pod-terminating"
+    assert "agent.stopped" in [e.get("event") for e in json_lines("\n".join(tail))], tail
+    t_drain = first(
+        ctl_log(deployed, t_delete), f"node {victim} reason set to: slonkd:pod-terminating"
     )
     assert t_drain is not None
-    deployed.drain_ms.append(round((t_drain - t_delete) * 1000))
+    DRAIN_MS.append(round((t_drain - t_delete) * 1000))
     wait_for(
         f"{victim} idle again",
-        lambda: _node_line(deployed, victim).split("|")[0] == "idle",
+        lambda: deployed.node_line(victim).split("|")[0] == "idle",
         timeout_s=60,
         interval_s=1,
     )
 
 
-def _workers_updated(deployed: Deployed) -> bool:
+def _workers_updated(deployed: Release) -> bool:
     """Every worker pod runs its StatefulSet's update revision and is Ready, nodes idle."""
     sts = deployed.kube.api.request(
         "GET", f"/apis/apps/v1/namespaces/{deployed.ns}/statefulsets/{RELEASE}-{POOL}"
@@ -717,14 +275,14 @@ def _workers_updated(deployed: Deployed) -> bool:
     if len(pods) != len(WORKERS):
         return False
     for pod in pods:
-        if pod["metadata"]["labels"].get("controller-revision-hash") != want or not _ready(pod):
+        if pod["metadata"]["labels"].get("controller-revision-hash") != want or not ready(pod):
             return False
     out = deployed.exec(CONTROLLER, "slurmctld", "sinfo", "-h", "-N", "-o", "%N %T")
     return all(line.split()[1] == "idle" for line in out.splitlines() if line.strip())
 
 
 def test_without_the_prestop_the_dying_slurmd_takes_the_job_with_it(
-    deployed: Deployed,
+    deployed: Release,
 ) -> None:
     """workers.prestop.enabled=false: the dying slurmd kills the job, nothing requeues it.
 
@@ -747,22 +305,22 @@ def test_without_the_prestop_the_dying_slurmd_takes_the_job_with_it(
     pod = next(p for p in deployed.pods() if p["metadata"]["name"] == victim)
     slurmd = next(c for c in pod["spec"]["containers"] if c["name"] == "slurmd")
     assert "lifecycle" not in slurmd, slurmd.get("lifecycle")
-    job, beats = _sbatch_heartbeat(deployed, victim)
+    job, beats = deployed.sbatch_heartbeat(victim)
     old_uid = str(pod["metadata"]["uid"])
     deployed.kube.api.request("DELETE", f"/api/v1/namespaces/{deployed.ns}/pods/{victim}")
     states: list[str] = []
 
     def replaced() -> bool:
-        state = _job_state(deployed, job)
+        state = deployed.job_state(job)
         if not states or states[-1] != state:
             states.append(state)
-        return _replaced_and_ready(deployed, victim, old_uid)
+        return deployed.replaced_and_ready(victim, old_uid)
 
     wait_for(f"{victim} replaced and Ready", replaced, timeout_s=120, interval_s=1)
     size = len(beats.read_text())
     time.sleep(15)
     text = beats.read_text()
-    fields = _job(deployed, job)
+    fields = deployed.job(job)
     evidence = f"states {states}, now {fields.get('JobState')}, beats {text[-200:]!r}"
     assert len(text) == size, f"the job still beats: {evidence}"
     assert "start 1" not in text, f"requeued: {evidence}"
@@ -771,7 +329,7 @@ def test_without_the_prestop_the_dying_slurmd_takes_the_job_with_it(
     deployed.exec(CONTROLLER, "slurmctld", "scancel", job)
 
 
-def _leader(deployed: Deployed) -> str:
+def _leader(deployed: Release) -> str:
     lease = deployed.kube.api.request(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{deployed.ns}/leases/{RELEASE}-coordinator"
     )
@@ -779,7 +337,7 @@ def _leader(deployed: Deployed) -> str:
 
 
 def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killing_no_job(
-    deployed: Deployed,
+    deployed: Release,
 ) -> None:
     """helm upgrade of an agent setting: a job-safe rollout, one worker at a time.
 
@@ -793,11 +351,11 @@ def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killin
         jobs[worker] = out.strip().split()[-1]
     wait_for(
         "both jobs running",
-        lambda: all(_job_state(deployed, j).startswith("RUNNING") for j in jobs.values()),
+        lambda: all(deployed.job_state(j).startswith("RUNNING") for j in jobs.values()),
         timeout_s=60,
         interval_s=1,
     )
-    old = {w: _pod_uid(deployed, w) for w in WORKERS}
+    old = {w: deployed.pod_uid(w) for w in WORKERS}
     deployed.upgrade("workers.prestop.enabled=true", "agent.health.checks.fast_period_s=20")
     most_out = 0
     states: dict[str, list[str]] = {j: [] for j in jobs.values()}
@@ -805,10 +363,10 @@ def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killin
     def rolled() -> bool:
         nonlocal most_out
         pods = {p["metadata"]["name"]: p for p in deployed.pods()}
-        out = sum(1 for w in WORKERS if w not in pods or not _ready(pods[w]))
+        out = sum(1 for w in WORKERS if w not in pods or not ready(pods[w]))
         most_out = max(most_out, out)
         for job, seen in states.items():
-            state = _job_state(deployed, job).split(":")[0]
+            state = deployed.job_state(job).split(":")[0]
             if not seen or seen[-1] != state:
                 seen.append(state)
         return _workers_updated(deployed)
@@ -817,12 +375,12 @@ def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killin
         wait_for("the rollout replaced every worker", rolled, timeout_s=360, interval_s=1)
     except HarnessError:
         pytest.fail(f"jobs {states}\n{deployed.diagnose()}")
-    assert all(_pod_uid(deployed, w) != old[w] for w in WORKERS)
+    assert all(deployed.pod_uid(w) != old[w] for w in WORKERS)
     assert most_out == 1, most_out
     for job, seen in states.items():
         assert seen[-1] == "COMPLETED", (job, seen)
         assert not [s for s in seen if s in BAD_STATES or s == "PENDING"], (job, seen)
-        assert _job(deployed, job)["Restarts"] == "0", job
+        assert deployed.job(job)["Restarts"] == "0", job
     for worker in WORKERS:
         pod = next(p for p in deployed.pods() if p["metadata"]["name"] == worker)
         slurmd = next(c for c in pod["spec"]["containers"] if c["name"] == "slurmd")
@@ -840,12 +398,12 @@ def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killin
         pytest.fail(status)
 
 
-def _node_obj(deployed: Deployed) -> Obj:
+def _node_obj(deployed: Release) -> Obj:
     return dict(deployed.kube.api.request("GET", f"/api/v1/nodes/{deployed.node.name}"))
 
 
 def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_eviction(
-    deployed: Deployed,
+    deployed: Release,
 ) -> None:
     """A SLURM failure on a settled worker: the real K8s node is marked, one eviction at most.
 
@@ -858,12 +416,12 @@ def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_evicti
     victim, other = WORKERS[1], WORKERS[0]
     pod = next(p for p in deployed.pods() if p["metadata"]["name"] == victim)
     ready_at = next(
-        _cri_time(c["lastTransitionTime"])
+        cri_time(c["lastTransitionTime"])
         for c in pod["status"]["conditions"]
         if c["type"] == "Ready"
     )
     time.sleep(max(0.0, ready_at + FAILURE_GRACE_S + 3 - time.time()))
-    uids = {w: {_pod_uid(deployed, w)} for w in WORKERS}
+    uids = {w: {deployed.pod_uid(w)} for w in WORKERS}
     t0 = time.time() - 2
     deployed.exec(
         CONTROLLER,
@@ -881,7 +439,7 @@ def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_evicti
     def marked() -> bool:
         node = _node_obj(deployed)
         for w in WORKERS:
-            uid = _pod_uid(deployed, w)
+            uid = deployed.pod_uid(w)
             if uid is not None:
                 uids[w].add(uid)
         seen["cordoned"] = bool(node["spec"].get("unschedulable"))
