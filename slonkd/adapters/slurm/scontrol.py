@@ -4,9 +4,9 @@ Every write re-reads the nodes it touches right before updating them (``sinfo -n
 only the fields the decisions need, see ``parsing_cas.py``; ``scontrol`` for whatever that
 cannot show exactly), runs the pure decisions of :mod:`slonkd.core.slurm_plan` on that
 fresh read, and sends identical updates together as compressed hostlists
-(``hostlists.py``), chunked to ``max_hostlist_chars``.
-Results (``results.py``) say which nodes changed and which were skipped, and why. A chunk that slurmctld
-refuses (a node vanished, a state changed under us) is retried node by node so one bad
+(``hostlists.py``), chunked to ``max_hostlist_chars``. Results (``results.py``) say which
+nodes changed and which were skipped, and why. A chunk that slurmctld refuses (a node
+vanished, a state changed under us) is retried node by node so one bad
 node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``runner.py``.
 """
 
