@@ -28,7 +28,8 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, leaf_membership, render
 from slonkd.runtime.logging import configure_logging
-from slonkd.runtime.topology_sync import TopologyApplier, TopologySettings
+from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.topology_sync import TopologyApplier
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 

@@ -133,7 +133,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
     )
     from slonkd.runtime.coordinating import CoordinatorSettings
-    from slonkd.runtime.topology_sync import topology_settings
+    from slonkd.runtime.topology_settings import topology_settings
 
     if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
         raw = values["rollout"]

@@ -160,7 +160,7 @@ def _writer_of(cause: Cause) -> Writer:
     return Writer.AGENT if cause.name in AGENT_CAUSES else Writer.COORDINATOR
 
 
-def _held(slurm: SlurmNode) -> frozenset[Cause] | None:
+def held_causes(slurm: SlurmNode) -> frozenset[Cause] | None:
     """slonkd's causes on the node, or None when SLURM's state is not slonkd's to touch.
 
     Only a reason that holds the node counts (``live_reason``): SLURM 24.11 keeps the text of
@@ -296,7 +296,7 @@ def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list
     if not s.state.fully_recognised:
         notes.append(f"SLURM state {s.state} not recognised: no SLURM action")
         return []
-    held = _held(s)
+    held = held_causes(s)
     if held is None:
         notes.append(
             f"SLURM state {s.state} / reason {s.reason[:80]!r} is not slonkd's: left alone"
@@ -377,7 +377,7 @@ def _kube_actions(
                     continue
                 out.append(step)
         return out
-    if _holds_marks(view):
+    if holds_marks(view):
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just
         # evicted by remediation): undoing the marks would let its replacement land back here.
         notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
@@ -395,7 +395,7 @@ def _kube_actions(
     return out
 
 
-def _holds_marks(view: NodeView) -> bool:
+def holds_marks(view: NodeView) -> bool:
     """slonkd's marks are on the K8s node and the pod there is not settled: keep them."""
     kube, pod = view.kube_node, view.pod
     if kube is None:
@@ -432,89 +432,3 @@ def _remediate(
             )
         ]
     return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure, budgeted=True)]
-
-
-_FAILURE_MARKS = frozenset(
-    {Kind.CORDON, Kind.TAINT, Kind.EVENT, Kind.EVICT, Kind.REQUEST_REBOOT, Kind.MARK_MANUAL}
-)
-_UNDO_MARKS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
-
-
-def _undoes_marks(action: Action) -> bool:
-    return action.kind in _UNDO_MARKS or (
-        action.kind is Kind.SET_CONDITION and action.key == "True"
-    )
-
-
-def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
-    """Make the K8s-node actions of pods that share a K8s node agree.
-
-    A K8s node is marked unhealthy if any of its pods' SLURM nodes failed; slonkd's marks are
-    undone only when none did and none of its pods is in its lifecycle (an evicted pod's
-    failure is unseen while it terminates). Per-node actions (cordon, taint, condition) are
-    kept once.
-    """
-    failing: set[str] = set()
-    for view, plan in zip(views, plans, strict=True):
-        if view.kube_node is not None and (plan.failure is not None or _holds_marks(view)):
-            failing.add(view.kube_node.name)  # marked, or kept marked for a pod in lifecycle
-    merged = []
-    emitted: set[tuple[str, Kind, str]] = set()
-    for view, plan in zip(views, plans, strict=True):
-        kube = view.kube_node.name if view.kube_node is not None else ""
-        kept = []
-        for action in plan.actions:
-            if action.kind in _FAILURE_MARKS | _UNDO_MARKS | {Kind.SET_CONDITION} and kube:
-                if kube in failing and _undoes_marks(action):
-                    continue
-                once = (kube, action.kind, action.key)
-                if action.kind is not Kind.EVICT and once in emitted:
-                    continue
-                emitted.add(once)
-            kept.append(action)
-        merged.append(
-            Plan(node=plan.node, actions=tuple(kept), notes=plan.notes, failure=plan.failure)
-        )
-    return merged
-
-
-def suspect_common_causes(
-    views: list[NodeView], plans: list[Plan], *, min_nodes: int, fraction: float
-) -> tuple[list[Plan], frozenset[Cause]]:
-    """When many nodes fail the same health check at once, suspect the check, not the nodes.
-
-    A health cause reported as ``fail`` by at least ``max(min_nodes, fraction * nodes)``
-    nodes right now (taken out already or not) is dropped from every plan: nothing more is
-    drained, cordoned or evicted for it. Releases are never dropped. The caller reports the
-    suspected causes; what was taken out before the count was reached stays out (inside the
-    disruption budget) for a person to look at.
-    """
-    counts: dict[Cause, int] = {}
-    for view in views:
-        failing = {
-            _c("health", cause_detail(r.cause or r.check))
-            for r in view.health.values()
-            if r.verdict is Verdict.FAIL
-        }
-        held = _held(view.slurm) if view.slurm is not None else None
-        failing |= {c for c in held or () if c.name == "health"}  # already taken out for it
-        for cause in failing:
-            counts[cause] = counts.get(cause, 0) + 1
-    limit = max(min_nodes, int(fraction * len(views) + 0.999))
-    suspected = frozenset(c for c, n in counts.items() if n >= limit)
-    if not suspected:
-        return plans, suspected
-    kept = [
-        Plan(
-            node=p.node,
-            notes=p.notes,
-            failure=p.failure,
-            actions=tuple(
-                a
-                for a in p.actions
-                if a.cause not in suspected or _undoes_marks(a) or a.kind is Kind.RELEASE
-            ),
-        )
-        for p in plans
-    ]
-    return kept, suspected

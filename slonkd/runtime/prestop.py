@@ -30,8 +30,9 @@ from typing import TypeVar
 import structlog
 
 from slonkd.adapters.slurm.job_signal import JobSignaller, SignalOutcome
+from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.adapters.slurm.scontrol import ScontrolBackend, UpdateResult
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec, deadlines
 from slonkd.core.errors import SlonkdError
 from slonkd.core.reasons import Cause

@@ -15,7 +15,8 @@ import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, check_block, leaf_membership, render, stamped
-from slonkd.runtime.topology_sync import TopologyApplier, TopologySettings
+from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.topology_sync import TopologyApplier
 from slonkd.testing import procs
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster

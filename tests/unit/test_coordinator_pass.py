@@ -20,7 +20,7 @@ from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import FencedError
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.scontrol import UpdateResult
+from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.decide import Kind, Policy
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError

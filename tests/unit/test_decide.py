@@ -499,7 +499,7 @@ def test_a_failure_already_remediated_is_left_to_an_operator() -> None:
 
 def test_pods_sharing_a_k8s_node_agree_on_its_marks() -> None:
     """A failing pod's cordon is not undone by a healthy neighbour on the same K8s node."""
-    from slonkd.core.decide import merge_shared_nodes
+    from slonkd.core.fleet_decide import merge_shared_nodes
 
     marked = knode(
         cordoned=True,

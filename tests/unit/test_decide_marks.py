@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from slonkd.core.decide import FAILURE_TAINT, Kind, decide, merge_shared_nodes
+from slonkd.core.decide import FAILURE_TAINT, Kind, decide
+from slonkd.core.fleet_decide import merge_shared_nodes
 from slonkd.core.kube_objects import Taint, TaintEffect
 from slonkd.core.slurm_node import NodeName
 from tests.unit.test_decide import POLICY, knode, pod, slurm, view

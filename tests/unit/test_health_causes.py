@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from slonkd.adapters.health.checks import Check
 from slonkd.core import node_health, reasons
-from slonkd.core.decide import Kind, NodeView, Policy, decide, suspect_common_causes
+from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.fleet_decide import suspect_common_causes
 from slonkd.core.health import (
     CheckResult,
     Hysteresis,

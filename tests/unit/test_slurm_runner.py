@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.runner import (
     InvalidNodeStateError,
     NodeNotFoundError,
     PermissionDeniedError,
     translate_failure,
 )
-from slonkd.adapters.slurm.scontrol import chunk_hostlists, compress
 from slonkd.core.errors import TerminalError, TransientError
 
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slonkd.adapters.slurm.parsing import ReasonGroup
+from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
-from slonkd.adapters.slurm.scontrol import RequeueResult, ScontrolBackend, UpdateResult
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import SlurmNode

@@ -4,9 +4,9 @@ Every write re-reads the nodes it touches right before updating them (``sinfo -n
 only the fields the decisions need, see ``parsing_cas.py``; ``scontrol`` for whatever that
 cannot show exactly), runs the pure decisions of :mod:`slonkd.core.slurm_plan` on that
 fresh read, and sends identical updates together as compressed hostlists
-(python-hostlist), chunked to ``max_hostlist_chars``.
-Results say which nodes changed and which were skipped, and why. A chunk that slurmctld
-refuses (a node vanished, a state changed under us) is retried node by node so one bad
+(``hostlists.py``), chunked to ``max_hostlist_chars``. Results (``results.py``) say which
+nodes changed and which were skipped, and why. A chunk that slurmctld refuses (a node
+vanished, a state changed under us) is retried node by node so one bad
 node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``runner.py``.
 """
 
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import hostlist
 
+from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
     ReasonGroup,
@@ -32,6 +33,7 @@ from slonkd.adapters.slurm.parsing import (
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
+from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
     InvalidNodeStateError,
@@ -40,7 +42,7 @@ from slonkd.adapters.slurm.runner import (
 )
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
-from slonkd.core.slurm_job import JobId, SlurmJob
+from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
@@ -55,50 +57,6 @@ from slonkd.core.slurm_plan import (
 
 REASONS_FORMAT = "%N|%T|%H|%U|%E"
 _Planner = Callable[[SlurmNode], Update | Skip]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateResult:
-    """What a bulk operation did: nodes changed, nodes skipped (with why), calls made."""
-
-    changed: tuple[NodeName, ...] = ()
-    skipped: tuple[Skip, ...] = ()
-    calls: int = 0
-
-    def skipped_for(self, why: SkipReason) -> set[NodeName]:
-        """Names of the nodes skipped for ``why``."""
-        return {s.node for s in self.skipped if s.why is why}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequeueResult:
-    """Jobs of a node put back in the queue, and those that could not be."""
-
-    requeued: tuple[JobId, ...] = ()
-    not_requeueable: tuple[JobId, ...] = ()
-
-
-def compress(names: Iterable[str]) -> str:
-    """A SLURM hostlist expression for ``names`` (``n[1-3,7]``)."""
-    return str(hostlist.collect_hostlist(sorted(set(names))))
-
-
-def chunk_hostlists(names: Sequence[str], max_chars: int) -> list[str]:
-    """Compressed hostlists covering ``names``, each at most ``max_chars`` long.
-
-    Splits the sorted names into as few equal runs as fit (a single name longer than the
-    limit still gets its own chunk).
-    """
-    ordered = hostlist.numerically_sorted(sorted(set(names)))
-    if not ordered:
-        return []
-    parts = max(1, -(-len(compress(ordered)) // max(1, max_chars)))
-    while True:
-        size = -(-len(ordered) // parts)
-        chunks = [compress(ordered[i : i + size]) for i in range(0, len(ordered), size)]
-        if size == 1 or all(len(c) <= max_chars for c in chunks):
-            return chunks
-        parts += max(1, parts // 4)
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ import structlog
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.scontrol import UpdateResult
+from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.decide import MANUAL_TAINT, REBOOT_TAINT, Action, Kind, NodeView
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeResult, ObjectRef

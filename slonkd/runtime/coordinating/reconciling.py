@@ -48,10 +48,9 @@ from slonkd.core.decide import (
     Plan,
     Writer,
     decide,
-    merge_shared_nodes,
-    suspect_common_causes,
 )
 from slonkd.core.errors import SlonkdError
+from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.audit import AuditLog

@@ -20,7 +20,7 @@ from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
 from slonkd.runtime.audit import check_rotation
 from slonkd.runtime.coordinator_api import ApiTls
 from slonkd.runtime.credentials import CredentialSettings
-from slonkd.runtime.topology_sync import TopologySettings
+from slonkd.runtime.topology_settings import TopologySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

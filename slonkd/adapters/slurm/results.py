@@ -1,0 +1,35 @@
+"""What the SLURM adapter's writes report back: nodes changed or skipped, jobs requeued.
+
+Results of :class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend`'s compare-and-set
+writes (the skip reasons come from the pure planner, :mod:`slonkd.core.slurm_plan`); read by
+the coordinator's executors, the agent and the preStop hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slonkd.core.slurm_job import JobId
+from slonkd.core.slurm_node import NodeName
+from slonkd.core.slurm_plan import Skip, SkipReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateResult:
+    """What a bulk operation did: nodes changed, nodes skipped (with why), calls made."""
+
+    changed: tuple[NodeName, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+    calls: int = 0
+
+    def skipped_for(self, why: SkipReason) -> set[NodeName]:
+        """Names of the nodes skipped for ``why``."""
+        return {s.node for s in self.skipped if s.why is why}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequeueResult:
+    """Jobs of a node put back in the queue, and those that could not be."""
+
+    requeued: tuple[JobId, ...] = ()
+    not_requeueable: tuple[JobId, ...] = ()
