@@ -8,16 +8,22 @@ fleet family is read back from the leader's /metrics with the values the scene i
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slonkd.testing.procs import HarnessError, wait_for
+from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
+from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
+from slonkd.testing.slurm import SlurmCluster
 from tests.e2e import test_coordinator
-from tests.e2e.conftest import set_unschedulable
+from tests.e2e.conftest import read_json_log, set_unschedulable
 from tests.e2e.test_coordinator import BASE_CONFIG, PODS, Fleet
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -173,3 +179,64 @@ def test_every_fleet_family_follows_a_drain_a_failure_and_a_cordon(fleet: Fleet)
     until(fleet, "the job counted by sdiag", lambda s: (
         get(s, "slonkd_slurmctld_job_events_total", event="submitted") == submitted + 1
     ))  # fmt: skip
+
+
+WINDOW_S = 30.0
+AT_REST = {**BASE_CONFIG, "resync_s": 30, "sdiag_s": 5}
+"""Production timings (a resync every 30 s, the poll every 0.7 s); sdiag 12 times its default."""
+
+
+def rpcs_at_rest(slurm: SlurmCluster) -> dict[str, int]:
+    """slurmctld's RPC counts by type over :data:`WINDOW_S`, nothing else talking to it."""
+    slurm.run("sdiag", "--reset")
+    time.sleep(WINDOW_S)
+    return {rpc: stat.count for rpc, stat in parse_sdiag(slurm.run("sdiag").stdout).rpcs.items()}
+
+
+@pytest.mark.parametrize("coordinator_config", [AT_REST])
+def test_the_fleet_metrics_cost_slurmctld_only_their_sdiag(fleet: Fleet, tmp_path: Path) -> None:
+    """The same fleet at rest, exporter on then off: every RPC count but sdiag's is the same.
+
+    Measured by slurmctld itself (``sdiag`` over 30 s each). With the exporter on, the only
+    new RPC is ``REQUEST_STATS_INFO`` (sdiag, every ``sdiag_s``); the node reads (the poll's
+    and the resync's) are within noise of the exporter off: the families are counted from
+    reads the pass makes anyway. The table is printed (``-s``) for the report.
+    """
+    until(fleet, "the exporter exporting", lambda s: (
+        get(s, "slonkd_fleet_nodes", state="idle") == PODS
+        and get(s, "slonkd_slurmctld_server_threads") >= 1
+    ))  # fmt: skip
+    on = rpcs_at_rest(fleet.slurm)
+    fleet.procs[0].terminate()
+    fleet.procs[0].wait(timeout=30)
+    config = tmp_path / "coordinator-off.json"
+    config.write_text(json.dumps({**AT_REST, "fleet_metrics": False}))
+    with fleet.log.open("ab") as out:
+        fleet.procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                env={**fleet.env, "SLONKD_CONFIG": str(config)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        )
+
+    def leading_again() -> bool:
+        leading = [e for e in read_json_log(fleet.log) if e.get("event") == "coordinator.leading"]
+        return len(leading) >= 2
+
+    wait_for("the exporter-off coordinator leading", leading_again, timeout_s=60)
+    time.sleep(3)  # its first pass
+    assert not any(name.startswith("slonkd_fleet_") for name, _ in scrape(fleet))
+    off = rpcs_at_rest(fleet.slurm)
+    rows = sorted(set(on) | set(off))
+    print(f"\nslurmctld RPCs over {WINDOW_S:.0f} s at rest, 20 nodes: exporter off | on")
+    for rpc in rows:
+        print(f"  {rpc:40} {off.get(rpc, 0):6} | {on.get(rpc, 0):6}")
+    new = {r for r in rows if on.get(r, 0) > 0 and off.get(r, 0) == 0}
+    assert new <= {"REQUEST_STATS_INFO"}, (on, off)
+    sdiags = on.get("REQUEST_STATS_INFO", 0) - off.get("REQUEST_STATS_INFO", 0)
+    assert WINDOW_S / 5 - 2 <= sdiags <= WINDOW_S / 5 + 2, (on, off)
+    for rpc in ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO"):
+        assert abs(on.get(rpc, 0) - off.get(rpc, 0)) <= max(3, 0.15 * off.get(rpc, 0)), (on, off)
