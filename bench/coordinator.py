@@ -8,7 +8,9 @@
    Side by side: one raw ``scontrol update`` and one raw ``kubectl``-like PATCH, the floors.
 2. slurmctld RPCs per second caused by the coordinator at rest (``sdiag`` over 20 s, no
    other client): every RPC (a ``sinfo`` read is two: node table and partitions), and the
-   node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts.
+   node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts; side
+   by side with the fleet metrics off (``fleet_metrics: false``), whose only RPC is ``sdiag``
+   (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
    without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
    coordinator's RSS.
@@ -42,7 +44,8 @@ NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
 _CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE",
                 "REQUEST_JOB_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_BUILD_INFO",
-                "REQUEST_JOB_REQUEUE", "REQUEST_RECONFIGURE", "REQUEST_TOPO_INFO")  # fmt: skip
+                "REQUEST_JOB_REQUEUE", "REQUEST_RECONFIGURE", "REQUEST_TOPO_INFO",
+                "REQUEST_STATS_INFO")  # fmt: skip
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -159,8 +162,15 @@ def _sdiag_client_rpcs(slurm: SlurmCluster) -> tuple[int, int]:
     return total, node_reads
 
 
+def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
+    """Client RPCs and node-table reads over 20 s, nothing but the coordinator talking."""
+    slurm.run("sdiag", "--reset")
+    time.sleep(20)
+    return _sdiag_client_rpcs(slurm)
+
+
 def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
-    """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest."""
+    """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest (fleet off/on)."""
     names = [f"w-{i}" for i in range(10)]
     slurm = SlurmCluster(root / "slurm", SlurmLayout(nodes=tuple(names)))
     slurm.start()
@@ -169,17 +179,21 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
         asyncio.run(_create(kube, knodes, names))
         wait_for("pods ready", lambda: _running(kube, len(names)), timeout_s=120)
         time.sleep(2)  # the pods must be Ready for longer than failure_grace_s
-        co = Coordinator(
-            root / "lat", kube, slurm,
-            resync_s=30, failure_grace_s=1, unready_grace_s=3600, remediate=False,
-            max_out=100, max_out_percent=100, mass_percent=100,
-        )  # fmt: skip
+        config: dict[str, Any] = {
+            "resync_s": 30, "failure_grace_s": 1, "unready_grace_s": 3600, "remediate": False,
+            "max_out": 100, "max_out_percent": 100, "mass_percent": 100,
+        }  # fmt: skip
+        off = Coordinator(root / "lat-off", kube, slurm, fleet_metrics=False, **config)
+        try:
+            wait_for("first pass, fleet metrics off", lambda: off.passes() > 0, timeout_s=60)
+            rpcs_off, node_reads_off = _at_rest(slurm)
+        finally:
+            off.stop()
+        co = Coordinator(root / "lat", kube, slurm, **config)
         try:
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=60)
             # RPC rate at rest, nothing else talking to slurmctld
-            slurm.run("sdiag", "--reset")
-            time.sleep(20)
-            rpcs, node_reads = _sdiag_client_rpcs(slurm)
+            rpcs, node_reads = _at_rest(slurm)
             samples = []
             for i in range(events):
                 name = names[i % len(names)]
@@ -218,6 +232,8 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
                 "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
                 "slurmctld_rpc_per_s": rpcs / 20,
                 "slurmctld_node_reads_per_s": node_reads / 20,
+                "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,
+                "slurmctld_node_reads_per_s_fleet_off": node_reads_off / 20,
                 "events": float(len(samples)),
             }
         finally:

@@ -4,7 +4,7 @@ Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the 
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
 and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`` below
 (the fields of :class:`~slonkd.runtime.coordinating.settings.CoordinatorSettings` and of the policy:
-timings, budget, state, API, audit, dry run, remediation, topology);
+timings, budget, state, API, audit, dry run, remediation, topology, fleet metrics);
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
 ``SLONKD_API_TLS_CERT_FILE`` and ``SLONKD_API_TLS_KEY_FILE`` (PEM, both or neither) make the
@@ -57,6 +57,8 @@ _NUMBERS = {
     "max_reads_per_s",
     "audit_max_bytes",
     "audit_keep",
+    "sdiag_s",
+    "sdiag_timeout_s",
 }
 _WHOLE = {"max_out", "suspect_min_nodes", "api_port"}
 _STRINGS = {
@@ -87,6 +89,7 @@ _KEYS = _NUMBERS | {
     "topology",
     "remediate",
     "rollout",
+    "fleet_metrics",
 }
 
 
@@ -123,7 +126,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
             raise ValueError(f"{key} must be a {'non-empty ' if key in _NAMES else ''}string")
     if values.get("kubeconfig") is not None and not isinstance(values["kubeconfig"], str):
         raise ValueError("kubeconfig must be a path")
-    for flag in ("dry_run", "remediate"):
+    for flag in ("dry_run", "remediate", "fleet_metrics"):
         if not isinstance(values.get(flag, False), bool):
             raise ValueError(f"{flag} must be true or false")
     policy = Policy(

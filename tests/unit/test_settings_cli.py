@@ -35,6 +35,9 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"suspect_min_nodes": 0.5}, "suspect_min_nodes"),
     ({"api_host": 0}, "api_host"),
     ({"poll_s": "fast"}, "poll_s"),
+    ({"sdiag_s": 0.5}, "sdiag_s"),
+    ({"sdiag_timeout_s": 0}, "sdiag_timeout_s"),
+    ({"fleet_metrics": "yes"}, "fleet_metrics"),
 ]
 
 AGENT_CASES: list[tuple[dict[str, object], str]] = [
@@ -119,6 +122,8 @@ def test_good_settings_still_load(tmp_path: Path) -> None:
                 "renew_deadline_s": 4,
                 "retry_period_s": 1,
                 "api_port": 0,
+                "fleet_metrics": False,
+                "sdiag_s": 0,
             }
         )
     )
@@ -126,6 +131,7 @@ def test_good_settings_still_load(tmp_path: Path) -> None:
         {"POD_NAMESPACE": "ns", "POD_NAME": "c-0", "SLONKD_CONFIG": str(path)}
     )
     assert (s.lease_duration_s, s.poll_s) == (6, 0)
+    assert (s.fleet_metrics, s.sdiag_s) == (False, 0)
     coordinator.load_settings({"POD_NAMESPACE": "ns", "POD_NAME": "c-0"})
     path.write_text(json.dumps({"health": {"mounts": ["/home"], "fast_period_s": 5}}))
     a = agent.load_settings(

@@ -123,6 +123,10 @@ class ScontrolBackend:
             return [n for n in nodes if n.name in wanted]
         return nodes
 
+    async def diag(self) -> str:
+        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
+        return await self.runner.run("sdiag", retry=False)
+
     async def read_reason_nodes(self) -> list[SlurmNode]:
         """Every node that carries a reason, exactly (one ``scontrol -o show node``).
 

@@ -67,6 +67,10 @@ async def _lead(c: Coordinator) -> None:
         if c.watch is not None:
             group.create_task(c.watch.run())
         group.create_task(c.memory.watch(dirty, s.state_poll_s))
+        if c.fleet is not None and s.sdiag_s > 0:
+            group.create_task(
+                c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
+            )
         while True:
             dirty.clear()
             await c.fast_marks()
@@ -131,9 +135,13 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     async def term(token: int) -> None:
         coordinator = Coordinator(s, transport, elector, metrics=metrics)
         api.leader = coordinator
+        if coordinator.fleet is not None:
+            coordinator.fleet.register(metrics.registry)  # a standby exports no fleet
         try:
             await lead(coordinator, token)
         finally:
+            if coordinator.fleet is not None:
+                coordinator.fleet.unregister()
             api.leader = None
             coordinator.audit.close()
 

@@ -64,6 +64,7 @@ from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.credentials import credential_reaper
+from slonkd.runtime.fleet_metrics import FleetExporter
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.rollout import RolloutController
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
@@ -158,6 +159,9 @@ class Coordinator:
             else None
         )
         self._last_slurm: list[SlurmNode] | None = None
+        self.fleet = FleetExporter() if s.fleet_metrics else None
+        """The fleet's families; registered on /metrics by the term (:mod:`.leading`)."""
+        self.sdiag = scontrol.diag
         self.passes = 0
         self.suspected: frozenset[Cause] = frozenset()
         self.bus = coordinator_bus(s)
@@ -340,6 +344,8 @@ class Coordinator:
         self.metrics.paused.set(1 if self.state.paused else 0)
         self.metrics.budget_refused.set(len(admission.refused))
         self.metrics.suspected.set(len(suspected))
+        if self.fleet is not None:
+            self.fleet.observe_pass(slurm_nodes, views, plans, admission)
         self.snapshot = Snapshot(
             at=time.time(),
             views=tuple(views),

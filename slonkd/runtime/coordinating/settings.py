@@ -102,6 +102,8 @@ class CoordinatorSettings:
         if not 0 < self.suspect_fraction <= 1:
             raise ValueError("suspect_fraction must be a fraction in (0, 1]")
         check_rotation(self.audit_max_bytes, self.audit_keep)
+        if not (self.sdiag_s == 0 or self.sdiag_s >= 1) or not self.sdiag_timeout_s > 0:
+            raise ValueError("sdiag_s must be 0 (off) or at least 1, sdiag_timeout_s positive")
 
     def lease_settings(self) -> LeaseSettings:
         """The elector's settings (built, and so checked, at start too)."""
@@ -125,3 +127,9 @@ class CoordinatorSettings:
     """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
+    fleet_metrics: bool = True
+    """Export the fleet's families on /metrics while leading (slonkd/runtime/fleet_metrics.py)."""
+    sdiag_s: float = 60.0
+    """slurmctld's statistics (``sdiag``) are read this often for the fleet metrics (0: never)."""
+    sdiag_timeout_s: float = 10.0
+    """... each read given up after this long (counted as a failure, never fatal)."""

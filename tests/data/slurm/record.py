@@ -39,6 +39,7 @@ COMMANDS = {
     "squeue_jobs.txt": ["squeue", *SQUEUE_JOBS_ARGS],
     "sinfo_cas.txt": ["sinfo", "--all", "--Node", "--noheader", f"--Format={CAS_FORMAT}"],
     "strigger_get.txt": ["strigger", "--get"],
+    "sdiag.txt": ["sdiag"],
 }
 COMMANDS_24_11 = {
     **COMMANDS,
