@@ -1,5 +1,8 @@
 """``slonkd sandbox up``, ``demo`` and ``down`` end to end, in a private directory.
 
+A real Prometheus scrapes the sandbox through the demo: every query of the chart's Grafana
+dashboard must return data after the scenes.
+
 The commands run as a user runs them (separate processes). After the demo the test checks
 the states the demo claims through ``scontrol`` and the apiserver itself, and after ``down``
 that no process of the sandbox is left.
@@ -20,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from slonkd.testing.dashboard import evaluate, queries, sandbox_targets
 from slonkd.testing.kubeapi import KubeApi
+from slonkd.testing.prometheus import Prometheus
 from slonkd.testing.sandbox import descendants, proc_start_time
 from slonkd.testing.sandbox_demo import OPERATOR_REASON
 
@@ -118,8 +123,26 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     sts_path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/{state['statefulset']}"
     old_revision = api.request("GET", sts_path)["status"]["updateRevision"]
 
-    demo = slonkd("sandbox", "demo", "--dir", str(root), timeout_s=900)
-    assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
+    # a real Prometheus scrapes the coordinator and every agent through the demo
+    prom = Prometheus(root.parent / "prometheus", sandbox_targets(state))
+    prom.start()
+    try:
+        prom.wait_scraped()
+        demo = slonkd("sandbox", "demo", "--dir", str(root), timeout_s=900)
+        assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
+        # every query of the chart's Grafana dashboard returns data after the scenes
+        answers = evaluate(prom, queries())
+    finally:
+        prom.stop()
+    empty = [f"{q.panel} ({q.ref}): {q.expr}" for q, result in answers.items() if not result]
+    assert not empty, empty
+    changes = {
+        r["metric"]["action"]
+        for q, result in answers.items()
+        if q.panel == "SLURM changes by action"
+        for r in result
+    }
+    assert {"drain", "release", "cordon"} <= changes, changes
     record = json.loads((root / "demo.json").read_text())
     assert record["ok"] is True
 
