@@ -9,7 +9,6 @@ the chart renders for Grafana's dashboard sidecar.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,12 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd.testing.dashboard import DASHBOARD, load, queries
+from slonkd.testing.dashboard import DASHBOARD, METRIC_NAME, load, queries
 from slonkd.testing.helm import Helm
 from slonkd.testing.toolchain import ensure_tools
 
 ROOT = Path(__file__).resolve().parents[2]
-METRIC = re.compile(r"\b((?:slonkd|process)_[a-z_]+)\b")
 SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 
 
@@ -73,7 +71,7 @@ def _exported_names() -> str:
 def test_every_metric_a_panel_names_is_one_slonkd_exports() -> None:
     """A renamed metric would leave a panel empty: every name is in slonkd's source."""
     source = _exported_names()
-    names = {m for q in queries() for m in METRIC.findall(q.expr)}
+    names = {m for q in queries() for m in METRIC_NAME.findall(q.expr)}
     assert names
     missing = []
     for name in sorted(names):
