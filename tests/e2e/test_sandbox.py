@@ -34,7 +34,7 @@ from slonkd.testing.dashboard import (
 )
 from slonkd.testing.kubeapi import KubeApi
 from slonkd.testing.prometheus import Prometheus
-from slonkd.testing.sandbox import descendants, proc_start_time
+from slonkd.testing.sandbox import commands, descendants, proc_start_time
 from slonkd.testing.sandbox_demo import OPERATOR_REASON
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
@@ -123,7 +123,7 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     # up: the processes it claims run, among them the coordinator and one agent per pod
     supervisor = state["supervisor"]
     assert proc_start_time(supervisor["pid"]) == supervisor["start"]
-    cmds = [p["cmd"] for p in descendants(supervisor["pid"])]
+    cmds = commands(descendants(supervisor["pid"]))
     assert sum("slonkd.cli.main coordinator" in c for c in cmds) == 1, cmds
     assert sum("slonkd.cli.main agent" in c for c in cmds) == len(workers), cmds
     before = pods()
