@@ -72,6 +72,7 @@ def proc_start_time(pid: int) -> int | None:
 def descendants(root_pid: int) -> list[dict[str, Any]]:
     """Every live process below ``root_pid``, with its start time and command line."""
     children: dict[int, list[int]] = {}
+    parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -81,6 +82,7 @@ def descendants(root_pid: int) -> list[dict[str, Any]]:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
+        parent[int(entry.name)] = ppid
     out: list[dict[str, Any]] = []
     todo = list(children.get(root_pid, []))
     while todo:
@@ -92,9 +94,19 @@ def descendants(root_pid: int) -> list[dict[str, Any]]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
         except OSError:
             continue
-        out.append({"pid": pid, "start": start, "cmd": cmd.strip()})
+        out.append({"pid": pid, "ppid": parent.get(pid, 0), "start": start, "cmd": cmd.strip()})
         todo.extend(children.get(pid, []))
     return sorted(out, key=lambda p: int(p["pid"]))
+
+
+def commands(procs_: list[dict[str, Any]]) -> list[str]:
+    """The command lines of ``descendants``' processes, forks not yet exec'd left out.
+
+    Between fork and exec a child shows its parent's command line: a coordinator starting
+    scontrol would count as a second coordinator for that instant.
+    """
+    cmd_of = {p["pid"]: p["cmd"] for p in procs_}
+    return [p["cmd"] for p in procs_ if cmd_of.get(p.get("ppid")) != p["cmd"]]
 
 
 def prepare_dir(root: Path) -> None:
@@ -253,7 +265,9 @@ def run_sandbox(
         def agent_env(pod: str) -> dict[str, str]:
             config = root / "run" / f"agent-{pod}.json"
             if not config.exists():
-                config.write_text(json.dumps({"health": {"disk_paths": []}}))
+                # one cheap check that passes, so verdicts show (status, metrics, dashboard)
+                health = {"disk_paths": [], "mounts": ["/proc"]}
+                config.write_text(json.dumps({"health": health}))
             return {
                 "SLONKD_CONFIG": str(config),
                 "SLONKD_MQTT_USER": pod,

@@ -1,5 +1,8 @@
 """``slonkd sandbox up``, ``demo`` and ``down`` end to end, in a private directory.
 
+A real Prometheus scrapes the sandbox through the demo: every query of the chart's Grafana
+dashboard must return data after the scenes.
+
 The commands run as a user runs them (separate processes). After the demo the test checks
 the states the demo claims through ``scontrol`` and the apiserver itself, and after ``down``
 that no process of the sandbox is left.
@@ -20,8 +23,18 @@ from typing import Any
 
 import pytest
 
+from slonkd.testing.dashboard import (
+    FIRST_EVENT_PANELS,
+    METRIC_NAME,
+    evaluate,
+    exposed,
+    queries,
+    sandbox_targets,
+    sandbox_urls,
+)
 from slonkd.testing.kubeapi import KubeApi
-from slonkd.testing.sandbox import descendants, proc_start_time
+from slonkd.testing.prometheus import Prometheus
+from slonkd.testing.sandbox import commands, descendants, proc_start_time
 from slonkd.testing.sandbox_demo import OPERATOR_REASON
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
@@ -110,7 +123,7 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     # up: the processes it claims run, among them the coordinator and one agent per pod
     supervisor = state["supervisor"]
     assert proc_start_time(supervisor["pid"]) == supervisor["start"]
-    cmds = [p["cmd"] for p in descendants(supervisor["pid"])]
+    cmds = commands(descendants(supervisor["pid"]))
     assert sum("slonkd.cli.main coordinator" in c for c in cmds) == 1, cmds
     assert sum("slonkd.cli.main agent" in c for c in cmds) == len(workers), cmds
     before = pods()
@@ -118,8 +131,36 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     sts_path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/{state['statefulset']}"
     old_revision = api.request("GET", sts_path)["status"]["updateRevision"]
 
-    demo = slonkd("sandbox", "demo", "--dir", str(root), timeout_s=900)
-    assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
+    # a real Prometheus scrapes the coordinator and every agent through the demo
+    prom = Prometheus(root.parent / "prometheus", sandbox_targets(state))
+    prom.start()
+    try:
+        prom.wait_scraped()
+        demo = slonkd("sandbox", "demo", "--dir", str(root), timeout_s=900)
+        assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
+        # every query of the chart's Grafana dashboard returns data after the scenes (those of
+        # counters with no series before their first event: their metrics are exposed)
+        answers = evaluate(prom, queries())
+        by_cause = next(q for q in queries() if q.panel == "SLURM changes by cause")
+        spread = prom.query(f"max_over_time(({by_cause.inner})[10m:2s])")
+    finally:
+        prom.stop()
+    empty = [q for q, result in answers.items() if not result]
+    assert {q.panel for q in empty} <= FIRST_EVENT_PANELS, [(q.panel, q.inner) for q in empty]
+    text = exposed([f"{u}/metrics" for u in sandbox_urls(state)])
+    for q in empty:
+        for name in METRIC_NAME.findall(q.inner):
+            assert f"# HELP {name}" in text, name
+    # the agents' drains of their own terminating pods are counted (a new series' first change)
+    peaks = {r["metric"]["cause"]: float(r["value"][1]) for r in spread}
+    assert peaks.get("pod-terminating", 0) >= 1, peaks
+    changes = {
+        r["metric"]["action"]
+        for q, result in answers.items()
+        if q.panel == "SLURM changes by action"
+        for r in result
+    }
+    assert {"drain", "release", "cordon"} <= changes, changes
     record = json.loads((root / "demo.json").read_text())
     assert record["ok"] is True
 
