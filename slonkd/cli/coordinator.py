@@ -13,6 +13,8 @@ with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topolo
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
 null: off) tunes the worker rollouts of OnDelete StatefulSets (on by default).
+``trigger_program`` (a path where slurmctld runs; off by default) makes the leader install
+slurmctld's PERM node triggers running it (see :mod:`slonkd.runtime.coordinating.triggering`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ _STRINGS = {
     "budget_block_label",
     "audit_path",
     "api_host",
+    "trigger_program",
 }
 _NAMES = {"namespace", "identity", "cluster", "lease_name", "state_name", "api_host"}
 """Strings that must not be empty."""
@@ -87,6 +90,7 @@ _KEYS = _NUMBERS | {
     "topology",
     "remediate",
     "rollout",
+    "trigger_program",
 }
 
 

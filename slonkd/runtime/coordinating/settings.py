@@ -125,3 +125,7 @@ class CoordinatorSettings:
     """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
+    trigger_program: str = ""
+    """slurmctld's permanent node triggers run this program (``slonkd-nudge``'s path where
+    slurmctld runs), installed and kept by the leader (:mod:`.triggering`); "": off, and the
+    leader clears the triggers a coordinator installed before."""
