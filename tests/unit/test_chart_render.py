@@ -174,6 +174,54 @@ def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(hel
     assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
 
 
+def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_path: Path) -> None:
+    """coordinator.slurmTriggers is off by default; on, the leader and slurmctld get their parts.
+
+    The leader gets trigger_program; slurmctld (which runs the program) the broker's address,
+    the cluster and the client of mqttSecret, with the CA under TLS. On without mqttSecret
+    fails naming the value.
+    """
+    default = render(helm)
+    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert "trigger_program" not in config
+    (ctld,) = _pod(one(default, "StatefulSet", "rel-slurmctld"))["containers"]
+    assert not any(e["name"].startswith("SLONKD_") for e in ctld["env"])
+
+    on = render(
+        helm,
+        set_json=(
+            'coordinator.slurmTriggers={"enabled":true,"mqttSecret":"ctld-mqtt"}',
+            'tls={"enabled":true,"secretName":"slonk-tls"}',
+        ),
+    )
+    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert config["trigger_program"] == "/opt/slonkd/bin/slonkd-nudge"
+    from slonkd.cli.coordinator import load_settings
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_settings({"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")})
+    assert loaded.trigger_program == "/opt/slonkd/bin/slonkd-nudge"
+    pod = _pod(one(on, "StatefulSet", "rel-slurmctld"))
+    (ctld,) = pod["containers"]
+    env = {e["name"]: e for e in ctld["env"]}
+    assert env["SLONKD_MQTT_HOST"]["value"] == "rel-mosquitto.hpc.svc.cluster.local"
+    assert env["SLONKD_MQTT_PORT"]["value"] == "8883"
+    assert env["SLONKD_CLUSTER"]["value"] == "slonk"
+    for name, key in (("SLONKD_MQTT_USER", "username"), ("SLONKD_MQTT_PASSWORD", "password")):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "ctld-mqtt", "key": key}
+    ca = env["SLONKD_MQTT_TLS_CA_FILE"]["value"]
+    (mount,) = [m for m in ctld["volumeMounts"] if ca.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "slonk-tls"
+    assert [i["key"] for i in volume["secret"]["items"]] == ["ca.crt"]
+
+    proc = helm.template(
+        "rel", set_json=('coordinator.slurmTriggers={"enabled":true}',), check=False
+    )
+    assert proc.returncode != 0
+    assert "coordinator.slurmTriggers.mqttSecret" in proc.stderr
+
+
 def test_slurm_conf_nodes_are_the_pod_names_behind_the_headless_service(helm: Helm) -> None:
     """One NodeName per worker pod, NodeAddr its headless DNS name, one partition per pool."""
     objs = render(helm, MULTI_POOL, ns="hpc")

@@ -243,6 +243,9 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
 {{- end -}}
 {{- $_ := set $doc "topology" $topo -}}
 {{- end -}}
+{{- if .Values.coordinator.slurmTriggers.enabled -}}
+{{- $_ := set $doc "trigger_program" .Values.coordinator.slurmTriggers.program -}}
+{{- end -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
 
