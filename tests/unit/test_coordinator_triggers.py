@@ -78,6 +78,28 @@ async def test_a_refused_registration_is_retried() -> None:
     assert registry.ensured == [PROGRAM]
 
 
+async def test_the_nudge_client_is_made_once_before_the_triggers() -> None:
+    """The broker client of slurmctld's program is made before the first registration, once.
+
+    A failing first attempt is retried with the registration; later checks leave it alone.
+    """
+    registry = FakeRegistry()
+    calls: list[int] = []
+
+    async def provision() -> None:
+        calls.append(len(registry.ensured))
+        if len(calls) == 1:
+            raise TransientError("broker away")
+
+    keeper = TriggerKeeper(
+        triggers=registry, program=PROGRAM, check_valid=_valid, provision=provision,
+        recheck_s=0.03, retry_min_s=0.01,
+    )  # fmt: skip
+    await _run_for(keeper, 0.12)
+    assert calls == [0, 0]
+    assert len(registry.ensured) >= 2
+
+
 async def test_nothing_is_written_without_a_valid_lease() -> None:
     """A term whose lease is not valid registers nothing (and clears nothing)."""
 

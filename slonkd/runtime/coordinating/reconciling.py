@@ -65,7 +65,7 @@ from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
-from slonkd.runtime.coordinating.triggering import TriggerKeeper
+from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.credentials import credential_reaper
 from slonkd.runtime.metrics import Metrics
@@ -184,6 +184,11 @@ class Coordinator:
             triggers=Triggers(CommandRunner(s.slurm)),
             program=s.trigger_program,
             check_valid=elector.check_valid,
+            provision=(
+                nudge_client_provisioner(s.credentials, s.cluster, s.nudge_client)
+                if s.credentials is not None and s.nudge_client is not None
+                else None
+            ),
         )
         self.topology: TopologySync | None = None
         if s.topology is not None:

@@ -24,6 +24,14 @@ from slonkd.runtime.topology_sync import TopologySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NudgeClient:
+    """The broker client slurmctld's trigger program publishes with (the leader makes it)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CoordinatorSettings:
     """Where the workers are, how often to look, and how much may be taken out at once."""
 
@@ -129,3 +137,6 @@ class CoordinatorSettings:
     """slurmctld's permanent node triggers run this program (``slonkd-nudge``'s path where
     slurmctld runs), installed and kept by the leader (:mod:`.triggering`); "": off, and the
     leader clears the triggers a coordinator installed before."""
+    nudge_client: NudgeClient | None = None
+    """slurmctld's broker client, made in dynsec by the leader with the triggers (None: the
+    operator provides one, or none)."""

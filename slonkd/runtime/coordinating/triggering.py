@@ -12,19 +12,26 @@ backoff while slurmctld is away. Without ``trigger_program`` the term clears the
 coordinator installed before (the owner tag says which) once, so turning the setting off
 leaves nothing behind in slurmctld. An operator's triggers are never touched. Writes go
 only while the lease is valid.
+
+slurmctld's program publishes as a broker client of its own (publish SLURM events, nothing
+else): with ``nudge_client`` and the dynsec admin configured, the term makes that client
+(:func:`nudge_client_provisioner`) before its first registration.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
+from slonkd.adapters.bus.dynsec import nudge_role
 from slonkd.adapters.slurm.triggers import EnsureResult, TriggerEvent
 from slonkd.core.errors import SlonkdError
+from slonkd.runtime.coordinating.settings import NudgeClient
+from slonkd.runtime.credentials import CredentialSettings, dynsec_admin
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -56,6 +63,8 @@ class TriggerKeeper:
     """The program the triggers run; "": none (the owner's triggers are cleared)."""
     check_valid: Callable[[], int]
     """Raises unless this term's lease is valid (checked before every write)."""
+    provision: Callable[[], Awaitable[None]] | None = None
+    """Makes the program's broker client, once per term before the first registration."""
     recheck_s: float = RECHECK_S
     retry_min_s: float = RETRY_MIN_S
     retry_max_s: float = RETRY_MAX_S
@@ -66,9 +75,13 @@ class TriggerKeeper:
             await self._remove()
             return
         wait = self.retry_min_s
+        provision = self.provision
         while True:
             try:
                 self.check_valid()
+                if provision is not None:
+                    await provision()
+                    provision = None
                 result = await self.triggers.ensure(self.program)
             except SlonkdError as exc:
                 log.warning("coordinator.triggers_failed", error=str(exc)[:300], retry_s=wait)
@@ -95,3 +108,19 @@ class TriggerKeeper:
             return
         if cleared:
             log.info("coordinator.triggers_removed", cleared=list(cleared))
+
+
+def nudge_client_provisioner(
+    credentials: CredentialSettings, cluster: str, client: NudgeClient
+) -> Callable[[], Awaitable[None]]:
+    """Makes (or remakes) slurmctld's broker client in dynsec with the admin's rights.
+
+    Bound to no client id: slurmctld runs one slonkd-nudge process per trigger event.
+    """
+    admin = dynsec_admin(credentials)
+
+    async def provision() -> None:
+        role = nudge_role(cluster, client.username)
+        await admin.ensure_client(client.username, client.password, role, client_id="")
+
+    return provision

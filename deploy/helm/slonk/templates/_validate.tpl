@@ -41,10 +41,6 @@
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
 {{- fail "tls.secretName: tls.enabled needs the name of a Secret with ca.crt, tls.crt and tls.key (a cert-manager Certificate's)" -}}
 {{- end -}}
-{{- $trig := .Values.coordinator.slurmTriggers -}}
-{{- if and $trig.enabled (not $trig.mqttSecret) -}}
-{{- fail "coordinator.slurmTriggers.mqttSecret: slurmctld's triggers publish with a broker client of their own; name the Secret (keys username, password) of a client that may publish slonk/v1/<clusterName>/slurm/events" -}}
-{{- end -}}
 {{- if gt (len .Release.Name) 30 -}}
 {{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}
 {{- end -}}
