@@ -8,7 +8,7 @@ are left alone. When SLURM fails a node under its own reason, slurmctld runs the
 within its check period (about 15 s); ``slonkd-nudge`` publishes the event; the coordinator
 logs ``coordinator.nudged``, reads SLURM and cordons the pod's K8s node within seconds: long
 before any resync would have seen it. A restarted coordinator finds its triggers and adds
-nothing.
+nothing; restarted with the setting off, it clears exactly its own.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ class NudgeFleet:
     procs: list[subprocess.Popen[bytes]]
     foreign: list[Trigger]
     """The operator's triggers, set before the coordinator first started."""
+    config: Path
+    """The coordinator's SLONKD_CONFIG (read at each start)."""
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines of event ``name``."""
@@ -193,7 +195,7 @@ def nudge_fleet(
 
         fleet = NudgeFleet(
             kube=kube, slurm=slurm, namespace=namespace, log=log, start=start, procs=procs,
-            foreign=parse_strigger_get(slurm.run("strigger", "--get").stdout),
+            foreign=parse_strigger_get(slurm.run("strigger", "--get").stdout), config=config,
         )  # fmt: skip
         start()
         yield fleet
@@ -218,7 +220,8 @@ def test_trigger_nudges_the_coordinator_long_before_its_resync(nudge_fleet: Nudg
     """The leader installs its triggers; its trigger nudges it and it acts within seconds.
 
     SLURM fails w-1: the trigger nudges, the coordinator cordons its K8s node. An operator's
-    triggers stay as they were; a restarted coordinator adds nothing.
+    triggers stay as they were; a restarted coordinator adds nothing; restarted with
+    trigger_program off, it clears its own triggers and only those.
     """
     fleet = nudge_fleet
     victim = "w-1"
@@ -273,3 +276,18 @@ def test_trigger_nudges_the_coordinator_long_before_its_resync(nudge_fleet: Nudg
     assert sorted(fleet.triggers(), key=lambda t: t.trig_id) == sorted(
         foreign + ours, key=lambda t: t.trig_id
     )
+
+    # Turned off, the next leader clears exactly the triggers a coordinator installed.
+    fleet.stop()
+    config = json.loads(fleet.config.read_text())
+    del config["trigger_program"]
+    fleet.config.write_text(json.dumps(config))
+    fleet.start()
+    wait_for(
+        "coordinator.triggers_removed",
+        lambda: bool(fleet.events("coordinator.triggers_removed")),
+        timeout_s=20,
+    )
+    (removed,) = fleet.events("coordinator.triggers_removed")
+    assert sorted(removed["cleared"]) == sorted(t.trig_id for t in ours)
+    assert sorted(fleet.triggers(), key=lambda t: t.trig_id) == foreign
