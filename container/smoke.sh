@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the built images with `buildah run` (no container engine needed) and check they work:
 #   - slonkd image: `slonkd --version`
-#   - controller image: slurmctld under slonk-init (with its own munged)
+#   - controller image: slurmctld under slonk-init (with its own munged), and the program of
+#     the coordinator's strigger triggers (/opt/slonkd/bin/slonkd-nudge) runs as SlurmUser
 #   - worker image: slurmd under slonk-init, plus `slonkd --version` (the preStop command)
 #   - login image: sinfo until the worker's node reads idle, srun a job step on it, and
 #     slonk-init --sshd answering ssh-keyscan
@@ -86,6 +87,9 @@ b run --isolation chroot "$c" -- slonkd --version
 
 log "controller: slurmctld on 127.0.0.1:$ctld_port"
 new ctl slurm-controller
+# Without a broker configured the nudge says so and exits 0 (slurmctld is never held up).
+b run --isolation chroot --user 64030:64030 "$ctl" -- \
+    /opt/slonkd/bin/slonkd-nudge --by=slonkd-coordinator down w0 2>&1 | grep -q "could not tell the coordinator"
 bg slurmctld "$ctl" /usr/local/sbin/slonk-init --munge-key /etc/slonk/munge/munge.key -- slurmctld -D
 log "worker: slurmd -N w0 on port $slurmd_port"
 new wrk slurm-worker

@@ -13,6 +13,10 @@ with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topolo
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
 null: off) tunes the worker rollouts of OnDelete StatefulSets (on by default).
+``trigger_program`` (a path where slurmctld runs; off by default) makes the leader install
+slurmctld's PERM node triggers running it (see :mod:`slonkd.runtime.coordinating.triggering`);
+``SLONKD_NUDGE_MQTT_USER`` and ``SLONKD_NUDGE_MQTT_PASSWORD`` (both or neither) name the
+broker client the leader then makes in dynsec for that program.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ _STRINGS = {
     "budget_block_label",
     "audit_path",
     "api_host",
+    "trigger_program",
 }
 _NAMES = {"namespace", "identity", "cluster", "lease_name", "state_name", "api_host"}
 """Strings that must not be empty."""
@@ -90,6 +95,7 @@ _KEYS = _NUMBERS | {
     "remediate",
     "rollout",
     "fleet_metrics",
+    "trigger_program",
 }
 
 
@@ -148,8 +154,17 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     api_tls = _api_tls(env)
+    from slonkd.runtime.coordinating.settings import NudgeClient
+
+    nudge_user = env.get("SLONKD_NUDGE_MQTT_USER", "").strip()
+    nudge_password = env.get("SLONKD_NUDGE_MQTT_PASSWORD", "")
+    if bool(nudge_user) != bool(nudge_password):
+        raise ValueError("SLONKD_NUDGE_MQTT_USER and SLONKD_NUDGE_MQTT_PASSWORD go together")
     try:
         return CoordinatorSettings(
+            nudge_client=(
+                NudgeClient(username=nudge_user, password=nudge_password) if nudge_user else None
+            ),
             api_tls=api_tls,
             policy=policy,
             slurm=SlurmSettings(env=slurm_env),

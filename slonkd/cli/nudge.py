@@ -1,6 +1,8 @@
-"""``slonkd-nudge EVENT HOSTLIST``: the program slurmctld's triggers run.
+"""``slonkd-nudge [--by=OWNER] EVENT HOSTLIST``: the program slurmctld's triggers run.
 
-``strigger`` runs it as ``<program> <event> <hostlist>`` where slurmctld runs, and it tells
+``strigger`` runs it as ``<program> --by=<owner> <event> <hostlist>`` where slurmctld runs
+(the owner tag marks whose trigger it is, see :mod:`slonkd.adapters.slurm.triggers`; it is
+optional and otherwise ignored here), and it tells
 the coordinator over MQTT (slurmctld and the coordinator are different pods) by publishing a
 :class:`~slonkd.core.messages.SlurmEvent` to ``slonk/v1/<cluster>/slurm/events``. The
 coordinator then reads SLURM at once instead of at its next resync. MQTT settings come from
@@ -52,8 +54,10 @@ async def _publish(event: SlurmEvent, cluster: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Publish one SLURM event; 0 unless the arguments are wrong."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0].startswith("--by="):
+        args = args[1:]  # the trigger's owner tag
     if len(args) != 2:
-        print("usage: slonkd-nudge EVENT HOSTLIST", file=sys.stderr)
+        print("usage: slonkd-nudge [--by=OWNER] EVENT HOSTLIST", file=sys.stderr)
         return 2
     cluster = os.environ.get("SLONKD_CLUSTER", "lab")
     event = SlurmEvent(event=args[0], nodes=args[1], at=time.time())

@@ -10,7 +10,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role
+from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role, nudge_role
+from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.testing.mosquitto import Mosquitto
@@ -175,3 +176,43 @@ async def test_the_coordinators_client_reads_only_the_topics_it_needs(
         events = await coordinator.subscribe("slonk/v1/lab/nodes/+/events", qos=1)
     assert [int(c.value) for c in [*status, *nudges]] == [1, 1]
     assert all(int(c.value) >= 0x80 for c in [*everything, *events])
+
+
+async def test_slurmctld_nudge_client_publishes_only_slurm_events(
+    dynsec_broker: Mosquitto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client the coordinator makes for slurmctld's triggers, used by slonkd-nudge itself.
+
+    Bound to no client id (each nudge is its own process), it publishes the cluster's SLURM
+    events and nothing else: its publish on a node's status topic is dropped.
+    """
+    b = dynsec_broker
+    await _admin(b).ensure_client(
+        "slurmctld-nudge", "nudge-pw", nudge_role("lab", "slurmctld-nudge"), client_id=""
+    )
+    for key, value in {
+        "SLONKD_MQTT_HOST": b.host,
+        "SLONKD_MQTT_PORT": str(b.port),
+        "SLONKD_MQTT_USER": "slurmctld-nudge",
+        "SLONKD_MQTT_PASSWORD": "nudge-pw",
+        "SLONKD_CLUSTER": "lab",
+    }.items():
+        monkeypatch.setenv(key, value)
+    async with aiomqtt.Client(
+        b.host,
+        b.port,
+        username=b.admin_user,
+        password=b.admin_password,
+        protocol=aiomqtt.ProtocolVersion.V5,
+    ) as watcher:
+        await watcher.subscribe("slonk/#", qos=1)
+        nudge = AgentCredentials(username="slurmctld-nudge", password="nudge-pw", client_id="x-1")
+        async with _client(b, nudge) as forger:
+            forged = AgentStatus(node="n1", online=False)
+            await forger.publish(
+                str(node_topic("lab", "n1", Channel.STATUS)), encode(forged), qos=1
+            )
+        assert await asyncio.to_thread(nudge_main, ["--by=slonkd-coordinator", "down", "n1"]) == 0
+        async with asyncio.timeout(10):
+            message = await anext(aiter(watcher.messages))
+    assert str(message.topic) == "slonk/v1/lab/slurm/events"

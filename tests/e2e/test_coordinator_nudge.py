@@ -1,16 +1,18 @@
-"""slurmctld's permanent trigger nudges a running coordinator, which reads SLURM at once.
+"""The leader installs its PERM triggers; one nudges it, and it reads SLURM at once.
 
-A coordinator with a resync period of 300 s leads over two worker pods on kwok nodes. The
-PERM triggers of ``slonkd-nudge`` are registered in a real slurmctld whose environment
-points at a real mosquitto. When SLURM fails a node under its own reason, slurmctld runs the
-trigger within its check period (about 15 s); ``slonkd-nudge`` publishes the event; the
-coordinator logs ``coordinator.nudged``, reads SLURM and cordons the pod's K8s node within
-seconds: long before any resync would have seen it.
+A coordinator with a resync period of 300 s and no reasons poll leads over two worker pods
+on kwok nodes, configured with ``trigger_program`` (this venv's ``slonkd-nudge``). On
+leadership it registers its permanent node triggers in a real slurmctld whose environment
+points at a real mosquitto; an operator's triggers (one of them running the same program)
+are left alone. When SLURM fails a node under its own reason, slurmctld runs the trigger
+within its check period (about 15 s); ``slonkd-nudge`` publishes the event; the coordinator
+logs ``coordinator.nudged``, reads SLURM and cordons the pod's K8s node within seconds: long
+before any resync would have seen it. A restarted coordinator finds its triggers and adds
+nothing; restarted with the setting off, it clears exactly its own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -25,8 +27,7 @@ from typing import Any
 
 import pytest
 
-from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
-from slonkd.adapters.slurm.triggers import Triggers
+from slonkd.adapters.slurm.triggers import Trigger, parse_strigger_get
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.procs import die_with_parent, wait_for
@@ -50,10 +51,27 @@ class NudgeFleet:
     slurm: SlurmCluster
     namespace: str
     log: Path
+    start: Callable[[], subprocess.Popen[bytes]]
+    """Start (or restart, after stop()) the coordinator process."""
+    procs: list[subprocess.Popen[bytes]]
+    foreign: list[Trigger]
+    """The operator's triggers, set before the coordinator first started."""
+    config: Path
+    """The coordinator's SLONKD_CONFIG (read at each start)."""
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The coordinator's JSON log lines of event ``name``."""
         return [e for e in read_json_log(self.log) if e.get("event") == name]
+
+    def triggers(self) -> list[Trigger]:
+        """Every trigger slurmctld holds."""
+        return parse_strigger_get(self.slurm.run("strigger", "--get").stdout)
+
+    def stop(self) -> None:
+        """SIGTERM the running coordinator and wait for it."""
+        proc = self.procs.pop()
+        proc.terminate()
+        proc.wait(timeout=15)
 
     def kube_node_of(self, pod: str) -> str:
         """The K8s node a pod runs on."""
@@ -100,8 +118,12 @@ def nudge_fleet(
         for key in ctld_env:
             monkeypatch.delenv(key)
         program = str(Path(sys.executable).parent / "slonkd-nudge")  # this venv's console script
-        runner = CommandRunner(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
-        asyncio.run(Triggers(runner).ensure(program))
+        # An operator's triggers: one of another program, one of slonkd-nudge set by hand.
+        for argv in (
+            ("--down", "--program=/bin/true operator"),
+            ("--up", f"--program={program} up"),
+        ):
+            slurm.run("strigger", "--set", "--node", "--flags=PERM", *argv)
 
         label = {"slonk.dev/test": namespace}
         kube_nodes = kube.add_fake_nodes([unique(f"g{i}") for i in range(2)], labels=label)
@@ -133,6 +155,7 @@ def nudge_fleet(
                     "lease_duration_s": 6,
                     "renew_deadline_s": 4,
                     "retry_period_s": 1,
+                    "trigger_program": program,
                 }
             )
         )
@@ -149,23 +172,32 @@ def nudge_fleet(
             "SLONKD_MQTT_PASSWORD": "coord-pw",
         }
         log = tmp_path / "coordinator.log"
-        with log.open("ab") as out:
-            procs.append(
-                subprocess.Popen(
+        log.touch()
+
+        def start() -> subprocess.Popen[bytes]:
+            synced = len(fleet.events("coordinator.synced"))
+            with log.open("ab") as out:
+                proc = subprocess.Popen(
                     [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     preexec_fn=die_with_parent,
                 )
+            procs.append(proc)
+            wait_for(
+                "coordinator synced",
+                lambda: len(fleet.events("coordinator.synced")) > synced,
+                timeout_s=30,
+                alive=lambda: None if proc.poll() is None else log.read_text()[-2000:],
             )
-        fleet = NudgeFleet(kube=kube, slurm=slurm, namespace=namespace, log=log)
-        wait_for(
-            "coordinator synced",
-            lambda: bool(fleet.events("coordinator.synced")),
-            timeout_s=30,
-            alive=lambda: None if procs[0].poll() is None else log.read_text()[-2000:],
-        )
+            return proc
+
+        fleet = NudgeFleet(
+            kube=kube, slurm=slurm, namespace=namespace, log=log, start=start, procs=procs,
+            foreign=parse_strigger_get(slurm.run("strigger", "--get").stdout), config=config,
+        )  # fmt: skip
+        start()
         yield fleet
     finally:
         for proc in procs:
@@ -174,11 +206,34 @@ def nudge_fleet(
         broker.stop()
 
 
+def _installed(fleet: NudgeFleet, count: int) -> dict[str, Any]:
+    """The ``count``-th ``coordinator.triggers_ensured`` line (waited for)."""
+    wait_for(
+        "coordinator.triggers_ensured",
+        lambda: len(fleet.events("coordinator.triggers_ensured")) >= count,
+        timeout_s=20,
+    )
+    return fleet.events("coordinator.triggers_ensured")[count - 1]
+
+
 def test_trigger_nudges_the_coordinator_long_before_its_resync(nudge_fleet: NudgeFleet) -> None:
-    """SLURM fails w-1: the trigger nudges, the coordinator cordons its K8s node within seconds."""
+    """The leader installs its triggers; its trigger nudges it and it acts within seconds.
+
+    SLURM fails w-1: the trigger nudges, the coordinator cordons its K8s node. An operator's
+    triggers stay as they were; a restarted coordinator adds nothing; restarted with
+    trigger_program off, it clears its own triggers and only those.
+    """
     fleet = nudge_fleet
     victim = "w-1"
     kube_node = fleet.kube_node_of(victim)
+    foreign = fleet.foreign
+    assert len(foreign) == 2
+    first = _installed(fleet, 1)
+    assert sorted(first["added"]) == ["down", "drained", "fail", "up"]
+    assert first["cleared"] == []
+    ours = [t for t in fleet.triggers() if t not in foreign]
+    assert len(ours) == 4
+    assert all(t.permanent and "--by=slonkd-coordinator" in t.program for t in ours)
     # The first pass, at start, saw nothing to do; the next resync is 300 s away.
     time.sleep(2)
     assert not fleet.events("kube.cordon")
@@ -210,3 +265,29 @@ def test_trigger_nudges_the_coordinator_long_before_its_resync(nudge_fleet: Nudg
     assert _at(nudge) - changed_at <= TRIGGER_PERIOD_S + 2
     assert _at(cordon) - changed_at < RESYNC_S / 10
     assert {e["kube_node"] for e in fleet.events("kube.cordon")} == {kube_node}
+
+    # A restarted coordinator (a new term) finds its triggers: nothing added, nothing cleared.
+    fleet.stop()
+    fleet.start()
+    again = _installed(fleet, 2)
+    assert again["added"] == []
+    assert again["cleared"] == []
+    assert len(again["kept"]) == 4
+    assert sorted(fleet.triggers(), key=lambda t: t.trig_id) == sorted(
+        foreign + ours, key=lambda t: t.trig_id
+    )
+
+    # Turned off, the next leader clears exactly the triggers a coordinator installed.
+    fleet.stop()
+    config = json.loads(fleet.config.read_text())
+    del config["trigger_program"]
+    fleet.config.write_text(json.dumps(config))
+    fleet.start()
+    wait_for(
+        "coordinator.triggers_removed",
+        lambda: bool(fleet.events("coordinator.triggers_removed")),
+        timeout_s=20,
+    )
+    (removed,) = fleet.events("coordinator.triggers_removed")
+    assert sorted(removed["cleared"]) == sorted(t.trig_id for t in ours)
+    assert sorted(fleet.triggers(), key=lambda t: t.trig_id) == foreign

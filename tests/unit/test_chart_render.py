@@ -7,6 +7,7 @@ from the pools, least-privilege RBAC, release-scoped cluster objects.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -172,6 +173,74 @@ def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(hel
     assert config["failure_grace_s"] == 10
     (slurmd,) = _pod(one(render(helm), "StatefulSet", "rel-gpu"))["containers"]
     assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
+
+
+def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_path: Path) -> None:
+    """coordinator.slurmTriggers is off by default; on, the leader and slurmctld get their parts.
+
+    The leader gets trigger_program and the generated client slurmctld-nudge to make in
+    dynsec; slurmctld (which runs the program) the broker's address, the cluster and that
+    client, with the CA under TLS. With mqttSecret both use the operator's client instead and
+    the leader makes none.
+    """
+    default = render(helm)
+    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert "trigger_program" not in config
+    (ctld,) = _pod(one(default, "StatefulSet", "rel-slurmctld"))["containers"]
+    assert not any(e["name"].startswith("SLONKD_") for e in ctld["env"])
+
+    on = render(
+        helm,
+        set_json=(
+            'coordinator.slurmTriggers={"enabled":true}',
+            'tls={"enabled":true,"secretName":"slonk-tls"}',
+        ),
+    )
+    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert config["trigger_program"] == "/opt/slonkd/bin/slonkd-nudge"
+    from slonkd.cli.coordinator import load_settings
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_settings({"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")})
+    assert loaded.trigger_program == "/opt/slonkd/bin/slonkd-nudge"
+    pod = _pod(one(on, "StatefulSet", "rel-slurmctld"))
+    (ctld,) = pod["containers"]
+    env = {e["name"]: e for e in ctld["env"]}
+    assert env["SLONKD_MQTT_HOST"]["value"] == "rel-mosquitto.hpc.svc.cluster.local"
+    assert env["SLONKD_MQTT_PORT"]["value"] == "8883"
+    assert env["SLONKD_CLUSTER"]["value"] == "slonk"
+    secret = one(on, "Secret", "rel-slurmctld-mqtt")
+    assert base64.b64decode(secret["data"]["username"]) == b"slurmctld-nudge"
+    assert len(base64.b64decode(secret["data"]["password"])) == 32
+    for name, key in (("SLONKD_MQTT_USER", "username"), ("SLONKD_MQTT_PASSWORD", "password")):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "rel-slurmctld-mqtt", "key": key}
+    (coord,) = _pod(one(on, "Deployment", "rel-coordinator"))["containers"]
+    coord_env = {e["name"]: e for e in coord["env"]}
+    for name, key in (
+        ("SLONKD_NUDGE_MQTT_USER", "username"),
+        ("SLONKD_NUDGE_MQTT_PASSWORD", "password"),
+    ):
+        assert coord_env[name]["valueFrom"]["secretKeyRef"] == {
+            "name": "rel-slurmctld-mqtt",
+            "key": key,
+        }
+    ca = env["SLONKD_MQTT_TLS_CA_FILE"]["value"]
+    (mount,) = [m for m in ctld["volumeMounts"] if ca.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "slonk-tls"
+    assert [i["key"] for i in volume["secret"]["items"]] == ["ca.crt"]
+
+    own = render(
+        helm, set_json=('coordinator.slurmTriggers={"enabled":true,"mqttSecret":"ctld-mqtt"}',)
+    )
+    assert not [o for o in kinds(own, "Secret") if o["metadata"]["name"] == "rel-slurmctld-mqtt"]
+    (ctld,) = _pod(one(own, "StatefulSet", "rel-slurmctld"))["containers"]
+    env = {e["name"]: e for e in ctld["env"]}
+    assert env["SLONKD_MQTT_USER"]["valueFrom"]["secretKeyRef"]["name"] == "ctld-mqtt"
+    (coord,) = _pod(one(own, "Deployment", "rel-coordinator"))["containers"]
+    assert not any(e["name"].startswith("SLONKD_NUDGE_") for e in coord["env"])
+    (coord,) = _pod(one(default, "Deployment", "rel-coordinator"))["containers"]
+    assert not any(e["name"].startswith("SLONKD_NUDGE_") for e in coord["env"])
 
 
 def test_slurm_conf_nodes_are_the_pod_names_behind_the_headless_service(helm: Helm) -> None:

@@ -149,6 +149,17 @@ def test_slurm_targets_match_build_script_and_chart() -> None:
     assert entry == '["/usr/local/sbin/slonk-init"]'
 
 
+def test_controller_image_carries_the_trigger_program() -> None:
+    """slurmctld runs its triggers' program in its own container: the controller has slonkd-nudge.
+
+    The chart's ``coordinator.slurmTriggers.program`` default is where the image puts it.
+    """
+    controller = next(s for s in parse(DOCKERFILES["slurm"]).stages if s.name == "controller")
+    assert ("COPY", "--from=slonkd-build /opt/slonkd /opt/slonkd") in controller.steps
+    values = (CONTAINER.parent / "deploy" / "helm" / "slonk" / "values.yaml").read_text()
+    assert "program: /opt/slonkd/bin/slonkd-nudge" in values
+
+
 def test_slonkd_image_runs_as_slurm_user_not_root() -> None:
     """The slonkd image's USER is SLURM's fixed uid, as the chart's securityContext says."""
     (final,) = [s for s in parse(DOCKERFILES["slonkd"]).stages if s.name is None]

@@ -155,3 +155,27 @@ def test_the_agent_refuses_an_mqtt_port_out_of_range(tmp_path: Path, port: str) 
         "SLONKD_MQTT_PORT": port,
     }
     _assert_refused(*_run(tmp_path, "agent", {}, env), "SLONKD_MQTT_PORT")
+
+
+def test_the_coordinator_reads_its_trigger_settings(tmp_path: Path) -> None:
+    """trigger_program from the file, slurmctld's broker client from the environment.
+
+    The client's user and password go together; the password never shows in a repr.
+    """
+    from slonkd.cli import coordinator
+
+    config = tmp_path / "c.json"
+    config.write_text('{"trigger_program": "/opt/slonkd/bin/slonkd-nudge"}')
+    env = {"POD_NAMESPACE": "ns", "POD_NAME": "c-0", "SLONKD_CONFIG": str(config)}
+    plain = coordinator.load_settings(env)
+    assert plain.trigger_program == "/opt/slonkd/bin/slonkd-nudge"
+    assert plain.nudge_client is None
+    s = coordinator.load_settings(
+        {**env, "SLONKD_NUDGE_MQTT_USER": "slurmctld-nudge", "SLONKD_NUDGE_MQTT_PASSWORD": "pw1"}
+    )
+    assert s.nudge_client is not None
+    assert (s.nudge_client.username, s.nudge_client.password) == ("slurmctld-nudge", "pw1")
+    assert "pw1" not in repr(s)
+    with pytest.raises(ValueError, match="go together"):
+        coordinator.load_settings({**env, "SLONKD_NUDGE_MQTT_USER": "slurmctld-nudge"})
+    assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).trigger_program == ""

@@ -1,4 +1,4 @@
-"""Parsing ``strigger --get`` (recorded from 22.05) and building trigger program lines."""
+"""Parsing ``strigger --get`` (recorded from 22.05), trigger program lines and their owner tag."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slonkd.adapters.slurm.triggers import TriggerEvent, parse_strigger_get, program_line
+from slonkd.adapters.slurm.triggers import (
+    Trigger,
+    TriggerEvent,
+    owned,
+    parse_strigger_get,
+    program_line,
+)
 from slonkd.core.errors import ParseError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05" / "strigger_get.txt"
@@ -40,6 +46,32 @@ def test_garbage_is_a_parse_error_or_nothing(text: str) -> None:
 
 def test_program_line_refuses_spaces() -> None:
     """The program must be one path: slurmctld splits the line on spaces."""
-    assert program_line("/usr/bin/slonkd-nudge", TriggerEvent.DOWN) == "/usr/bin/slonkd-nudge down"
+    line = program_line("/usr/bin/slonkd-nudge", TriggerEvent.DOWN)
+    assert line == "/usr/bin/slonkd-nudge --by=slonkd-coordinator down"
     with pytest.raises(ValueError, match="without spaces"):
         program_line("/usr/bin/slonkd nudge", TriggerEvent.DOWN)
+    with pytest.raises(ValueError, match="plain name"):
+        program_line("/usr/bin/slonkd-nudge", TriggerEvent.DOWN, owner="me --and")
+
+
+def _trigger(program: str, res_type: str = "node") -> Trigger:
+    return Trigger(
+        trig_id=1, res_type=res_type, res_id="*", event="down", user="root", permanent=True,
+        program=program,
+    )  # fmt: skip
+
+
+def test_only_the_owner_tag_makes_a_trigger_slonkds() -> None:
+    """The tag as first argument says whose a trigger is, not the program's path.
+
+    An operator's trigger of slonkd-nudge without the tag, another owner's tag, the tag
+    further along or a job trigger are not the coordinator's; its tag with an old program
+    path is.
+    """
+    assert owned(_trigger("/usr/bin/slonkd-nudge --by=slonkd-coordinator down"))
+    assert owned(_trigger("/old/bin/slonkd-nudge --by=slonkd-coordinator up"))
+    assert not owned(_trigger("/usr/bin/slonkd-nudge down"))
+    assert not owned(_trigger("/usr/bin/slonkd-nudge --by=site-ops down"))
+    assert not owned(_trigger("/bin/true down --by=slonkd-coordinator"))
+    assert not owned(_trigger("/usr/bin/slonkd-nudge --by=slonkd-coordinator down", "job"))
+    assert owned(_trigger("/x --by=site-ops down"), owner="site-ops")

@@ -158,6 +158,15 @@ def coordinator_role(cluster: str, username: str) -> dict[str, Any]:
     }
 
 
+def nudge_role(cluster: str, username: str) -> dict[str, Any]:
+    """The dynsec role of slurmctld's trigger program (slonkd-nudge): publish SLURM events only."""
+    root = f"slonk/v1/{check_name(cluster, 'cluster')}"
+    return {
+        "rolename": f"slonk-{check_name(username, 'client')}",
+        "acls": [{"acltype": "publishClientSend", "topic": f"{root}/slurm/events", "allow": True}],
+    }
+
+
 class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
@@ -242,8 +251,9 @@ class DynSecAdmin:
         """Create or replace a fixed client (the coordinator's) with ``role``.
 
         ``pod``: the pod it belongs to, recorded so the leader can delete it once that is gone.
+        ``client_id`` "": bound to no client id (slonkd-nudge, one process per trigger run).
         """
-        if not _CLIENT_ID_RE.fullmatch(client_id):
+        if client_id and not _CLIENT_ID_RE.fullmatch(client_id):
             raise ParseError(f"bad MQTT client id: {client_id[:80]!r}")
         if pod and not _POD_RE.fullmatch(f"pod={pod}"):
             raise ParseError(f"bad pod name: {pod[:80]!r}")
@@ -264,7 +274,7 @@ class DynSecAdmin:
                     "command": "createClient",
                     "username": username,
                     "password": password,
-                    "clientid": client_id,
+                    **({"clientid": client_id} if client_id else {}),
                     "textdescription": note,
                     "roles": [{"rolename": role["rolename"]}],
                 },

@@ -3,11 +3,15 @@
 slurmctld checks its triggers only every 15 s or so, so these are a backstop next to the
 cheap periodic reasons read, not the fast path. Triggers are permanent (``--flags=PERM``)
 and live in slurmctld's StateSaveLocation: they survive restarts, so registration must be
-idempotent. :meth:`Triggers.ensure` keeps exactly one trigger per event for slonkd's
-program (adding what is missing, clearing duplicates) and :meth:`Triggers.remove` clears
-them on uninstall. The program is run by slurmctld as ``<program> <event> <hostlist>``; it
-must reach the coordinator over the network (slurmctld and the coordinator are different
-pods). Triggers of anyone else are never touched.
+idempotent. slonkd's triggers carry its owner tag: the program line is ``<program>
+--by=<owner> <event>``, so slurmctld runs ``<program> --by=<owner> <event> <hostlist>``
+(slonkd-nudge takes the tag and ignores it). The tag, not the program's path, says whose a
+trigger is: a trigger an operator set by hand, even one running slonkd-nudge, is never
+touched, and a trigger slonkd set with an older program path is still its own to replace.
+:meth:`Triggers.ensure` keeps exactly one trigger per event for the owner's program line
+(adding what is missing, clearing duplicates and stale lines) and :meth:`Triggers.remove`
+clears the owner's triggers. The program must reach the coordinator over the network
+(slurmctld and the coordinator are different pods).
 """
 
 from __future__ import annotations
@@ -83,70 +87,83 @@ def parse_strigger_get(text: str) -> list[Trigger]:
     return triggers
 
 
-def program_line(program: str, event: TriggerEvent) -> str:
-    """The ``--program`` value for ``event``: ``<program> <event>``."""
+OWNER = "slonkd-coordinator"
+"""The owner tag of the coordinator's triggers."""
+
+_OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def owner_tag(owner: str) -> str:
+    """The program's first argument that marks ``owner``'s triggers: ``--by=<owner>``."""
+    if not _OWNER_NAME.fullmatch(owner):
+        raise ValueError(f"trigger owner must be a plain name: {owner!r}")
+    return f"--by={owner}"
+
+
+def program_line(program: str, event: TriggerEvent, owner: str = OWNER) -> str:
+    """The ``--program`` value for ``event``: ``<program> --by=<owner> <event>``."""
     if not program or any(ch.isspace() for ch in program):
         raise ValueError(f"trigger program must be one path without spaces: {program!r}")
-    return f"{program} {event.value}"
+    return f"{program} {owner_tag(owner)} {event.value}"
+
+
+def owned(trigger: Trigger, owner: str = OWNER) -> bool:
+    """True for a node trigger whose program line carries ``owner``'s tag as its first argument."""
+    words = trigger.program.split()
+    return trigger.res_type == "node" and len(words) >= 2 and words[1] == owner_tag(owner)
 
 
 class Triggers:
-    """Registers, lists and removes slonkd's permanent node triggers."""
+    """Registers, lists and removes one owner's permanent node triggers."""
 
-    def __init__(self, runner: CommandRunner) -> None:
+    def __init__(self, runner: CommandRunner, *, owner: str = OWNER) -> None:
+        owner_tag(owner)  # a bad owner fails here, not at the first registration
         self._runner = runner
+        self.owner = owner
 
     async def read(self) -> list[Trigger]:
         """Every trigger slurmctld holds (anyone's)."""
         return parse_strigger_get(await self._runner.run("strigger", "--get"))
 
-    def _ours(self, triggers: Iterable[Trigger], program: str) -> dict[TriggerEvent, list[Trigger]]:
-        mine: dict[TriggerEvent, list[Trigger]] = {}
-        for event in TriggerEvent:
-            line = program_line(program, event)
-            mine[event] = sorted(
-                (
-                    t
-                    for t in triggers
-                    if t.res_type == "node" and t.event == event.value and t.program == line
-                ),
-                key=lambda t: t.trig_id,
-            )
-        return mine
+    def _ours(self, triggers: Iterable[Trigger]) -> list[Trigger]:
+        return sorted((t for t in triggers if owned(t, self.owner)), key=lambda t: t.trig_id)
 
     async def ensure(
         self, program: str, events: Sequence[TriggerEvent] = tuple(TriggerEvent)
     ) -> EnsureResult:
-        """Exactly one permanent trigger per event runs ``program``; returns what changed."""
-        mine = self._ours(await self.read(), program)
-        added: list[TriggerEvent] = []
-        cleared: list[int] = []
-        kept: list[int] = []
-        for event in events:
-            existing = mine[event]
-            if existing and existing[0].permanent:
-                kept.append(existing[0].trig_id)
-                extra = existing[1:]
-            else:
-                await self._runner.run(
-                    "strigger",
-                    "--set",
-                    "--node",
-                    f"--{event.value}",
-                    "--flags=PERM",
-                    f"--program={program_line(program, event)}",
-                )
-                added.append(event)
-                extra = existing
-            for dup in extra:
-                await self._clear(dup.trig_id)
-                cleared.append(dup.trig_id)
-        return EnsureResult(added=tuple(added), cleared=tuple(cleared), kept=tuple(kept))
+        """Exactly one permanent trigger per event runs ``program``; returns what changed.
 
-    async def remove(self, program: str) -> tuple[int, ...]:
-        """Clear every trigger of slonkd's ``program``; returns the ids cleared."""
-        mine = self._ours(await self.read(), program)
-        ids = [t.trig_id for found in mine.values() for t in found]
+        Every other trigger of this owner (a duplicate, a one-shot one, another program path,
+        an event not asked for) is cleared; nobody else's is touched.
+        """
+        ours = self._ours(await self.read())
+        added: list[TriggerEvent] = []
+        kept: list[Trigger] = []
+        for event in events:
+            line = program_line(program, event, self.owner)
+            same = [t for t in ours if t.event == event.value and t.program == line]
+            if same and same[0].permanent:
+                kept.append(same[0])
+                continue
+            await self._runner.run(
+                "strigger",
+                "--set",
+                "--node",
+                f"--{event.value}",
+                "--flags=PERM",
+                f"--program={line}",
+            )
+            added.append(event)
+        cleared = [t.trig_id for t in ours if t not in kept]
+        for trig_id in cleared:
+            await self._clear(trig_id)
+        return EnsureResult(
+            added=tuple(added), cleared=tuple(cleared), kept=tuple(t.trig_id for t in kept)
+        )
+
+    async def remove(self) -> tuple[int, ...]:
+        """Clear every trigger of this owner; returns the ids cleared."""
+        ids = [t.trig_id for t in self._ours(await self.read())]
         for trig_id in ids:
             await self._clear(trig_id)
         return tuple(ids)

@@ -55,6 +55,7 @@ async def _lead(c: Coordinator) -> None:
             group.create_task(c.observer.read_statuses(c.bus))
         if c.commands is not None:
             group.create_task(c.commands.announce_when_connected())
+        group.create_task(c.triggers.run())
         if c.topology is not None:
             group.create_task(c.topology.run())
         if c.rollout is not None:

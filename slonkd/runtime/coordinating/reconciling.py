@@ -38,7 +38,9 @@ from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.triggers import Triggers
 from slonkd.core.budget import Admission, BudgetPolicy
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.decide import (
@@ -62,6 +64,7 @@ from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
+from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.credentials import credential_reaper
 from slonkd.runtime.fleet_metrics import FleetExporter
@@ -180,6 +183,16 @@ class Coordinator:
         )  # fmt: skip
         if self.reaper is not None:
             self.pods.add_handler(self.reaper.on_pod_event)
+        self.triggers = TriggerKeeper(  # slurmctld's PERM triggers, see .triggering
+            triggers=Triggers(CommandRunner(s.slurm)),
+            program=s.trigger_program,
+            check_valid=elector.check_valid,
+            provision=(
+                nudge_client_provisioner(s.credentials, s.cluster, s.nudge_client)
+                if s.credentials is not None and s.nudge_client is not None
+                else None
+            ),
+        )
         self.topology: TopologySync | None = None
         if s.topology is not None:
             self.topology = TopologySync(

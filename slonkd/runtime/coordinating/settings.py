@@ -24,6 +24,14 @@ from slonkd.runtime.topology_settings import TopologySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NudgeClient:
+    """The broker client slurmctld's trigger program publishes with (the leader makes it)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CoordinatorSettings:
     """Where the workers are, how often to look, and how much may be taken out at once."""
 
@@ -133,3 +141,10 @@ class CoordinatorSettings:
     """slurmctld's statistics (``sdiag``) are read this often for the fleet metrics (0: never)."""
     sdiag_timeout_s: float = 10.0
     """... each read given up after this long (counted as a failure, never fatal)."""
+    trigger_program: str = ""
+    """slurmctld's permanent node triggers run this program (``slonkd-nudge``'s path where
+    slurmctld runs), installed and kept by the leader (:mod:`.triggering`); "": off, and the
+    leader clears the triggers a coordinator installed before."""
+    nudge_client: NudgeClient | None = None
+    """slurmctld's broker client, made in dynsec by the leader with the triggers (None: the
+    operator provides one, or none)."""

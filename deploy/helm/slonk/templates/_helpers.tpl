@@ -10,6 +10,7 @@ namespace too (<namespace>-<release>-<part>) so parallel installs never collide.
 {{- define "slonk.mosquitto" -}}{{ printf "%s-mosquitto" .Release.Name }}{{- end -}}
 {{- define "slonk.slurmConfig" -}}{{ printf "%s-slurm-config" .Release.Name }}{{- end -}}
 {{- define "slonk.mungeSecret" -}}{{ .Values.munge.existingSecret | default (printf "%s-munge" .Release.Name) }}{{- end -}}
+{{- define "slonk.nudgeSecret" -}}{{ .Values.coordinator.slurmTriggers.mqttSecret | default (printf "%s-slurmctld-mqtt" .Release.Name) }}{{- end -}}
 {{- define "slonk.mqttAdminSecret" -}}{{ .Values.mosquitto.admin.existingSecret | default (printf "%s-mosquitto-admin" .Release.Name) }}{{- end -}}
 {{- define "slonk.poolName" -}}{{ printf "%s-%s" .root.Release.Name .pool.name }}{{- end -}}
 
@@ -242,6 +243,9 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
 {{- with $t.blockSizes }}{{ $_ := set $topo "block_sizes" (list) }}{{ range . }}{{ $_ := set $topo "block_sizes" (append $topo.block_sizes (int .)) }}{{ end }}{{ end -}}
 {{- end -}}
 {{- $_ := set $doc "topology" $topo -}}
+{{- end -}}
+{{- if .Values.coordinator.slurmTriggers.enabled -}}
+{{- $_ := set $doc "trigger_program" .Values.coordinator.slurmTriggers.program -}}
 {{- end -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
