@@ -49,6 +49,7 @@ COORDINATOR_CONFIG: dict[str, Any] = {
     "unready_grace_s": 60,
     "max_out": 2,
     "rollout": {"max_parallel": 1, "job_wait_s": 5, "poll_s": 1, "settle_s": 60},
+    "sdiag_s": 10,  # slurmctld's statistics on the dashboard within seconds (default 60)
 }
 AGENT_RESYNC_S = 2
 
