@@ -107,6 +107,7 @@ def _label(series: dict[str, Any], legend: str) -> str:
     text = legend
     for key, value in series.get("metric", {}).items():
         text = text.replace("{{" + key + "}}", str(value))
+    text = re.sub(r"\{\{\w+\}\}", "", text).strip()  # a label the series lacks (empty)
     return text or json.dumps(series.get("metric", {}))
 
 
@@ -127,7 +128,8 @@ def render(doc: dict[str, Any], data: dict[str, Any], out: Path) -> None:
         for series in data.get(panel["title"], []):
             xs = [float(t) - start for t, _ in series["values"]]
             ys = [float(v) for _, v in series["values"]]
-            ax.plot(xs, ys, label=series["label"][:40], linewidth=1.2)
+            label = re.sub(r"\{\{\w+\}\}", "", series["label"]).strip()
+            ax.plot(xs, ys, label=label[:40], linewidth=1.2)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("seconds", fontsize=7)
         if ax.get_legend_handles_labels()[0]:
@@ -135,7 +137,7 @@ def render(doc: dict[str, Any], data: dict[str, Any], out: Path) -> None:
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle("slonkd dashboard: the sandbox during `slonkd sandbox demo`", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(out, dpi=90)
 
 
