@@ -18,15 +18,21 @@ Not part of CI: ``python -m bench.real_node [options]``. Needs root and the real
    ``time.time()`` here). Polling ``scontrol`` through ``kubectl exec`` costs 100+ ms a
    read: too coarse for a figure of a few hundred ms. The stamp is checked against a direct
    poll on the first ``--validate`` deletions: a shell loop inside the slurmctld container
-   runs ``scontrol -o show node`` back to back (a few ms a read, no exec per read) and
-   prints the wall time it first sees DRAIN; the table shows both figures and their
-   difference (positive: the poll saw the drain after the stamp).
+   runs ``scontrol -o show node`` back to back (one exec for all reads) and prints the
+   wall time it first sees DRAIN; the table shows both figures and the time per read (the
+   poll's resolution). The stamp cannot precede the line's write; a poll that saw DRAIN
+   before the stamp would show the stamp late (``poll_minus_stamp_max_ms`` negative).
 
    Where the time goes, per deletion, from the deleted pod's agent log (streamed with CRI
    stamps from before the DELETE): ``agent.mirror_applied`` (drain) and its ``duration_ms``
-   give when the agent's ``scontrol update`` began; DELETE -> that is the watch, the queue
-   and the agent's read of the node; that -> slurmctld's line is the update call. When the
+   give when the agent's drain call began (``agent_began``: the watch, the queue and the
+   agent's first read of the node) and when it logged it (after one more read); began ->
+   slurmctld's line is the compare-and-set read plus the ``scontrol update``. When the
    agent's drain changed nothing, the preStop (which drains with the same reason) was first.
+   ``restarting`` counts the other workers not Ready at the DELETE: their replacements start
+   (Python, slurmd, munged) on the same CPUs meanwhile. ``--isolated`` waits for every
+   worker Ready and idle before each deletion, so none is; ``real_drain_alone_*`` are the
+   deletions with none either way.
 
 2. The stand-in's figure in the same run (``bench/agent.py``'s fleet: 10 slurmd bound by
    the kubelet stand-in, one agent each, a gated preStop so the drain is the agent's own;
@@ -34,7 +40,8 @@ Not part of CI: ``python -m bench.real_node [options]``. Needs root and the real
    whole rounds of 10.
 
 3. Times of the node's tools and images, warm: the toolchain's check of the cached tools,
-   image build-or-cache, import into the fresh node's containerd (and the second import,
+   image build-or-cache (which includes waiting for the image cache's lock while another
+   checkout builds its images), import into the fresh node's containerd (and the second import,
    which must import nothing), control plane + RealNode start (``real_node_ready_s``),
    ``helm install`` -> every pod Ready (``chart_install_ready_s``). Cold figures need an
    empty ``~/.cache/slonkd``, which others share: they are not measured here but read from
@@ -46,8 +53,9 @@ Load averages are recorded at the start and end of each phase: the targets
 mean little on a busy one.
 
 Options: --deletions N (real-node deletions, default 30), --workers N (worker pods, default
-4), --standin-deletions N (default 30), --validate N (deletions checked by the direct poll,
-default 3), --cold-log FILE. Prints a table, then one JSON object as the last line.
+4), --isolated (no deletion while another worker is being replaced), --standin-deletions N
+(default 30), --validate N (deletions checked by the direct poll, default 3), --cold-log
+FILE. Prints a table, then one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -146,8 +154,12 @@ class Sample:
     """The direct poll's time per read: its resolution."""
     agent_began_ms: float | None = None
     """DELETE returned -> the agent's drain call began (watch, queue, read of the node)."""
+    agent_applied_ms: float | None = None
+    """DELETE returned -> the agent logged its drain (after its read of the node after it)."""
     agent_changed: bool | None = None
     """The agent's drain changed the node (False: the preStop drained first)."""
+    restarting: int = 0
+    """Other workers not Ready at the DELETE (their replacements starting meanwhile)."""
 
 
 def summary(
@@ -174,7 +186,16 @@ def summary(
     if began:
         out["agent_began_p50_ms"] = round(percentile(began, 0.5), 1)
         out["agent_began_p99_ms"] = round(percentile(began, 0.99), 1)
+    calls = [s.drain_ms - s.agent_began_ms for s in real if s.agent_began_ms is not None]
+    if calls:
+        out["agent_call_to_drain_p50_ms"] = round(percentile(calls, 0.5), 1)
+        out["agent_call_to_drain_p99_ms"] = round(percentile(calls, 0.99), 1)
     out["drains_by_agent"] = sum(1 for s in real if s.agent_changed)
+    alone = [s.drain_ms for s in real if s.restarting == 0]
+    out["real_alone_samples"] = len(alone)
+    if alone:
+        out["real_drain_alone_p50_ms"] = round(percentile(alone, 0.5), 1)
+        out["real_drain_alone_p99_ms"] = round(percentile(alone, 0.99), 1)
     offsets = [s.poll_ms - s.drain_ms for s in real if s.poll_ms is not None]
     if offsets:
         out["validated"] = len(offsets)
@@ -274,10 +295,22 @@ def _agent_drain(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def _delete_once(release: Release, worker: str, *, validate: bool, tmp: Path) -> Sample:
+def _restarting(release: Release, worker: str) -> int:
+    """How many other workers are not Ready now (being replaced: their start costs CPU)."""
+    pods = {p["metadata"]["name"]: p for p in release.pods()}
+    return sum(1 for w in release.workers if w != worker and not (w in pods and ready(pods[w])))
+
+
+def _delete_once(
+    release: Release, worker: str, *, validate: bool, isolated: bool, tmp: Path
+) -> Sample:
+    waiting = release.workers if isolated else (worker,)
     wait_for(
-        f"{worker} Ready and idle", lambda: _reusable(release, worker), timeout_s=REUSE_TIMEOUT_S
+        f"{', '.join(waiting)} Ready and idle",
+        lambda: all(_reusable(release, w) for w in waiting),
+        timeout_s=REUSE_TIMEOUT_S,
     )
+    restarting = _restarting(release, worker)
     stream = LogStream(release, worker, "slonkd-agent", tmp / f"agent-{time.time_ns()}.log")
     poll = _DirectPoll(release, worker) if validate else None
     time.sleep(0.5)  # the log stream is open before the DELETE
@@ -303,21 +336,24 @@ def _delete_once(release: Release, worker: str, *, validate: bool, tmp: Path) ->
                 break
             time.sleep(0.2)
     stream.close()
-    agent_began = None
+    agent_began = agent_applied = None
     if agent is not None:
-        agent_began = (agent["_at"] - float(agent.get("duration_ms", 0)) / 1000 - returned) * 1000
+        agent_applied = (agent["_at"] - returned) * 1000
+        agent_began = agent_applied - float(agent.get("duration_ms", 0))
     return Sample(
         worker=worker,
         drain_ms=(drained - returned) * 1000,
         poll_ms=None if seen is None else (seen[0] - returned) * 1000,
         poll_read_ms=None if seen is None else seen[1],
         agent_began_ms=agent_began,
+        agent_applied_ms=agent_applied,
         agent_changed=None if agent is None else bool(agent.get("changed")),
+        restarting=restarting,
     )
 
 
 def _real(
-    root: Path, *, deletions: int, workers: int, validate: int
+    root: Path, *, deletions: int, workers: int, validate: int, isolated: bool
 ) -> tuple[list[Sample], dict[str, float], dict[str, Any]]:
     samples: list[Sample] = []
     extra: dict[str, Any] = {"load_real_start": _load()}
@@ -326,7 +362,9 @@ def _real(
         _say(f"installed: { {k: round(v, 1) for k, v in timings.items()} }")
         for i in range(deletions):
             worker = release.workers[i % workers]
-            sample = _delete_once(release, worker, validate=i < validate, tmp=root)
+            sample = _delete_once(
+                release, worker, validate=i < validate, isolated=isolated, tmp=root
+            )
             samples.append(sample)
             _say(
                 f"{i + 1}/{deletions} {worker}: drain {sample.drain_ms:.0f} ms"
@@ -351,12 +389,23 @@ def _standin(root: Path, deletions: int) -> tuple[list[float], dict[str, Any]]:
     return latencies, extra
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _table(real: Sequence[Sample], result: dict[str, Any]) -> None:
-    print(f"{'#':>3} {'worker':<10}{'drain_ms':>10}{'poll_ms':>10}{'agent_began_ms':>16} changed")
+    """Per deletion (ms after the DELETE returned), then the summary."""
+    print(
+        f"{'#':>3} {'worker':<11}{'agent_began':>12}{'drain':>9}{'agent_logged':>13}"
+        f"{'poll':>9}{'poll_read':>10}{'restarting':>11} agent_changed"
+    )
     for i, s in enumerate(real, 1):
-        poll = f"{s.poll_ms:.1f}" if s.poll_ms is not None else "-"
-        began = f"{s.agent_began_ms:.1f}" if s.agent_began_ms is not None else "-"
-        print(f"{i:>3} {s.worker:<10}{s.drain_ms:>10.1f}{poll:>10}{began:>16} {s.agent_changed}")
+        print(
+            f"{i:>3} {s.worker:<11}{_ms(s.agent_began_ms):>12}{s.drain_ms:>9.1f}"
+            f"{_ms(s.agent_applied_ms):>13}{_ms(s.poll_ms):>9}{_ms(s.poll_read_ms):>10}"
+            f"{s.restarting:>11}"
+            f" {s.agent_changed}"
+        )
     for key, value in result.items():
         print(f"{key:<34}{value!s:>24}")
 
@@ -370,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--standin-deletions", type=int, default=STANDIN_DELETIONS)
     parser.add_argument("--validate", type=int, default=VALIDATE)
+    parser.add_argument("--isolated", action="store_true")
     parser.add_argument("--cold-log", type=Path, action="append", default=[])
     args = parser.parse_args(argv)
     if args.workers < 2 or args.deletions < 1:
@@ -381,7 +431,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-real-"))
     try:
         real, timings, extra = _real(
-            root / "real", deletions=args.deletions, workers=args.workers, validate=args.validate
+            root / "real",
+            deletions=args.deletions,
+            workers=args.workers,
+            validate=args.validate,
+            isolated=args.isolated,
         )
         standin, standin_extra = _standin(root / "standin", args.standin_deletions)
     finally:

@@ -60,6 +60,9 @@ def test_the_json_line_starts_with_the_issues_keys_and_their_values() -> None:
     assert out["validated"] == 1
     assert out["poll_minus_stamp_max_ms"] == 5.0
     assert out["drains_by_agent"] == 29
+    assert out["agent_began_p50_ms"] == 50.0
+    assert out["real_alone_samples"] == 30
+    assert out["agent_call_to_drain_p50_ms"] == 65.0
     assert out["load_real_start"] == [1.0, 1.0, 1.0]
 
 
