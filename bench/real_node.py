@@ -50,12 +50,16 @@ Not part of CI: ``python -m bench.real_node [options]``. Needs root and the real
 
 Load averages are recorded at the start and end of each phase: the targets
 (``real_drain_p99_ms`` <= 500 on a quiet machine, ``chart_install_ready_s`` <= 120 warm)
-mean little on a busy one.
+mean little on a busy one, and less for the real node than for the stand-in: every pod
+of the node lives in one cgroup (the kubelet's cgroupRoot) that competes for the CPUs
+with the weight of ONE host process (``cpu.shares`` 1024), while each stand-in agent and
+slurmd is a host process of its own. ``--node-cpu-shares N`` sets that weight
+(``node_cpu_shares`` in the JSON line) to see how much of the drain is that contention.
 
 Options: --deletions N (real-node deletions, default 30), --workers N (worker pods, default
 4), --isolated (no deletion while another worker is being replaced), --standin-deletions N
-(default 30), --validate N (deletions checked by the direct poll, default 3), --cold-log
-FILE. Prints a table, then one JSON object as the last line.
+(default 30), --validate N (deletions checked by the direct poll, default 3),
+--node-cpu-shares N, --cold-log FILE. Prints a table, then one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ VALIDATE = 3
 CAUSE = "pod-terminating"
 DRAIN_TIMEOUT_S = 30.0
 REUSE_TIMEOUT_S = 240.0
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+"""cgroup v1's cpu hierarchy: the node's cgroupRoot below it holds every pod."""
 POLL_READS = 5000
 """The direct poll gives up after this many reads (a few ms each)."""
 
@@ -352,14 +358,29 @@ def _delete_once(
     )
 
 
+def _node_cpu_shares(release: Release, shares: int | None) -> int:
+    """Set (when given) and return the CPU weight of the node's cgroup (every pod below it)."""
+    knob = CPU_CGROUP / release.node.cgroup_root.lstrip("/") / "cpu.shares"
+    if shares is not None:
+        knob.write_text(f"{shares}\n")
+    return int(knob.read_text())
+
+
 def _real(
-    root: Path, *, deletions: int, workers: int, validate: int, isolated: bool
+    root: Path,
+    *,
+    deletions: int,
+    workers: int,
+    validate: int,
+    isolated: bool,
+    cpu_shares: int | None,
 ) -> tuple[list[Sample], dict[str, float], dict[str, Any]]:
     samples: list[Sample] = []
     extra: dict[str, Any] = {"load_real_start": _load()}
     with install(root, replicas=workers, say=_say) as release:
         timings = dict(release.timings)
         _say(f"installed: { {k: round(v, 1) for k, v in timings.items()} }")
+        extra["node_cpu_shares"] = _node_cpu_shares(release, cpu_shares)
         for i in range(deletions):
             worker = release.workers[i % workers]
             sample = _delete_once(
@@ -420,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--standin-deletions", type=int, default=STANDIN_DELETIONS)
     parser.add_argument("--validate", type=int, default=VALIDATE)
     parser.add_argument("--isolated", action="store_true")
+    parser.add_argument("--node-cpu-shares", type=int, default=None)
     parser.add_argument("--cold-log", type=Path, action="append", default=[])
     args = parser.parse_args(argv)
     if args.workers < 2 or args.deletions < 1:
@@ -436,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             validate=args.validate,
             isolated=args.isolated,
+            cpu_shares=args.node_cpu_shares,
         )
         standin, standin_extra = _standin(root / "standin", args.standin_deletions)
     finally:
