@@ -26,6 +26,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from slonkd.testing.kube import KubeCluster
@@ -89,10 +92,23 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _measure(root: Path, rounds: int, idle_s: float) -> int:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    """The stand-in fleet: 10 slurmd, their pods bound by the kubelet stand-in, one agent each."""
+
+    root: Path
+    kube: KubeCluster
+    slurm: SlurmCluster
+    standin: KubeletStandIn
+    names: tuple[str, ...]
+    ports: dict[str, int]
+    agents: list[subprocess.Popen[bytes]]
+
+
+@contextmanager
+def standin_fleet(root: Path) -> Iterator[Fleet]:
+    """The fleet started under ``root``, every agent synced; leaving stops it all."""
     names = tuple(f"w-{i}" for i in range(PODS))
-    gate = root / "open"
-    latencies: list[float] = []
     agents: list[subprocess.Popen[bytes]] = []
     with (
         KubeCluster(root / "kube") as kube,
@@ -114,80 +130,106 @@ def _measure(root: Path, rounds: int, idle_s: float) -> int:
             )
             slurm.wait_idle(names, timeout_s=120)
             ports = dict(zip(names, free_ports(len(names)), strict=True))
-            for name in names:
-                env = {
-                    **os.environ,
-                    "POD_NAME": name,
-                    "POD_NAMESPACE": "bench",
-                    "NODE_NAME": knode,
-                    "KUBECONFIG": str(kube.kubeconfig),
-                    "SLURM_CONF": str(slurm.conf),
-                    "SLONKD_READY_FILE": str(root / f"ready-{name}"),
-                    "SLONKD_METRICS_ADDRESS": "127.0.0.1",
-                    "SLONKD_METRICS_PORT": str(ports[name]),
-                }
-                with (root / f"agent-{name}.log").open("ab") as out:
-                    agents.append(
-                        subprocess.Popen(
-                            [sys.executable, "-m", "slonkd.cli.main", "agent"],
-                            env=env,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            preexec_fn=die_with_parent,
-                        )
-                    )
-            wait_for(
-                "agents synced",
-                lambda: all((root / f"ready-{n}").exists() for n in names),
-                timeout_s=60,
-            )
-            for _ in range(rounds):
-                gate.unlink(missing_ok=True)
-                uids = {}
-                for name in names:  # one event at a time: latency, not queueing
-                    uids[name] = kube.api.request("GET", f"/api/v1/namespaces/bench/pods/{name}")[
-                        "metadata"
-                    ]["uid"]
-                    kube.api.request(
-                        "DELETE",
-                        f"/api/v1/namespaces/bench/pods/{name}",
-                        {"gracePeriodSeconds": 60},
-                    )
-                    started = time.monotonic()
-                    deadline = started + 30
-                    while time.monotonic() < deadline:
-                        line = slurm.run("scontrol", "-o", "show", "node", name).stdout
-                        if "DRAIN" in line.split("State=", 1)[1].split()[0]:
-                            latencies.append((time.monotonic() - started) * 1000)
-                            break
-                gate.write_text("")
-
-                def back(uids: dict[str, str] = uids) -> bool:
-                    seen = {
-                        (e.get("pod"), e.get("uid"))
-                        for e in standin.events()
-                        if e["event"] == "slurmd.started"
+            try:
+                for name in names:
+                    env = {
+                        **os.environ,
+                        "POD_NAME": name,
+                        "POD_NAMESPACE": "bench",
+                        "NODE_NAME": knode,
+                        "KUBECONFIG": str(kube.kubeconfig),
+                        "SLURM_CONF": str(slurm.conf),
+                        "SLONKD_READY_FILE": str(root / f"ready-{name}"),
+                        "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+                        "SLONKD_METRICS_PORT": str(ports[name]),
                     }
-                    return all(any(p == n and u != uids[n] for p, u in seen) for n in names)
+                    with (root / f"agent-{name}.log").open("ab") as out:
+                        agents.append(
+                            subprocess.Popen(
+                                [sys.executable, "-m", "slonkd.cli.main", "agent"],
+                                env=env,
+                                stdout=out,
+                                stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent,
+                            )
+                        )
+                wait_for(
+                    "agents synced",
+                    lambda: all((root / f"ready-{n}").exists() for n in names),
+                    timeout_s=60,
+                )
+                yield Fleet(
+                    root=root,
+                    kube=kube,
+                    slurm=slurm,
+                    standin=standin,
+                    names=names,
+                    ports=ports,
+                    agents=agents,
+                )
+            finally:
+                for agent in agents:
+                    agent.terminate()
+                for agent in agents:
+                    agent.wait(timeout=15)
 
-                wait_for("pods back", back, timeout_s=120)
-                slurm.wait_idle(names, timeout_s=120)
-            pid = agents[0].pid
-            base = f"http://127.0.0.1:{ports[names[0]]}"
-            drains_counted = _drains_counted(_get(f"{base}/metrics"))
-            rss = _rss_mb(pid)
-            cpu0, t0 = _cpu_s(pid), time.monotonic()
-            while (left := t0 + idle_s - time.monotonic()) > 0:
-                _get(f"{base}/healthz")
-                _get(f"{base}/readyz")
-                _get(f"{base}/metrics")
-                time.sleep(min(SCRAPE_EVERY_S, left))
-            idle_cpu_pct = (_cpu_s(pid) - cpu0) / (time.monotonic() - t0) * 100
-            rss_after_idle = _rss_mb(pid)
-            for agent in agents:
-                agent.terminate()
-            for agent in agents:
-                agent.wait(timeout=15)
+
+def drain_round(fleet: Fleet) -> list[float]:
+    """Delete every pod once, one at a time; ms from each DELETE's return to DRAIN in scontrol.
+
+    The preStop's gate then opens; returns once every pod is back and its node idle.
+    """
+    kube, slurm, names = fleet.kube, fleet.slurm, fleet.names
+    gate = fleet.root / "open"
+    gate.unlink(missing_ok=True)
+    latencies: list[float] = []
+    uids = {}
+    for name in names:  # one event at a time: latency, not queueing
+        uids[name] = kube.api.request("GET", f"/api/v1/namespaces/bench/pods/{name}")["metadata"][
+            "uid"
+        ]
+        kube.api.request(
+            "DELETE", f"/api/v1/namespaces/bench/pods/{name}", {"gracePeriodSeconds": 60}
+        )
+        started = time.monotonic()
+        deadline = started + 30
+        while time.monotonic() < deadline:
+            line = slurm.run("scontrol", "-o", "show", "node", name).stdout
+            if "DRAIN" in line.split("State=", 1)[1].split()[0]:
+                latencies.append((time.monotonic() - started) * 1000)
+                break
+    gate.write_text("")
+
+    def back() -> bool:
+        seen = {
+            (e.get("pod"), e.get("uid"))
+            for e in fleet.standin.events()
+            if e["event"] == "slurmd.started"
+        }
+        return all(any(p == n and u != uids[n] for p, u in seen) for n in names)
+
+    wait_for("pods back", back, timeout_s=120)
+    slurm.wait_idle(names, timeout_s=120)
+    return latencies
+
+
+def _measure(root: Path, rounds: int, idle_s: float) -> int:
+    latencies: list[float] = []
+    with standin_fleet(root) as fleet:
+        for _ in range(rounds):
+            latencies += drain_round(fleet)
+        pid = fleet.agents[0].pid
+        base = f"http://127.0.0.1:{fleet.ports[fleet.names[0]]}"
+        drains_counted = _drains_counted(_get(f"{base}/metrics"))
+        rss = _rss_mb(pid)
+        cpu0, t0 = _cpu_s(pid), time.monotonic()
+        while (left := t0 + idle_s - time.monotonic()) > 0:
+            _get(f"{base}/healthz")
+            _get(f"{base}/readyz")
+            _get(f"{base}/metrics")
+            time.sleep(min(SCRAPE_EVERY_S, left))
+        idle_cpu_pct = (_cpu_s(pid) - cpu0) / (time.monotonic() - t0) * 100
+        rss_after_idle = _rss_mb(pid)
     imports = subprocess.run(
         [
             sys.executable,
