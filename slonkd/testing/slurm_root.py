@@ -23,8 +23,12 @@ SUITES = {"24.11": "trixie"}
 """SLURM release -> the Debian suite that ships it."""
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+ACCOUNTING_PACKAGES = ("slurmdbd",)
+"""Added on demand (:func:`ensure_accounting`): slurmdbd and its MySQL plugin. The database
+itself runs on the host (any MariaDB speaks to any slurmdbd)."""
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _MARKER = ".slonkd-complete"
+_ACCOUNTING_MARKER = ".slonkd-accounting"
 
 
 def root_cache() -> Path:
@@ -94,6 +98,44 @@ def ensure_slurm_root(version: str = "24.11") -> Path:
             raise RuntimeError(f"root has SLURM {got}, wanted {version}")
         (building / _MARKER).write_text(f"slurm {got[1]}\n")
         building.rename(final)
+    return final
+
+
+def ensure_accounting(version: str = "24.11") -> Path:
+    """The root for ``version`` with slurmdbd added (apt-get in the root, once; cached).
+
+    Installed into the existing root rather than by a new debootstrap, so roots built
+    before accounting existed gain it in seconds; daemons already running from the root
+    are not disturbed (packages are only added). Services are kept from starting
+    (``policy-rc.d``).
+    """
+    final = ensure_slurm_root(version)
+    if (final / _ACCOUNTING_MARKER).exists():
+        return final
+    with (final.parent / f".{final.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / _ACCOUNTING_MARKER).exists():
+            return final
+        shutil.copyfile("/etc/resolv.conf", final / "etc" / "resolv.conf")
+        policy = final / "usr" / "sbin" / "policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *ACCOUNTING_PACKAGES],
+        ):
+            proc = subprocess.run(
+                ["chroot", str(final), *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=900,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv)} in {final}: {proc.stderr[-1500:]}")
+        (final / _ACCOUNTING_MARKER).write_text(" ".join(ACCOUNTING_PACKAGES) + "\n")
     return final
 
 
