@@ -7,6 +7,8 @@ by suite and SLURM version; a marker file says it is complete, and a lock keeps 
 runs from building it at once. Nothing here touches the host's own SLURM.
 
     python -m slonkd.testing.slurm_root 24.11
+
+(which also adds slurmdbd, see :func:`ensure_accounting`).
 """
 
 from __future__ import annotations
@@ -140,4 +142,4 @@ def ensure_accounting(version: str = "24.11") -> Path:
 
 
 if __name__ == "__main__":
-    print(ensure_slurm_root(sys.argv[1] if len(sys.argv) > 1 else "24.11"))
+    print(ensure_accounting(sys.argv[1] if len(sys.argv) > 1 else "24.11"))
