@@ -134,13 +134,13 @@ for image in "${images[@]}"; do
             [[ -n "$did_wheels" ]] || { wheels; did_wheels=1; }
             bud "localhost/slonk/slonkd:$TAG" "$here/slonkd/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
-        controller | worker | login)
+        controller | worker | login | slurmdbd)
             [[ -n "$did_wheels" ]] || { wheels; did_wheels=1; }
             bud "localhost/slonk/slurm-$image:$TAG" "$here/slurm/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" --target "$image" ;;
         mosquitto)
             bud "localhost/slonk/mosquitto:$TAG" "$here/mosquitto/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
-        *) log "unknown image $image (base slonkd controller worker login mosquitto)"; exit 2 ;;
+        *) log "unknown image $image (base slonkd controller worker login slurmdbd mosquitto)"; exit 2 ;;
     esac
 done

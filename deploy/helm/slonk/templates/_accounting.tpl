@@ -1,0 +1,37 @@
+{{/* Names of the accounting objects (accounting.enabled; see accounting.yaml). */}}
+{{- define "slonk.slurmdbd" -}}{{ printf "%s-slurmdbd" .Release.Name }}{{- end -}}
+{{- define "slonk.mariadb" -}}{{ printf "%s-mariadb" .Release.Name }}{{- end -}}
+{{- define "slonk.accountingSecret" -}}{{ .Values.accounting.database.existingSecret | default (printf "%s-accounting-db" .Release.Name) }}{{- end -}}
+
+{{/* The database slurmdbd uses: the external host, else the chart's MariaDB pod. */}}
+{{- define "slonk.accountingDbHost" -}}
+{{- $mariadb := include "slonk.mariadb" . -}}
+{{- .Values.accounting.database.host | default (include "slonk.podFQDN" (dict "root" . "pod" (printf "%s-0" $mariadb) "svc" $mariadb)) -}}
+{{- end -}}
+
+{{/* slurm.conf keys that send records to slurmdbd (merged before slurm.config). */}}
+{{- define "slonk.accountingConf" -}}
+{{- $dbd := include "slonk.slurmdbd" . -}}
+{{- $conf := dict
+  "AccountingStorageType" "accounting_storage/slurmdbd"
+  "AccountingStorageHost" (include "slonk.podFQDN" (dict "root" . "pod" (printf "%s-0" $dbd) "svc" $dbd))
+  "AccountingStoragePort" .Values.accounting.slurmdbdPort
+  "JobAcctGatherType" "jobacct_gather/cgroup"
+-}}
+{{- toJson $conf -}}
+{{- end -}}
+
+{{/* slurmdbd.conf without StoragePass (the init container appends it from the Secret). */}}
+{{- define "slonk.slurmdbdConf" -}}
+{{- $db := .Values.accounting.database -}}
+AuthType=auth/munge
+DbdHost={{ include "slonk.slurmdbd" . }}-0
+DbdPort={{ .Values.accounting.slurmdbdPort }}
+SlurmUser=slurm
+PidFile=/run/slurmdbd/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost={{ include "slonk.accountingDbHost" . }}
+StoragePort={{ $db.port }}
+StorageUser={{ $db.user }}
+StorageLoc={{ $db.name }}
+{{- end -}}
