@@ -134,12 +134,15 @@ for image in "${images[@]}"; do
             [[ -n "$did_wheels" ]] || { wheels; did_wheels=1; }
             bud "localhost/slonk/slonkd:$TAG" "$here/slonkd/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
-        controller | worker | login | slurmdbd)
+        controller | worker | login)
             [[ -n "$did_wheels" ]] || { wheels; did_wheels=1; }
             bud "localhost/slonk/slurm-$image:$TAG" "$here/slurm/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" --target "$image" ;;
         mosquitto)
             bud "localhost/slonk/mosquitto:$TAG" "$here/mosquitto/Dockerfile" "$here" \
+                --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
+        slurmdbd)
+            bud "localhost/slonk/slurm-slurmdbd:$TAG" "$here/slurmdbd/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
         mariadb)
             bud "localhost/slonk/mariadb:$TAG" "$here/mariadb/Dockerfile" "$here" \

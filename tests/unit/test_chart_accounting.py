@@ -73,7 +73,7 @@ def test_enabled_runs_slurmdbd_on_the_charts_mariadb(helm: Helm) -> None:
     conf = _conf_lines(slurm_conf(objs))
     assert conf["AccountingStorageType"] == "accounting_storage/slurmdbd"
     assert conf["AccountingStorageHost"] == "rel-slurmdbd-0.rel-slurmdbd.hpc.svc.cluster.local"
-    assert conf["JobAcctGatherType"] == "jobacct_gather/cgroup"
+    assert conf["JobAcctGatherType"] == "jobacct_gather/linux"
 
     dbd = one(objs, "StatefulSet", "rel-slurmdbd")
     dbd_svc = one(objs, "Service", "rel-slurmdbd")

@@ -16,7 +16,7 @@
   "AccountingStorageType" "accounting_storage/slurmdbd"
   "AccountingStorageHost" (include "slonk.podFQDN" (dict "root" . "pod" (printf "%s-0" $dbd) "svc" $dbd))
   "AccountingStoragePort" .Values.accounting.slurmdbdPort
-  "JobAcctGatherType" "jobacct_gather/cgroup"
+  "JobAcctGatherType" "jobacct_gather/linux"
 -}}
 {{- toJson $conf -}}
 {{- end -}}
