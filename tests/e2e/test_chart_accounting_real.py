@@ -107,7 +107,11 @@ def accounted(session_root: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         helm = Helm(binary=kube.tools.helm, home=tmp / "helm", kubeconfig=kube.kubeconfig)
         values = value_args(
             [LOCAL_IMAGES, _values(tmp)],
-            (*image_values(images), "accounting.enabled=true"),
+            (
+                *image_values(images),
+                "accounting.enabled=true",
+                'accounting.database.persistence.size="1Gi"',  # the local volume's size
+            ),
         )
         deployed = Deployed(
             node=node,

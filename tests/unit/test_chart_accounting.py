@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,11 @@ def _container(sts: Obj, name: str, *, init: bool = False) -> Obj:
     ]
     assert len(found) == 1, f"{len(found)} containers named {name}"
     return found[0]
+
+
+def _pod_spec(objs: list[Obj], sts: str) -> Obj:
+    spec: Obj = one(objs, "StatefulSet", sts)["spec"]["template"]["spec"]
+    return spec
 
 
 def _secret_ref(container: Obj, env: str) -> tuple[str, str]:
@@ -171,3 +178,41 @@ def test_the_init_script_writes_slurmdbd_conf_as_slurmdbd_wants_it(
     assert (st.st_mode & 0o777, st.st_uid) == (0o600, slurm.pw_uid)
     assert _conf_lines(written.read_text())["StoragePass"] == "s3cret"
     assert dirs["/run/slurmdbd"].stat().st_uid == slurm.pw_uid
+
+
+def test_slurmctld_waits_for_slurmdbd_only_on_its_first_start(helm: Helm, tmp_path: Path) -> None:
+    """With accounting, the controller pod's init waits for slurmdbd until last_tres exists.
+
+    slurmctld's first start (no state) exits without slurmdbd ("no TRES from it"); later
+    starts read last_tres. The script runs here: it waits while nothing listens and there is
+    no state, returns once slurmdbd's port answers, and at once when last_tres exists.
+    """
+    assert "initContainers" not in _pod_spec(render(helm), "rel-slurmctld")
+    objs = render(helm, set_json=ON)
+    conf = _conf_lines(slurm_conf(objs))
+    (wait,) = _pod_spec(objs, "rel-slurmctld")["initContainers"]
+    python, flag, script, host, port, state = wait["command"]
+    assert python == "python3"  # the controller image has it (slonk-init is Python)
+    assert (host, int(port)) == (conf["AccountingStorageHost"], int(conf["AccountingStoragePort"]))
+    assert state == "/var/spool/slurmctld/last_tres"
+    assert wait["volumeMounts"][0]["mountPath"] == str(Path(state).parent)
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        free = str(listener.getsockname()[1])
+    last_tres = tmp_path / "last_tres"
+    argv = [sys.executable, flag, script, "127.0.0.1", free, str(last_tres)]
+    waiting = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=1.5)  # no slurmdbd, no state: it waits
+        with socket.socket() as dbd:
+            dbd.bind(("127.0.0.1", int(free)))
+            dbd.listen()
+            assert waiting.wait(timeout=10) == 0  # slurmdbd answers: slurmctld may start
+    finally:
+        waiting.kill()
+        waiting.wait()
+    assert "first start: waiting for slurmdbd" in (waiting.stdout.read() if waiting.stdout else "")
+    last_tres.write_text("")
+    assert subprocess.run(argv, timeout=10, check=False).returncode == 0  # state: no wait
