@@ -141,6 +141,12 @@ for image in "${images[@]}"; do
         mosquitto)
             bud "localhost/slonk/mosquitto:$TAG" "$here/mosquitto/Dockerfile" "$here" \
                 --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
-        *) log "unknown image $image (base slonkd controller worker login mosquitto)"; exit 2 ;;
+        slurmdbd)
+            bud "localhost/slonk/slurm-slurmdbd:$TAG" "$here/slurmdbd/Dockerfile" "$here" \
+                --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
+        mariadb)
+            bud "localhost/slonk/mariadb:$TAG" "$here/mariadb/Dockerfile" "$here" \
+                --build-arg "BASE_IMAGE=$BASE_IMAGE" ;;
+        *) log "unknown image $image (base slonkd controller worker login slurmdbd mosquitto mariadb)"; exit 2 ;;
     esac
 done

@@ -31,6 +31,11 @@ def _common(parser: argparse.ArgumentParser, *, workers: bool) -> None:
     )
     if workers:
         parser.add_argument("--workers", type=int, default=4, help="worker pods / SLURM nodes")
+        parser.add_argument(
+            "--accounting",
+            action="store_true",
+            help="also run slurmdbd with a MariaDB (sacct works; about 10 s more to start)",
+        )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,7 +72,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "up":
         from slonkd.testing.sandbox_ctl import up
 
-        return up(root, workers=args.workers)
+        return up(root, workers=args.workers, accounting=args.accounting)
     if action == "down":
         from slonkd.testing.sandbox_ctl import down
 
@@ -79,4 +84,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from slonkd.testing.sandbox import run_sandbox
 
     keep = bool(getattr(args, "keep_dir", False))
-    return run_sandbox(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)
+    return run_sandbox(
+        root,
+        workers=args.workers,
+        hold_s=args.hold,
+        fresh_dir=not keep,
+        accounting=args.accounting,
+    )

@@ -59,6 +59,8 @@ class ImageSpec:
     """Reads container/init/slonk-init."""
     wheel: bool = False
     """Carries slonkd (its wheel)."""
+    inputs: tuple[str, ...] = ()
+    """More files under container/ its build copies in."""
 
 
 SPECS: tuple[ImageSpec, ...] = (
@@ -101,6 +103,25 @@ SPECS: tuple[ImageSpec, ...] = (
         dockerfile="mosquitto/Dockerfile",
     ),
 )
+
+
+ACCOUNTING_SPECS: tuple[ImageSpec, ...] = (
+    ImageSpec(
+        build_name="slurmdbd",
+        repository="localhost/slonk/slurm-slurmdbd",
+        values_key="slurmdbd",
+        dockerfile="slurmdbd/Dockerfile",
+        slurm=True,
+    ),
+    ImageSpec(
+        build_name="mariadb",
+        repository="localhost/slonk/mariadb",
+        values_key="mariadb",
+        dockerfile="mariadb/Dockerfile",
+        inputs=("mariadb/slonk-mariadb",),
+    ),
+)
+"""The images of the chart's ``accounting.enabled`` (built only where a test asks for them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +183,7 @@ def content_key(spec: ImageSpec, base_id: str) -> str:
     inputs = [CONTAINER / "build.sh", CONTAINER / spec.dockerfile]
     if spec.slurm:
         inputs.append(CONTAINER / "init" / "slonk-init")
+    inputs += [CONTAINER / name for name in spec.inputs]
     if spec.wheel:
         inputs += _wheel_files()
     for path in inputs:

@@ -146,9 +146,18 @@ def _prestop_argv() -> list[str]:
 
 
 def run_sandbox(
-    root: Path, *, workers: int = 4, hold_s: float = 0.0, fresh_dir: bool = True
+    root: Path,
+    *,
+    workers: int = 4,
+    hold_s: float = 0.0,
+    fresh_dir: bool = True,
+    accounting: bool = False,
 ) -> int:
-    """Bring everything up under ``root``, print how to reach it, hold, stop everything."""
+    """Bring everything up under ``root``, print how to reach it, hold, stop everything.
+
+    ``accounting``: SLURM also runs slurmdbd with a MariaDB of its own, so ``sacct`` lists
+    jobs (an opt-in: it adds about 10 s to the start, see :mod:`slonkd.testing.accounting`).
+    """
     if fresh_dir:
         prepare_dir(root)
     names = tuple(f"{POOL}-{i}" for i in range(workers))
@@ -167,6 +176,7 @@ def run_sandbox(
         "coordinator_config": COORDINATOR_CONFIG,
         "agent_resync_s": AGENT_RESYNC_S,
         "grace_s": GRACE_S,
+        "accounting": accounting,
     }
     write_state(root, state)
     with ExitStack() as stack:
@@ -175,9 +185,12 @@ def run_sandbox(
         kube = stack.enter_context(KubeCluster(root / "kube"))
         _say(f"Kubernetes ready in {kube.timings['control_plane_ready_s']:.1f} s")
         slurm = stack.enter_context(
-            SlurmCluster(root / "slurm", SlurmLayout(nodes=names, autostart=False))
+            SlurmCluster(
+                root / "slurm", SlurmLayout(nodes=names, autostart=False, accounting=accounting)
+            )
         )
-        _say(f"slurmctld ready in {slurm.started_s:.1f} s")
+        with_dbd = " (with slurmdbd and MariaDB)" if accounting else ""
+        _say(f"slurmctld ready in {slurm.started_s:.1f} s{with_dbd}")
         passwords = {user: secrets.token_hex(12) for user in ("coordinator", *names)}
         users = {
             "coordinator": MqttUser(

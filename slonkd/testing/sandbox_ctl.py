@@ -53,7 +53,7 @@ def missing_programs() -> list[str]:
     return [p for p in NEEDED if shutil.which(p, path=path) is None]
 
 
-def up(root: Path, *, workers: int, timeout_s: float = 900.0) -> int:
+def up(root: Path, *, workers: int, timeout_s: float = 900.0, accounting: bool = False) -> int:
     """Start the sandbox detached; return once it is ready (0) or failed (1)."""
     began = time.monotonic()
     state = read_state(root)
@@ -90,6 +90,7 @@ def up(root: Path, *, workers: int, timeout_s: float = 900.0) -> int:
                 "--workers",
                 str(workers),
                 "--keep-dir",
+                *(["--accounting"] if accounting else []),
             ],
             stdin=devnull,
             stdout=out,

@@ -5,6 +5,10 @@ free high ports, so clusters can run side by side. The whole cluster runs in a P
 namespace whose init is :mod:`slonkd.testing.slurm_supervisor`; killing it (or the process
 that started it) leaves no daemon or job step behind.
 
+Optionally the cluster keeps accounting (``SlurmLayout(accounting=True)``): a private
+MariaDB and a slurmdbd start in the same namespace before slurmctld (see
+:mod:`slonkd.testing.accounting`); the default cluster has none and starts as fast as before.
+
 Optionally thousands of extra nodes are declared without a slurmd (they stay ``unknown*``
 but accept ``scontrol update``): scale tests use them.
 """
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slonkd.testing import procs
+from slonkd.testing import accounting, procs
 from slonkd.testing.procs import HarnessError
 
 CLIENT_TIMEOUT_S = 30.0
@@ -52,6 +56,8 @@ class SlurmLayout:
     topology_plugin: str | None = None
     """e.g. ``topology/tree``: ``topology.conf`` starts with all nodes on one switch (or
     in one block for ``topology/block``, 24.11 only)."""
+    accounting: bool = False
+    """Run slurmdbd with a MariaDB of its own and send job records to it (``sacct`` works)."""
 
 
 @dataclass(slots=True)
@@ -62,6 +68,7 @@ class SlurmCluster:
     layout: SlurmLayout = field(default_factory=SlurmLayout)
     ctld_port: int = 0
     slurmd_port: int = 0
+    accounting_ports: accounting.AccountingPorts | None = None
     _supervisor: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
 
@@ -107,6 +114,10 @@ class SlurmCluster:
         for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
             if shutil.which(tool) is None:
                 raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
+        if self.layout.accounting:
+            for tool in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db"):
+                if shutil.which(tool) is None:
+                    raise HarnessError(f"{tool} not found: install slurmdbd mariadb-server")
         begun = time.monotonic()
         spec = self._prepare()
         log = self.root / "log" / "supervisor.log"
@@ -193,6 +204,19 @@ class SlurmCluster:
         self.control({"op": "start_slurmctld"})
         procs.wait_for("slurmctld restart", self._pings, timeout_s=timeout_s, interval_s=0.1)
 
+    def stop_slurmdbd(self, *, grace_s: float = 5.0) -> str:
+        """SIGTERM slurmdbd (accounting clusters): slurmctld queues its records meanwhile."""
+        return str(self.control({"op": "stop_slurmdbd", "grace_s": grace_s})["how"])
+
+    def start_slurmdbd(self, *, timeout_s: float = 30.0) -> None:
+        """Start slurmdbd again and wait until ``sacctmgr`` reaches it."""
+        self.control({"op": "start_slurmdbd"})
+
+        def answers() -> bool:
+            return self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0
+
+        procs.wait_for("slurmdbd restart", answers, timeout_s=timeout_s, interval_s=0.2)
+
     # -- clients ---------------------------------------------------------------------------
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -237,6 +261,26 @@ class SlurmCluster:
             kind = "BlockName" if self.layout.topology_plugin == "topology/block" else "SwitchName"
             self.topology_conf.write_text(f"{kind}=harness Nodes={every}\n")
 
+    def _choose_ports(self) -> None:
+        """Free ports for the database and slurmdbd (accounting clusters; kept on restart)."""
+        if self.layout.accounting and self.accounting_ports is None:
+            db, dbd = procs.free_ports(2)
+            self.accounting_ports = accounting.AccountingPorts(mariadb=db, slurmdbd=dbd)
+
+    def _accounting_spec(
+        self, *, inner_root: Path, client_prefix: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """The database's datadir, slurmdbd.conf and the supervisor's accounting spec."""
+        if self.accounting_ports is None:
+            raise HarnessError("accounting ports not chosen (call _choose_ports first)")
+        accounting.install_db(self.root)
+        return accounting.supervisor_spec(
+            root=self.root,
+            inner_root=inner_root,
+            ports=self.accounting_ports,
+            client_prefix=client_prefix,
+        )
+
     def _prepare(self) -> Path:
         root = self.root
         for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
@@ -256,6 +300,7 @@ class SlurmCluster:
         self.slurmd_port = (
             procs.free_port_range(max(n, 1)) if not self.slurmd_port else self.slurmd_port
         )
+        self._choose_ports()
         reboot = root / "bin" / "reboot"
         reboot.write_text(_REBOOT_PROGRAM.format(socket=self.socket_path))
         reboot.chmod(0o755)
@@ -263,7 +308,7 @@ class SlurmCluster:
         self.conf.write_text(render_slurm_conf(self))
         self._initial_topology()
         munge_socket = root / "munge" / "munge.sock"
-        spec = {
+        spec: dict[str, Any] = {
             "root": str(root),
             "slurm_conf": str(self.conf),
             "socket": str(self.socket_path),
@@ -283,6 +328,8 @@ class SlurmCluster:
             "slurmctld_argv": ["slurmctld", "-D", "-f", str(self.conf)],
             "slurmd_argv": ["slurmd", "-D", "-f", str(self.conf)],
         }
+        if self.layout.accounting:
+            spec["accounting"] = self._accounting_spec(inner_root=root)
         path = root / "run" / "spec.json"
         path.write_text(json.dumps(spec, indent=2))
         return path
@@ -355,7 +402,11 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *(
+            accounting.slurm_conf_lines(d, cluster.accounting_ports)
+            if cluster.accounting_ports is not None
+            else ["AccountingStorageType=accounting_storage/none"]
+        ),
         "JobCompType=jobcomp/none",
         "MpiDefault=none",
         "SwitchType=switch/none",

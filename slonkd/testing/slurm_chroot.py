@@ -5,7 +5,9 @@ client runs through ``chroot FSROOT``; the cluster's directory lives inside the 
 (``FSROOT/run/slonkd/<id>``) so that paths in slurm.conf are the same for daemons and
 clients. Differences from 22.05 that the config needs: no ``switch/none`` plugin (the line
 is dropped) and a ``cgroup.conf`` with ``CgroupPlugin=disabled`` (slurmd refuses to start
-without cgroups otherwise). Clients for the adapter: :attr:`client_prefix`.
+without cgroups otherwise). Clients for the adapter: :attr:`client_prefix`. With
+accounting, slurmdbd runs in the root (added to it by ``slurm_root.ensure_accounting``) and
+its MariaDB on the host, with its datadir in the cluster's directory.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slonkd.testing import procs
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout, render_slurm_conf
-from slonkd.testing.slurm_root import ensure_slurm_root
+from slonkd.testing.slurm_root import ensure_accounting, ensure_slurm_root
 
-SLURM_CLIENTS = ("scontrol", "sinfo", "squeue", "strigger", "sbatch", "scancel", "sdiag")
+SLURM_CLIENTS = (
+    "scontrol", "sinfo", "squeue", "strigger", "sbatch", "scancel", "sdiag", "sacct", "sacctmgr",
+)  # fmt: skip
 """The clients slonkd and the tests call by name (see :meth:`ChrootSlurmCluster.client_shims`)."""
 
 
@@ -41,7 +46,8 @@ class ChrootSlurmCluster(SlurmCluster):
         cls, version: str = "24.11", layout: SlurmLayout | None = None
     ) -> ChrootSlurmCluster:
         """A new cluster directory inside the cached root for ``version``."""
-        fsroot = ensure_slurm_root(version)
+        accounted = layout is not None and layout.accounting
+        fsroot = ensure_accounting(version) if accounted else ensure_slurm_root(version)
         base = fsroot / "run" / "slonkd"
         base.mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix="c-", dir=base))
@@ -122,6 +128,7 @@ class ChrootSlurmCluster(SlurmCluster):
         n = len(self.layout.nodes)
         self.ctld_port = self.ctld_port or procs.free_ports(1)[0]
         self.slurmd_port = self.slurmd_port or procs.free_port_range(max(n, 1))
+        self._choose_ports()
         reboot = root / "bin" / "reboot"
         reboot.write_text(
             '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
@@ -136,7 +143,7 @@ class ChrootSlurmCluster(SlurmCluster):
         inner = self.inner
         chroot = ["chroot", str(self.fsroot)]
         munge_socket = root / "munge" / "munge.sock"
-        spec = {
+        spec: dict[str, Any] = {
             "root": str(root),
             "slurm_conf": inner(self.conf),
             "socket": str(self.socket_path),
@@ -152,6 +159,10 @@ class ChrootSlurmCluster(SlurmCluster):
             "slurmctld_argv": [*chroot, "slurmctld", "-D", "-f", inner(self.conf)],
             "slurmd_argv": [*chroot, "slurmd", "-D", "-f", inner(self.conf)],
         }  # fmt: skip
+        if self.layout.accounting:
+            spec["accounting"] = self._accounting_spec(
+                inner_root=Path(inner(root)), client_prefix=tuple(chroot)
+            )
         path = root / "run" / "spec.json"
         path.write_text(json.dumps(spec, indent=2))
         return path

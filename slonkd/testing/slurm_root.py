@@ -7,6 +7,8 @@ by suite and SLURM version; a marker file says it is complete, and a lock keeps 
 runs from building it at once. Nothing here touches the host's own SLURM.
 
     python -m slonkd.testing.slurm_root 24.11
+
+(which also adds slurmdbd, see :func:`ensure_accounting`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ SUITES = {"24.11": "trixie"}
 """SLURM release -> the Debian suite that ships it."""
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+ACCOUNTING_PACKAGES = ("slurmdbd",)
+"""Added on demand (:func:`ensure_accounting`): slurmdbd and its MySQL plugin. The database
+itself runs on the host (any MariaDB speaks to any slurmdbd)."""
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _MARKER = ".slonkd-complete"
+_ACCOUNTING_MARKER = ".slonkd-accounting"
 
 
 def root_cache() -> Path:
@@ -97,5 +103,43 @@ def ensure_slurm_root(version: str = "24.11") -> Path:
     return final
 
 
+def ensure_accounting(version: str = "24.11") -> Path:
+    """The root for ``version`` with slurmdbd added (apt-get in the root, once; cached).
+
+    Installed into the existing root rather than by a new debootstrap, so roots built
+    before accounting existed gain it in seconds; daemons already running from the root
+    are not disturbed (packages are only added). Services are kept from starting
+    (``policy-rc.d``).
+    """
+    final = ensure_slurm_root(version)
+    if (final / _ACCOUNTING_MARKER).exists():
+        return final
+    with (final.parent / f".{final.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / _ACCOUNTING_MARKER).exists():
+            return final
+        shutil.copyfile("/etc/resolv.conf", final / "etc" / "resolv.conf")
+        policy = final / "usr" / "sbin" / "policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *ACCOUNTING_PACKAGES],
+        ):
+            proc = subprocess.run(
+                ["chroot", str(final), *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=900,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv)} in {final}: {proc.stderr[-1500:]}")
+        (final / _ACCOUNTING_MARKER).write_text(" ".join(ACCOUNTING_PACKAGES) + "\n")
+    return final
+
+
 if __name__ == "__main__":
-    print(ensure_slurm_root(sys.argv[1] if len(sys.argv) > 1 else "24.11"))
+    print(ensure_accounting(sys.argv[1] if len(sys.argv) > 1 else "24.11"))

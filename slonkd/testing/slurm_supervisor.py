@@ -13,10 +13,14 @@ Control: a Unix socket (``SPEC.socket``) taking one JSON object per line and ans
 JSON line: ``{"op": "status"}``, ``{"op": "start_slurmd", "node": N}``,
 ``{"op": "stop_slurmd", "node": N, "grace_s": S}``, ``{"op": "kill_slurmd", "node": N}``,
 ``{"op": "start_slurmctld"}``, ``{"op": "stop_slurmctld", "grace_s": S}``,
-``{"op": "kill_slurmctld"}``, ``{"op": "shutdown"}``, and ``{"op": "reboot_slurmd", "node": N}``:
+``{"op": "kill_slurmctld"}``, ``{"op": "shutdown"}``, ``{"op": "start_slurmdbd"}``,
+``{"op": "stop_slurmdbd", "grace_s": S}`` (clusters with accounting), and
+``{"op": "reboot_slurmd", "node": N}``:
 it answers at once and two seconds later stops that slurmd as a kubelet would and starts it
 again with a fresh boot time (the harness's RebootProgram sends it, so ``scontrol reboot``
-completes as after a real reboot). Any process that can reach the socket
+completes as after a real reboot). With accounting (``SPEC.accounting``, see
+:mod:`slonkd.testing.accounting`) it first starts mariadbd and slurmdbd and registers the
+cluster with ``sacctmgr``, then slurmctld. Any process that can reach the socket
 (the pytest process, the kubelet stand-in) may send them.
 """
 
@@ -26,6 +30,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import socketserver
 import subprocess
 import sys
@@ -143,10 +148,61 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "how": _stop("slurmctld", grace or 5.0, nested=False)}
         if op == "kill_slurmctld":
             return {"ok": True, "how": _stop("slurmctld", 0, nested=False)}
+        if op == "start_slurmdbd" and "accounting" in _spec:
+            return {"ok": True, "pid": _spawn("slurmdbd", _spec["accounting"]["slurmdbd_argv"])}
+        if op == "stop_slurmdbd" and "accounting" in _spec:
+            return {"ok": True, "how": _stop("slurmdbd", grace or 5.0, nested=False)}
         if op == "shutdown":
             _done.set()
             return {"ok": True}
     return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _wait(what: str, ready: Any, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _ok(argv: list[str]) -> bool:
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        env={**os.environ, "SLURM_CONF": _spec["slurm_conf"]},
+        timeout=30,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_accounting(acct: dict[str, Any]) -> None:
+    """mariadbd, slurmdbd's database account, slurmdbd, then the cluster in sacctmgr."""
+    _spawn("mariadbd", acct["mariadbd_argv"])
+    _wait("mariadbd", lambda: _ok(acct["grant_argv"]), _procs["mariadbd"])
+    _spawn("slurmdbd", acct["slurmdbd_argv"])
+    _wait("slurmdbd", lambda: _listening(int(acct["slurmdbd_port"])), _procs["slurmdbd"])
+    for argv in acct["setup_argvs"]:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_CONF": _spec["slurm_conf"]},
+            timeout=60,
+            check=False,
+        )
+        out = proc.stdout + proc.stderr
+        if proc.returncode != 0 and "Nothing new added" not in out:
+            raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {out[-500:]}")
 
 
 def _reboot(node: str) -> None:
@@ -194,6 +250,12 @@ def main() -> int:
             print("munged did not start", file=sys.stderr)
             return 1
         time.sleep(0.02)
+    if "accounting" in _spec:
+        try:
+            _start_accounting(_spec["accounting"])
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"accounting did not start: {exc}", file=sys.stderr)
+            return 1
     _spawn("slurmctld", _spec["slurmctld_argv"])
     for node in _spec["autostart"]:
         _spawn(f"slurmd-{node}", _slurmd_argv(node))

@@ -31,6 +31,10 @@ DEBIAN_PACKAGES = (
     "debootstrap",
     # promtool, for the rule unit tests of the chart's alerts (tests/unit/test_alert_rules.py)
     "prometheus",
+    # SLURM accounting: slurmdbd and its database (slonkd.testing.accounting)
+    "slurmdbd",
+    "mariadb-server",
+    "mariadb-client",
     # the real node (slonkd.testing.realnode)
     "containerd",
     "runc",

@@ -1,9 +1,13 @@
 {{/* Rules the schema cannot state. Each failure names the value to change. */}}
 {{- define "slonk.validate" -}}
+{{- $db := .Values.accounting.database -}}
+{{- if and .Values.accounting.enabled $db.host (not $db.existingSecret) -}}
+{{- fail "accounting.database.existingSecret: an external accounting.database.host needs a Secret with key password (slurmdbd's StoragePass)" -}}
+{{- end -}}
 {{- if not .Values.pools -}}
 {{- fail "pools: at least one worker node pool is required (pools: [{name: gpu, replicas: 2, ...}])" -}}
 {{- end -}}
-{{- $reserved := list "slurmctld" "slurmd" "login" "coordinator" "agent" "mosquitto" "mosquitto-admin" "munge" "slurm-config" -}}
+{{- $reserved := list "slurmctld" "slurmd" "login" "coordinator" "agent" "mosquitto" "mosquitto-admin" "munge" "slurm-config" "slurmdbd" "slurmdbd-config" "mariadb" "accounting-db" -}}
 {{- $seen := dict -}}
 {{- $margin := int .Values.workers.prestop.marginSeconds -}}
 {{- range $pool := .Values.pools -}}
