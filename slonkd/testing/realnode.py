@@ -34,6 +34,10 @@ the Node authorizer); the apiserver reaches the kubelet (logs, exec) at the node
 (kube.py asks for it: never a DNS lookup of the node's name) with its ``kubelet-client``
 certificate, checked by the kubelet against the same CA plus webhook authorization.
 
+The kubelet's cgroupRoot gets the CPU weight of a whole machine (``cpu.shares`` 1024 per
+CPU): the node's pods then compete with the host's other processes as a node of their own
+would, not as one more process among them.
+
 Pods use the images of :mod:`slonkd.testing.realnode_images` (imported with ``ctr``, no
 registry) with ``imagePullPolicy: Never``. Tear-down kills every task through ``ctr`` before
 containerd stops, unmounts everything under the node's directory, removes its cgroups, the
@@ -446,6 +450,8 @@ class RealNode:
             for knob in ("cpuset.cpus", "cpuset.mems"):
                 if (hierarchy / knob).exists():
                     (path / knob).write_text((hierarchy / knob).read_text())
+            if (path / "cpu.shares").exists():  # the node's pods weigh as a machine of their own
+                (path / "cpu.shares").write_text(str(1024 * (os.cpu_count() or 1)))
 
     def _remove_cgroups(self) -> None:
         for top in self._cgroup_dirs:

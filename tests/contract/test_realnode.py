@@ -9,6 +9,7 @@ the kernel that the node has no route to it; no test addresses a ClusterIP.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import secrets
 import subprocess
@@ -157,6 +158,11 @@ def test_a_pods_container_runs_and_its_log_is_readable(real_node: RealNode, ns: 
     text = wait_log(real_node, ns, "hello", f"hello-{token}")
     # the process really runs in a cgroup of this node's kubelet
     assert f"{real_node.cgroup_root}/kubepods" in text, text
+    # and the node's pods weigh against the host's processes as a machine of their own would
+    # (one default weight for them all made every drain seconds slow on a busy host)
+    cpu = next(h for h in real_node._hierarchies() if (h / "cpu.shares").exists())
+    shares = (cpu / real_node.cgroup_root.lstrip("/") / "cpu.shares").read_text().strip()
+    assert int(shares) == 1024 * (os.cpu_count() or 1), shares
 
 
 def test_prestop_runs_before_sigterm_and_the_native_sidecar_stops_last(

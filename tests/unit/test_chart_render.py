@@ -959,3 +959,21 @@ def test_services_agents_dial_are_headless_and_the_api_host_can_be_named(helm: H
         c["imagePullPolicy"] for p in pods for c in p.get("initContainers", []) + p["containers"]
     }
     assert policies == {"Never"}
+
+
+def test_the_agent_sidecar_requests_cpu_so_busy_jobs_cannot_starve_its_drain(helm: Helm) -> None:
+    """By default the agent requests CPU and memory, with no limits.
+
+    A Burstable container's cgroup weight follows its request, so jobs saturating the node
+    leave it a share for a drain; without a request its weight is the minimum (cpu.shares 2,
+    found with bench/real_node.py on the real node). A site can still set its own.
+    """
+    pod = _pod(one(render(helm), "StatefulSet", "rel-gpu"))
+    (agent,) = pod["initContainers"]
+    assert agent["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert "limits" not in agent["resources"]
+    mine = '{"requests":{"cpu":"250m","memory":"256Mi"},"limits":{"memory":"512Mi"}}'
+    custom = _pod(
+        one(render(helm, set_json=(f"agent.resources={mine}",)), "StatefulSet", "rel-gpu")
+    )
+    assert custom["initContainers"][0]["resources"]["limits"] == {"memory": "512Mi"}
