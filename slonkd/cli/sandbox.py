@@ -6,6 +6,11 @@
 - ``slonkd sandbox run`` (or plain ``slonkd sandbox``): the same services in the foreground,
   until Ctrl-C or ``--hold`` seconds.
 
+``--real`` (on ``up`` and ``run``): instead of slonkd's processes next to a kubelet
+stand-in, the Helm chart installed on a real kubelet node (containerd, runc, CoreDNS; root
+needed; the images ``container/build.sh`` makes, cached by content). ``demo`` and ``down``
+read the mode from the sandbox's ``state.json``.
+
 Every subcommand takes ``--dir`` (default ``$SLONKD_SANDBOX_DIR`` or ``/tmp/slonkd-sandbox``).
 The harness lives in :mod:`slonkd.testing`, imported only when a subcommand runs.
 """
@@ -31,6 +36,11 @@ def _common(parser: argparse.ArgumentParser, *, workers: bool) -> None:
     )
     if workers:
         parser.add_argument("--workers", type=int, default=4, help="worker pods / SLURM nodes")
+        parser.add_argument(
+            "--real",
+            action="store_true",
+            help="the Helm chart on a real kubelet node (root; images built by container/build.sh)",
+        )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,7 +77,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if action == "up":
         from slonkd.testing.sandbox_ctl import up
 
-        return up(root, workers=args.workers)
+        return up(root, workers=args.workers, real=args.real)
     if action == "down":
         from slonkd.testing.sandbox_ctl import down
 
@@ -76,7 +86,11 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from slonkd.testing.sandbox_demo import run_demo
 
         return run_demo(root)
+    keep = bool(getattr(args, "keep_dir", False))
+    if args.real:
+        from slonkd.testing.sandbox_real import run_real
+
+        return run_real(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)
     from slonkd.testing.sandbox import run_sandbox
 
-    keep = bool(getattr(args, "keep_dir", False))
     return run_sandbox(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)
