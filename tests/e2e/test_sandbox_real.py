@@ -63,9 +63,10 @@ def leftovers(root: Path, netns: str) -> list[str]:
     ]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     left += [f"mount {m.split()[4]}" for m in mounts if m.split()[4].startswith(f"{root}/")]
-    if netns in subprocess.run(
+    listed = subprocess.run(
         ["ip", "netns", "list"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.split():
+    ).stdout.split()
+    if netns in listed:
         left.append(f"netns {netns}")
     return left
 
