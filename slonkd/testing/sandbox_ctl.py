@@ -181,6 +181,10 @@ def down(root: Path) -> int:
         from slonkd.testing.sandbox_real import host_leftovers
 
         left_behind = host_leftovers(state)
+        deadline = time.monotonic() + 15  # a child killed with its parent may still be exiting
+        while left_behind and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left_behind = host_leftovers(state)
         for item in left_behind:
             _say(f"left behind: {item}")
         if left_behind:

@@ -255,6 +255,18 @@ def run_real(root: Path, *, workers: int, hold_s: float = 0.0, fresh_dir: bool =
     return 1 if left else rc
 
 
+def _ancestors() -> set[int]:
+    """The pids of the running process and of every process above it."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
 def host_leftovers(state: dict[str, Any]) -> list[str]:
     """What of a real-mode sandbox the host still holds: its netns, mounts, processes."""
     left: list[str] = []
@@ -268,12 +280,14 @@ def host_leftovers(state: dict[str, Any]) -> list[str]:
         if point.startswith(prefix):
             left.append(f"mount {point}")
     needle = str(state["dir"]).encode()
+    mine = _ancestors()  # `sudo slonkd sandbox down --dir DIR` names DIR too
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in mine:
             continue
         try:
             if needle in (entry / "cmdline").read_bytes():
-                left.append(f"process {entry.name}")
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+                left.append(f"process {entry.name}: {cmd}")
         except OSError:
             continue
     return left + list(state.get("leftovers") or [])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,21 @@ def test_up_and_run_take_real() -> None:
     assert parser.parse_args(["sandbox", "run", "--real", "--workers", "3"]).real is True
     assert parser.parse_args(["sandbox", "up"]).real is False
     assert parser.parse_args(["sandbox", "demo"]).sandbox_command == "demo"
+
+
+def test_the_command_running_down_is_not_a_leftover(tmp_path: Path) -> None:
+    """`sudo slonkd sandbox down --dir DIR` names DIR: down's own ancestors never count."""
+    state = {**_state(tmp_path), "leftovers": []}
+    script = (
+        "import json, sys; from slonkd.testing.sandbox_real import host_leftovers;"
+        " print(json.dumps(host_leftovers(json.loads(sys.argv[1]))))"
+    )
+    # the parent shell's command line names the directory, as sudo's or time's would
+    out = subprocess.run(
+        ["bash", "-c", f'{sys.executable} -c "$0" "$1"; : {tmp_path}', script, json.dumps(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert json.loads(out) == []
