@@ -6,6 +6,11 @@
 - ``slonkd sandbox run`` (or plain ``slonkd sandbox``): the same services in the foreground,
   until Ctrl-C or ``--hold`` seconds.
 
+``--real`` (on ``up`` and ``run``): instead of slonkd's processes next to a kubelet
+stand-in, the Helm chart installed on a real kubelet node (containerd, runc, CoreDNS; root
+needed; the images ``container/build.sh`` makes, cached by content). ``demo`` and ``down``
+read the mode from the sandbox's ``state.json``.
+
 Every subcommand takes ``--dir`` (default ``$SLONKD_SANDBOX_DIR`` or ``/tmp/slonkd-sandbox``).
 The harness lives in :mod:`slonkd.testing`, imported only when a subcommand runs.
 """
@@ -35,6 +40,11 @@ def _common(parser: argparse.ArgumentParser, *, workers: bool) -> None:
             "--accounting",
             action="store_true",
             help="also run slurmdbd with a MariaDB (sacct works; about 10 s more to start)",
+        )
+        parser.add_argument(
+            "--real",
+            action="store_true",
+            help="the Helm chart on a real kubelet node (root; images built by container/build.sh)",
         )
 
 
@@ -68,11 +78,13 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     action = args.sandbox_command or "run"
     if action in ("up", "run") and args.workers < 1:
         parser.error("--workers must be at least 1")
+    if action in ("up", "run") and args.real and args.accounting:
+        parser.error("--accounting is for the process mode (the chart's is accounting.enabled)")
     root = Path(args.dir).absolute()
     if action == "up":
         from slonkd.testing.sandbox_ctl import up
 
-        return up(root, workers=args.workers, accounting=args.accounting)
+        return up(root, workers=args.workers, real=args.real, accounting=args.accounting)
     if action == "down":
         from slonkd.testing.sandbox_ctl import down
 
@@ -81,9 +93,13 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from slonkd.testing.sandbox_demo import run_demo
 
         return run_demo(root)
+    keep = bool(getattr(args, "keep_dir", False))
+    if args.real:
+        from slonkd.testing.sandbox_real import run_real
+
+        return run_real(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)
     from slonkd.testing.sandbox import run_sandbox
 
-    keep = bool(getattr(args, "keep_dir", False))
     return run_sandbox(
         root,
         workers=args.workers,

@@ -361,12 +361,15 @@ def install(
     failure_grace_s: int = 10,
     say: Callable[[str], None] = lambda _msg: None,
     set_json: Sequence[str] = (),
+    on_node: Callable[[RealNode], None] = lambda _node: None,
 ) -> Iterator[Release]:
     """The chart installed on a fresh real node under ``root``; every pod Ready.
 
     ``timings`` records image build or cache, import (twice: the second must import
     nothing), node start and install-to-ready seconds. On a pod that never gets Ready the
     error carries :meth:`Release.diagnose`. Leaving stops the node and the control plane.
+    ``on_node`` gets the node before it starts (its :meth:`RealNode.leftovers` after leaving,
+    even when the install failed).
     """
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -376,6 +379,7 @@ def install(
     tag = secrets.token_hex(3)
     kube = KubeCluster(root / f"crk-{tag}")
     node = RealNode(root / f"crn-{tag}", cluster=kube)
+    on_node(node)
     try:
         say("control plane and real node (containerd, kubelet, CoreDNS)")
         t0 = time.monotonic()

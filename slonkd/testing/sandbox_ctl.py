@@ -5,10 +5,15 @@ Kubernetes binaries if they are not cached yet (with the toolchain's progress), 
 ``slonkd sandbox run`` in a new session, detached, with its output in ``<dir>/sandbox.log``,
 and shows that log until the sandbox wrote ``ready`` into ``<dir>/state.json`` (or died).
 
+With ``--real`` it starts ``slonkd sandbox run --real`` the same way
+(:mod:`slonkd.testing.sandbox_real`: the chart on a real node; root needed).
+
 ``down`` stops exactly what ``up`` started: the supervisor recorded in ``state.json`` (pid
 and start time, so a reused pid is never signalled) gets SIGTERM and stops its services in
 order; then every process the state recorded, and every process still below the supervisor,
-is checked by pid and start time and, only if it is still that same process, killed.
+is checked by pid and start time and, only if it is still that same process, killed. In the
+real mode it then checks that the node left nothing behind (processes, mounts, its network
+namespace) and lists what it finds.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing.sandbox import MARKER, descendants, prepare_dir, proc_start_time
+from slonkd.testing.sandbox_real import missing_programs as real_missing_programs
 
 NEEDED = ("slurmctld", "slurmd", "scontrol", "sinfo", "sbatch", "munged", "mosquitto")
 DOWN_TIMEOUT_S = 90.0
+REAL_DOWN_TIMEOUT_S = 300.0
+"""The real node stops every container, unmounts and removes its namespace: give it time."""
 
 
 def _say(message: str) -> None:
@@ -53,14 +61,25 @@ def missing_programs() -> list[str]:
     return [p for p in NEEDED if shutil.which(p, path=path) is None]
 
 
-def up(root: Path, *, workers: int, timeout_s: float = 900.0, accounting: bool = False) -> int:
+def up(
+    root: Path,
+    *,
+    workers: int,
+    real: bool = False,
+    accounting: bool = False,
+    timeout_s: float = 0.0,
+) -> int:
     """Start the sandbox detached; return once it is ready (0) or failed (1)."""
     began = time.monotonic()
+    timeout_s = timeout_s or (1800.0 if real else 900.0)  # real, cold: images and kubelet
     state = read_state(root)
     if state and not state.get("stopped") and _alive(state["supervisor"]):
         _say(f"a sandbox is running in {root} already: `slonkd sandbox down --dir {root}` first")
         return 1
-    missing = missing_programs()
+    if real and os.geteuid() != 0:
+        _say("--real needs root (network namespace, mounts, containerd)")
+        return 1
+    missing = real_missing_programs() if real else missing_programs()
     if missing:
         _say(
             f"missing programs: {', '.join(missing)}. Run scripts/bootstrap from the repository "
@@ -91,13 +110,14 @@ def up(root: Path, *, workers: int, timeout_s: float = 900.0, accounting: bool =
                 str(workers),
                 "--keep-dir",
                 *(["--accounting"] if accounting else []),
+                *(["--real"] if real else []),
             ],
             stdin=devnull,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # detached: no terminal signal reaches it
         )
-    _say(f"started the sandbox (pid {proc.pid}); its log: {log}")
+    _say(f"started the {'real-node ' if real else ''}sandbox (pid {proc.pid}); its log: {log}")
     shown = 0
     deadline = time.monotonic() + timeout_s
     try:
@@ -137,7 +157,8 @@ def down(root: Path) -> int:
         recorded += descendants(int(supervisor["pid"]))  # agents of pods made since `up`
         _say(f"stopping the sandbox (pid {supervisor['pid']})")
         os.kill(int(supervisor["pid"]), signal.SIGTERM)
-        deadline = time.monotonic() + DOWN_TIMEOUT_S
+        real = state.get("mode") == "real"
+        deadline = time.monotonic() + (REAL_DOWN_TIMEOUT_S if real else DOWN_TIMEOUT_S)
         while _alive(supervisor) and time.monotonic() < deadline:
             time.sleep(0.2)
         if _alive(supervisor):
@@ -164,6 +185,18 @@ def down(root: Path) -> int:
     if still:
         _say(f"{len(still)} process(es) could not be stopped: {[p['pid'] for p in still]}")
         return 1
+    if state.get("mode") == "real":
+        from slonkd.testing.sandbox_real import host_leftovers
+
+        left_behind = host_leftovers(state)
+        deadline = time.monotonic() + 15  # a child killed with its parent may still be exiting
+        while left_behind and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left_behind = host_leftovers(state)
+        for item in left_behind:
+            _say(f"left behind: {item}")
+        if left_behind:
+            return 1
     _say(f"stopped; logs kept in {root}")
     return 0
 

@@ -14,192 +14,33 @@ apiserver, never through logs):
    one at a time without killing a job;
 4. an operator drains a node, its pod restarts -> the operator's drain is left alone.
 
-What it made and saw goes to ``<dir>/demo.json``; the exit code is 0 only when every check
-held. The demo's jobs keep running (``sleep``) until ``down``.
+What it made and saw goes to ``<dir>/demo.json`` (with the sandbox's ``mode``); the exit
+code is 0 only when every check held. The demo's jobs keep running (``sleep``) until ``down``.
+
+A real-mode sandbox (``up --real``: the chart on a real node) gets the same scenes through
+the user's and the operator's paths: SLURM commands by ``kubectl exec`` into the slurmctld
+container, ``sbatch`` over SSH as the user on the login pod, pod deletions through the
+apiserver. Scenes 2 and 3 differ where one node and the chart differ
+(:mod:`slonkd.testing.sandbox_demo_real`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slonkd.testing.kubeapi import KubeApi
+from slonkd.testing.sandbox_access import DemoFailed, JobWatch, Sandbox, check, wait
+from slonkd.testing.sandbox_access import say as _say
 from slonkd.testing.sandbox_ctl import read_state
 
-KILLED = frozenset(
-    {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
-)
 OPERATOR_REASON = "ops: replacing a DIMM"
 FAILURE_REASON = "Kill task failed"
 MERGE = "application/merge-patch+json"
 FAILURE_TAINT = "slonk.dev/unhealthy"
 CORDONED_BY = "slonk.dev/cordoned-by"
-
-
-class DemoFailed(Exception):
-    """A check did not hold."""
-
-
-def _say(message: str) -> None:
-    print(message, flush=True)
-
-
-@dataclass(slots=True)
-class Sandbox:
-    """Access to a running sandbox: SLURM clients, the apiserver, and what the demo saw."""
-
-    state: dict[str, Any]
-    api: KubeApi
-    record: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ns(self) -> str:
-        return str(self.state["namespace"])
-
-    # -- SLURM -----------------------------------------------------------------------------
-
-    def slurm(self, *argv: str, show: bool = False) -> str:
-        """Run a SLURM client against the sandbox; its stdout."""
-        if show:
-            _say(f"    $ {shlex.join(argv)}")
-        env = {**os.environ, "SLURM_CONF": self.state["slurm_conf"]}
-        proc = subprocess.run(
-            list(argv), env=env, capture_output=True, text=True, timeout=30, check=False
-        )
-        if proc.returncode != 0:
-            raise DemoFailed(f"{' '.join(argv)}: {proc.stderr.strip()[:300]}")
-        return proc.stdout
-
-    def node(self, name: str) -> dict[str, str]:
-        """``scontrol show node`` as fields (Reason keeps its spaces)."""
-        text = self.slurm("scontrol", "-o", "show", "node", name).strip()
-        fields: dict[str, str] = {}
-        head, sep, reason = text.partition(" Reason=")
-        for tok in head.split():
-            key, _, value = tok.partition("=")
-            fields[key] = value
-        if sep:
-            fields["Reason"] = reason.split(" [")[0].strip()
-        return fields
-
-    def in_service(self, name: str) -> bool:
-        """Idle, mixed or allocated, with no drain, down or fail and no reason."""
-        f = self.node(name)
-        state = f.get("State", "")
-        return not any(w in state for w in ("DRAIN", "DOWN", "FAIL", "NOT_RESPONDING")) and (
-            "Reason" not in f
-        )
-
-    def job(self, job_id: str) -> dict[str, str]:
-        """``scontrol show job`` as fields."""
-        text = self.slurm("scontrol", "-o", "show", "job", job_id)
-        return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
-
-    def submit(self, *extra: str) -> str:
-        """A requeueable batch job that sleeps; its id."""
-        argv = ("sbatch", "--parsable", "--requeue", "-o", "/dev/null", *extra)
-        return self.slurm(*argv, "--wrap", "sleep 3600", show=True).strip().split(";")[0]
-
-    # -- Kubernetes --------------------------------------------------------------------------
-
-    def pod(self, name: str) -> dict[str, Any] | None:
-        """The pod's JSON (None when absent)."""
-        items = self.api.request(
-            "GET",
-            f"/api/v1/namespaces/{self.ns}/pods",
-            params={"fieldSelector": f"metadata.name={name}"},
-        )["items"]
-        return items[0] if items else None
-
-    def pod_ready(self, name: str, *, not_uid: str = "") -> bool:
-        """Running and Ready (and, if given, not the pod with uid ``not_uid``)."""
-        pod = self.pod(name)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            return False
-        if not_uid and pod["metadata"]["uid"] == not_uid:
-            return False
-        conds = pod.get("status", {}).get("conditions") or []
-        return pod.get("status", {}).get("phase") == "Running" and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in conds
-        )
-
-    def knode(self, name: str) -> dict[str, Any]:
-        """A K8s node's JSON."""
-        return dict(self.api.request("GET", f"/api/v1/nodes/{name}"))
-
-    def sts(self) -> dict[str, Any]:
-        """The worker StatefulSet."""
-        path = f"/apis/apps/v1/namespaces/{self.ns}/statefulsets/{self.state['statefulset']}"
-        return dict(self.api.request("GET", path))
-
-
-def wait(what: str, probe: Callable[[], bool], timeout_s: float) -> float:
-    """Poll ``probe`` (0.2 s) until true; the seconds it took. DemoFailed on timeout."""
-    began = time.monotonic()
-    while True:
-        try:
-            if probe():
-                return time.monotonic() - began
-        except DemoFailed:
-            pass
-        if time.monotonic() - began > timeout_s:
-            raise DemoFailed(f"{what}: not seen within {timeout_s:.0f} s")
-        time.sleep(0.2)
-
-
-def check(sb: Sandbox, what: str, probe: Callable[[], bool], timeout_s: float) -> None:
-    """Wait for ``probe`` and print the check as passed."""
-    took = wait(what, probe, timeout_s)
-    _say(f"    ok  {what} ({took:.1f} s)")
-    sb.record.setdefault("checks", []).append(what)
-
-
-class JobWatch:
-    """Samples job states in the background: a killed job is seen even if requeued later."""
-
-    def __init__(self, sb: Sandbox, jobs: list[str]) -> None:
-        self.sb, self.jobs = sb, jobs
-        self.seen: dict[str, set[str]] = {j: set() for j in jobs}
-        self.most_out = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> JobWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        workers = self.sb.state["workers"]
-        while not self._stop.is_set():
-            try:
-                for job in self.jobs:
-                    self.seen[job].add(self.sb.job(job).get("JobState", "?"))
-                out = self.sb.slurm("sinfo", "-h", "-N", "-o", "%N %t")
-                down = {
-                    n
-                    for n, s in (line.split() for line in out.splitlines() if line.strip())
-                    if n in workers and any(w in s for w in ("drain", "drng", "down", "fail"))
-                }
-                self.most_out = max(self.most_out, len(down))
-            except (DemoFailed, subprocess.TimeoutExpired):
-                pass
-            self._stop.wait(0.2)
-
-    def killed(self) -> dict[str, set[str]]:
-        """Jobs seen in a state that means killed."""
-        return {j: s & KILLED for j, s in self.seen.items() if s & KILLED}
 
 
 # -- the scenes ------------------------------------------------------------------------------
@@ -395,10 +236,10 @@ def scene_operator_drain(sb: Sandbox) -> None:
     _say(f"    $ kubectl -n {sb.ns} delete pod {name}")
     sb.api.request("DELETE", f"/api/v1/namespaces/{sb.ns}/pods/{name}")
     check(sb, f"pod {name} back, Running and Ready", lambda: sb.pod_ready(name, not_uid=uid), 60)
-    quiet = 3 * max(
+    quiet = sb.state.get("quiet_s") or 3 * max(
         float(sb.state["agent_resync_s"]), float(sb.state["coordinator_config"]["resync_s"])
     )
-    time.sleep(quiet)  # three passes of the agent and of the coordinator
+    time.sleep(quiet)  # passes of the agent and of the coordinator
     f = sb.node(name)
     if f.get("Reason") != OPERATOR_REASON or "DRAIN" not in f.get("State", ""):
         raise DemoFailed(f"the operator's drain on {name} was touched: {f}")
@@ -428,7 +269,10 @@ def reset_previous(sb: Sandbox, previous: dict[str, Any]) -> None:
     ]
     if jobs:
         _say(f"(a previous demo left jobs {', '.join(jobs)}: cancelling them)")
-        sb.slurm("scancel", *jobs, show=True)
+        try:
+            sb.slurm("scancel", *jobs, show=True)
+        except DemoFailed as exc:  # a job that completed meanwhile
+            _say(f"    ({exc})")
     drained = previous.get("operator_drain", {}).get("pod")
     if drained and sb.node(drained).get("Reason") == OPERATOR_REASON:
         _say(f"(a previous demo left {drained} drained: resuming it, as its operator)")
@@ -464,16 +308,22 @@ def run_demo(root: Path) -> int:
         ca_file=Path(state["api"]["ca_file"]),
         token=state["api"]["token"],
     )
-    sb = Sandbox(state=state, api=api)
-    _say(f"slonkd sandbox demo: {len(state['workers'])} workers in {root}")
-    _say(f"(watch along: source {state['env']}; watch sinfo -R; kubectl -n {sb.ns} get pods -w)")
+    sb = Sandbox(state=state, api=api, record={"mode": state.get("mode", "process")})
+    scenes = SCENES
+    if sb.real:
+        from slonkd.testing.sandbox_demo_real import REAL_SCENES
+
+        scenes = REAL_SCENES
+    _say(f"slonkd sandbox demo: {len(state['workers'])} workers in {root} ({sb.record['mode']})")
+    watch = "slurm sinfo -R" if sb.real else "sinfo -R"
+    _say(f"(watch along: source {state['env']}; watch {watch}; kubectl -n {sb.ns} get pods -w)")
     began = time.monotonic()
     ok = True
     try:
         previous = root / "demo.json"
         if previous.exists():
             reset_previous(sb, json.loads(previous.read_text()))
-        for scene in SCENES:
+        for scene in scenes:
             scene(sb)
     except DemoFailed as exc:
         ok = False
