@@ -30,8 +30,15 @@ from typing import Any
 
 import yaml
 
-from slonkd.testing.chart_images import ensure_chart_images, image_values, import_images
+from slonkd.testing.chart_images import (
+    SPECS,
+    ImageSpec,
+    ensure_chart_images,
+    image_values,
+    import_images,
+)
 from slonkd.testing.chart_logs import diagnose
+from slonkd.testing.chart_volumes import claim_volumes
 from slonkd.testing.helm import CHART_DIR, Helm, value_args
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, wait_for
@@ -258,61 +265,6 @@ def chart_values(
     return path
 
 
-def _local_volumes(node: RealNode, ns: str) -> Path:
-    """``local`` PersistentVolumes on the node, pre-bound to the chart's claims and the home's.
-
-    The home claim is ReadWriteMany, as ``home.existingClaim`` wants (the chart only names it);
-    returns the home volume's directory.
-    """
-    made: list[Path] = []
-    for claim, modes in (
-        (f"state-{RELEASE}-slurmctld-0", ["ReadWriteOnce"]),
-        (f"{RELEASE}-mosquitto-data", ["ReadWriteOnce"]),
-        (HOME_CLAIM, ["ReadWriteMany"]),
-    ):
-        name = f"pv-{ns}-{len(made)}"
-        path = node.hostpath_dir / name
-        path.mkdir(parents=True)
-        affinity = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node.name]}
-        spec = {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": modes,
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "local": {"path": str(path)},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [affinity]}]}},
-            "claimRef": {"namespace": ns, "name": claim},
-        }
-        node.cluster.api.request(
-            "POST",
-            "/api/v1/persistentvolumes",
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
-        made.append(path)
-    # The site's home claim (the chart only names it).
-    node.cluster.api.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": HOME_CLAIM},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": f"pv-{ns}-2",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-    return made[2]
-
-
 def _add_user(release: Release) -> None:
     """The site's directory service, played by hand: the user's account and home.
 
@@ -362,6 +314,9 @@ def install(
     say: Callable[[str], None] = lambda _msg: None,
     set_json: Sequence[str] = (),
     on_node: Callable[[RealNode], None] = lambda _node: None,
+    specs: Sequence[ImageSpec] = SPECS,
+    volumes: Callable[[RealNode, str], None] = lambda _node, _ns: None,
+    extra_pods: int = 0,
 ) -> Iterator[Release]:
     """The chart installed on a fresh real node under ``root``; every pod Ready.
 
@@ -370,11 +325,14 @@ def install(
     error carries :meth:`Release.diagnose`. Leaving stops the node and the control plane.
     ``on_node`` gets the node before it starts (its :meth:`RealNode.leftovers` after leaving,
     even when the install failed).
+    ``specs``: the images to build and import (more for optional parts, e.g. accounting);
+    ``volumes(node, namespace)`` makes the ``local`` volumes those parts claim; ``extra_pods``
+    is how many pods they add.
     """
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     say("chart images (built by container/build.sh on first use, cached by content)")
-    images = ensure_chart_images()
+    images = ensure_chart_images(specs)
     timings["images_build_or_cache_s"] = time.monotonic() - t0
     tag = secrets.token_hex(3)
     kube = KubeCluster(root / f"crk-{tag}")
@@ -396,7 +354,8 @@ def install(
             raise HarnessError(f"image import not by content: {imported} then {again}")
         ns = f"chart-{tag}"
         kube.create_namespace(ns)
-        home = _local_volumes(node, ns)
+        home = claim_volumes(node, ns, release=RELEASE, home_claim=HOME_CLAIM)
+        volumes(node, ns)
         tmp = root / f"chart-{tag}"
         tmp.mkdir(parents=True)
         if kube.tools is None:
@@ -426,7 +385,7 @@ def install(
         t0 = time.monotonic()
         helm.run("install", RELEASE, str(CHART_DIR), f"--namespace={ns}", *values)
         # slurmctld, the workers, login, 2 coordinators, mosquitto
-        expected = replicas + 5
+        expected = replicas + 5 + extra_pods
 
         def all_ready() -> bool:
             pods = release.pods()

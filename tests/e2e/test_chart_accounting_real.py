@@ -1,7 +1,8 @@
 """The chart's SLURM accounting on a real kubelet node: slurmdbd and MariaDB from the images.
 
 One ``helm install`` with ``accounting.enabled`` on a fresh :class:`RealNode`, set up as in
-``test_chart_real`` (the same values, local volumes and image cache) plus the two accounting
+``test_chart_real`` (:func:`slonkd.testing.chart_real.install`: the same values, local
+volumes and image cache) plus the two accounting
 images (``container/slurmdbd``, ``container/mariadb``) and a ``local`` volume for the
 database's claim. ``sacct`` in the login pod lists finished jobs with state and exit code;
 with slurmdbd scaled to zero jobs still run, the coordinator keeps its Lease and the agents
@@ -10,151 +11,62 @@ stay Ready, and the records arrive once slurmdbd is back.
 
 from __future__ import annotations
 
-import json
-import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from slonkd.testing.chart_images import (
-    ACCOUNTING_SPECS,
-    SPECS,
-    ensure_chart_images,
-    image_values,
-    import_images,
-)
-from slonkd.testing.helm import CHART_DIR, Helm, value_args
-from slonkd.testing.kube import KubeCluster
+from slonkd.testing.chart_images import ACCOUNTING_SPECS, SPECS
+from slonkd.testing.chart_real import RELEASE, Release, install, ready, workers
+from slonkd.testing.chart_volumes import local_volume
 from slonkd.testing.procs import HarnessError, wait_for
 from slonkd.testing.realnode import RealNode
-from tests.e2e.test_chart_real import (
-    LOCAL_IMAGES,
-    READY_TIMEOUT_S,
-    RELEASE,
-    WORKERS,
-    Deployed,
-    _local_volumes,
-    _ready,
-    _values,
-)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500)]
 
 LOGIN = f"{RELEASE}-login-0"
 DBD = f"{RELEASE}-slurmdbd"
+WORKERS = workers(2)
 
 
 def _database_volume(node: RealNode, ns: str) -> None:
     """A ``local`` PersistentVolume pre-bound to the MariaDB StatefulSet's claim."""
-    path = node.hostpath_dir / f"pv-{ns}-db"
-    path.mkdir(parents=True)
-    node.cluster.api.request(
-        "POST",
-        "/api/v1/persistentvolumes",
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"pv-{ns}-db"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "local": {"path": str(path)},
-                "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "kubernetes.io/hostname",
-                                        "operator": "In",
-                                        "values": [node.name],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                },
-                "claimRef": {"namespace": ns, "name": f"data-{RELEASE}-mariadb-0"},
-            },
-        },
-    )
+    claim = f"data-{RELEASE}-mariadb-0"
+    local_volume(node, name=f"pv-{ns}-db", ns=ns, claim=claim, modes=["ReadWriteOnce"])
 
 
 @pytest.fixture(scope="module")
-def accounted(session_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def accounted(session_root: Path) -> Iterator[Release]:
     """The chart with accounting installed on a fresh real node; every pod Ready."""
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
-    images = ensure_chart_images((*SPECS, *ACCOUNTING_SPECS))
-    timings["images_build_or_cache_s"] = time.monotonic() - t0
-    tag = secrets.token_hex(3)
-    kube = KubeCluster(session_root / f"cak-{tag}")
-    node = RealNode(session_root / f"can-{tag}", cluster=kube)
     try:
-        kube.start()
-        node.start()
-        import_images(node, images)
-        ns = f"acct-{tag}"
-        kube.create_namespace(ns)
-        home = _local_volumes(node, ns)
-        _database_volume(node, ns)
-        tmp = tmp_path_factory.mktemp("chart-acct")
-        assert kube.tools is not None
-        helm = Helm(binary=kube.tools.helm, home=tmp / "helm", kubeconfig=kube.kubeconfig)
-        values = value_args(
-            [LOCAL_IMAGES, _values(tmp)],
-            (
-                *image_values(images),
+        with install(
+            session_root,
+            replicas=len(WORKERS),
+            specs=(*SPECS, *ACCOUNTING_SPECS),
+            volumes=_database_volume,
+            extra_pods=2,  # slurmdbd, mariadb
+            set_json=(
                 "accounting.enabled=true",
                 'accounting.database.persistence.size="1Gi"',  # the local volume's size
             ),
-        )
-        deployed = Deployed(
-            node=node,
-            kube=kube,
-            ns=ns,
-            helm=helm,
-            values=values,
-            home=home,
-            ssh_key=tmp / "id_ed25519",
-            timings=timings,
-        )
-        t0 = time.monotonic()
-        helm.run("install", RELEASE, str(CHART_DIR), f"--namespace={ns}", *values)
-
-        def all_ready() -> bool:
-            pods = deployed.pods()
-            # slurmctld, 2 workers, login, 2 coordinators, mosquitto, slurmdbd, mariadb
-            return len(pods) == 9 and all(_ready(p) for p in pods)
-
-        try:
-            wait_for("every pod Ready", all_ready, timeout_s=READY_TIMEOUT_S, interval_s=1)
-        except HarnessError as exc:
-            pytest.fail(f"{exc}\n{deployed.diagnose()}")
-        timings["install_to_ready_s"] = time.monotonic() - t0
-        print(f"\n[chart-acct] timings: {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
-        yield deployed
-    finally:
-        try:
-            node.stop()
-        finally:
-            kube.stop()
+        ) as release:
+            timings = {k: round(v, 1) for k, v in release.timings.items()}
+            print(f"\n[chart-acct] timings: {timings}")
+            yield release
+    except HarnessError as exc:
+        pytest.fail(str(exc))
 
 
-def _login(deployed: Deployed, *argv: str) -> str:
+def _login(deployed: Release, *argv: str) -> str:
     return deployed.exec(LOGIN, "login", *argv)
 
 
-def _submit(deployed: Deployed, script: str) -> str:
+def _submit(deployed: Release, script: str) -> str:
     out = _login(deployed, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", script)
     return out.strip().split(";")[0]
 
 
-def _sacct(deployed: Deployed, *jobs: str) -> dict[str, tuple[str, str]]:
+def _sacct(deployed: Release, *jobs: str) -> dict[str, tuple[str, str]]:
     out = _login(
         deployed, "sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(jobs)
     )
@@ -162,7 +74,7 @@ def _sacct(deployed: Deployed, *jobs: str) -> dict[str, tuple[str, str]]:
     return {r[0]: (r[1], r[2]) for r in rows}
 
 
-def _wait_sacct(deployed: Deployed, want: dict[str, tuple[str, str]], timeout_s: float) -> None:
+def _wait_sacct(deployed: Release, want: dict[str, tuple[str, str]], timeout_s: float) -> None:
     last: dict[str, tuple[str, str]] = {}
 
     def arrived() -> bool:
@@ -176,7 +88,7 @@ def _wait_sacct(deployed: Deployed, want: dict[str, tuple[str, str]], timeout_s:
         pytest.fail(f"{exc}: sacct says {last}, want {want}\n{deployed.diagnose()}")
 
 
-def test_sacct_on_the_login_pod_lists_finished_jobs(accounted: Deployed) -> None:
+def test_sacct_on_the_login_pod_lists_finished_jobs(accounted: Release) -> None:
     """A job exiting 0 reads COMPLETED 0:0 and one exiting 3 FAILED 3:0, from the login pod.
 
     The records went slurmctld -> slurmdbd pod -> MariaDB pod, by the names the chart rendered.
@@ -186,7 +98,7 @@ def test_sacct_on_the_login_pod_lists_finished_jobs(accounted: Deployed) -> None
     _wait_sacct(accounted, {ok: ("COMPLETED", "0:0"), bad: ("FAILED", "3:0")}, timeout_s=120)
 
 
-def _lease_renewed(deployed: Deployed) -> str:
+def _lease_renewed(deployed: Release) -> str:
     lease = deployed.kube.api.request(
         "GET",
         f"/apis/coordination.k8s.io/v1/namespaces/{deployed.ns}/leases/{RELEASE}-coordinator",
@@ -194,7 +106,7 @@ def _lease_renewed(deployed: Deployed) -> str:
     return str(lease["spec"]["renewTime"])
 
 
-def test_without_slurmdbd_jobs_run_and_slonkd_keeps_working(accounted: Deployed) -> None:
+def test_without_slurmdbd_jobs_run_and_slonkd_keeps_working(accounted: Release) -> None:
     """slurmdbd scaled to zero: jobs run, the coordinator leads on, the agents stay Ready.
 
     A job still runs to the end, the coordinator renews its Lease, the workers (slurmd +
@@ -216,7 +128,7 @@ def test_without_slurmdbd_jobs_run_and_slonkd_keeps_working(accounted: Deployed)
 
     wait_for(f"job {job} completed without slurmdbd", done, timeout_s=120, interval_s=2)
     wait_for("the Lease renewed", lambda: _lease_renewed(accounted) != renewed, timeout_s=60)
-    workers = {p["metadata"]["name"]: _ready(p) for p in accounted.pods()}
+    workers = {p["metadata"]["name"]: ready(p) for p in accounted.pods()}
     assert all(workers[w] for w in WORKERS), workers
 
     kubectl("scale", f"--namespace={accounted.ns}", f"statefulset/{DBD}", "--replicas=1")
