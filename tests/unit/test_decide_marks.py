@@ -6,7 +6,13 @@ from dataclasses import replace
 
 from slonkd.core.decide import FAILURE_TAINT, Kind, Plan, decide
 from slonkd.core.fleet_decide import merge_shared_nodes
-from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION, PodPhase, Taint, TaintEffect
+from slonkd.core.kube_objects import (
+    CORDONED_BY_ANNOTATION,
+    PodPhase,
+    Taint,
+    TaintEffect,
+    cordon_mark,
+)
 from slonkd.core.slurm_node import NodeName
 from tests.unit.test_decide import NOW, POLICY, knode, pod, slurm, view
 
@@ -101,3 +107,16 @@ def test_the_failed_workers_settled_healthy_pod_undoes_the_marks() -> None:
             ("uncordon", ""),
             ("untaint", FAILURE_TAINT),
         ], views
+
+
+def test_the_cordon_mark_names_its_slurm_node_and_old_marks_name_none() -> None:
+    """``cordon_mark`` round-trips through ``Node.marked_for``; a cause alone names no node."""
+    for value, expected in (
+        (cordon_mark("health:gpu-xid-79", "w-3"), "w-3"),
+        ("slurm-failure", None),
+        ("slonkd", None),
+        ("slurm-failure node=", None),
+    ):
+        node = replace(MARKED, annotations={CORDONED_BY_ANNOTATION: value})
+        assert node.marked_for == expected, value
+    assert knode().marked_for is None
