@@ -4,7 +4,8 @@ Two rules need the whole fleet's plans at once:
 
 - pods that share one Kubernetes node must agree on that node's marks
   (:func:`merge_shared_nodes`): it is marked if any of its SLURM nodes failed, and
-  slonkd's marks are undone only when none did;
+  slonkd's marks are undone only when none did (and, where slonkd's cordon records the SLURM
+  node the marks are for, only by that node's plan: see rule 7 of :mod:`slonkd.core.decide`);
 - a health check that fails on many nodes at once is suspected, not believed
   (:func:`suspect_common_causes`): nothing more is taken out for it.
 

@@ -36,7 +36,17 @@ SLONK_PREFIX = "slonk.dev/"
 """Every label, annotation and taint key slonkd writes starts with this."""
 
 CORDONED_BY_ANNOTATION = "slonk.dev/cordoned-by"
-"""Set when slonkd cordoned a node; its value is slonkd's cause for the cordon."""
+"""Set when slonkd cordoned a node; its value is slonkd's cause for the cordon and the SLURM
+node whose failure it is for (:func:`cordon_mark`); values written before that record name
+no SLURM node."""
+
+_MARKED_FOR = " node="
+
+
+def cordon_mark(cause: str, slurm_node: str) -> str:
+    """The value of :data:`CORDONED_BY_ANNOTATION` for a cordon for ``slurm_node``'s ``cause``."""
+    return f"{cause}{_MARKED_FOR}{slurm_node}"
+
 
 TAINTS_BY_ANNOTATION = "slonk.dev/taints-added"
 """slonkd's record of the taints it added to the node: a JSON list of
@@ -198,6 +208,15 @@ class Node:
     def cordoned_by_slonkd(self) -> bool:
         """True if the node carries slonkd's cordon mark (the adapter checks it still holds)."""
         return CORDONED_BY_ANNOTATION in self.annotations
+
+    @property
+    def marked_for(self) -> str | None:
+        """The SLURM node whose failure slonkd's cordon is for (None: no cordon or no record)."""
+        value = self.annotations.get(CORDONED_BY_ANNOTATION)
+        if value is None or _MARKED_FOR not in value:
+            return None
+        node = value.rpartition(_MARKED_FOR)[2]
+        return node if node and not any(c.isspace() for c in node) else None
 
     @property
     def our_taints(self) -> tuple[Taint, ...]:

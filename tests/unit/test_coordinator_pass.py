@@ -120,7 +120,7 @@ class FakeNodeWriter:
         """Cordon."""
         result = await self._do("cordon", name)
         node = self.cache[name]
-        annotations = {**node.annotations, CORDONED_BY_ANNOTATION: "slonkd"}
+        annotations = {**node.annotations, CORDONED_BY_ANNOTATION: cause}
         self.cache[name] = replace(node, unschedulable=True, annotations=annotations)
         return result
 
@@ -259,6 +259,16 @@ async def test_a_failing_kube_write_does_not_abort_the_other_nodes() -> None:
     c = _coordinator(slurm, writer, [_node(0), _node(1)])
     await c.reconcile_all()
     assert ("cordon", "kn-1") in writer.calls
+
+
+async def test_the_cordon_records_the_slurm_node_it_is_for() -> None:
+    """slonkd's cordon for w-1's SLURM failure names w-1: only w-1's view may undo it."""
+    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    await c.reconcile_all()
+    assert ("cordon", "kn-1") in writer.calls
+    assert writer.cache["kn-1"].marked_for == "w-1"
 
 
 async def test_a_lost_lease_still_stops_the_pass() -> None:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from slonkd.core.decide import FAILURE_TAINT, Kind, decide
+from dataclasses import replace
+
+from slonkd.core.decide import FAILURE_TAINT, Kind, Plan, decide
 from slonkd.core.fleet_decide import merge_shared_nodes
-from slonkd.core.kube_objects import Taint, TaintEffect
+from slonkd.core.kube_objects import (
+    CORDONED_BY_ANNOTATION,
+    PodPhase,
+    Taint,
+    TaintEffect,
+    cordon_mark,
+)
 from slonkd.core.slurm_node import NodeName
-from tests.unit.test_decide import POLICY, knode, pod, slurm, view
+from tests.unit.test_decide import NOW, POLICY, knode, pod, slurm, view
 
 MARKED = knode(
     cordoned=True,
@@ -43,3 +51,72 @@ def test_a_healthy_neighbour_does_not_undo_the_marks_while_the_evicted_pod_termi
     settled = [neighbour]  # the evicted pod is gone (its replacement runs elsewhere)
     merged = merge_shared_nodes(settled, [decide(v, POLICY) for v in settled])
     assert {a.kind for a in merged[0].actions} >= {Kind.UNCORDON, Kind.UNTAINT}
+
+
+# The cordon annotation as slonkd writes it for w-0's SLURM failure: its cause and the SLURM
+# node the marks are for (an old value, a cause alone, records no node).
+MARKED_FOR_W0 = replace(
+    MARKED, annotations={**MARKED.annotations, CORDONED_BY_ANNOTATION: "slurm-failure node=w-0"}
+)
+
+
+def _undoes(plans: list[Plan]) -> list[tuple[str, str]]:
+    """(kind, key) of every action that undoes slonkd's marks."""
+    return [
+        (a.kind.value, a.key)
+        for p in plans
+        for a in p.actions
+        if (a.kind in (Kind.UNCORDON, Kind.UNTAINT))
+        or (a.kind is Kind.SET_CONDITION and a.key == "True")
+    ]
+
+
+def test_a_healthy_sibling_keeps_the_marks_of_an_evicted_workers_failure() -> None:
+    """Two workers on one K8s node: w-0's SLURM failure marked it and its pod was evicted.
+
+    After the eviction w-0's replacement pod is Pending, bound to no K8s node, so its view
+    sees no K8s node; the sibling w-1 is settled and healthy on the marked node. The marks
+    are for w-0's failure, which still applies to that K8s node: they must stay.
+    """
+    pending = replace(pod(ready=False, phase=PodPhase.PENDING), node_name=None)
+    evicted = view(
+        slurm=slurm("IDLE+DRAIN", "Kill task failed"),
+        pod=pending,
+        kube_node=None,  # observing: no node_name, no K8s node
+        pod_ready_since=None,
+        pod_unready_since=NOW - 5,
+    )
+    sibling = view(node=NodeName("w-1"), kube_node=MARKED_FOR_W0)
+    views = [evicted, sibling]
+    merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+    assert _undoes(merged) == []
+
+
+def test_the_failed_workers_settled_healthy_pod_undoes_the_marks() -> None:
+    """The operator resumed w-0 and its pod is back on the marked K8s node, settled, healthy.
+
+    The failure no longer applies there: slonkd's cordon, taint and condition go (once),
+    with or without a healthy sibling on the same K8s node.
+    """
+    back = view(kube_node=MARKED_FOR_W0)
+    sibling = view(node=NodeName("w-1"), kube_node=MARKED_FOR_W0)
+    for views in ([back], [back, sibling], [sibling, back]):
+        merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+        assert sorted(_undoes(merged)) == [
+            ("set-condition", "True"),
+            ("uncordon", ""),
+            ("untaint", FAILURE_TAINT),
+        ], views
+
+
+def test_the_cordon_mark_names_its_slurm_node_and_old_marks_name_none() -> None:
+    """``cordon_mark`` round-trips through ``Node.marked_for``; a cause alone names no node."""
+    for value, expected in (
+        (cordon_mark("health:gpu-xid-79", "w-3"), "w-3"),
+        ("slurm-failure", None),
+        ("slonkd", None),
+        ("slurm-failure node=", None),
+    ):
+        node = replace(MARKED, annotations={CORDONED_BY_ANNOTATION: value})
+        assert node.marked_for == expected, value
+    assert knode().marked_for is None

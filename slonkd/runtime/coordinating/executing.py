@@ -24,7 +24,7 @@ from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.decide import MANUAL_TAINT, REBOOT_TAINT, Action, Kind, NodeView
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeResult, ObjectRef
-from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.core.kube_objects import Node, TaintEffect, cordon_mark
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remediating import Remediator
@@ -233,7 +233,7 @@ class Executor:
         )
 
     async def _cordon(self, view: NodeView, kube: Node, action: Action, token: int) -> ChangeResult:
-        return await self.nodes.cordon(kube.name, cause=str(action.cause))
+        return await self.nodes.cordon(kube.name, cause=cordon_mark(str(action.cause), view.node))
 
     async def _uncordon(
         self, view: NodeView, kube: Node, action: Action, token: int
