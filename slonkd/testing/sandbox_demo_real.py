@@ -4,11 +4,10 @@
 
 2. SLURM's failure cordons and taints the only K8s node, which carries every worker pod.
    The scene checks the marks and at most one eviction (of the failed node's pod, none of
-   another), records whether the cordon held for 20 s (slonkd's pass over a healthy SLURM node
-   on the same K8s node has been seen to lift it: a NOTE, not a check, since one K8s node per
-   worker pod never shows it), then plays the operator: ``scontrol update state=resume`` and,
-   if still cordoned, ``kubectl uncordon`` with the taint removed; the worker pod is Ready on
-   the node and every SLURM node returns to service.
+   another) and that the marks held for 20 s (a healthy sibling SLURM node on the same K8s
+   node must not lift them; it did once, found by this scene), then plays the operator:
+   ``scontrol update state=resume`` and, if still cordoned, ``kubectl uncordon`` with the
+   taint removed; the worker pod is Ready on the node and every SLURM node returns to service.
 3. The rollout is a ``helm upgrade --reuse-values`` of an agent setting (a health check's
    period), as a user changes a release; patching the StatefulSet's template by hand, as the
    process mode does, would be undone by the release's next upgrade. The chart's coordinator
@@ -120,14 +119,12 @@ def scene_slurm_failure_real(sb: Sandbox) -> None:
     if evictions[name] > 1 or any(n for w, n in evictions.items() if w != name):
         raise DemoFailed(f"more than one eviction, or of another pod: {evictions}")
     _say(f"    ok  at most one eviction ({name}: {evictions[name]}; no other pod)")
-    if lifted is not None:
-        # Not the operator: slonkd's pass over a healthy sibling SLURM node on the same K8s
-        # node lifts the marks (one K8s node per worker pod never shows it). Recorded, shown.
-        _say(
-            f"    NOTE the cordon was lifted {lifted} s after the marks while SLURM's failure"
-            f" stood: a healthy SLURM node on {kube_node} undoes them (several workers per"
-            " K8s node); the evicted pod came back on it"
+    if lifted is not None:  # slonkd lifted its own marks while SLURM's failure stood
+        raise DemoFailed(
+            f"the cordon on {kube_node} was lifted {lifted} s after the marks while SLURM's"
+            " failure stood: a healthy sibling SLURM node undid them"
         )
+    _say(f"    ok  the marks held for 20 s (a healthy sibling on {kube_node} keeps them)")
     check(
         sb,
         f"SLURM's own reason on {name} left as it is ({FAILURE_REASON!r})",
