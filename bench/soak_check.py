@@ -15,7 +15,8 @@ of its plan), checked together with the outside reads.
 - I5 convergence: once the churn and the faults stop and the operator undid its changes,
   seconds until each node has converged (:meth:`Checker.node_converged`), within a bound;
   and after each fault, seconds until a leader finishes a pass again (recovery);
-- I6 RSS and open fds of every slonkd process (slopes per role), log lines per minute.
+- I6 RSS, open fds and live asyncio tasks (``slonkd_asyncio_tasks``, every 30 s) of every
+  slonkd process (slopes per role), log lines per minute.
 
 A violation is counted once per distinct key (invariant, node, what) and written to the
 time-line with the evidence around it.
@@ -167,6 +168,8 @@ class Checker:
     proc_samples: dict[tuple[int, str], list[tuple[float, float, float]]] = field(
         default_factory=dict
     )
+    task_samples: dict[tuple[int, str], list[tuple[float, float]]] = field(default_factory=dict)
+    """(time, live asyncio tasks) per (pid, role), every 30 s from each /metrics."""
     log_offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
     last_resources: float = 0.0
     checks: int = 0
@@ -186,6 +189,15 @@ class Checker:
         """Check every second until :meth:`stop`."""
         self._thread = threading.Thread(target=self._loop, name="soak-checker", daemon=True)
         self._thread.start()
+        tasks = threading.Thread(target=self._task_loop, name="soak-tasks", daemon=True)
+        tasks.start()
+
+    def _task_loop(self) -> None:
+        while not self._stop.wait(30.0):
+            try:
+                self.sample_tasks()
+            except Exception as exc:  # noqa: BLE001 - a checker bug must not end the run
+                self.timeline.write("checker_error", error=repr(exc)[:500])
 
     def stop(self) -> None:
         """Stop checking (the current check finishes)."""
@@ -542,6 +554,29 @@ class Checker:
                 if got[-1][0] == now
             }
             self.timeline.write("resources", rss_mb_fds=latest)
+
+    def sample_tasks(self) -> None:
+        """Live asyncio tasks of every slonkd process, from its ``slonkd_asyncio_tasks``."""
+        now = time.time()
+        for key, url in self.fleet.metrics_urls().items():
+            try:
+                with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback
+                    text = resp.read().decode()
+            except OSError:
+                continue  # stopped, restarting or busy: the next round counts it
+            for line in text.splitlines():
+                if line.startswith("slonkd_asyncio_tasks "):
+                    self.task_samples.setdefault(key, []).append((now, float(line.split()[1])))
+
+    def task_figures(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Most live tasks seen, and the largest slope (tasks/h) after warm-up, per role."""
+        most: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        slope: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        for (_, role), samples in self.task_samples.items():
+            most[role] = max(most[role], max(v for _, v in samples))
+            warm = [s for s in samples if s[0] >= samples[0][0] + 60]
+            slope[role] = max(slope[role], _slope_per_h(warm))
+        return most, slope
 
     def slopes(self) -> tuple[dict[str, float], float]:
         """Largest RSS slope (MB/h) per role, and largest fd slope (per h), after warm-up."""
