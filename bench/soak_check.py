@@ -39,6 +39,7 @@ from typing import IO, Any
 
 from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, SoakFleet
 from slonkd.core.budget import BudgetPolicy
+from slonkd.core.decide import Kind
 from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
@@ -340,13 +341,18 @@ class Checker:
     def _slurm_mark_changed(self, snap: Snapshot, node: str, mark: Mark, got: list[str]) -> None:
         """A foreign SLURM mark changed: slonkd's doing (I1), or lost to an injected fault.
 
-        Slonkd's doing when one of its processes wrote to the node since the mark was made
-        (an audit record, an agent's write, a preStop run) or when nothing explains it. It is
+        Slonkd's doing when one of its processes wrote to the node in SLURM since the mark was
+        made (an audit record other than a Kubernetes-only one, an agent's write, a preStop
+        run) or when nothing explains it. It is
         lost to a fault only when slonkd wrote nothing and slurmctld was stopped by the soak
         since (slurmctld can come back without a drain set just before it stopped).
         """
         evidence = self._evidence(snap, node)
-        writes = [a for a in evidence["audit"] if float(a.get("ts", 0)) >= mark.since]
+        writes = [
+            a
+            for a in evidence["audit"]
+            if float(a.get("ts", 0)) >= mark.since and a.get("action") not in KUBE_ONLY
+        ]
         writes += [a for a in evidence["agent"] if _epoch(a.get("timestamp")) >= mark.since]
         writes += [e for e in self._prestops(node) if float(e["t"]) >= mark.since]
         restarts = self.marks.injected_between(["slurmctld"], mark.since, snap.t)
@@ -601,6 +607,13 @@ class Checker:
             self.log_offsets[path] = (offset + len(data), 0)
             out[path.name] = data.count(b"\n")
         return out
+
+
+KUBE_ONLY = frozenset(
+    k.value
+    for k in (Kind.CORDON, Kind.UNCORDON, Kind.TAINT, Kind.UNTAINT, Kind.SET_CONDITION, Kind.EVENT)
+)
+"""Audit actions that write only to Kubernetes: they cannot change a SLURM reason (I1)."""
 
 
 def _epoch(stamp: object) -> float:

@@ -239,6 +239,7 @@ class SoakFleet:
                 pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
             )
             sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = spread
+            sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
             kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(self.real_names, timeout_s=180)
         self.env = {
