@@ -16,7 +16,10 @@ Workload kinds: pod deletion, operator drain/undrain, cordon/uncordon, taint/unt
 failure (realistic reasons) and resume, health verdict failing/recovering (the agent's mount
 check), pause/unpause, budget reset. Faults: SIGKILL of the leader, SIGKILL of the leader
 during a bulk cordon, SIGSTOP of the leader past its lease, apiserver restart with an etcd
-compaction in between, slurmctld stopped, mosquitto restarted, an agent SIGKILLed.
+compaction in between, slurmctld stopped, mosquitto restarted, an agent SIGKILLed, an agent
+cut from the broker for 60 s while its pod lives (:mod:`bench.soak_relay`: its connection
+black-holed, as a partition looks from both ends). Workload also includes rollouts: a new
+template revision of a pool's StatefulSet, which slonkd's job-safe rollout then rolls.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ from bench.soak_fleet import COORDINATOR_CONFIG, GRACE_S, NAMESPACE, SoakFleet
 
 WORKLOAD: dict[str, float] = {
     "pod_delete": 3, "op_drain": 2, "op_cordon": 1, "op_taint": 1, "slurm_fail": 2,
-    "health_fail": 2, "pause": 0.5, "budget_reset": 0.5,
+    "health_fail": 2, "pause": 0.5, "budget_reset": 0.5, "rollout": 0.15,
 }  # fmt: skip
 UNDO = {
     "op_drain": "op_undrain", "op_cordon": "op_uncordon", "op_taint": "op_untaint",
     "slurm_fail": "slurm_resume", "health_fail": "health_recover", "pause": "unpause",
 }  # fmt: skip
 FAULTS = ("leader_sigkill", "leader_sigkill_midbulk", "leader_sigstop", "apiserver_restart",
-          "slurmctld_stop", "mosquitto_restart", "agent_sigkill")  # fmt: skip
+          "slurmctld_stop", "mosquitto_restart", "agent_sigkill", "agent_cut")  # fmt: skip
+AGENT_CUT_S = 60.0
+"""How long an agent stays cut from the broker while its pod lives (issue 18)."""
 FAIL_REASONS = ("Kill task failed", "Not responding", "Prolog error",
                 "batch job complete failure", "NHC: nvidia-smi ECC errors")  # fmt: skip
 TAINT_KEY = "ops.example.com/maintenance"
@@ -69,8 +74,13 @@ class Step:
 
 
 def schedule(seed: int, *, seconds: float, names: list[str], kube_nodes: list[str],
-             outage_s: tuple[float, float] = (30, 90)) -> list[Step]:  # fmt: skip
-    """The run's events, a pure function of its arguments (the replay guarantee)."""
+             outage_s: tuple[float, float] = (30, 90),
+             relayed: list[str] | None = None) -> list[Step]:  # fmt: skip
+    """The run's events, a pure function of its arguments (the replay guarantee).
+
+    ``relayed``: the pods whose agents can be cut from the broker (default: the first 3).
+    """
+    cuttable = relayed if relayed is not None else names[:3]
     rng = random.Random(seed)  # noqa: S311 - a replayable schedule, not a secret
     steps: list[Step] = []
     t = 5.0
@@ -97,12 +107,15 @@ def schedule(seed: int, *, seconds: float, names: list[str], kube_nodes: list[st
             "slurmctld_stop": rng.uniform(*outage_s),
             "leader_sigkill_midbulk": rng.uniform(0.05, 0.8),
             "leader_sigstop": float(COORDINATOR_CONFIG["lease_duration_s"]) + 4,
+            "agent_cut": AGENT_CUT_S,
         }.get(kind, 0.0)
-        target = rng.choice(names) if kind == "agent_sigkill" else ""
+        pick = {"agent_sigkill": names, "agent_cut": cuttable}.get(kind)
+        target = rng.choice(pick) if pick else ""
         steps.append(
             Step(id=len(steps), at=round(t, 2), kind=kind, target=target, arg=round(arg, 2))
         )
-        t += arg + rng.uniform(15, 30)
+        # an agent cut runs beside the next faults (overlapping faults are the point)
+        t += (0.0 if kind == "agent_cut" else arg) + rng.uniform(12, 25)
     return sorted(steps, key=lambda s: (s.at, s.id))
 
 
@@ -123,6 +136,8 @@ class Soak:
         self.jobs_submitted = 0
         self.outage_lines: list[float] = []
         self.outage_per_process: list[dict[str, float]] = []
+        self.cuts: list[threading.Thread] = []
+        """Agent cuts in progress (each heals itself after its time)."""
         self.ops: queue.Queue[tuple[Step, list[str]] | None] = queue.Queue()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -237,6 +252,15 @@ class Soak:
             if kind == "health_fail":
                 self.marks.touched(target, kind)
             self.fleet.point_mount(target, healthy=kind == "health_recover")
+            return "done"
+        if kind == "rollout":  # a new template revision: slonkd's job-safe rollout takes over
+            pool = target.rsplit("-", 1)[0]
+            template = {"metadata": {"annotations": {"soak/rev": str(step.id)}}}
+            patch = {"spec": {"template": template}}
+            self.fleet.kube.api.request(
+                "PATCH", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/{pool}", patch,
+                content_type="application/merge-patch+json", timeout_s=10,
+            )  # fmt: skip
             return "done"
         if kind in {"pause", "unpause", "budget_reset"}:
             argv = {"pause": ["pause", "--reason", f"soak-{step.id}"], "unpause": ["unpause"],
@@ -415,6 +439,12 @@ class Soak:
         if step.kind == "mosquitto_restart":
             f.mqtt.restart()
             return "done"
+        if step.kind == "agent_cut":  # the next faults overlap it
+            cut = threading.Thread(target=self.cut_agent, args=(step,), name="soak-cut")
+            cut.daemon = True
+            cut.start()
+            self.cuts.append(cut)
+            return "done"
         if step.kind == "agent_sigkill":
             with f.keeper._lock:  # the keeper's own lock
                 agent = f.keeper.agents.get(step.target)
@@ -423,6 +453,37 @@ class Soak:
                 agent.proc.send_signal(signal.SIGKILL)
             return "done"
         return f"unknown fault {step.kind}"
+
+    def cut_agent(self, step: Step) -> str:
+        """Black-hole one agent's broker connection for ``step.arg`` s while its pod lives.
+
+        Then the agent must be back on the bus (a new ``bus.connected`` in its log) within
+        60 s of the heal, or that is an I5 violation (it never recovers by itself).
+        """
+        relays, pod = self.fleet.relays, step.target
+        if pod not in relays.names:
+            self.timeline.write("agent_cut_over", pod=pod, skipped="no relay")
+            return f"skipped: {pod} has no relay"
+        log = self.fleet.logs / f"agent-{pod}.log"
+        relays.cut(pod)
+        began = log.stat().st_size if log.exists() else 0
+        time.sleep(step.arg)
+        during = log.read_bytes()[began:] if log.exists() else b""
+        relays.heal(pod)
+        healed = log.stat().st_size if log.exists() else 0
+        back = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.stop.is_set():
+            if b'"bus.connected"' in log.read_bytes()[healed:]:
+                back = round(60 - (deadline - time.monotonic()), 1)
+                break
+            time.sleep(0.5)
+        noticed = b'"bus.reconnecting"' in during
+        self.timeline.write("agent_cut_over", pod=pod, noticed_during_cut=noticed, back_s=back)
+        if back is None and not self.stop.is_set():
+            self.checker.violate("I5", ("agent_cut", pod, str(step.id)),
+                                 what="agent not back on the bus 60 s after the heal")  # fmt: skip
+        return "done"
 
     def bulk_cordon(self, step: Step) -> list[str]:
         """Cordon three uncordoned K8s nodes at once (the leader mirrors them in bulk)."""
@@ -473,6 +534,8 @@ class Soak:
 
     def undo_everything(self) -> None:
         """The operator puts back what it changed: resumes, uncordons, untaints, heals."""
+        for cut in self.cuts:  # a cut agent is healed by its own thread
+            cut.join(timeout=AGENT_CUT_S + 70)
         m = self.marks
         with m.lock:
             slurm, cordons, taints = dict(m.slurm), dict(m.cordons), dict(m.taints)
@@ -537,7 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: fleet up in {time.time() - started:.0f} s", flush=True)
     low, high = (float(x) for x in args.outage.split(","))
     steps = schedule(seed, seconds=args.minutes * 60, names=fleet.names,
-                     kube_nodes=fleet.kube_nodes, outage_s=(low, high))  # fmt: skip
+                     kube_nodes=fleet.kube_nodes, outage_s=(low, high),
+                     relayed=fleet.relayed_names)  # fmt: skip
     timeline = Timeline(out / "timeline.jsonl", time.time())
     timeline.write("schedule", seed=seed, real=args.real, declared=args.declared,
                    minutes=args.minutes, steps=[asdict(s) for s in steps])  # fmt: skip
@@ -580,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     convergence = [v for v in final.values() if v is not None]
     recovery = [v for samples in checker.recovery.values() for v in samples]
     rss, fds = checker.slopes()
+    tasks_max, tasks_slope = checker.task_figures()
     violations = dict(checker.violations)
     result: dict[str, Any] = {
         "seed": seed,
@@ -605,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         "recovery_p50_s": round(statistics.median(recovery), 3) if recovery else None,
         "rss_slope_mb_per_h": {k: round(v, 2) for k, v in rss.items()},
         "fd_slope_per_h": round(fds, 2),
+        "asyncio_tasks_max": {k: int(v) for k, v in tasks_max.items()},
+        "asyncio_tasks_slope_per_h": {k: round(v, 2) for k, v in tasks_slope.items()},
         "log_lines_per_min_outage_max": max(soak.outage_lines, default=None),
     }
     timeline.write("result", **result)

@@ -15,7 +15,8 @@ of its plan), checked together with the outside reads.
 - I5 convergence: once the churn and the faults stop and the operator undid its changes,
   seconds until each node has converged (:meth:`Checker.node_converged`), within a bound;
   and after each fault, seconds until a leader finishes a pass again (recovery);
-- I6 RSS and open fds of every slonkd process (slopes per role), log lines per minute.
+- I6 RSS, open fds and live asyncio tasks (``slonkd_asyncio_tasks``, every 30 s) of every
+  slonkd process (slopes per role), log lines per minute.
 
 A violation is counted once per distinct key (invariant, node, what) and written to the
 time-line with the evidence around it.
@@ -38,6 +39,7 @@ from typing import IO, Any
 
 from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, SoakFleet
 from slonkd.core.budget import BudgetPolicy
+from slonkd.core.decide import Kind
 from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
@@ -167,6 +169,8 @@ class Checker:
     proc_samples: dict[tuple[int, str], list[tuple[float, float, float]]] = field(
         default_factory=dict
     )
+    task_samples: dict[tuple[int, str], list[tuple[float, float]]] = field(default_factory=dict)
+    """(time, live asyncio tasks) per (pid, role), every 30 s from each /metrics."""
     log_offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
     last_resources: float = 0.0
     checks: int = 0
@@ -186,6 +190,15 @@ class Checker:
         """Check every second until :meth:`stop`."""
         self._thread = threading.Thread(target=self._loop, name="soak-checker", daemon=True)
         self._thread.start()
+        tasks = threading.Thread(target=self._task_loop, name="soak-tasks", daemon=True)
+        tasks.start()
+
+    def _task_loop(self) -> None:
+        while not self._stop.wait(30.0):
+            try:
+                self.sample_tasks()
+            except Exception as exc:  # noqa: BLE001 - a checker bug must not end the run
+                self.timeline.write("checker_error", error=repr(exc)[:500])
 
     def stop(self) -> None:
         """Stop checking (the current check finishes)."""
@@ -328,13 +341,18 @@ class Checker:
     def _slurm_mark_changed(self, snap: Snapshot, node: str, mark: Mark, got: list[str]) -> None:
         """A foreign SLURM mark changed: slonkd's doing (I1), or lost to an injected fault.
 
-        Slonkd's doing when one of its processes wrote to the node since the mark was made
-        (an audit record, an agent's write, a preStop run) or when nothing explains it. It is
+        Slonkd's doing when one of its processes wrote to the node in SLURM since the mark was
+        made (an audit record other than a Kubernetes-only one, an agent's write, a preStop
+        run) or when nothing explains it. It is
         lost to a fault only when slonkd wrote nothing and slurmctld was stopped by the soak
         since (slurmctld can come back without a drain set just before it stopped).
         """
         evidence = self._evidence(snap, node)
-        writes = [a for a in evidence["audit"] if float(a.get("ts", 0)) >= mark.since]
+        writes = [
+            a
+            for a in evidence["audit"]
+            if float(a.get("ts", 0)) >= mark.since and a.get("action") not in KUBE_ONLY
+        ]
         writes += [a for a in evidence["agent"] if _epoch(a.get("timestamp")) >= mark.since]
         writes += [e for e in self._prestops(node) if float(e["t"]) >= mark.since]
         restarts = self.marks.injected_between(["slurmctld"], mark.since, snap.t)
@@ -543,6 +561,29 @@ class Checker:
             }
             self.timeline.write("resources", rss_mb_fds=latest)
 
+    def sample_tasks(self) -> None:
+        """Live asyncio tasks of every slonkd process, from its ``slonkd_asyncio_tasks``."""
+        now = time.time()
+        for key, url in self.fleet.metrics_urls().items():
+            try:
+                with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback
+                    text = resp.read().decode()
+            except OSError:
+                continue  # stopped, restarting or busy: the next round counts it
+            for line in text.splitlines():
+                if line.startswith("slonkd_asyncio_tasks "):
+                    self.task_samples.setdefault(key, []).append((now, float(line.split()[1])))
+
+    def task_figures(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Most live tasks seen, and the largest slope (tasks/h) after warm-up, per role."""
+        most: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        slope: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        for (_, role), samples in self.task_samples.items():
+            most[role] = max(most[role], max(v for _, v in samples))
+            warm = [s for s in samples if s[0] >= samples[0][0] + 60]
+            slope[role] = max(slope[role], _slope_per_h(warm))
+        return most, slope
+
     def slopes(self) -> tuple[dict[str, float], float]:
         """Largest RSS slope (MB/h) per role, and largest fd slope (per h), after warm-up."""
         rss: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
@@ -566,6 +607,13 @@ class Checker:
             self.log_offsets[path] = (offset + len(data), 0)
             out[path.name] = data.count(b"\n")
         return out
+
+
+KUBE_ONLY = frozenset(
+    k.value
+    for k in (Kind.CORDON, Kind.UNCORDON, Kind.TAINT, Kind.UNTAINT, Kind.SET_CONDITION, Kind.EVENT)
+)
+"""Audit actions that write only to Kubernetes: they cannot change a SLURM reason (I1)."""
 
 
 def _epoch(stamp: object) -> float:

@@ -4,9 +4,10 @@ Two worker pools in namespace ``soak``: StatefulSet ``w`` (pods ``w-<i>``, each 
 real slurmd by the kubelet stand-in, preStop ``slonkd prestop``) and StatefulSet ``d`` (pods
 ``d-<i>`` whose SLURM nodes are declared without a slurmd: plain kwok pods). One ``slonkd
 agent`` per pod (the sandbox's :class:`AgentKeeper`: restarted when it dies, replaced with its
-pod), each with a mount check on a path of its own that the soak can break (a symlink swap)
-to make its health verdict fail. Two ``slonkd coordinator`` processes share one Lease; a
-killed one is started again by :meth:`SoakFleet.respawn`, as a Deployment would.
+pod), the first :data:`RELAYED` of them through a relay the soak can cut
+(:mod:`bench.soak_relay`), each with a mount check on a path of its own that the soak can
+break (a symlink swap) to make its health verdict fail. Two ``slonkd coordinator`` processes
+share one Lease; a killed one is started again by :meth:`SoakFleet.respawn`, as a Deployment would.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.soak_relay import Relays
 from slonkd.testing import procs
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
@@ -38,6 +40,8 @@ DECLARED_POOL = "d"
 SELECTOR = "app.kubernetes.io/name=slurmd"
 LEASE = "slonkd-coordinator"
 GRACE_S = 12
+RELAYED = 3
+"""How many pods' agents reach the broker through a relay the soak can cut (the first real ones)."""
 COORDINATOR_CONFIG: dict[str, Any] = {
     "resync_s": 5,
     "failure_grace_s": 2,
@@ -95,6 +99,9 @@ class SoakFleet:
     _slurm: SlurmCluster | None = None
     _mqtt: Mosquitto | None = None
     _keeper: AgentKeeper | None = None
+    _relays: Relays | None = None
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Each pod's agent's /metrics port."""
     coordinators: list[CoordinatorSlot] = field(default_factory=list)
     kube_nodes: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -120,6 +127,16 @@ class SoakFleet:
     def keeper(self) -> AgentKeeper:
         """The agents' keeper (after :meth:`start`)."""
         return _started(self._keeper)
+
+    @property
+    def relays(self) -> Relays:
+        """The relays of the agents the soak can cut off the broker (after :meth:`start`)."""
+        return _started(self._relays)
+
+    @property
+    def relayed_names(self) -> list[str]:
+        """The pods whose agents reach the broker through a relay."""
+        return self.names[:RELAYED]
 
     @property
     def real_names(self) -> list[str]:
@@ -189,6 +206,8 @@ class SoakFleet:
                 patterns=("pattern write slonk/v1/+/nodes/%u/status",),
             )
         )
+        self._relays = Relays((mqtt.host, mqtt.port), self.relayed_names)
+        self.stack.callback(self._relays.close)
         count = len(self.names) // 2 + 2  # two pods a node, and room for evicted ones
         self.kube_nodes = kube.add_fake_nodes([f"k{i}" for i in range(count)])
         procs.wait_for(
@@ -220,6 +239,7 @@ class SoakFleet:
                 pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
             )
             sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = spread
+            sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
             kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(self.real_names, timeout_s=180)
         self.env = {
@@ -258,13 +278,17 @@ class SoakFleet:
         run = self.root / "run"
         run.mkdir(exist_ok=True)
         (self.root / "mounts" / "broken" / "proc").mkdir(parents=True, exist_ok=True)
-        ports = dict(zip(self.names, procs.free_ports(len(self.names)), strict=True))
+        ports = self.metrics_ports = dict(
+            zip(self.names, procs.free_ports(len(self.names)), strict=True)
+        )
         for pod in self.names:
             self.mount_link(pod).parent.mkdir(parents=True, exist_ok=True)
             self.point_mount(pod, healthy=True)
             health = {**AGENT_HEALTH, "mounts": [str(self.mount_link(pod) / "proc")]}
             config = {"health": health, "hysteresis": AGENT_HYSTERESIS}
             (run / f"agent-{pod}.json").write_text(json.dumps(config))
+
+        relayed = {p: {"SLONKD_MQTT_PORT": str(self.relays.port(p))} for p in self.relayed_names}
 
         def env_for(pod: str) -> dict[str, str]:
             return {
@@ -275,6 +299,7 @@ class SoakFleet:
                 "SLONKD_READY_FILE": str(run / f"ready-{pod}"),
                 "SLONKD_METRICS_PORT": str(ports.get(pod, 0)),
                 "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+                **relayed.get(pod, {}),
             }
 
         self._keeper = self.stack.enter_context(
@@ -343,6 +368,21 @@ class SoakFleet:
         if self._keeper is not None:
             out.update(dict.fromkeys(self._keeper.pids(), "agent"))
         return {p: r for p, r in out.items() if p is not None}
+
+    def metrics_urls(self) -> dict[tuple[int, str], str]:
+        """``{(pid, role): /metrics URL}`` of every live slonkd process."""
+        out = {
+            (s.pid, "coordinator"): f"http://127.0.0.1:{s.port}/metrics"
+            for s in self.coordinators
+            if s.pid is not None and not s.stopped
+        }
+        if self._keeper is not None:
+            with self._keeper._lock:  # the keeper's own lock
+                for pod, agent in self._keeper.agents.items():
+                    if agent.proc.poll() is None and pod in self.metrics_ports:
+                        url = f"http://127.0.0.1:{self.metrics_ports[pod]}/metrics"
+                        out[(agent.proc.pid, "agent")] = url
+        return out
 
     def stop(self) -> None:
         """Stop the coordinators, then everything else in reverse order."""

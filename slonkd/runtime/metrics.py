@@ -2,17 +2,19 @@
 
 :class:`Metrics` holds what every long-running role records: the SLURM transitions slonkd
 applied (by action and cause), the actions it left alone (by why), the reconcile latency
-histogram (by outcome) and errors by kind, plus the process's own RSS and CPU. Counters that
-other objects already keep (informer lists and reconnects, bus drops, queue depth, health
-verdicts) are read at scrape time by a collector, so nothing is counted twice and the hot
-path pays nothing for them. Label values come from bounded sets (actions, cause names without
-their detail, skip reasons, outcomes): never a node name, a reason text or an error message.
+histogram (by outcome) and errors by kind, plus the process's own RSS, CPU and live asyncio
+tasks. Counters that other objects already keep (informer lists and reconnects, bus drops,
+queue depth, health verdicts) are read at scrape time by a collector, so nothing is counted
+twice and the hot path pays nothing for them. Label values come from bounded sets (actions,
+cause names without their detail, skip reasons, outcomes): never a node name, a reason text
+or an error message.
 
 Tests create as many :class:`Metrics` as they like; each renders with :meth:`Metrics.render`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -173,6 +175,14 @@ class _ScrapeTimeCollector(Collector):
         return ()  # names depend on what is watched; nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
+        try:  # scraped by the process's own aiohttp server, so inside its loop
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # no running loop: rendered by a tool or a test
+            tasks = None
+        if tasks is not None:
+            yield GaugeMetricFamily(
+                "slonkd_asyncio_tasks", "asyncio tasks alive in the process", value=tasks
+            )
         if self.ready is not None:
             yield GaugeMetricFamily(
                 "slonkd_ready", "1 when the process is ready", value=int(self.ready())

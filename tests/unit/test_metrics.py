@@ -140,3 +140,23 @@ async def test_run_worker_records_each_outcome() -> None:
     assert value(m, "slonkd_reconcile_duration_seconds_count", outcome="ok") == 1
     assert value(m, "slonkd_reconcile_duration_seconds_count", outcome="retry") == 1
     assert value(m, "slonkd_reconcile_duration_seconds_count", outcome="terminal") == 1
+
+
+async def test_the_asyncio_tasks_alive_are_a_gauge_read_in_the_loop() -> None:
+    """slonkd_asyncio_tasks counts the loop's live tasks at scrape time (a leak: a slope)."""
+    m = Metrics(role="agent")
+    base = value(m, "slonkd_asyncio_tasks")
+    assert base is not None
+    assert base >= 1  # this test's own task
+    gate = asyncio.Event()
+    sleepers = [asyncio.create_task(gate.wait()) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert value(m, "slonkd_asyncio_tasks") == base + 5
+    gate.set()
+    await asyncio.gather(*sleepers)
+    assert value(m, "slonkd_asyncio_tasks") == base
+
+
+def test_outside_a_loop_there_is_no_task_gauge() -> None:
+    """Rendered with no running loop (a tool, a test): the family is absent, not a false 0."""
+    assert value(Metrics(role="agent"), "slonkd_asyncio_tasks") is None
