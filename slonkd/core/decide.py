@@ -26,9 +26,8 @@ The rules, highest priority first:
    restarting past a grace -> drain (coordinator).
 7. Healthy: every slonkd cause that no longer applies is released, each by its writer;
    the node resumes only when none is left (the adapter's compare-and-set). slonkd's own
-   cordon, taints and condition are undone once no failure cause remains; where slonkd's
-   cordon records the SLURM node they are for, only that node's view undoes them (a
-   healthy sibling pod on a shared K8s node says nothing of the evicted pod's failure).
+   cordon, taints and condition are undone once no failure cause remains (on a K8s node
+   shared by several pods, see :func:`slonkd.core.fleet_decide.merge_shared_nodes`).
 
 No action ever kills a job: a ``Down`` is decided only for a node that is drained with no
 job left on it.
@@ -383,14 +382,6 @@ def _kube_actions(
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just
         # evicted by remediation): undoing the marks would let its replacement land back here.
         notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
-        return out
-    if kube.marked_for is not None and kube.marked_for != view.node:
-        # Pods share this K8s node: the marks are for another SLURM node's failure (its pod
-        # evicted, maybe Pending or elsewhere now). Only that node's settled healthy pod here
-        # shows the failure no longer applies; a healthy sibling shows nothing about it.
-        notes.append(
-            f"keeping slonkd's marks on K8s node {kube.name}: they are for {kube.marked_for}"
-        )
         return out
     if kube.unschedulable and kube.cordoned_by_slonkd:
         out.append(Action(kind=Kind.UNCORDON, writer=co, cause=_c("healthy")))

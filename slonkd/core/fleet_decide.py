@@ -4,8 +4,8 @@ Two rules need the whole fleet's plans at once:
 
 - pods that share one Kubernetes node must agree on that node's marks
   (:func:`merge_shared_nodes`): it is marked if any of its SLURM nodes failed, and
-  slonkd's marks are undone only when none did (and, where slonkd's cordon records the SLURM
-  node the marks are for, only by that node's plan: see rule 7 of :mod:`slonkd.core.decide`);
+  slonkd's marks are undone only when none did and the SLURM node the cordon records has a
+  settled pod again;
 - a health check that fails on many nodes at once is suspected, not believed
   (:func:`suspect_common_causes`): nothing more is taken out for it.
 
@@ -36,14 +36,29 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
     """Make the K8s-node actions of pods that share a K8s node agree.
 
     A K8s node is marked unhealthy if any of its pods' SLURM nodes failed; slonkd's marks are
-    undone only when none did and none of its pods is in its lifecycle (an evicted pod's
-    failure is unseen while it terminates). Per-node actions (cordon, taint, condition) are
-    kept once.
+    undone only when none did, none of its pods is in its lifecycle (an evicted pod's
+    failure is unseen while it terminates), and the SLURM node slonkd's cordon records
+    (:attr:`~slonkd.core.kube_objects.Node.marked_for`) has a settled pod again, here or
+    elsewhere (its evicted pod, Pending, would otherwise come back to this machine as soon as
+    a healthy sibling's pass lifted the marks). Per-node actions (cordon, taint, condition)
+    are kept once.
     """
     failing: set[str] = set()
     for view, plan in zip(views, plans, strict=True):
         if view.kube_node is not None and (plan.failure is not None or holds_marks(view)):
             failing.add(view.kube_node.name)  # marked, or kept marked for a pod in lifecycle
+    settled = {
+        v.node
+        for v in views
+        if v.kube_node is not None and v.pod is not None and v.pod.ready and not v.pod.terminating
+    }
+    for view in views:
+        knode = view.kube_node
+        if knode is not None and knode.marked_for is not None and knode.marked_for not in settled:
+            # the marks are for a SLURM node whose pod has not settled anywhere since its
+            # eviction (Pending, starting): a healthy sibling here says nothing of that failure,
+            # and undoing the marks would let its replacement land back on this machine
+            failing.add(knode.name)
     merged = []
     emitted: set[tuple[str, Kind, str]] = set()
     for view, plan in zip(views, plans, strict=True):

@@ -8,6 +8,7 @@ from slonkd.core.decide import FAILURE_TAINT, Kind, Plan, decide
 from slonkd.core.fleet_decide import merge_shared_nodes
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
+    KubeNodeName,
     PodPhase,
     Taint,
     TaintEffect,
@@ -120,3 +121,30 @@ def test_the_cordon_mark_names_its_slurm_node_and_old_marks_name_none() -> None:
         node = replace(MARKED, annotations={CORDONED_BY_ANNOTATION: value})
         assert node.marked_for == expected, value
     assert knode().marked_for is None
+
+
+def test_once_the_evicted_worker_runs_elsewhere_the_node_follows_its_own_pods() -> None:
+    """w-0's replacement settled on another K8s node: the marks follow the pods still here.
+
+    The remediation ladder's shape: while the sibling w-1 on the marked node fails, the marks
+    stay; once its check passes (after the reboot), they are undone, although the cordon
+    records w-0.
+    """
+    other = replace(knode(), name=KubeNodeName("kn-1"))
+    moved = view(kube_node=other)  # w-0 settled and healthy on kn-1
+    failing = view(
+        node=NodeName("w-1"),
+        kube_node=MARKED_FOR_W0,
+        slurm=slurm("IDLE+DRAIN", "Kill task failed"),
+    )
+    views = [moved, failing]
+    merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+    assert _undoes(merged) == []
+    healthy = view(node=NodeName("w-1"), kube_node=MARKED_FOR_W0)
+    views = [moved, healthy]
+    merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+    assert sorted(_undoes(merged)) == [
+        ("set-condition", "True"),
+        ("uncordon", ""),
+        ("untaint", FAILURE_TAINT),
+    ]
