@@ -140,7 +140,9 @@ class SlurmCluster:
         procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
         procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
         if self.layout.autostart:
-            self.wait_idle(self.layout.nodes, timeout_s=timeout_s)
+            # 20 slurmd of a 24.11 root once took more than 60 s on 2 cores
+            idle_s = max(timeout_s, 5.0 * len(self.layout.nodes))
+            self.wait_idle(self.layout.nodes, timeout_s=idle_s)
         self.started_s = time.monotonic() - begun
 
     def stop(self) -> None:
@@ -242,12 +244,18 @@ class SlurmCluster:
 
     def wait_idle(self, nodes: Sequence[str], *, timeout_s: float = 60.0) -> float:
         """Wait until every node in ``nodes`` reads ``idle``; return the seconds it took."""
+        seen: dict[str, str] = {}
 
         def all_idle() -> bool:
-            states = self.node_states()
-            return all(states.get(n) == "idle" for n in nodes)
+            seen.clear()
+            seen.update(self.node_states())
+            return all(seen.get(n) == "idle" for n in nodes)
 
-        return procs.wait_for(f"slurm nodes {list(nodes)} idle", all_idle, timeout_s=timeout_s)
+        try:
+            return procs.wait_for(f"slurm nodes {list(nodes)} idle", all_idle, timeout_s=timeout_s)
+        except HarnessError as exc:
+            late = {n: seen.get(n, "?") for n in nodes if seen.get(n) != "idle"}
+            raise HarnessError(f"{exc}; not idle: {late}") from exc
 
     def _pings(self) -> bool:
         return self.run("scontrol", "ping", check=False).returncode == 0

@@ -110,7 +110,9 @@ class ChrootSlurmCluster(SlurmCluster):
         procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
         procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
         if self.layout.autostart:
-            self.wait_idle(self.layout.nodes, timeout_s=timeout_s)
+            # 20 slurmd of a 24.11 root once took more than 60 s on 2 cores
+            idle_s = max(timeout_s, 5.0 * len(self.layout.nodes))
+            self.wait_idle(self.layout.nodes, timeout_s=idle_s)
         self.started_s = time.monotonic() - begun
 
     def _prepare_chroot(self) -> Path:

@@ -563,7 +563,8 @@ def test_the_ladder_climbs_to_a_completed_reboot_and_the_node_returns(
     reboots = audited("slurm-reboot")
     assert [(a["node"], a["outcome"]) for a in reboots] == [(second, "changed")], reboots
     assert reboots[0]["ts"] >= evicted_at + COOLDOWN_S - 1  # not before the cool-down ended
-    assert attempts() == 2
+    # the history is persisted with the pass's state write, just after the actions
+    wait_for("attempt 2 recorded", lambda: attempts() == 2, timeout_s=15)
     events = [
         e
         for ns in ("default", f.namespace)
