@@ -58,6 +58,12 @@ BAD_STATES = ("FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "OUT_O
 
 Obj = dict[str, Any]
 
+SSH_OPTIONS = (
+    *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"),
+    *("-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10"),
+)
+"""ssh's options for the login pod: a key, no prompt, no host-key memory, a bounded connect."""
+
 HEARTBEAT_SCRIPT = f"""#!/bin/sh
 # A job that says when it (re)starts and then beats once a second, in the shared home.
 f=/home/{USER}/hb-$SLURM_JOB_ID
@@ -110,16 +116,7 @@ class Release:
             "ssh",
             "-i",
             str(self.ssh_key),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            "ConnectTimeout=10",
+            *SSH_OPTIONS,
             f"{USER}@{login['status']['podIP']}",
             *command,
         )

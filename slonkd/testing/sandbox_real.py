@@ -29,7 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slonkd.testing.chart_real import CONTROLLER, LOGIN, RELEASE, USER, Release, install
+from slonkd.testing.chart_real import (
+    CONTROLLER,
+    LOGIN,
+    RELEASE,
+    SSH_OPTIONS,
+    USER,
+    Release,
+    install,
+)
 from slonkd.testing.helm import CHART_DIR
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.realnode import RealNode
@@ -67,16 +75,7 @@ def ssh_argv(state: dict[str, Any], login_ip: str) -> list[str]:
         "ssh",
         "-i",
         login["ssh_key"],
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-o",
-        "UserKnownHostsFile=/dev/null",
-        "-o",
-        "LogLevel=ERROR",
-        "-o",
-        "ConnectTimeout=10",
+        *SSH_OPTIONS,
         f"{login['user']}@{login_ip}",
     ]
 
