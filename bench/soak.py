@@ -139,6 +139,10 @@ class Soak:
         self.cuts: list[threading.Thread] = []
         """Agent cuts in progress (each heals itself after its time)."""
         self.ops: queue.Queue[tuple[Step, list[str]] | None] = queue.Queue()
+        self.ended = threading.Event()
+        """Set when the fleet stops (``stop`` ends the churn earlier, before the settling)."""
+        self.control_plane_restarts = 0
+        """kube-scheduler/kcm exits the harness restarted, as a kubelet restarts static pods."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -530,6 +534,23 @@ class Soak:
                 self.jobs_submitted += 1
                 self.timeline.write("job", id=got.stdout.strip(), requeue=requeue, sleep=length)
 
+    def supervise(self) -> None:
+        """Restart an exited kube-scheduler or kcm every 2 s, as a kubelet does its static pods.
+
+        kube-scheduler exits by design when a relist shows a pod on another node than its
+        cache had (after the apiserver restart with an etcd compaction): on a real control
+        plane its kubelet starts it again; without that every new pod would stay Pending.
+        """
+        while not self.ended.wait(2.0):
+            try:
+                names = self.fleet.kube.revive(timeout_s=30.0)
+            except Exception as exc:  # noqa: BLE001 - the apiserver is away: next round
+                self.timeline.write("control_plane_restart_failed", error=repr(exc)[:300])
+                continue
+            if names:
+                self.control_plane_restarts += len(names)
+                self.timeline.write("control_plane_restarted", components=names)
+
     # -- the end ---------------------------------------------------------------------------
 
     def undo_everything(self) -> None:
@@ -613,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         threads = [threading.Thread(target=soak.run_workload, name="workload", daemon=True),
                    threading.Thread(target=soak.run_jobs, name="jobs", daemon=True),
                    threading.Thread(target=soak.run_ops, name="ops", daemon=True)]  # fmt: skip
+        threading.Thread(target=soak.supervise, name="supervise", daemon=True).start()
         for t in threads:
             t.start()
         soak.run_faults()
@@ -637,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         soak.checker.sample_processes()
     finally:
         soak.stop.set()
+        soak.ended.set()
         soak.checker.stop()
         fleet.stop()
     checker = soak.checker
@@ -658,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs_lost_to_injected_faults": sum(checker.jobs_lost.values()),
         "foreign_marks_lost_to_injected_faults": checker.foreign_lost,
         "actions_taken": checker.actions,
+        "control_plane_restarts": soak.control_plane_restarts,
         "checks": checker.checks,
         "check_gap_p50_s": round(statistics.median(checker.gaps), 3) if checker.gaps else None,
         "check_gap_max_s": round(max(checker.gaps), 3) if checker.gaps else None,

@@ -157,6 +157,24 @@ class KubeCluster:
         if svc is not None:
             procs.stop(svc.proc, grace_s=0.5, sig=signal.SIGKILL)
 
+    def revive(self, *, timeout_s: float = 60.0) -> list[str]:
+        """Start again each of kube-controller-manager and kube-scheduler that has exited.
+
+        What a kubelet does for a control plane's static pods: kube-scheduler exits by design
+        when its cache finds a pod on another node than it recorded ("Scheduler cache is
+        corrupted and can badly affect scheduling decisions", then ``FlushAndExit``), which a
+        relist after an etcd compaction can provoke. Returns the names restarted.
+        """
+        starts = {"kcm": self._start_kcm, "scheduler": self._start_scheduler}
+        restarted = []
+        for name, start in starts.items():
+            svc = self._services.get(name)
+            if svc is None or svc.proc.poll() is None:
+                continue
+            start(timeout_s=timeout_s)
+            restarted.append(name)
+        return restarted
+
     def pids(self) -> dict[str, int]:
         """Pids of the running services, for leak checks."""
         return {n: s.proc.pid for n, s in self._services.items() if s.proc.poll() is None}

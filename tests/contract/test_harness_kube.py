@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -186,6 +188,35 @@ def test_compaction_while_the_apiserver_is_down_gives_410_on_resume(
     assert events[0]["object"]["code"] == 410
     # A fresh list still works: the harness is whole again.
     assert len(kube.api.request("GET", path)["items"]) == 3 + 1  # + kube-root-ca.crt
+
+
+def test_an_exited_scheduler_is_started_again_and_pods_are_scheduled(
+    kube: KubeCluster, namespace: str, unique: Callable[[str], str]
+) -> None:
+    """revive() restarts a kube-scheduler that exited (as a kubelet its static pod), only then.
+
+    kube-scheduler exits by design on a corrupted cache (the soak's apiserver restart with a
+    compaction provokes it); without the restart a new pod stays Pending for ever.
+    """
+    assert kube.revive() == [], "nothing exited: nothing to restart"
+    old = kube.pids()["scheduler"]
+    os.kill(old, signal.SIGKILL)
+    wait_for("the scheduler gone", lambda: "scheduler" not in kube.pids(), timeout_s=10)
+    label = {"slonk.dev/test": namespace}
+    kube.add_fake_nodes([unique("revive")], labels=label)
+    _create_sts(
+        kube, namespace, worker_statefulset("w", replicas=1, node_selector=label, standin=False)
+    )
+    time.sleep(2)
+    assert not any(p["spec"].get("nodeName") for p in _pods(kube, namespace)), "no scheduler"
+    assert kube.revive() == ["scheduler"]
+    assert kube.pids()["scheduler"] != old
+
+    def running() -> bool:
+        pods = _pods(kube, namespace)
+        return len(pods) == 1 and _running(pods[0])
+
+    wait_for("the pod scheduled and Running", running, timeout_s=60)
 
 
 def test_kubectl_and_helm_are_the_pinned_versions(kube: KubeCluster) -> None:
