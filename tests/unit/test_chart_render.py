@@ -924,6 +924,27 @@ def test_credential_limits_from_values_reach_the_coordinators_settings(
     assert "sourceBurst" in bad.stderr
 
 
+def test_fleet_metrics_values_reach_the_coordinators_settings(helm: Helm, tmp_path: Path) -> None:
+    """``coordinator.fleetMetrics`` turns the exporter off or sets sdiag's period; 0.5 s fails."""
+    from slonkd.cli.coordinator import load_settings
+
+    def settings(values: str) -> tuple[bool, float]:
+        objs = render(helm, set_json=(f"coordinator.fleetMetrics={values}",))
+        pod = dict(one(objs, "Deployment", "rel-coordinator")["spec"]["template"]["spec"])
+        (coord,) = pod["containers"]
+        s = load_settings(_mounted_config(pod, coord, objs, tmp_path))
+        return s.fleet_metrics, s.sdiag_s
+
+    assert settings("{}") == (True, 60.0)
+    assert settings('{"enabled":false,"sdiagSeconds":0}') == (False, 0.0)
+    assert settings('{"sdiagSeconds":15}') == (True, 15.0)
+    bad = helm.template(
+        "rel", set_json=('coordinator.fleetMetrics={"sdiagSeconds":0.5}',), check=False
+    )
+    assert bad.returncode != 0
+    assert "sdiagSeconds" in bad.stderr
+
+
 def test_services_agents_dial_are_headless_and_the_api_host_can_be_named(helm: Helm) -> None:
     """Every Service a pod dials is headless; ``kubernetesService`` names the API for its clients.
 

@@ -223,6 +223,8 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "max_out_percent" $c.budget.maxOutPercent
   "mass_percent" $c.budget.massPercent
   "dry_run" $c.dryRun
+  "fleet_metrics" $c.fleetMetrics.enabled
+  "sdiag_s" $c.fleetMetrics.sdiagSeconds
 -}}
 {{- $t := .Values.topology -}}
 {{- if ne $t.plugin "none" -}}
