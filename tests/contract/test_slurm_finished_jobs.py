@@ -1,4 +1,4 @@
-"""The finished-jobs read (the job-outcome source of the job-failure blame) on SLURM 22.05 and 24.11.
+"""The finished-jobs read (the job-failure blame's job-outcome source) on SLURM 22.05 and 24.11.
 
 slurmctld keeps an ended job for MinJobAge (300 s by default): ``squeue`` lists it with its
 state, exit code and the nodes it ran on, with neither slurmdbd nor a job completion plugin.

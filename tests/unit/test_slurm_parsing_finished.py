@@ -44,7 +44,10 @@ def test_the_read_asks_for_four_fields_and_no_job_name() -> None:
             [_job(12, JobState.NODE_FAIL, 0, "w-3", "w-5"), _job(3, JobState.COMPLETED, 0, "n1")],
         ),
         ("9|CANCELLED|0:15||\n", [_job(9, JobState.CANCELLED, 0)]),
+        ("9|CANCELLED|0:0|(null)|\n", [_job(9, JobState.CANCELLED, 0)]),
         ("4|TIMEOUT|0|gpu-a01|\n", [_job(4, JobState.TIMEOUT, 0, "gpu-a01")]),
+        ("5|FAILED|10752|n1|\n", [_job(5, JobState.FAILED, 42, "n1")]),  # 22.05: wait status
+        ("6|NODE_FAIL|9|n1|\n", [_job(6, JobState.NODE_FAIL, 0, "n1")]),  # 22.05: killed
     ],
 )
 def test_table(text: str, jobs: list[FinishedJob]) -> None:
@@ -66,6 +69,8 @@ def test_table(text: str, jobs: list[FinishedJob]) -> None:
         "|FAILED|42:0|n1|\n",
         "7|FAILED|300:0|n1|\n",  # not an exit code
         "7|FAILED|-1|n1|\n",
+        "7|FAILED|65536|n1|\n",  # not a wait status
+        "7|FAILED|42:300|n1|\n",
         "7|FAILED|42:0|n[1-|\n",
         "7|FAILED|42:0|n1;rm|\n",
         "7|FAILED|42:0|n1 n2|\n",
