@@ -142,13 +142,15 @@ def test_a_drain_slonkd_did_not_make_is_never_touched() -> None:
 def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
     """run(): every read is ingested and judged; a changed blame calls on_change once.
 
-    A failed read is counted and retried, never fatal.
+    A failed read (slurmctld away, or an output that does not parse) is counted and retried,
+    never fatal, and changes nothing.
     """
-    from slonkd.core.errors import TransientError
+    from slonkd.core.errors import ParseError, TransientError
 
     reads: list[list[FinishedJob] | Exception] = [
         _history(2),
         TransientError("slurmctld away"),
+        ParseError("not a squeue id|state|exit|nodes| line"),
         _history(3),
         _history(3),
     ]
@@ -160,19 +162,23 @@ def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
             raise item
         return item
 
-    async def scenario() -> JobOutcomes:
+    async def scenario() -> tuple[JobOutcomes, int]:
         outcomes = JobOutcomes(replace(SETTINGS, poll_s=1), read, lambda: changes.append(1))
         task = asyncio.create_task(outcomes.run())
         try:
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(15):
+                while outcomes.read_errors < 2:  # noqa: ASYNC110 - polls the task's counter
+                    await asyncio.sleep(0.05)
+                after_errors = len(outcomes.outcomes)
                 while outcomes.reads < 3:  # noqa: ASYNC110 - polls the task's counter
                     await asyncio.sleep(0.05)
         finally:
             task.cancel()
-        return outcomes
+        return outcomes, after_errors
 
-    outcomes = asyncio.run(scenario())
-    assert outcomes.read_errors == 1
+    outcomes, after_errors = asyncio.run(scenario())
+    assert after_errors == 9  # the first read's jobs, nothing from the failed reads
+    assert outcomes.read_errors == 2
     assert changes == [1]
     assert set(outcomes.blamed) == {BAD}
     assert outcomes.status()["blamed"].keys() == {"w-0"}
