@@ -13,6 +13,9 @@ with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topolo
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
 null: off) tunes the worker rollouts of OnDelete StatefulSets (on by default).
+``job_blame`` (an object with ``min_failures``, ``window_failures``, ``max_p_value``,
+``infrastructure_exit_codes``, ``poll_s``, ``max_jobs``; off by default) drains nodes that keep
+failing multi-node jobs (see :mod:`slonkd.runtime.coordinating.job_outcomes`).
 ``trigger_program`` (a path where slurmctld runs; off by default) makes the leader install
 slurmctld's PERM node triggers running it (see :mod:`slonkd.runtime.coordinating.triggering`);
 ``SLONKD_NUDGE_MQTT_USER`` and ``SLONKD_NUDGE_MQTT_PASSWORD`` (both or neither) name the
@@ -96,6 +99,7 @@ _KEYS = _NUMBERS | {
     "rollout",
     "fleet_metrics",
     "trigger_program",
+    "job_blame",
 }
 
 
@@ -147,6 +151,10 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
         raw = values["rollout"]
         values["rollout"] = None if raw is None else RolloutSettings.from_mapping(raw)
+    if values.get("job_blame") is not None:  # an object of JobBlameSettings' fields; null: off
+        from slonkd.runtime.coordinating.settings import JobBlameSettings
+
+        values["job_blame"] = JobBlameSettings.from_mapping(values["job_blame"])
     if values.get("topology") is not None:
         cm = env.get("SLONKD_TOPOLOGY_CONFIGMAP") or None
         values["topology"] = topology_settings(values["topology"], default_configmap=cm)

@@ -56,6 +56,9 @@ REASON_CLOCK_SLACK_S = 2.0
 
 # Causes each writer owns (docs/architecture.md, "Who writes what").
 AGENT_CAUSES = frozenset({"pod-terminating"})
+JOB_FAILURES = Cause(name="job-failures")
+"""A node that keeps failing multi-node jobs (:mod:`slonkd.core.job_blame`); an operator's
+resume ends it, never slonkd."""
 
 
 class Writer(StrEnum):
@@ -139,6 +142,9 @@ class NodeView:
     """Fingerprint of a SLURM failure already remediated (on the hardware the pod left)."""
     paused: bool = False
     remediation: Remediations = field(default_factory=Remediations)
+    job_blame: str = ""
+    """The evidence that blames the node for failed jobs ("" : not blamed), see
+    :mod:`slonkd.core.job_blame`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,9 +288,21 @@ def decide(view: NodeView, policy: Policy) -> Plan:
     lifecycle = _lifecycle(view, policy)
     if lifecycle is not None:
         wanted.add(lifecycle)
+    if view.job_blame:
+        wanted.add(JOB_FAILURES)
+        notes.append(f"blamed for failed jobs: {view.job_blame}")
 
     actions: list[Action] = []
     actions += _slurm_actions(view, wanted, notes)
+    if kube is not None and any(a.cause == JOB_FAILURES for a in actions):
+        # the evidence, with the drain (not budgeted: it takes nothing out, and a budgeted
+        # K8s action would count every pod of the K8s node against the budget)
+        actions.append(
+            Action(
+                kind=Kind.EVENT, writer=Writer.COORDINATOR, cause=JOB_FAILURES,
+                key="JobFailures", detail=view.job_blame,
+            )
+        )  # fmt: skip
     actions += _kube_actions(view, failure, remediation, policy, notes)
     return Plan(node=view.node, actions=tuple(actions), notes=tuple(notes), failure=failure)
 
@@ -339,6 +357,8 @@ def _cannot_release(view: NodeView, cause: Cause) -> str:
             pod is not None and pod.ready and pod.phase is PodPhase.RUNNING and not pod.terminating
         )
         return "" if settled else "pod not Running and Ready"
+    if cause == JOB_FAILURES:
+        return "blamed for failed jobs: ended by an operator's resume once the node is repaired"
     if cause.name == "rollout":
         return "the rollout releases it once the node's new pod is Ready"
     return "cause unknown to this version of slonkd"

@@ -23,7 +23,7 @@ Successful jobs are evidence too (they give each node's rate): feed every finish
 only the failures. Neighbours: :mod:`slonkd.core.slurm_job` (job ids and states),
 :mod:`slonkd.core.budget` (a blamed node is drained within the budget like any automated
 cause); the wiring into the coordinator (the job-outcome source and the
-``slonkd:job-failures`` drain) is the next step of this feature.
+``slonkd:job-failures`` drain) is :mod:`slonkd.runtime.coordinating.job_outcomes`.
 """
 
 from __future__ import annotations

@@ -95,6 +95,7 @@ def explain(view: NodeView, plan: Plan, refused: Mapping[str, str]) -> dict[str,
                 "last_at": view.remediation.last_at,
             },
             "handled_failure": view.handled_failure,
+            "job_blame": view.job_blame,
         },
         "decision": {
             "actions": [

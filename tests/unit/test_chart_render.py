@@ -175,6 +175,34 @@ def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(hel
     assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
 
 
+def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> None:
+    """coordinator.jobBlame is off by default; on, its policy reaches the coordinator's settings.
+
+    The rendered keys load as the coordinator's ``job_blame`` settings (K, M, p, the
+    infrastructure exit codes, the poll period).
+    """
+    default = render(helm)
+    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert "job_blame" not in config
+    on = render(
+        helm,
+        set_json=(
+            'coordinator.jobBlame={"enabled":true,"minFailures":4,"infrastructureExitCodes":[42,43]}',
+        ),
+    )
+    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    from slonkd.cli.coordinator import load_settings
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_settings({"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")})
+    assert loaded.job_blame is not None
+    assert loaded.job_blame.min_failures == 4
+    assert loaded.job_blame.window_failures == 200
+    assert loaded.job_blame.max_p_value == 1e-4
+    assert loaded.job_blame.infrastructure_exit_codes == (42, 43)
+    assert loaded.job_blame.poll_s == 30
+
+
 def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_path: Path) -> None:
     """coordinator.slurmTriggers is off by default; on, the leader and slurmctld get their parts.
 

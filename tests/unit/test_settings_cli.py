@@ -38,6 +38,9 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"sdiag_s": 0.5}, "sdiag_s"),
     ({"sdiag_timeout_s": 0}, "sdiag_timeout_s"),
     ({"fleet_metrics": "yes"}, "fleet_metrics"),
+    ({"job_blame": {"min_failures": 1}}, "min_failures"),
+    ({"job_blame": {"infrastructure_exit_codes": [256]}}, "infrastructure_exit_codes"),
+    ({"job_blame": ["on"]}, "job_blame"),
 ]
 
 AGENT_CASES: list[tuple[dict[str, object], str]] = [

@@ -31,6 +31,11 @@ from slonkd.adapters.slurm.parsing import (
     parse_squeue_json,
 )
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
+from slonkd.adapters.slurm.parsing_finished import (
+    SQUEUE_FINISHED_ARGS,
+    FinishedJob,
+    parse_finished_jobs,
+)
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
@@ -105,6 +110,10 @@ class ScontrolBackend:
     async def running_jobs(self) -> dict[NodeName, int]:
         """Jobs holding resources on each node (nodes without any are absent): one squeue."""
         return parse_running_jobs(await self.runner.run("squeue", *SQUEUE_JOBS_ARGS))
+
+    async def finished_jobs(self) -> list[FinishedJob]:
+        """Jobs that ended within slurmctld's ``MinJobAge``: one squeue (parsing_finished.py)."""
+        return parse_finished_jobs(await self.runner.run("squeue", *SQUEUE_FINISHED_ARGS))
 
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
         args = ["-o", "show", "node"]

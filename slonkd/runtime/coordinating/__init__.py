@@ -6,6 +6,7 @@
 - :mod:`.admitting`: the disruption budget and the breaker.
 - :mod:`.executing`: the executors' table, with audit, metrics and log line in one place.
 - :mod:`.remediating`: the remediation ladder's steps (evict, reboot request, manual repair).
+- :mod:`.job_outcomes`: nodes blamed for failed jobs (the ``job-failures`` drain).
 - :mod:`.auditing` and :mod:`.values`: the audit record and the values written.
 - :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, its composition root).
 - :mod:`.leading`: the leader's term, and the process (:func:`run_coordinator`).

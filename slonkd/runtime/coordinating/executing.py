@@ -269,5 +269,5 @@ class Executor:
             ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
             type_="Warning",
             reason=action.key,
-            message=f"slonkd: {cause}",
+            message=f"slonkd: {cause}" + (f": {action.detail}" if action.detail else ""),
         )

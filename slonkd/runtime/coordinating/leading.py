@@ -68,6 +68,8 @@ async def _lead(c: Coordinator) -> None:
         if c.watch is not None:
             group.create_task(c.watch.run())
         group.create_task(c.memory.watch(dirty, s.state_poll_s))
+        if c.job_outcomes is not None:
+            group.create_task(c.job_outcomes.run())
         if c.fleet is not None and s.sdiag_s > 0:
             group.create_task(
                 c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)

@@ -38,6 +38,7 @@ from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.adapters.slurm.triggers import Triggers
@@ -60,6 +61,7 @@ from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.executing import MARKS, SLURM_KINDS, Executor
+from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
@@ -165,6 +167,12 @@ class Coordinator:
         self.fleet = FleetExporter() if s.fleet_metrics else None
         """The fleet's families; registered on /metrics by the term (:mod:`.leading`)."""
         self.sdiag = scontrol.diag
+        self._scontrol = scontrol
+        self.job_outcomes = (  # nodes blamed for failed jobs, see .job_outcomes
+            JobOutcomes(s.job_blame, self._read_finished, self.observer.dirty.set)
+            if s.job_blame is not None
+            else None
+        )
         self.passes = 0
         self.suspected: frozenset[Cause] = frozenset()
         self.bus = coordinator_bus(s)
@@ -228,7 +236,14 @@ class Coordinator:
             sections["topology"] = self.topology.status()
         if self.rollout is not None:
             sections["rollout"] = self.rollout.status()
+        if self.job_outcomes is not None:
+            sections["job_blame"] = self.job_outcomes.status()
         return sections
+
+    async def _read_finished(self) -> list[FinishedJob]:
+        """The finished jobs slurmctld remembers, one read within the coordinator's limit."""
+        await self.reads.acquire()
+        return await self._scontrol.finished_jobs()
 
     def _rollout_hold(self) -> str:
         """Why rollouts may not take another node now ("" when they may)."""
@@ -304,6 +319,8 @@ class Coordinator:
             self.gate.reset_seen()
         state_at = time.monotonic()
         views = self.observer.views(slurm_nodes, time.time(), self.state)
+        if self.job_outcomes is not None:
+            views = self.job_outcomes.annotate(views)
         plans, suspected = self._plans(views)
         newly = sorted(str(c) for c in suspected - self.suspected)
         for suspect in newly:

@@ -7,13 +7,16 @@ Read by every part of the coordinator: :mod:`.observing`, :mod:`.admitting`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.kube.lease import LeaseSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.decide import Policy
+from slonkd.core.job_blame import BlamePolicy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.runtime.audit import KEEP as AUDIT_KEEP
 from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
@@ -29,6 +32,69 @@ class NudgeClient:
 
     username: str
     password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobBlameSettings:
+    """Nodes blamed for failed jobs (:mod:`.job_outcomes`): how much evidence, how often read."""
+
+    min_failures: int = 3
+    """K: independent infrastructure failures a node needs (at least 2)."""
+    window_failures: int = 200
+    """M: only the jobs since the last M infrastructure failures count."""
+    max_p_value: float = 1e-4
+    """How improbable the node's failure rate must be under its peers' rate."""
+    infrastructure_exit_codes: tuple[int, ...] = ()
+    """Exit codes (1..255) of FAILED jobs that count against their nodes (NODE_FAIL and
+    BOOT_FAIL always do)."""
+    poll_s: float = 30.0
+    """Finished jobs are read this often: well below slurmctld's MinJobAge (300 s by default),
+    which is how long it remembers a finished job."""
+    max_jobs: int = 20_000
+    """Most finished jobs kept in the window (the oldest are forgotten first)."""
+
+    def __post_init__(self) -> None:
+        self.policy()
+        if any(isinstance(c, bool) or not 1 <= c <= 255 for c in self.infrastructure_exit_codes):
+            raise ValueError("infrastructure_exit_codes must be exit codes from 1 to 255")
+        if not self.poll_s >= 1:
+            raise ValueError("poll_s must be at least 1 second")
+        if self.max_jobs < self.window_failures:
+            raise ValueError("max_jobs must be at least window_failures")
+
+    def policy(self) -> BlamePolicy:
+        """The triangulation's policy (checked at start too)."""
+        return BlamePolicy(
+            min_failures=self.min_failures,
+            window_failures=self.window_failures,
+            max_p_value=self.max_p_value,
+        )
+
+    @classmethod
+    def from_mapping(cls, raw: Any) -> JobBlameSettings:
+        """Settings from the config file's JSON object; ValueError naming the key otherwise."""
+        if not isinstance(raw, Mapping):
+            raise ValueError("job_blame must be a JSON object (or null to switch it off)")
+        whole = {"min_failures", "window_failures", "max_jobs"}
+        known = whole | {"max_p_value", "poll_s", "infrastructure_exit_codes"}
+        if set(raw) - known:
+            raise ValueError(f"job_blame: unknown keys {sorted(set(raw) - known)}")
+        values = dict(raw)
+        for key, value in raw.items():
+            if key == "infrastructure_exit_codes":
+                if not isinstance(value, list) or not all(
+                    isinstance(c, int) and not isinstance(c, bool) for c in value
+                ):
+                    raise ValueError(f"job_blame.{key} must be a list of whole numbers")
+                values[key] = tuple(value)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"job_blame.{key} must be a number")
+            elif key in whole and not isinstance(value, int):
+                raise ValueError(f"job_blame.{key} must be a whole number")
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            raise ValueError(f"job_blame.{exc}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +211,9 @@ class CoordinatorSettings:
     """slurmctld's permanent node triggers run this program (``slonkd-nudge``'s path where
     slurmctld runs), installed and kept by the leader (:mod:`.triggering`); "": off, and the
     leader clears the triggers a coordinator installed before."""
+    job_blame: JobBlameSettings | None = None
+    """Drain nodes that keep failing multi-node jobs (``slonkd:job-failures``, see
+    :mod:`.job_outcomes`); None: off."""
     nudge_client: NudgeClient | None = None
     """slurmctld's broker client, made in dynsec by the leader with the triggers (None: the
     operator provides one, or none)."""

@@ -249,6 +249,16 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
 {{- if .Values.coordinator.slurmTriggers.enabled -}}
 {{- $_ := set $doc "trigger_program" .Values.coordinator.slurmTriggers.program -}}
 {{- end -}}
+{{- $jb := .Values.coordinator.jobBlame -}}
+{{- if $jb.enabled -}}
+{{- $codes := list -}}{{- range $jb.infrastructureExitCodes }}{{ $codes = append $codes (int .) }}{{ end -}}
+{{- $_ := set $doc "job_blame" (dict
+  "min_failures" (int $jb.minFailures)
+  "window_failures" (int $jb.windowFailures)
+  "max_p_value" (float64 $jb.maxPValue)
+  "infrastructure_exit_codes" $codes
+  "poll_s" $jb.pollSeconds) -}}
+{{- end -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
 

@@ -1,0 +1,81 @@
+"""The finished-jobs read (the job-failure blame's job-outcome source) on SLURM 22.05 and 24.11.
+
+slurmctld keeps an ended job for MinJobAge (300 s by default): ``squeue`` lists it with its
+state, exit code and the nodes it ran on, with neither slurmdbd nor a job completion plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.job_blame import is_infrastructure_failure
+from slonkd.core.slurm_job import JobState
+from slonkd.testing.slurm import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _submit(cluster: SlurmCluster, nodes: str, script: str) -> int:
+    count = str(len(nodes.split(",")))
+    out = cluster.run(
+        "sbatch", "--parsable", "--no-requeue", "-o", "/dev/null", "-w", nodes, "-N", count,
+        "--wrap", script,
+    ).stdout  # fmt: skip
+    return int(out.strip().split(";")[0])
+
+
+async def _wait_finished(
+    backend: ScontrolBackend, ids: set[int], timeout_s: float = 90.0
+) -> dict[int, FinishedJob]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = {int(j.job_id): j for j in await backend.finished_jobs()}
+        if ids <= set(got):
+            return got
+        assert time.monotonic() < deadline, f"finished {sorted(got)}, not all of {sorted(ids)}"
+        await asyncio.sleep(0.5)
+
+
+async def test_failed_and_node_failed_multi_node_jobs_are_read_with_their_nodes(
+    backend: ScontrolBackend, cluster: SlurmCluster
+) -> None:
+    """A 2-node job exiting 42, a 2-node job whose node went DOWN, a 1-node success.
+
+    Each is listed once it ended, with the state SLURM gave it (FAILED, NODE_FAIL,
+    COMPLETED), its exit code, and every node it ran on; FAILED 42 and NODE_FAIL count as
+    infrastructure failures under a policy naming 42, the success does not.
+    """
+    assert await backend.finished_jobs() == []
+    failed = _submit(cluster, "n1,n2", "exit 42")
+    ok = _submit(cluster, "n1", "true")
+    lost = _submit(cluster, "n3,n4", "sleep 120")
+
+    def running() -> bool:
+        out = cluster.run("squeue", "-h", "-j", str(lost), "-o", "%T").stdout.strip()
+        return out == "RUNNING"
+
+    deadline = time.monotonic() + 60
+    while not running():
+        assert time.monotonic() < deadline, "the long job never ran"
+        await asyncio.sleep(0.3)
+    cluster.run("scontrol", "update", "nodename=n4", "state=down", "reason=broken")
+    got = await _wait_finished(backend, {failed, ok, lost})
+
+    assert got[failed].state is JobState.FAILED
+    assert got[failed].exit_code == 42
+    assert got[failed].nodes == ("n1", "n2")
+    assert got[ok].state is JobState.COMPLETED
+    assert got[ok].exit_code == 0
+    assert got[ok].nodes == ("n1",)
+    assert got[lost].state is JobState.NODE_FAIL
+    assert got[lost].nodes == ("n3", "n4")
+    codes = {42}
+    assert is_infrastructure_failure(got[failed].state, got[failed].exit_code, codes)
+    assert is_infrastructure_failure(got[lost].state, got[lost].exit_code, codes)
+    assert not is_infrastructure_failure(got[ok].state, got[ok].exit_code, codes)
+    cluster.run("scontrol", "update", "nodename=n4", "state=resume")

@@ -1,0 +1,207 @@
+"""Nodes blamed for failed jobs, wired: the window of reads, decide's ``job-failures``, its end.
+
+The coordinator's part (slonkd/runtime/coordinating/job_outcomes.py) with a scripted read
+(no SLURM), and ``decide`` on the views it annotates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.core.decide import JOB_FAILURES, Kind, Writer, decide
+from slonkd.core.slurm_job import JobId, JobState
+from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
+from slonkd.runtime.coordinating.settings import JobBlameSettings
+from tests.unit.test_decide import POLICY, kinds, slurm, view
+
+BAD = NodeName("w-0")
+SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5, infrastructure_exit_codes=(42,))
+
+
+def _job(
+    job_id: int, *nodes: str, state: JobState = JobState.COMPLETED, code: int = 0
+) -> FinishedJob:
+    return FinishedJob(
+        job_id=JobId(job_id), state=state, exit_code=code, nodes=tuple(NodeName(n) for n in nodes)
+    )
+
+
+def _history(failures: int) -> list[FinishedJob]:
+    """Successes among w-1..w-8, then ``failures`` jobs of w-0 with a different partner each."""
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    jobs += [
+        _job(100 + i, "w-0", f"w-{i}", state=JobState.FAILED, code=42)
+        for i in range(1, 1 + failures)
+    ]
+    return jobs
+
+
+def _outcomes() -> tuple[JobOutcomes, list[int]]:
+    changes: list[int] = []
+
+    async def never() -> list[FinishedJob]:
+        raise AssertionError("not read in these tests")
+
+    return JobOutcomes(SETTINGS, never, lambda: changes.append(1)), changes
+
+
+def test_a_node_failing_with_different_partners_is_blamed_after_k_failures() -> None:
+    """Two failures blame nobody; the third (K=3) blames w-0 and none of its partners."""
+    outcomes, _ = _outcomes()
+    outcomes.ingest(_history(2))
+    assert not outcomes.judge()
+    assert outcomes.blamed == {}
+    outcomes.ingest(_history(3))  # the same jobs listed again, and one more
+    assert len(outcomes.outcomes) == 10  # a job slurmctld still lists is not new again
+    assert outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+    evidence = outcomes.blamed[BAD].describe()
+    assert "jobs 101,102,103" in evidence
+    assert "3 different partners" in evidence
+
+
+def test_other_exit_codes_and_jobs_that_never_ran_blame_nobody() -> None:
+    """FAILED with a code the policy does not name, cancelled jobs without nodes: no blame."""
+    outcomes, _ = _outcomes()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    jobs += [_job(100 + i, "w-0", f"w-{i}", state=JobState.FAILED, code=1) for i in range(1, 6)]
+    jobs += [_job(200, state=JobState.CANCELLED)]
+    assert outcomes.ingest(jobs) == 12
+    assert not outcomes.judge()
+
+
+def test_the_blamed_view_drains_job_failures_in_the_budget_with_the_evidence() -> None:
+    """decide on the annotated view: a budgeted SLURM drain and a JobFailures Event.
+
+    The Event is not budgeted (it takes nothing out); both are the coordinator's, the Event
+    carries the job ids; the partners' views want nothing.
+    """
+    outcomes, _ = _outcomes()
+    outcomes.ingest(_history(3))
+    outcomes.judge()
+    views = outcomes.annotate([view(), view(node=NodeName("w-1"))])
+    assert views[1].job_blame == ""
+    plan = decide(views[0], POLICY)
+    assert kinds(plan, Writer.COORDINATOR) == [
+        ("drain", "job-failures"),
+        ("event", "job-failures"),
+    ]
+    assert [a.budgeted for a in plan.actions] == [True, False]  # the Event takes nothing out
+    event = next(a for a in plan.actions if a.kind is Kind.EVENT)
+    assert event.key == "JobFailures"
+    assert "jobs 101,102,103" in event.detail
+    assert any("blamed for failed jobs" in n for n in plan.notes)
+    assert decide(views[1], POLICY).actions == ()
+
+
+def test_slonkd_never_releases_job_failures_itself() -> None:
+    """Held for job-failures and no longer blamed (the window moved on): kept, with a note."""
+    held = view(slurm=slurm("IDLE+DRAIN", reason="slonkd:job-failures"))
+    plan = decide(held, POLICY)
+    assert not [a for a in plan.actions if a.cause == JOB_FAILURES]
+    assert any("operator" in n and "job-failures" in n for n in plan.notes)
+
+
+def test_an_operators_resume_ends_the_blame_and_it_is_not_drained_again() -> None:
+    """Drained for job-failures, then resumed by an operator: its failures leave the window.
+
+    New failures blame it afresh.
+    """
+    outcomes, _ = _outcomes()
+    outcomes.ingest(_history(3))
+    outcomes.judge()
+    drained = view(slurm=slurm("IDLE+DRAIN", reason="slonkd:job-failures"))
+    assert outcomes.annotate([drained])[0].job_blame
+    assert outcomes.drained == {BAD}
+    resumed = outcomes.annotate([view()])[0]
+    assert resumed.job_blame == ""
+    assert outcomes.blamed == {}
+    assert decide(resumed, POLICY).actions == ()
+    more = [_job(300 + i, "w-0", f"w-{i}", state=JobState.FAILED, code=42) for i in range(4, 7)]
+    outcomes.ingest(more)
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+
+
+def test_a_drain_slonkd_did_not_make_is_never_touched() -> None:
+    """Blamed, but an operator drained the node with a reason of their own: no action."""
+    outcomes, _ = _outcomes()
+    outcomes.ingest(_history(3))
+    outcomes.judge()
+    foreign = outcomes.annotate([view(slurm=slurm("IDLE+DRAIN", reason="bad cable"))])[0]
+    assert foreign.job_blame
+    assert decide(foreign, POLICY).actions == ()
+    assert outcomes.drained == set()
+
+
+def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
+    """run(): every read is ingested and judged; a changed blame calls on_change once.
+
+    A failed read (slurmctld away, or an output that does not parse) is counted and retried,
+    never fatal, and changes nothing.
+    """
+    from slonkd.core.errors import ParseError, TransientError
+
+    reads: list[list[FinishedJob] | Exception] = [
+        _history(2),
+        TransientError("slurmctld away"),
+        ParseError("not a squeue id|state|exit|nodes| line"),
+        _history(3),
+        _history(3),
+    ]
+    changes: list[int] = []
+
+    async def read() -> list[FinishedJob]:
+        item = reads.pop(0) if reads else _history(3)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def scenario() -> tuple[JobOutcomes, int]:
+        outcomes = JobOutcomes(replace(SETTINGS, poll_s=1), read, lambda: changes.append(1))
+        task = asyncio.create_task(outcomes.run())
+        try:
+            async with asyncio.timeout(15):
+                while outcomes.read_errors < 2:  # noqa: ASYNC110 - polls the task's counter
+                    await asyncio.sleep(0.05)
+                after_errors = len(outcomes.outcomes)
+                while outcomes.reads < 3:  # noqa: ASYNC110 - polls the task's counter
+                    await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+        return outcomes, after_errors
+
+    outcomes, after_errors = asyncio.run(scenario())
+    assert after_errors == 9  # the first read's jobs, nothing from the failed reads
+    assert outcomes.read_errors == 2
+    assert changes == [1]
+    assert set(outcomes.blamed) == {BAD}
+    assert outcomes.status()["blamed"].keys() == {"w-0"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"min_failures": 1}, "min_failures"),
+        ({"min_failures": 2.5}, "min_failures"),
+        ({"window_failures": 1}, "window_failures"),
+        ({"max_p_value": 0}, "max_p_value"),
+        ({"max_p_value": "low"}, "max_p_value"),
+        ({"infrastructure_exit_codes": [0]}, "infrastructure_exit_codes"),
+        ({"infrastructure_exit_codes": [300]}, "infrastructure_exit_codes"),
+        ({"infrastructure_exit_codes": 42}, "infrastructure_exit_codes"),
+        ({"poll_s": 0.5}, "poll_s"),
+        ({"max_jobs": 10}, "max_jobs"),
+        ({"k": 3}, "k"),
+    ],
+)
+def test_bad_settings_name_their_key(raw: dict[str, object], key: str) -> None:
+    """Every bad value is refused at load with a message naming ``job_blame.<key>``."""
+    with pytest.raises(ValueError, match=key):
+        JobBlameSettings.from_mapping(raw)
+    assert JobBlameSettings.from_mapping({}) == JobBlameSettings()
