@@ -12,11 +12,17 @@ more jobs without it (it was drained) to give healthy nodes time to be blamed wr
 - triangulation_jobs_to_detect_p90, triangulation_undetected (not blamed within
   ``--max-jobs``), false_blames (healthy nodes blamed, all simulations together).
 
-signal_to_requeue_p99_s and revalidation_s (the issue's other keys) come with the checkpoint
-and revalidation parts and are not measured here yet. Prints a table, then one JSON object as
-the last line.
+And checkpoint before requeue, on real SLURM (:mod:`bench.signal_requeue`): ``--deletions``
+rounds of a trapping job and ``slonkd prestop`` with a checkpoint window (``--window``):
 
-    .venv/bin/python -m bench.jobs [--simulations 1000]
+- signal_to_requeue_p99_s (and _median_s, _max_s): from the checkpoint signal to the
+  requeue, with checkpoint_window_s next to it (the target: within the window + 2 s);
+  signal_to_requeue_rounds: the rounds that counted (checkpoint written, job requeued).
+
+revalidation_s (the issue's other key) comes with the revalidation part and is not measured
+here yet. Prints a table, then one JSON object as the last line.
+
+    .venv/bin/python -m bench.jobs [--simulations 1000] [--deletions 10 --window 3]
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import random
 import statistics
 import time
 
+from bench.signal_requeue import measure as measure_signal_to_requeue
 from slonkd.core.job_blame import BlamePolicy, JobOutcome, blame
 from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName
@@ -78,6 +85,10 @@ def main() -> int:
     parser.add_argument("--max-jobs", type=int, default=5000)
     parser.add_argument("--after", type=int, default=500, help="jobs run after detection")
     parser.add_argument("--min-failures", type=int, default=BlamePolicy().min_failures)
+    parser.add_argument(
+        "--deletions", type=int, default=10, help="prestop rounds on real SLURM (0: skip)"
+    )
+    parser.add_argument("--window", type=float, default=3.0, help="checkpoint window, seconds")
     args = parser.parse_args()
     policy = BlamePolicy(min_failures=args.min_failures)
     started = time.perf_counter()
@@ -99,6 +110,11 @@ def main() -> int:
         else:
             detections.append(detected)
     elapsed = time.perf_counter() - started
+    requeue_s = sorted(measure_signal_to_requeue(args.deletions, window_s=args.window))
+    requeue_p99 = (
+        requeue_s[min(len(requeue_s) - 1, int(0.99 * len(requeue_s)))] if requeue_s else None
+    )
+    requeue_median = round(statistics.median(requeue_s), 2) if requeue_s else None
     ordered = sorted(detections)
     p90 = ordered[int(0.9 * (len(ordered) - 1))] if ordered else None
     median = statistics.median(ordered) if ordered else None
@@ -112,6 +128,11 @@ def main() -> int:
     print(f"{'undetected within max jobs':<38}{undetected:>10}")
     print(f"{'healthy nodes blamed (all sims)':<38}{false_blames:>10}")
     print(f"{'wall time s':<38}{elapsed:>10.1f}")
+    print(f"{'prestop rounds counted / run':<38}{len(requeue_s):>7} / {args.deletions}")
+    print(f"{'checkpoint window s':<38}{args.window:>10.1f}")
+    print(f"{'signal to requeue s, median':<38}{requeue_median!s:>10}")
+    print(f"{'signal to requeue s, p99':<38}{requeue_p99!s:>10}")
+    print(f"{'signal to requeue s, max':<38}{(requeue_s[-1] if requeue_s else None)!s:>10}")
     print(
         json.dumps(
             {
@@ -122,6 +143,11 @@ def main() -> int:
                 "simulations": args.simulations,
                 "noise": args.noise,
                 "bad_rate": args.bad_rate,
+                "signal_to_requeue_p99_s": requeue_p99,
+                "signal_to_requeue_median_s": requeue_median,
+                "signal_to_requeue_max_s": requeue_s[-1] if requeue_s else None,
+                "signal_to_requeue_rounds": len(requeue_s),
+                "checkpoint_window_s": args.window,
             },
             sort_keys=True,
         )

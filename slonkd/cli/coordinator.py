@@ -11,8 +11,9 @@ turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
 API serve HTTPS only. Bad settings exit 2
 with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
-``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``, or
-null: off) tunes the worker rollouts of OnDelete StatefulSets (on by default).
+``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``,
+``requeue_in_prestop``, or null: off) tunes the worker rollouts of OnDelete StatefulSets (on
+by default).
 ``job_blame`` (an object with ``min_failures``, ``window_failures``, ``max_p_value``,
 ``infrastructure_exit_codes``, ``poll_s``, ``max_jobs``; off by default) drains nodes that keep
 failing multi-node jobs (see :mod:`slonkd.runtime.coordinating.job_outcomes`).

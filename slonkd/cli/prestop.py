@@ -4,7 +4,9 @@ Identity and timing come from flags or the environment the chart sets: the SLURM
 (``--node``, ``SLONKD_NODE``, else the pod name from ``POD_NAME``), the pod's grace period
 (``--grace``, ``SLONKD_GRACE_S``) and the margin kept for the requeue and the DOWN; the
 checkpoint signal (``--checkpoint-signal B:USR1``, ``SLONKD_CHECKPOINT_SIGNAL``; off by
-default) and its window (``--checkpoint-window``, ``SLONKD_CHECKPOINT_WINDOW_S``). It exits
+default) and its window (``--checkpoint-window``, ``SLONKD_CHECKPOINT_WINDOW_S``); where to
+report the time from that signal to the requeue (``--report-url``,
+``SLONKD_PRESTOP_REPORT_URL``: the pod's agent on loopback; unset, it is only logged). It exits
 0 whatever SLURM says (the pod is going anyway; what could not be done is logged), and 2
 with a one-line reason on bad settings.
 """
@@ -62,6 +64,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SECONDS",
         help="seconds from that signal to the requeue (default: $SLONKD_CHECKPOINT_WINDOW_S or 0)",
     )
+    p.add_argument(
+        "--report-url",
+        default=None,
+        metavar="URL",
+        help="the pod's agent's loopback route for the signal-to-requeue time "
+        "(default: $SLONKD_PRESTOP_REPORT_URL, else only logged)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> PrestopSettings:
@@ -90,8 +99,12 @@ def settings_from(args: argparse.Namespace) -> PrestopSettings:
             f"checkpoint window {window} s plus margin {args.margin} s must fit in the "
             f"{grace} s grace period"
         )
+    report_url = args.report_url or os.environ.get("SLONKD_PRESTOP_REPORT_URL", "") or None
+    if report_url is not None and not report_url.startswith(("http://127.0.0.1:", "http://[::1]:")):
+        raise ValueError(f"report URL {report_url[:80]!r}: only the pod's loopback http is used")
     return PrestopSettings(
         node=node,
+        report_url=report_url,
         grace_s=grace,
         margin_s=args.margin,
         poll_s=args.poll,

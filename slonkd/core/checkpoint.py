@@ -112,3 +112,30 @@ def deadlines(
         hard_s=hard,
         window_s=requeue_at - signal_at,
     )
+
+
+REQUEUE_CAUSES = ("rollout", "preemption", "eviction", "taint", "deletion", "other")
+"""Why a pod went, as the signal-to-requeue metric labels it (a bounded set)."""
+
+_BY_DISRUPTION = {
+    "PreemptionByScheduler": "preemption",
+    "EvictionByEvictionAPI": "eviction",
+    "DeletionByTaintManager": "taint",
+}
+"""The pod's ``DisruptionTarget`` condition reason (set by the component that ends it)."""
+
+
+def requeue_cause(*, held_for: str, disruption: str | None) -> str:
+    """The cause label of one checkpoint-then-requeue, one of :data:`REQUEUE_CAUSES`.
+
+    ``held_for`` is the slonkd cause name the SLURM node was drained for when the preStop
+    began (``rollout``: the coordinator drained it, then evicted the pod); ``disruption`` is
+    the reason of the pod's ``DisruptionTarget`` condition, None when the pod has none (a
+    plain ``DELETE``, e.g. ``kubectl delete pod``). A rollout wins over the eviction it
+    ends in; any other reason Kubernetes gives (the kubelet's own, the pod GC) is ``other``.
+    """
+    if held_for == "rollout":
+        return "rollout"
+    if disruption is None:
+        return "deletion"
+    return _BY_DISRUPTION.get(disruption, "other")

@@ -105,6 +105,9 @@ class Pod:
     containers: tuple[ContainerState, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    disruption: str | None = None
+    """The reason of the pod's ``DisruptionTarget`` condition (True): who ends it and why,
+    e.g. ``PreemptionByScheduler``; None when it has none (a plain DELETE)."""
 
     @property
     def terminating(self) -> bool:

@@ -82,8 +82,15 @@ class RolloutSettings:
     settle_s: float = 120.0
     """After the release, how long to wait for the node to be back in service (the agent
     releases its own cause) before the next worker goes regardless."""
+    requeue_in_prestop: bool = False
+    """Jobs still running after ``job_wait_s``, all requeueable: evict the pod with them and
+    let its preStop hook signal them for a checkpoint, wait its window and requeue them (the
+    chart sets it with ``workers.prestop.checkpoint.signal``). Off: the rollout requeues
+    them itself, unsignalled. Either way a job that cannot be requeued blocks the node."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.requeue_in_prestop, bool):
+            raise ValueError("rollout.requeue_in_prestop must be true or false")
         if not isinstance(self.max_parallel, int) or self.max_parallel < 1:
             raise ValueError("rollout.max_parallel must be an integer >= 1")
         if self.job_wait_s < 0:
@@ -98,10 +105,12 @@ class RolloutSettings:
         """Settings from the JSON object of the config file; ValueError on anything else."""
         if not isinstance(raw, Mapping):
             raise ValueError("rollout must be a JSON object (or null to switch rollouts off)")
-        known = {"max_parallel", "job_wait_s", "poll_s", "settle_s"}
+        known = {"max_parallel", "job_wait_s", "poll_s", "settle_s", "requeue_in_prestop"}
         if set(raw) - known:
             raise ValueError(f"rollout: unknown keys {sorted(set(raw) - known)}")
         for key, value in raw.items():
+            if key == "requeue_in_prestop":
+                continue  # a boolean, checked by __post_init__
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"rollout.{key} must be a number")
         return cls(**dict(raw))

@@ -37,6 +37,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.checkpoint import requeue_cause
 from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
 from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
@@ -64,6 +65,8 @@ from slonkd.runtime.http_server import HttpServer, ServeError
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.process import stop_on_signals
 from slonkd.runtime.reconcile import run_worker
+from slonkd.runtime.requeue_report import PATH as REQUEUE_REPORT_PATH
+from slonkd.runtime.requeue_report import RequeueReports
 from slonkd.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.agent")
@@ -102,6 +105,8 @@ class AgentSettings:
     """Address to listen on (0.0.0.0: every interface of the pod)."""
     bootstrap: BootstrapSettings | None = None
     """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
+    report_linger_s: float = 10.0
+    """On shutdown, wait this long at most for a scrape of an unscraped signal-to-requeue."""
 
 
 def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, str]:
@@ -175,6 +180,7 @@ class Agent:
         if self.bus is not None:
             self.metrics.watch_bus(self.bus)
         self.http: HttpServer | None = None
+        self.requeues: RequeueReports | None = None
         if settings.metrics_port:
             self.http = HttpServer(
                 host=settings.metrics_address,
@@ -182,6 +188,13 @@ class Agent:
                 registry=self.metrics.registry,
                 ready=self.readiness,
             )
+            http = self.http
+            self.requeues = RequeueReports(
+                registry=self.metrics.registry,
+                cause_of=self._requeue_cause,
+                scrapes=lambda: http.scrapes,
+            )
+            self.http.add_route("POST", REQUEUE_REPORT_PATH, self.requeues.handle)
 
     def readiness(self) -> tuple[bool, str]:
         """Ready: both informers synced, none refused (401/403), the reconcile loop runs.
@@ -191,6 +204,11 @@ class Agent:
         if self._worker is None or self._worker.done():
             return False, "reconcile loop not running"
         return informers_ready(("node", self.nodes), ("pod", self.pods))
+
+    def _requeue_cause(self, held_for: str) -> str:
+        """The cause label of the preStop's requeue: its SLURM cause, else the pod's disruption."""
+        pod = self._pod()
+        return requeue_cause(held_for=held_for, disruption=pod.disruption if pod else None)
 
     async def _recheck(self, _command: Command) -> None:
         await run_checks_now(self.health, self.publish_status)
@@ -334,6 +352,8 @@ class Agent:
                 # agent sidecar died with a traceback on every SIGTERM.
                 pass
         finally:
+            if self.requeues is not None:  # a measurement not scraped yet dies with us
+                await self.requeues.linger(self.s.report_linger_s)
             if self.http is not None:
                 await self.http.stop()
         log.info("agent.stopped", node=self.s.slurm_node, actions=self.actions)

@@ -63,6 +63,8 @@ class HttpServer:
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
         self._runner: web.AppRunner | None = None
+        self.scrapes = 0
+        """/metrics requests served so far (counted before rendering)."""
 
     def add_route(self, method: str, path: str, handler: Handler) -> None:
         """Serve ``handler`` for ``method path`` too (before :meth:`start`)."""
@@ -111,6 +113,7 @@ class HttpServer:
         return _answer(*self._ready())
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.scrapes += 1
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return web.Response(body=encoder(self._registry), headers={"Content-Type": content_type})
 

@@ -13,7 +13,10 @@ deleted, evicted or preempted. Within the pod's grace period minus a margin it:
    requeued is reported loudly and left to SLURM's own handling (the node is then *not*
    set DOWN, since that would kill it);
 4. sets the node DOWN with slonkd's reason, so slurmctld does not wait ``SlurmdTimeout``
-   for a slurmd that is about to die.
+   for a slurmd that is about to die;
+5. with a report URL, tells the pod's agent how long the signal-to-requeue took and which
+   slonkd cause held the node when it began (:mod:`slonkd.runtime.requeue_report`: the
+   agent exports it per cause); a failed report is logged, nothing else.
 
 It always exits in time, even when slurmctld is unreachable: each call is bounded by what
 is left of the deadline, and whatever could not be done is logged as such.
@@ -34,9 +37,11 @@ from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec, deadlines
-from slonkd.core.errors import SlonkdError
-from slonkd.core.reasons import Cause
-from slonkd.core.slurm_plan import SkipReason
+from slonkd.core.errors import ParseError, SlonkdError
+from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
+from slonkd.core.rollout import ROLLOUT_CAUSE
+from slonkd.core.slurm_plan import SkipReason, held_causes
+from slonkd.runtime.requeue_report import report_requeue
 
 log = structlog.get_logger("slonkd.prestop")
 
@@ -58,6 +63,8 @@ class PrestopSettings:
     checkpoint_signal: SignalSpec | None = None
     """Sent to each requeueable job's batch shell that handles it, ``window`` before requeue."""
     checkpoint_window_s: float = 0.0
+    report_url: str | None = None
+    """The pod's agent's report route (loopback); None: the figure is only logged."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +80,10 @@ class PrestopOutcome:
     failures: tuple[str, ...] = ()
     signalled: tuple[int, ...] = ()
     """Jobs whose batch shell got the checkpoint signal."""
+    signal_to_requeue_s: float | None = None
+    """From the checkpoint signal to the requeue (None: nothing signalled was requeued)."""
+    reported: bool = False
+    """The agent took the measurement."""
 
 
 STARTUP_ALLOWANCE_S = 0.5
@@ -144,6 +155,9 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
             )
             return None
 
+    held_for = ""
+    if s.checkpoint_signal is not None:  # the cause of the checkpoint, before our own drain
+        held_for = await _held_for(backend(), s.node, clock)
     drained = await attempt("drain", backend().drain([s.node], CAUSE, "pod is terminating"))
     left_alone = False
     if isinstance(drained, UpdateResult):
@@ -195,21 +209,22 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
 
     requeued: tuple[int, ...] = ()
     stuck: tuple[int, ...] = ()
+    took: float | None = None
     if not jobs_finished:
         result = await attempt("requeue", backend().requeue_jobs(s.node))
         if result is not None:
             requeued = tuple(int(j) for j in result.requeued)
             stuck = tuple(int(j) for j in result.not_requeueable)
+            if signal_sent_at is not None and set(signalled) & set(requeued):
+                took = time.monotonic() - signal_sent_at
             if requeued:
                 bound.info(
                     "slurm.jobs_requeued",
                     action="requeue",
                     jobs=list(requeued),
-                    signal_to_requeue_s=(
-                        round(time.monotonic() - signal_sent_at, 2)
-                        if signal_sent_at is not None and signalled
-                        else None
-                    ),
+                    signal_to_requeue_s=round(took, 2) if took is not None else None,
+                    window_s=round(clock.window_s, 1) if took is not None else None,
+                    held_for=held_for or None,
                 )
             if stuck:
                 bound.error(
@@ -224,6 +239,19 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
         down = downed is not None and s.node in downed.changed
         if down:
             bound.info("slurm.node_down", action="down", elapsed_ms=clock.elapsed_ms())
+    reported = False
+    if took is not None and s.report_url:  # after the DOWN: the report must not delay it
+        try:
+            await report_requeue(
+                s.report_url,
+                signal_to_requeue_s=took,
+                window_s=clock.window_s,
+                held_for=held_for,
+                timeout_s=max(0.1, min(1.0, clock.hard_left())),
+            )
+            reported = True
+        except (OSError, TimeoutError) as exc:  # urllib's HTTPError and URLError are OSErrors
+            bound.warning("prestop.report_failed", url=s.report_url, error=str(exc)[:200])
     outcome = PrestopOutcome(
         drained=isinstance(drained, UpdateResult) and not left_alone,
         left_alone=left_alone,
@@ -233,6 +261,8 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
         down=down,
         failures=tuple(failures),
         signalled=tuple(signalled),
+        signal_to_requeue_s=took,
+        reported=reported,
     )
     bound.info(
         "prestop.finished",
@@ -244,3 +274,27 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
         failures=list(failures),
     )
     return outcome
+
+
+async def _held_for(backend: ScontrolBackend, node: str, clock: _Clock) -> str:
+    """Why slonkd holds the node now: ``rollout`` if among its causes, else its reason's.
+
+    "" if none, not slonkd's, or unreadable. The set matters: the agent may already have
+    added ``pod-terminating`` next to the rollout's cause.
+    """
+    try:
+        async with asyncio.timeout(max(0.1, min(2.0, clock.hard_left()))):
+            read = await backend.read_node(node)
+    except (SlonkdError, TimeoutError, OSError) as exc:
+        log.warning("prestop.read_failed", node=node, error=str(exc)[:200])
+        return ""
+    if read is None or not read.held:
+        return ""
+    reason = parse_reason(read.live_reason)
+    if reason.owner is not ReasonOwner.SLONKD or reason.cause is None:
+        return ""
+    try:
+        names = {c.name for c in held_causes(read)}
+    except ParseError:
+        names = set()
+    return ROLLOUT_CAUSE.name if ROLLOUT_CAUSE.name in names else reason.cause.name

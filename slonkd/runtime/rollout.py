@@ -6,8 +6,10 @@ once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 
 - drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
 - for each node drained for the rollout whose pod is still outdated: wait for its jobs up to
-  ``job_wait_s``, then requeue them; a job that cannot be requeued blocks the node's
-  rollout (its pod is not evicted; the job is never killed) until it ends; then evict the
+  ``job_wait_s``, then requeue them (with ``requeue_in_prestop``, leave them running to
+  the pod's preStop hook, which signals them for a checkpoint before it requeues them); a
+  job that cannot be requeued blocks the node's rollout (its pod is not evicted; the job is
+  never killed) until it ends; then evict the
   pod through the Eviction API with its uid as precondition, so the pool's
   PodDisruptionBudget holds too (a refusal is retried next pass); its preStop hook drains,
   waits and downs the node, and the StatefulSet makes the new pod from the update revision;
@@ -311,7 +313,15 @@ class RolloutController:
                 )
             self._blocked[name] = f"waiting for {len(jobs)} job(s)"
             return
-        if jobs:
+        stuck = [j.job_id for j in jobs if not j.requeueable]
+        if jobs and self.s.requeue_in_prestop and not stuck:
+            log.info(  # the preStop hook signals them for a checkpoint, then requeues them
+                "rollout.requeue_left_to_prestop",
+                node=name,
+                cause=str(ROLLOUT_CAUSE),
+                jobs=[j.job_id for j in jobs],
+            )
+        elif jobs:
             token = self.elector.check_valid()
             requeued = await self.slurm.requeue_jobs(name)
             if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once

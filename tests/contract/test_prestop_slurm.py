@@ -1,14 +1,19 @@
-"""slonkd prestop against the real SLURM alone: foreign drains, finished jobs, dead slurmctld."""
+"""slonkd prestop against the real SLURM alone: foreign drains, finished jobs, dead slurmctld.
+
+And an agent that does not take the signal-to-requeue report.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from slonkd.testing.procs import wait_for
+from slonkd.runtime.requeue_report import report_url
+from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -87,3 +92,51 @@ def test_prestop_exits_in_time_when_slurmctld_is_down(slurm: SlurmCluster) -> No
     assert rc == 0
     assert took < 6
     assert "prestop.step_failed" in log
+
+
+def test_a_report_nobody_takes_neither_delays_nor_stops_the_requeue_and_down(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """No agent answers the report: signal, requeue and DOWN happen in time all the same.
+
+    Nothing listens on the report URL: the trapping job is still signalled, requeued and the
+    node set DOWN within the grace; the failed report is only logged.
+    """
+    tmp_path.chmod(0o777)  # slurmd writes the job's files here
+    marker = tmp_path / "checkpointed"
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"trap 'echo checkpoint >> {marker}' USR1\n"
+        f"touch {tmp_path}/started\n"
+        "while true; do sleep 0.1 & wait $!; done\n"
+    )
+    script.chmod(0o755)
+    job = slurm.run(
+        "sbatch", "--parsable", "--requeue", "-w", "n3", "-o", "/dev/null", str(script)
+    ).stdout.strip()
+    wait_for("trap installed", lambda: (tmp_path / "started").exists(), timeout_s=30)
+    (closed,) = free_ports(1)
+    pid = slurm.slurmd_host_pid("n3")
+    assert pid is not None
+    argv = [
+        "nsenter", f"--target={pid}", "--pid", "--mount", "--",
+        sys.executable, "-m", "slonkd.cli.main", "prestop", "--node", "n3",
+        "--grace", "8", "--margin", "3", "--poll", "0.2",
+        "--checkpoint-signal", "B:USR1", "--checkpoint-window", "2",
+        "--report-url", report_url(closed),
+    ]  # fmt: skip
+    began = time.monotonic()
+    proc = subprocess.run(
+        argv, env=slurm.env, capture_output=True, text=True, timeout=40, check=False
+    )
+    took = time.monotonic() - began
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert took < 8, took
+    assert marker.exists()  # signalled: it wrote its checkpoint
+    shown = slurm.run("scontrol", "-o", "show", "job", job).stdout
+    assert "Restarts=1" in shown, shown
+    node = slurm.run("scontrol", "-o", "show", "node", "n3").stdout
+    assert "State=DOWN" in node, node
+    assert "prestop.report_failed" in proc.stdout + proc.stderr
+    slurm.run("scancel", job)

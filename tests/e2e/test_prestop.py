@@ -9,19 +9,23 @@ same assertions fail: the test can fail).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from slonkd.runtime.requeue_report import report_url
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import wait_for
+from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import GRACE_S, PRESTOP
+from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -134,7 +138,9 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
     requeued, and when the node is back it starts again FROM the checkpoint (its log proves it
     continued, not restarted from zero). The plain job, whose shell has no handler, gets no
     signal (it would have died of it) and is still requeued in time: neither ends FAILED,
-    CANCELLED or NODE_FAIL.
+    CANCELLED or NODE_FAIL. The hook reports the signal-to-requeue time to the pod's agent
+    over loopback, and the agent's /metrics has it in
+    ``slonkd_checkpoint_signal_to_requeue_seconds{cause="deletion"}`` (a plain DELETE).
     """
     # a requeued job may start again after cred_expire (SLURM's default 120 s): 10 s here
     slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
@@ -146,7 +152,16 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
     script = work / "train.sh"
     script.write_text(CHECKPOINTING_JOB.format(dir=work))
     script.chmod(0o755)
-    prestop = [*PRESTOP, "--checkpoint-signal", "B:USR1", "--checkpoint-window", "4"]
+    (agent_port,) = free_ports(1)
+    prestop = [
+        *PRESTOP,
+        "--checkpoint-signal",
+        "B:USR1",
+        "--checkpoint-window",
+        "4",
+        "--report-url",
+        report_url(agent_port),
+    ]
     with KubeletStandIn(
         kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k"
     ) as standin:
@@ -155,6 +170,24 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         )
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
+        agent = AgentProcess(
+            env={
+                **os.environ,
+                "POD_NAME": "w-0",
+                "POD_NAMESPACE": namespace,
+                "NODE_NAME": kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")[
+                    "spec"
+                ]["nodeName"],
+                "KUBECONFIG": str(kube.kubeconfig),
+                "SLURM_CONF": str(slurm.conf),
+                "SLONKD_RESYNC_S": "2",
+                "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
+                "SLONKD_METRICS_PORT": str(agent_port),
+                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+            },
+            log=tmp_path / "agent-w-0.log",
+        )
+        agent.start()
         submit = ["sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null"]
         training = slurm.run(*submit, str(script)).stdout.strip()
         plain = slurm.run(*submit, "--wrap", "sleep 300").stdout.strip()
@@ -188,6 +221,22 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
             json.loads(ln) for ln in hook_log.splitlines() if "slurm.jobs_requeued" in ln
         )
         assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
+        with urllib.request.urlopen(f"{agent.http_url}/metrics", timeout=5) as answer:  # noqa: S310 - http://127.0.0.1
+            exported = {
+                (s.name, s.labels.get("cause")): s.value
+                for family in text_string_to_metric_families(answer.read().decode())
+                for s in family.samples
+                if s.name.startswith("slonkd_checkpoint_")
+            }
+        name = "slonkd_checkpoint_signal_to_requeue_seconds"
+        assert exported[(f"{name}_count", "deletion")] == 1, exported
+        assert exported[(f"{name}_sum", "deletion")] == pytest.approx(
+            requeued["signal_to_requeue_s"], abs=0.01
+        )
+        assert exported[("slonkd_checkpoint_window_seconds", None)] == pytest.approx(4, abs=0.6)
+        others = [v for (n, c), v in exported.items() if n == f"{name}_count" and c != "deletion"]
+        assert others, exported
+        assert not any(others), exported
 
         # the new pod's slurmd is up; resume the node as its agent would, the job runs again
         wait_for("the new pod's slurmd runs", lambda: slurm.slurmd_running("w-0"), timeout_s=60)
@@ -198,7 +247,8 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
             ),
             timeout_s=60,
         )
-        slurm.run("scontrol", "update", "nodename=w-0", "state=resume")
+        # its agent may have resumed it already (the new pod is Ready): then this is refused
+        slurm.run("scontrol", "update", "nodename=w-0", "state=resume", check=False)
 
         def starts() -> list[str]:
             return [ln for ln in (work / "log").read_text().splitlines() if ln.startswith("start")]
@@ -208,3 +258,4 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         assert starts()[1] == f"start {saved} restart 1", starts()  # continued, not from zero
         for job in (training, plain):
             assert _job(slurm, job)[0] not in {"FAILED", "CANCELLED", "NODE_FAIL"}
+        agent.stop()

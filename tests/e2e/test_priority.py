@@ -7,28 +7,34 @@ runs a requeueable job. A serving pod that does not fit makes the real kube-sche
 ``w-0``: the stand-in runs its preStop, so the SLURM node is drained and downed by slonkd and
 the job requeued (Restarts rises; never FAILED, CANCELLED or NODE_FAIL) before its slurmd
 stops. The StatefulSet's new ``w-0`` waits (training never preempts); once the serving pod is
-gone it is scheduled again and its agent returns the node to service.
+gone it is scheduled again and its agent returns the node to service. With a checkpoint
+signal, the same preemption signals a job that traps it, which resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from slonkd.runtime.requeue_report import report_url
 from slonkd.testing.helm import Helm
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import wait_for
+from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.toolchain import ensure_tools
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess
+from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
+from tests.e2e.test_prestop import CHECKPOINTING_JOB
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -222,5 +228,140 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
             state, restarts = _job(slurm, job)
             assert state not in LOST
             assert restarts >= 1
+        finally:
+            agent.stop()
+
+
+def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoint(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+    priority_classes: dict[str, dict[str, Any]],
+) -> None:
+    """Preemption through the same preStop: checkpoint signal, requeue, resume from it.
+
+    The worker's preStop has ``--checkpoint-signal B:USR1 --checkpoint-window 4`` and reports
+    to its agent: when the scheduler preempts ``w-0`` for a serving pod, the job's batch shell
+    (it traps USR1) writes its checkpoint, is requeued within the window + 2 s, and when the
+    worker is back it starts again FROM the checkpoint. The agent exports the figure under
+    ``cause="preemption"`` (the pod's DisruptionTarget said PreemptionByScheduler).
+    """
+    serving, training = priority_classes["serving"], priority_classes["training"]
+    # a requeued job may start again after cred_expire (SLURM's default 120 s): 10 s here
+    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
+    label = {"slonk.dev/test": namespace}
+    (kube_node,) = kube.add_fake_nodes(
+        [unique("prck")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
+    )
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    work = tmp_path / "job"
+    work.mkdir()
+    work.chmod(0o777)  # slurmd writes the job's files here
+    script = work / "train.sh"
+    script.write_text(CHECKPOINTING_JOB.format(dir=work))
+    script.chmod(0o755)
+    (agent_port,) = free_ports(1)
+    prestop = [
+        *PRESTOP,
+        "--checkpoint-signal", "B:USR1", "--checkpoint-window", "4",
+        "--report-url", report_url(agent_port),
+    ]  # fmt: skip
+
+    def pod(name: str) -> dict[str, Any] | None:
+        items = kube.api.request("GET", pods, params={"fieldSelector": f"metadata.name={name}"})
+        return items["items"][0] if items["items"] else None
+
+    def lines() -> list[str]:
+        return (work / "log").read_text().splitlines()
+
+    with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
+        sts = worker_statefulset(
+            "w",
+            replicas=1,
+            node_selector=label,
+            grace_s=GRACE_S,
+            prestop=prestop,
+            priority_class=training["metadata"]["name"],
+        )
+        sts["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "2"}  # the whole node: serving can only get it by preemption
+        }
+        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        slurm.wait_idle(["w-0"], timeout_s=60)
+        agent = AgentProcess(
+            env={
+                **os.environ,
+                "POD_NAME": "w-0",
+                "POD_NAMESPACE": namespace,
+                "NODE_NAME": kube_node,
+                "KUBECONFIG": str(kube.kubeconfig),
+                "SLURM_CONF": str(slurm.conf),
+                "SLONKD_RESYNC_S": "2",
+                "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
+                "SLONKD_METRICS_PORT": str(agent_port),
+                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+            },
+            log=tmp_path / "agent-w-0.log",
+        )
+        agent.start()
+        try:
+            job = slurm.run(
+                "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null", str(script)
+            ).stdout.strip()
+            wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
+            wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
+            time.sleep(1)
+            first = pod("w-0")
+            assert first is not None
+            uid = first["metadata"]["uid"]
+            kube.api.request(
+                "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
+            )
+            wait_for(
+                "slurmd stopped",
+                lambda: any(
+                    e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in si.events()
+                ),
+                timeout_s=60 + GRACE_S,
+            )
+            state, restarts = _job(slurm, job)
+            assert state not in LOST
+            assert restarts >= 1, (state, restarts)
+            checkpoints = [ln for ln in lines() if ln.startswith("checkpoint")]
+            assert len(checkpoints) == 1, lines()
+            saved = int(checkpoints[0].split()[1])
+            assert saved > 0
+            hook = [
+                e
+                for path in (tmp_path / "k").rglob("prestop-w-0-*.log")
+                for e in read_json_log(path)
+            ]
+            requeued = next(e for e in hook if e.get("event") == "slurm.jobs_requeued")
+            assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
+            with urllib.request.urlopen(f"{agent.http_url}/metrics", timeout=5) as answer:  # noqa: S310 - http://127.0.0.1
+                exported = {
+                    (s.name, s.labels.get("cause")): s.value
+                    for family in text_string_to_metric_families(answer.read().decode())
+                    for s in family.samples
+                    if s.name.startswith("slonkd_checkpoint_signal_to_requeue_seconds_")
+                }
+            name = "slonkd_checkpoint_signal_to_requeue_seconds"
+            assert exported[(f"{name}_count", "preemption")] == 1, exported
+            assert exported[(f"{name}_sum", "preemption")] == pytest.approx(
+                requeued["signal_to_requeue_s"], abs=0.01
+            )
+
+            kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
+
+            def starts() -> list[str]:
+                return [ln for ln in lines() if ln.startswith("start")]
+
+            wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=120)
+            assert starts()[0].startswith("start 0 "), starts()
+            assert starts()[1] == f"start {saved} restart 1", starts()  # from the checkpoint
+            assert _job(slurm, job)[0] not in LOST
+            slurm.run("scancel", job)
         finally:
             agent.stop()

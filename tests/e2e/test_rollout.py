@@ -30,6 +30,7 @@ from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
+from tests.e2e.test_prestop import CHECKPOINTING_JOB
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -98,8 +99,17 @@ def rollout(
 
     On one K8s node, or (indirect parameter: a number of K8s nodes) spread over several, at
     most one worker apart in count (a replaced pod comes back to the node it left).
+    ``@pytest.mark.prestop(argv)`` replaces the preStop command; one with a checkpoint signal
+    also makes the rollout leave the requeue to it (``requeue_in_prestop``, as the chart
+    does) and lets a requeued job start again after 10 s (SLURM's cred_expire).
     """
-    slurm = slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
+    marker = request.node.get_closest_marker("prestop")
+    prestop = list(marker.args[0]) if marker else PRESTOP
+    checkpoint = "--checkpoint-signal" in prestop
+    layout = SlurmLayout(nodes=NAMES, autostart=False)
+    if checkpoint:
+        layout = SlurmLayout(nodes=NAMES, autostart=False, cred_expire_s=10)
+    slurm = slurm_factory(layout)
     label = {"slonk.dev/test": namespace}
     count = int(getattr(request, "param", 1))
     kube_nodes = kube.add_fake_nodes([unique(f"roll{i}") for i in range(count)], labels=label)
@@ -108,7 +118,7 @@ def rollout(
     r = Rollout(kube=kube, slurm=slurm, namespace=namespace, log=tmp_path / "coordinator.log")
     try:
         sts = worker_statefulset(
-            "r", replicas=len(NAMES), node_selector=label, grace_s=GRACE_S, prestop=PRESTOP
+            "r", replicas=len(NAMES), node_selector=label, grace_s=GRACE_S, prestop=prestop
         )
         sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
         if count > 1:
@@ -151,7 +161,12 @@ def rollout(
                     "lease_duration_s": 6,
                     "renew_deadline_s": 4,
                     "retry_period_s": 1,
-                    "rollout": {"max_parallel": 1, "job_wait_s": 2, "poll_s": 0.5},
+                    "rollout": {
+                        "max_parallel": 1,
+                        "job_wait_s": 2,
+                        "poll_s": 0.5,
+                        **({"requeue_in_prestop": True} if checkpoint else {}),
+                    },
                     "api_port": 0,
                 }
             )
@@ -275,6 +290,123 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     assert any(p["in_progress"] == {"r-1": "draining"} for p in progress), progress
     requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
+    r.slurm.run("scancel", job_id)
+
+
+CHECKPOINT_PRESTOP = [*PRESTOP, "--checkpoint-signal", "B:USR1", "--checkpoint-window", "4"]
+
+
+@pytest.mark.prestop(CHECKPOINT_PRESTOP)
+def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint(
+    rollout: Rollout, tmp_path: Path
+) -> None:
+    """Roll the workers under a job that checkpoints on USR1 (the preStop's checkpoint signal).
+
+    The coordinator drains the job's node, waits, and leaves the requeue to the pod's preStop
+    hook (``requeue_in_prestop``, as the chart sets with a checkpoint signal): the hook
+    signals the job's batch shell, which writes its checkpoint, and requeues it 4 s later
+    (within the window + 2 s), never unsignalled by the coordinator. Each time the job runs
+    again it starts FROM its last checkpoint, never from zero, and it is never killed.
+    """
+    r = rollout
+    work = tmp_path / "job"
+    work.mkdir()
+    work.chmod(0o777)  # slurmd writes the job's files here
+    script = work / "train.sh"
+    script.write_text(CHECKPOINTING_JOB.format(dir=work))
+    script.chmod(0o755)
+    job_id = r.slurm.run(
+        "sbatch", "--parsable", "--requeue", "-w", "r-0", "-o", "/dev/null", str(script)
+    ).stdout.strip()
+    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
+    time.sleep(1)
+    old_revision = r.sts()["status"]["updateRevision"]
+    r.kube.api.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
+        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "7"}}}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(
+        "new update revision",
+        lambda: r.sts().get("status", {}).get("updateRevision") not in (None, old_revision),
+        timeout_s=10,
+    )
+    new_revision = r.sts()["status"]["updateRevision"]
+    job_states: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            job_states.add(r.job(job_id).get("JobState", "?"))
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+
+    def lines() -> list[str]:
+        return (work / "log").read_text().splitlines()
+
+    def all_new_and_job_back() -> bool:
+        pods = r.pods()
+        job = r.job(job_id)
+        return (
+            len(pods) == len(NAMES)
+            and all(
+                p["metadata"]["labels"].get(REVISION_LABEL) == new_revision and _ready(p)
+                for p in pods
+            )
+            and job.get("JobState") == "RUNNING"
+            and sum(ln.startswith("start") for ln in lines()) == int(job["Restarts"]) + 1
+        )
+
+    try:
+        wait_for("every pod new, the job running again", all_new_and_job_back, timeout_s=240)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert not job_states & KILLED, job_states
+    assert int(r.job(job_id)["Restarts"]) >= 1
+    # every start after a requeue resumes from the checkpoint written just before it
+    last = 0
+    for line in lines():
+        if line.startswith("checkpoint"):
+            last = int(line.split()[1])
+        elif line.startswith("start"):
+            assert int(line.split()[1]) == last, lines()
+    checkpoints = [int(ln.split()[1]) for ln in lines() if ln.startswith("checkpoint")]
+    assert checkpoints, lines()
+    assert checkpoints[0] > 0, lines()
+
+    # the coordinator left the requeue to the hook and never requeued the job unsignalled
+    events = read_json_log(r.log)
+    left = [e for e in events if e.get("event") == "rollout.requeue_left_to_prestop"]
+    assert any(int(job_id) in [int(j) for j in e["jobs"]] for e in left), left
+    assert not any(
+        e.get("event") == "slurm.jobs_requeued" and int(job_id) in [int(j) for j in e["jobs"]]
+        for e in events
+    )
+
+    def about_the_job(e: dict[str, Any]) -> bool:
+        jobs = e.get("jobs")
+        return e.get("job") == int(job_id) or (
+            isinstance(jobs, list) and int(job_id) in [int(j) for j in jobs]
+        )
+
+    hook = [
+        e
+        for path in (tmp_path / "kubelet").rglob("prestop-*.log")
+        for e in read_json_log(path)
+        if about_the_job(e)
+    ]
+    sent = [e for e in hook if e["event"] == "prestop.checkpoint_signal" and e["outcome"] == "sent"]
+    requeues = [e for e in hook if e["event"] == "slurm.jobs_requeued"]
+    assert len(sent) == len(checkpoints), (hook, lines())
+    assert len(requeues) == int(r.job(job_id)["Restarts"]), hook
+    for e in requeues:
+        assert e["held_for"] == "rollout", e
+        assert 3.0 <= e["signal_to_requeue_s"] <= 4 + 2.0, e
     r.slurm.run("scancel", job_id)
 
 

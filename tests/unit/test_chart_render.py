@@ -471,6 +471,47 @@ def test_a_checkpoint_signal_reaches_the_prestop_hook(helm: Helm) -> None:
     assert "--checkpoint-signal" not in _slurmd_prestop(render(helm))
 
 
+def test_a_checkpoint_signal_makes_rollouts_leave_the_requeue_to_the_prestop_hook(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """With a checkpoint signal the coordinator's rollout lets the hook signal, then requeue."""
+    from slonkd.cli.coordinator import load_settings
+
+    def rollout(objs: list[Obj]) -> Any:
+        config = json.loads(one(objs, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        env = {"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")}
+        return load_settings(env).rollout
+
+    on = render(
+        helm, set_json=('workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":60}',)
+    )
+    assert rollout(on).requeue_in_prestop is True
+    assert rollout(render(helm)).requeue_in_prestop is False
+
+
+def test_the_prestop_hook_reports_to_its_agent_on_loopback(helm: Helm) -> None:
+    """With a checkpoint signal, the hook gets the agent's loopback report URL; without, none."""
+
+    def report_url(objs: list[Obj]) -> str | None:
+        sts = next(o for o in objs if o["kind"] == "StatefulSet" and "slurmd" in str(o["metadata"]))
+        (slurmd,) = [
+            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"
+        ]
+        env = {e["name"]: e.get("value") for e in slurmd.get("env", [])}
+        return env.get("SLONKD_PRESTOP_REPORT_URL")
+
+    objs = render(
+        helm,
+        set_json=(
+            'workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":120}',
+            "agent.metricsPort=9555",
+        ),
+    )
+    assert report_url(objs) == "http://127.0.0.1:9555/v1/prestop/requeued"
+    assert report_url(render(helm)) is None
+
+
 def _slurmd_prestop(objs: list[Obj]) -> list[str]:
     sts = next(o for o in objs if o["kind"] == "StatefulSet" and "slurmd" in str(o["metadata"]))
     (slurmd,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]

@@ -244,6 +244,10 @@ def test_settings_from_mapping() -> None:
         RolloutSettings.from_mapping({"job_wait_s": "10"})
     with pytest.raises(ValueError, match="JSON object"):
         RolloutSettings.from_mapping([1])
+    assert RolloutSettings.from_mapping({"requeue_in_prestop": True}).requeue_in_prestop
+    assert not RolloutSettings.from_mapping({}).requeue_in_prestop
+    with pytest.raises(ValueError, match="true or false"):
+        RolloutSettings.from_mapping({"requeue_in_prestop": 1})
 
 
 def test_statefulset_from_json() -> None:

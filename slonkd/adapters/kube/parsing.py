@@ -67,6 +67,16 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     ]
     ready = bool(ready_conditions)
     ready_at = ready_conditions[0].get("lastTransitionTime") if ready_conditions else None
+    disruption = next(
+        (
+            _s(c.get("reason"))
+            for c in status.get("conditions") or ()
+            if isinstance(c, Mapping)
+            and c.get("type") == "DisruptionTarget"
+            and c.get("status") == "True"
+        ),
+        None,
+    )
     containers = tuple(
         ContainerState(
             name=_s(c.get("name")),
@@ -97,6 +107,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         containers=containers,
         labels=_labels(meta.get("labels")),
         annotations=_our_annotations(meta.get("annotations")),
+        disruption=disruption,
     )
 
 

@@ -259,6 +259,11 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "infrastructure_exit_codes" $codes
   "poll_s" $jb.pollSeconds) -}}
 {{- end -}}
+{{- /* Checkpoint before requeue: a rollout leaves the requeue to the preStop hook, which
+signals the jobs first (the coordinator cannot see which batch shells trap the signal). */ -}}
+{{- if and .Values.workers.prestop.enabled (.Values.workers.prestop.checkpoint | default dict).signal -}}
+{{- $_ := set $doc "rollout" (dict "requeue_in_prestop" true) -}}
+{{- end -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
 
