@@ -38,7 +38,7 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.testing.kube import KubeCluster, fake_node_body
 from slonkd.testing.procs import die_with_parent, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -251,7 +251,13 @@ def _marked_any(kube: KubeCluster, knode: str) -> bool:
 def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, float]:
     """Resync time, reads and RSS at ``size`` nodes (the pods and nodes so far: ``have``)."""
     slurm = SlurmCluster(
-        root / f"slurm-{size}", SlurmLayout(nodes=("w-0",), extra_prefix="x", extra_nodes=size)
+        root / f"slurm-{size}",
+        SlurmLayout(
+            nodes=("w-0",),
+            extra_prefix="x",
+            extra_nodes=size,
+            slurmd_timeout_s=SCALE_SLURMD_TIMEOUT_S,
+        ),
     )
     slurm.start()
     try:

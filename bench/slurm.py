@@ -33,7 +33,7 @@ from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
 CAUSE = Cause.parse("k8s-cordoned")
@@ -84,7 +84,9 @@ def _sdiag(cluster: SlurmCluster, argv: list[str], reps: int) -> dict[str, float
 
 
 async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
-    layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4"), extra_nodes=size)
+    layout = SlurmLayout(
+        nodes=("n1", "n2", "n3", "n4"), extra_nodes=size, slurmd_timeout_s=SCALE_SLURMD_TIMEOUT_S
+    )
     cluster: SlurmCluster
     if release == "22.05":
         root = Path(tempfile.mkdtemp(prefix="slonkd-bench-slurm-", dir="/tmp"))

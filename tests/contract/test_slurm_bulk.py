@@ -10,7 +10,7 @@ import pytest
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_plan import SkipReason
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm
@@ -21,7 +21,9 @@ K8S = Cause.parse("k8s-cordoned")
 @pytest.fixture
 def big(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
     """One slurmd node and 5,000 declared nodes without slurmd."""
-    return cluster_factory(SlurmLayout(nodes=("n1",), extra_nodes=5000))
+    return cluster_factory(
+        SlurmLayout(nodes=("n1",), extra_nodes=5000, slurmd_timeout_s=SCALE_SLURMD_TIMEOUT_S)
+    )
 
 
 async def _slonkd_held(backend: ScontrolBackend) -> set[str]:
