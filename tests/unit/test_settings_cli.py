@@ -38,6 +38,10 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"sdiag_s": 0.5}, "sdiag_s"),
     ({"sdiag_timeout_s": 0}, "sdiag_timeout_s"),
     ({"fleet_metrics": "yes"}, "fleet_metrics"),
+    ({"revalidate": "yes"}, "revalidate"),
+    ({"revalidate_timeout_s": 0}, "revalidate_timeout_s"),
+    ({"revalidate_recheck_s": "soon"}, "revalidate_recheck_s"),
+    ({"revalidate_checks": "dcgm-diag"}, "revalidate_checks"),
 ]
 
 AGENT_CASES: list[tuple[dict[str, object], str]] = [
