@@ -223,6 +223,10 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "max_out_percent" $c.budget.maxOutPercent
   "mass_percent" $c.budget.massPercent
   "dry_run" $c.dryRun
+  "revalidate" $c.revalidation.enabled
+  "revalidate_timeout_s" (int $c.revalidation.timeoutSeconds)
+  "revalidate_recheck_s" (int $c.revalidation.recheckSeconds)
+  "revalidate_checks" $c.revalidation.checks
 -}}
 {{- $t := .Values.topology -}}
 {{- if ne $t.plugin "none" -}}
