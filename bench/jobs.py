@@ -12,11 +12,12 @@ more jobs without it (it was drained) to give healthy nodes time to be blamed wr
 - triangulation_jobs_to_detect_p90, triangulation_undetected (not blamed within
   ``--max-jobs``), false_blames (healthy nodes blamed, all simulations together).
 
-signal_to_requeue_p99_s and revalidation_s (the issue's other keys) come with the checkpoint
-and revalidation parts and are not measured here yet. Prints a table, then one JSON object as
-the last line.
+signal_to_requeue_p99_s comes with the checkpoint part and is not measured here yet.
+``--revalidation N`` adds revalidation_s (check passing -> node resumed, on the real services:
+:mod:`bench.revalidation`, N runs, median). Prints a table, then one JSON object as the last
+line.
 
-    .venv/bin/python -m bench.jobs [--simulations 1000]
+    .venv/bin/python -m bench.jobs [--simulations 1000] [--revalidation 3]
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ def simulate(
     return detected, len(wrongly)
 
 
+def revalidation_runs(runs: int) -> dict[str, float]:
+    """revalidation_s (median) and its max over ``runs`` runs on the real services."""
+    from bench.revalidation import measure
+
+    took = measure(runs)
+    return {
+        "revalidation_s": round(statistics.median(took), 2),
+        "revalidation_max_s": round(max(took), 2),
+    }
+
+
 def main() -> int:
     """Run the simulations, print the table and the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -78,7 +90,9 @@ def main() -> int:
     parser.add_argument("--max-jobs", type=int, default=5000)
     parser.add_argument("--after", type=int, default=500, help="jobs run after detection")
     parser.add_argument("--min-failures", type=int, default=BlamePolicy().min_failures)
+    parser.add_argument("--revalidation", type=int, default=0, help="runs of bench.revalidation")
     args = parser.parse_args()
+    revalidation = revalidation_runs(args.revalidation) if args.revalidation else {}
     policy = BlamePolicy(min_failures=args.min_failures)
     started = time.perf_counter()
     detections: list[int] = []
@@ -122,6 +136,7 @@ def main() -> int:
                 "simulations": args.simulations,
                 "noise": args.noise,
                 "bad_rate": args.bad_rate,
+                **revalidation,
             },
             sort_keys=True,
         )
