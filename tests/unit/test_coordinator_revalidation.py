@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from slonkd.adapters.slurm.results import UpdateResult
-from slonkd.core.health import ok, warn
+from slonkd.core.health import Remediation, fail, ok, warn
 from slonkd.core.messages import Command
 from slonkd.core.reasons import Cause
 from slonkd.core.revalidation import Answer
@@ -89,3 +89,33 @@ async def test_a_revalidating_node_is_rechecked_recorded_and_released_on_a_pass(
     await c.reconcile_all()
     assert resumed == [(["w-0"], "revalidating")]
     assert "w-0" not in c.memory.state.revalidating
+
+
+async def test_a_node_slurm_returns_after_a_reboot_request_is_drained_revalidating() -> None:
+    """The ladder asked for a reboot: SLURM puts the node back by itself, slonkd holds it.
+
+    The reboot step records a revalidation without a recheck; the pass that sees the node
+    idle again (no reason) drains it ``revalidating`` before anything else returns it.
+    """
+    held = _slurm(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
+    slurm = FakeSlurm([held], failing=set())
+
+    async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=2)
+
+    slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    sender = FakeSender()
+    c.commands = cast(CommandSender, sender)
+    c.policy = c.s.policy
+    c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+    c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
+    await c.reconcile_all()
+    record = c.memory.state.revalidating["w-0"]
+    assert record.command == ""  # started, no recheck yet: the node is still held for health
+    assert sender.sent == []
+
+    slurm.nodes = [_slurm(0)]  # rebooted: SLURM returned it and cleared slonkd's reason
+    c.health["w-0"] = ("kn-0", {"xid": ok("xid")})
+    await c.reconcile_all()
+    assert ("revalidating", ["w-0"]) in slurm.drained

@@ -237,3 +237,25 @@ def test_an_answering_status_round_trips_and_plain_ones_are_unchanged() -> None:
     assert b"answers" not in encode(plain)
     assert decode(topic, encode(plain)) == plain
     assert Verdict.OK.value == "ok"
+
+
+def test_status_and_explain_say_what_is_pending_and_since_when() -> None:
+    """The status row and ``slonkd status``'s table name the checks pending and the start."""
+    from slonkd.cli.ops import render_table
+    from slonkd.core.status import explain, node_row
+
+    held = view(
+        slurm=slurm("IDLE+DRAIN", "slonkd:revalidating"),
+        revalidation=replace(SENT, requested_at=NOW - 1),
+        recheck=answer(ok("gpu"), unknown("dcgm-diag", "tool-missing")),
+    )
+    plan = decide(held, POLICY)
+    row = node_row(held, plan, {})
+    assert row["revalidation"]["pending_checks"] == ["dcgm-diag"]
+    assert row["revalidation"]["step"] == "wait"
+    assert row["revalidation"]["recheck"] == "cmd-00001"
+    assert row["revalidation"]["since"].startswith("1970-01-01T02:45:00")  # NOW - 100
+    assert explain(held, plan, {})["revalidation"] == row["revalidation"]
+    table = render_table({"state": {}, "budget": [], "nodes": [row]})
+    assert "revalidating w-0 since 1970-01-01T02:45:00+00:00: wait, pending dcgm-diag" in table
+    assert "revalidation" not in node_row(view(), decide(view(), POLICY), {})
