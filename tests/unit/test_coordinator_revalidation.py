@@ -119,3 +119,45 @@ async def test_a_node_slurm_returns_after_a_reboot_request_is_drained_revalidati
     c.health["w-0"] = ("kn-0", {"xid": ok("xid")})
     await c.reconcile_all()
     assert ("revalidating", ["w-0"]) in slurm.drained
+
+
+async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
+    """Failover: the new leader reads the record, keeps its start, accepts the answer to it.
+
+    Without an answer it waits out ``recheck_s`` from the old leader's request (it does not
+    recheck at once, nor restart the timeout); the retained answer to that command resumes.
+    """
+    node = _slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
+
+    def leader(sender: FakeSender, store: Any = None) -> Any:
+        slurm = FakeSlurm([node], failing=set())
+        resumed: list[str] = []
+
+        async def resume(names: Sequence[str], cause: Cause) -> UpdateResult:
+            resumed.extend(names)
+            return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
+
+        slurm.resume = resume  # type: ignore[attr-defined]
+        c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+        if store is not None:
+            c.memory.store = store
+        c.commands = cast(CommandSender, sender)
+        c.policy = c.s.policy
+        c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+        c.health["w-0"] = ("kn-0", {"gpu": ok("gpu")})
+        return c, resumed
+
+    old, _ = leader(FakeSender())
+    await old.reconcile_all()
+    began = old.memory.state.revalidating["w-0"]
+    new_sender = FakeSender()
+    new, resumed = leader(new_sender, store=old.memory.store)
+    await new.reconcile_all()
+    assert new_sender.sent == []  # the old leader's recheck is recent: wait for its answer
+    assert new.memory.state.revalidating["w-0"] == began
+    new.observer.answers["w-0"] = Answer(
+        command=began.command, kube_node="kn-0", verdicts={"gpu": ok("gpu")}
+    )
+    await new.reconcile_all()
+    assert resumed == ["w-0"]
+    assert "w-0" not in new.memory.state.revalidating
