@@ -19,10 +19,12 @@ rounds of a trapping job and ``slonkd prestop`` with a checkpoint window (``--wi
   requeue, with checkpoint_window_s next to it (the target: within the window + 2 s);
   signal_to_requeue_rounds: the rounds that counted (checkpoint written, job requeued).
 
-revalidation_s (the issue's other key) comes with the revalidation part and is not measured
-here yet. Prints a table, then one JSON object as the last line.
+``--revalidation N`` adds revalidation_s (check passing -> node resumed, on the real services:
+:mod:`bench.revalidation`, N runs, median). Prints a table, then one JSON object as the last
+line.
 
     .venv/bin/python -m bench.jobs [--simulations 1000] [--deletions 10 --window 3]
+        [--revalidation 3]
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ def simulate(
     return detected, len(wrongly)
 
 
+def revalidation_runs(runs: int) -> dict[str, float]:
+    """revalidation_s (median) and its max over ``runs`` runs on the real services."""
+    from bench.revalidation import measure
+
+    took = measure(runs)
+    return {
+        "revalidation_s": round(statistics.median(took), 2),
+        "revalidation_max_s": round(max(took), 2),
+    }
+
+
 def main() -> int:
     """Run the simulations, print the table and the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -89,7 +102,9 @@ def main() -> int:
         "--deletions", type=int, default=10, help="prestop rounds on real SLURM (0: skip)"
     )
     parser.add_argument("--window", type=float, default=3.0, help="checkpoint window, seconds")
+    parser.add_argument("--revalidation", type=int, default=0, help="runs of bench.revalidation")
     args = parser.parse_args()
+    revalidation = revalidation_runs(args.revalidation) if args.revalidation else {}
     policy = BlamePolicy(min_failures=args.min_failures)
     started = time.perf_counter()
     detections: list[int] = []
@@ -148,6 +163,7 @@ def main() -> int:
                 "signal_to_requeue_max_s": requeue_s[-1] if requeue_s else None,
                 "signal_to_requeue_rounds": len(requeue_s),
                 "checkpoint_window_s": args.window,
+                **revalidation,
             },
             sort_keys=True,
         )

@@ -21,6 +21,11 @@ failing multi-node jobs (see :mod:`slonkd.runtime.coordinating.job_outcomes`).
 slurmctld's PERM node triggers running it (see :mod:`slonkd.runtime.coordinating.triggering`);
 ``SLONKD_NUDGE_MQTT_USER`` and ``SLONKD_NUDGE_MQTT_PASSWORD`` (both or neither) name the
 broker client the leader then makes in dynsec for that program.
+Proof of health before return (:mod:`slonkd.core.revalidation`): ``revalidate`` (true; off
+without MQTT), ``revalidate_timeout_s`` (900: then the ladder's next rung),
+``revalidate_recheck_s`` (30: a recheck without a passing answer is sent again) and
+``revalidate_checks`` (check names that must pass besides every check the agent reports,
+e.g. ``["dcgm-diag"]``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
 from slonkd.cli.config import config_file
 from slonkd.core.decide import Policy
+from slonkd.core.revalidation import RevalidationPolicy
 from slonkd.core.rollout import RolloutSettings
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
@@ -62,6 +68,8 @@ _NUMBERS = {
     "poll_s",
     "state_poll_s",
     "remediation_cooldown_s",
+    "revalidate_timeout_s",
+    "revalidate_recheck_s",
     "max_reads_per_s",
     "audit_max_bytes",
     "audit_keep",
@@ -97,6 +105,8 @@ _KEYS = _NUMBERS | {
     "dry_run",
     "topology",
     "remediate",
+    "revalidate",
+    "revalidate_checks",
     "rollout",
     "fleet_metrics",
     "trigger_program",
@@ -137,7 +147,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
             raise ValueError(f"{key} must be a {'non-empty ' if key in _NAMES else ''}string")
     if values.get("kubeconfig") is not None and not isinstance(values["kubeconfig"], str):
         raise ValueError("kubeconfig must be a path")
-    for flag in ("dry_run", "remediate", "fleet_metrics"):
+    for flag in ("dry_run", "remediate", "fleet_metrics", "revalidate"):
         if not isinstance(values.get(flag, False), bool):
             raise ValueError(f"{flag} must be true or false")
     policy = Policy(
@@ -145,6 +155,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         unready_grace_s=float(values.pop("unready_grace_s", 60)),
         remediate=bool(values.pop("remediate", True)),
         remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
+        revalidation=_revalidation(values),
     )
     from slonkd.runtime.coordinating import CoordinatorSettings
     from slonkd.runtime.topology_settings import topology_settings
@@ -217,3 +228,16 @@ def main(args: argparse.Namespace) -> int:
     from slonkd.runtime.coordinating import run_coordinator
 
     return asyncio.run(run_coordinator(settings))
+
+
+def _revalidation(values: dict[str, Any]) -> RevalidationPolicy:
+    """Proof of health before return: ``revalidate`` (on), its timeout, recheck period, checks."""
+    checks = values.pop("revalidate_checks", [])
+    if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
+        raise ValueError("revalidate_checks must be a list of check names")
+    return RevalidationPolicy(
+        enabled=bool(values.pop("revalidate", True)),
+        timeout_s=float(values.pop("revalidate_timeout_s", 900)),
+        recheck_s=float(values.pop("revalidate_recheck_s", 30)),
+        required=tuple(checks),
+    )

@@ -234,6 +234,15 @@ def render_table(body: dict[str, Any]) -> str:
         lines.extend(_topology_lines(body["topology"]))
     if isinstance(body.get("rollout"), dict) and body["rollout"]:
         lines.extend(_rollout_lines(body["rollout"]))
+    for node in body.get("nodes", []):
+        r = node.get("revalidation")
+        if isinstance(r, dict):  # proof of health before return: what it waits for
+            lines.append(
+                f"revalidating {escape(node.get('node'))} since {escape(r.get('since'))}:"
+                f" {escape(r.get('step'))},"
+                f" pending {escape(','.join(r.get('pending_checks') or []))}"
+                f" ({escape(r.get('why'))})"
+            )
     rows = [[_cell(n.get(c)) for c in COLUMNS] for n in body.get("nodes", [])]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     lines.append("  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slonkd.core.errors import ParseError
+from slonkd.core.revalidation import Pending
 
 
 class StateCorrupt(ParseError):
@@ -54,6 +55,8 @@ class CoordinatorState:
     """Per K8s node: remediation steps tried and when the last one was."""
     handled: Mapping[str, str] = field(default_factory=dict)
     """Per SLURM node: fingerprint of the SLURM failure already remediated."""
+    revalidating: Mapping[str, Pending] = field(default_factory=dict)
+    """Per SLURM node: its revalidation in progress (since, the last recheck sent)."""
     paused: bool = False
     paused_by: str = ""
     paused_reason: str = ""
@@ -80,6 +83,17 @@ class CoordinatorState:
             "breakerOpenedAt": repr(self.breaker_opened_at),
             "remediation": json.dumps(remediation),
             "handled": json.dumps(dict(sorted(self.handled.items()))),
+            "revalidating": json.dumps(
+                {
+                    k: {
+                        "since": v.since,
+                        "podUid": v.pod_uid,
+                        "command": v.command,
+                        "requestedAt": v.requested_at,
+                    }
+                    for k, v in sorted(self.revalidating.items())
+                }
+            ),
             "paused": "true" if self.paused else "false",
             "pausedBy": self.paused_by[:MAX_TEXT],
             "pausedReason": self.paused_reason[:MAX_TEXT],
@@ -118,6 +132,7 @@ class CoordinatorState:
                 breaker_opened_at=_time(data.get("breakerOpenedAt", "0"), "breakerOpenedAt"),
                 remediation=_remediation(data),
                 handled=dict(handled),
+                revalidating=_revalidating(data),
                 paused=_flag(data, "paused"),
                 paused_by=data.get("pausedBy", "")[:MAX_TEXT],
                 paused_reason=data.get("pausedReason", "")[:MAX_TEXT],
@@ -140,6 +155,10 @@ class CoordinatorState:
             "breakerReason": self.breaker_reason,
             "breakerOpenedAt": self.breaker_opened_at,
             "remediationAttempts": self.remediation_attempts,
+            "revalidating": {
+                k: {"since": v.since, "command": v.command, "requestedAt": v.requested_at}
+                for k, v in sorted(self.revalidating.items())
+            },
             "fencingToken": self.fencing_token,
         }
 
@@ -213,3 +232,26 @@ def _remediation(data: Mapping[str, str]) -> dict[str, Attempts]:
     if not isinstance(old, dict):
         raise StateCorrupt("coordinator state remediation has the wrong shape")
     return {k: Attempts(attempts=_count(v, "attempts")) for k, v in old.items()}
+
+
+def _revalidating(data: Mapping[str, str]) -> dict[str, Pending]:
+    """Revalidations in progress (absent in states written before them: none)."""
+    raw = json.loads(data.get("revalidating", "{}"))
+    if not isinstance(raw, dict):
+        raise StateCorrupt("coordinator state revalidating has the wrong shape")
+    done: dict[str, Pending] = {}
+    for k, v in raw.items():
+        if (
+            not isinstance(v, dict)
+            or not {"since", "podUid", "command", "requestedAt"} <= set(v)
+            or not isinstance(v["podUid"], str)
+            or not isinstance(v["command"], str)
+        ):
+            raise StateCorrupt(f"coordinator state revalidating of {k[:60]!r} is malformed")
+        done[k] = Pending(
+            since=_time(v["since"], "since"),
+            pod_uid=v["podUid"][:MAX_TEXT],
+            command=v["command"][:MAX_TEXT],
+            requested_at=_time(v["requestedAt"], "requestedAt"),
+        )
+    return done

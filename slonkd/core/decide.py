@@ -25,7 +25,10 @@ The rules, highest priority first:
 6. Pod lifecycle: terminating -> drain (agent, not budgeted); absent, not ready or
    restarting past a grace -> drain (coordinator).
 7. Healthy: every slonkd cause that no longer applies is released, each by its writer;
-   the node resumes only when none is left (the adapter's compare-and-set). slonkd's own
+   the node resumes only when none is left (the adapter's compare-and-set). A failure
+   cause (``slurm-*``, ``health``) that ends is first replaced by ``revalidating``, held
+   until the agent of the node's pod answers a recheck with every check passing
+   (:mod:`slonkd.core.revalidation`); past its timeout the ladder takes its next rung. slonkd's own
    cordon, taints and condition are undone once no failure cause remains (on a K8s node
    shared by several pods, see :func:`slonkd.core.fleet_decide.merge_shared_nodes`).
 
@@ -43,6 +46,17 @@ from slonkd.core.errors import ParseError
 from slonkd.core.health import CheckResult, Remediation, Verdict
 from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
 from slonkd.core.reasons import Cause, ReasonOwner, cause_detail, decode_causes, parse_reason
+from slonkd.core.revalidation import (
+    REVALIDATING,
+    TIMED_OUT,
+    Answer,
+    Judgement,
+    Pending,
+    RevalidationPolicy,
+    Step,
+    is_failure,
+    judge,
+)
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 
 FAILURE_TAINT = "slonk.dev/unhealthy"
@@ -110,6 +124,8 @@ class Plan:
     notes: tuple[str, ...] = ()
     failure: Cause | None = None
     """The failure this node's K8s node is marked for (SLURM-reported or health)."""
+    revalidation: Judgement | None = None
+    """The revalidation of a node held ``revalidating`` (None: none in progress)."""
 
     def for_writer(self, writer: Writer) -> tuple[Action, ...]:
         """The actions ``writer`` executes."""
@@ -145,6 +161,10 @@ class NodeView:
     job_blame: str = ""
     """The evidence that blames the node for failed jobs ("" : not blamed), see
     :mod:`slonkd.core.job_blame`."""
+    revalidation: Pending | None = None
+    """The node's revalidation in progress, as the state ConfigMap keeps it."""
+    recheck: Answer | None = None
+    """The latest status of the node's agent that answered a recheck command."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +177,7 @@ class Policy:
     """A pod absent or not Ready this long gets its node drained by the coordinator."""
     remediation_cooldown_s: float = 900.0
     remediate: bool = True
+    revalidation: RevalidationPolicy = field(default_factory=RevalidationPolicy)
 
 
 def _c(name: str, detail: str = "") -> Cause:
@@ -281,6 +302,16 @@ def decide(view: NodeView, policy: Policy) -> Plan:
         top = health_fails[0]
         failure, remediation = _c("health", cause_detail(top.cause or top.check)), top.remediation
 
+    judgement = _revalidation(view, policy)
+    if (
+        failure is None
+        and judgement is not None
+        and judgement.step is Step.TIMED_OUT
+        and _holds_revalidating(view)
+    ):
+        failure, remediation = TIMED_OUT, Remediation.RESTART_POD
+        notes.append(f"revalidation timed out: {judgement.why}")
+
     wanted: set[Cause] = set(health_causes)
     maintenance = _maintenance(kube)
     if maintenance is not None:
@@ -293,7 +324,7 @@ def decide(view: NodeView, policy: Policy) -> Plan:
         notes.append(f"blamed for failed jobs: {view.job_blame}")
 
     actions: list[Action] = []
-    actions += _slurm_actions(view, wanted, notes)
+    actions += _slurm_actions(view, wanted, notes, judgement)
     if kube is not None and any(a.cause == JOB_FAILURES for a in actions):
         # the evidence, with the drain (not budgeted: it takes nothing out, and a budgeted
         # K8s action would count every pod of the K8s node against the budget)
@@ -304,10 +335,50 @@ def decide(view: NodeView, policy: Policy) -> Plan:
             )
         )  # fmt: skip
     actions += _kube_actions(view, failure, remediation, policy, notes)
-    return Plan(node=view.node, actions=tuple(actions), notes=tuple(notes), failure=failure)
+    return Plan(
+        node=view.node,
+        actions=tuple(actions),
+        notes=tuple(notes),
+        failure=failure,
+        revalidation=judgement if _holds_revalidating(view) else None,
+    )
 
 
-def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list[Action]:
+def _holds_revalidating(view: NodeView) -> bool:
+    held = held_causes(view.slurm) if view.slurm is not None else None
+    return held is not None and REVALIDATING in held
+
+
+def _revalidation(view: NodeView, policy: Policy) -> Judgement | None:
+    """The revalidation's judgement, when one is in progress or a failure cause ends now."""
+    s, pod = view.slurm, view.pod
+    if not policy.revalidation.enabled or s is None or pod is None:
+        return None
+    held = held_causes(s) or frozenset()
+    if view.revalidation is None and REVALIDATING not in held and not any(map(is_failure, held)):
+        return None
+    since = view.now  # a record lost (or never written): SLURM's reason says since when
+    reason = parse_reason(s.live_reason)
+    if reason.cause == REVALIDATING and s.reason_time is not None:
+        since = min(since, s.reason_time.timestamp())
+    pending = view.revalidation or Pending(since=since)
+    return judge(
+        pending,
+        view.recheck,
+        pod_uid=pod.uid,
+        kube_node=pod.node_name or "",
+        now=view.now,
+        last_step_at=view.remediation.last_at,
+        policy=policy.revalidation,
+        healthy=bool(view.health)
+        and all(r.verdict is Verdict.OK for r in view.health.values())
+        and set(policy.revalidation.required) <= set(view.health),
+    )
+
+
+def _slurm_actions(
+    view: NodeView, wanted: set[Cause], notes: list[str], judgement: Judgement | None = None
+) -> list[Action]:
     s = view.slurm
     if s is None:
         notes.append("SLURM node not read: no SLURM action (unknown never means drained)")
@@ -321,10 +392,21 @@ def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list
             f"SLURM state {s.state} / reason {s.reason[:80]!r} is not slonkd's: left alone"
         )
         return []
+    ending = [c for c in held - wanted if is_failure(c) and not _cannot_release(view, c)]
+    failing = any(is_failure(c) for c in wanted | (held - set(ending)))
+    if (
+        judgement is not None
+        and judgement.step is not Step.PASSED
+        and (REVALIDATING in held or ending or (_returned(view) and not failing))
+    ):
+        wanted.add(REVALIDATING)  # no resume before the new pod's checks passed
+        notes.append(f"revalidating: {judgement.why}")
     out: list[Action] = []
     for cause in sorted(wanted - held):
         writer = _writer_of(cause)
         budgeted = cause.name != "pod-terminating"
+        if cause == REVALIDATING:
+            budgeted = not held  # replacing a cause keeps the node out; only this takes it out
         out.append(Action(kind=Kind.DRAIN, writer=writer, cause=cause, budgeted=budgeted))
     deleted = _c("k8s-deleted")
     if deleted in wanted and deleted in held and not s.state.down:
@@ -335,12 +417,24 @@ def _slurm_actions(view: NodeView, wanted: set[Cause], notes: list[str]) -> list
         else:
             notes.append("K8s node is being deleted: drained, waiting for its jobs to end")
     for cause in sorted(held - wanted):
+        if cause in ending and REVALIDATING in wanted and REVALIDATING not in held:
+            notes.append(f"keeping {cause}: released once revalidating holds the node")
+            continue
         why_not = _cannot_release(view, cause)
         if why_not:
             notes.append(f"keeping {cause}: {why_not}")
             continue
         out.append(Action(kind=Kind.RELEASE, writer=_writer_of(cause), cause=cause))
     return out
+
+
+def _returned(view: NodeView) -> bool:
+    """The ladder acted on the node and no recheck went out since (a record without one).
+
+    SLURM put it back by itself (a completed reboot). A record whose recheck went out but
+    whose hold is gone was resumed by someone else: the node is theirs.
+    """
+    return view.revalidation is not None and not view.revalidation.command
 
 
 def _cannot_release(view: NodeView, cause: Cause) -> str:
@@ -361,6 +455,8 @@ def _cannot_release(view: NodeView, cause: Cause) -> str:
         return "blamed for failed jobs: ended by an operator's resume once the node is repaired"
     if cause.name == "rollout":
         return "the rollout releases it once the node's new pod is Ready"
+    if cause.name == REVALIDATING.name:
+        return ""  # still wanted unless its judgement passed (or revalidation is off)
     return "cause unknown to this version of slonkd"
 
 

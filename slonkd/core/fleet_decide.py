@@ -16,6 +16,8 @@ this order before admission (:mod:`slonkd.runtime.coordinating.admitting`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from slonkd.core.decide import Action, Kind, NodeView, Plan, held_causes, holds_marks
 from slonkd.core.health import Verdict
 from slonkd.core.reasons import Cause, cause_detail
@@ -73,9 +75,7 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
                     continue
                 emitted.add(once)
             kept.append(action)
-        merged.append(
-            Plan(node=plan.node, actions=tuple(kept), notes=plan.notes, failure=plan.failure)
-        )
+        merged.append(replace(plan, actions=tuple(kept)))
     return merged
 
 
@@ -106,10 +106,8 @@ def suspect_common_causes(
     if not suspected:
         return plans, suspected
     kept = [
-        Plan(
-            node=p.node,
-            notes=p.notes,
-            failure=p.failure,
+        replace(
+            p,
             actions=tuple(
                 a
                 for a in p.actions

@@ -119,6 +119,9 @@ class AgentStatus:
     health: dict[str, str] = field(default_factory=dict)
     """check name -> ``verdict[:cause[:remediation]]`` (see ``slonkd.core.health``)."""
     at: float = 0.0
+    answers: str = ""
+    """The id of the ``recheck`` command this status answers: every check ran after it
+    ("": none; left out of the payload then, so statuses read as before)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +190,7 @@ _FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
         "slurm_state": (str, False),
         "health": (dict, False),
         "at": (float, False),
+        "answers": (str, False),
     },
     AgentEvent: {
         "node": (str, True),
@@ -214,11 +218,17 @@ _FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
 }
 
 
+_LEFT_OUT_EMPTY: Final = frozenset({"answers"})
+"""Fields newer than their payload: absent when empty, so an older reader accepts it."""
+
+
 def encode(payload: Payload) -> bytes:
     """Serialise a payload with its version and kind (compact JSON, UTF-8)."""
     channel = next(c for c, (_, cls) in _KIND.items() if isinstance(payload, cls))
     body: dict[str, Any] = {"v": SCHEMA_VERSION, "kind": _KIND[channel][0]}
     for name in _FIELDS[type(payload)]:
+        if name in _LEFT_OUT_EMPTY and not getattr(payload, name):
+            continue
         body[name] = getattr(payload, name)
     raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     if len(raw) > MAX_PAYLOAD_BYTES:
@@ -303,6 +313,8 @@ def decode(topic: Topic, raw: bytes) -> Payload:
         values["event"] not in SLURM_EVENTS or not _HOSTLIST_RE.fullmatch(values["nodes"])
     ):
         raise ParseError("a SLURM event names down/drained/fail/up and a hostlist")
+    if cls is AgentStatus and values.get("answers") and not _ID_RE.fullmatch(values["answers"]):
+        raise ParseError("answers must be a command id (8-64 characters of [A-Za-z0-9_-])")
     if cls is Command and not _ID_RE.fullmatch(values["id"]):
         raise ParseError("command id must be 8-64 characters of [A-Za-z0-9_-]")
     payload: Payload = cls(**values)

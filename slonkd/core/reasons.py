@@ -76,6 +76,7 @@ SLURM_REASON_PREFIXES = (
 _PRIORITY_BY_PREFIX = (
     ("slurm-", 2),
     ("health", 3),
+    ("revalidating", 3),  # a failure's aftermath: held like one until the checks passed
     ("k8s-", 4),
     ("pod-", 5),
     ("prestop", 5),

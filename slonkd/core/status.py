@@ -8,10 +8,12 @@ still change: the pending actions of the plan (empty when both sides already agr
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from slonkd.core.decide import NodeView, Plan
 from slonkd.core.reasons import decode_causes, reason_owner
+from slonkd.core.revalidation import Judgement
 
 
 def _slurm_fields(view: NodeView) -> dict[str, Any]:
@@ -56,7 +58,21 @@ def node_row(view: NodeView, plan: Plan, refused: Mapping[str, str]) -> dict[str
     }
     if str(view.node) in refused:
         row["budget"] = refused[str(view.node)]
+    if plan.revalidation is not None:
+        row["revalidation"] = revalidation_row(plan.revalidation)
     return row
+
+
+def revalidation_row(judgement: Judgement) -> dict[str, Any]:
+    """What a node held ``revalidating`` waits for: the step, pending checks, since when."""
+    return {
+        "step": judgement.step.value,
+        "pending_checks": list(judgement.pending),
+        "since": datetime.fromtimestamp(judgement.since, UTC).isoformat(timespec="seconds"),
+        "recheck": judgement.command,
+        "requested_at": judgement.requested_at or None,
+        "why": judgement.why,
+    }
 
 
 def explain(view: NodeView, plan: Plan, refused: Mapping[str, str]) -> dict[str, Any]:

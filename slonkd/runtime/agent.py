@@ -210,15 +210,18 @@ class Agent:
         pod = self._pod()
         return requeue_cause(held_for=held_for, disruption=pod.disruption if pod else None)
 
-    async def _recheck(self, _command: Command) -> None:
-        await run_checks_now(self.health, self.publish_status)
+    async def _recheck(self, command: Command) -> None:
+        await run_checks_now(self.health, lambda: self.publish_status(answers=command.id))
 
     async def _on_verdict(self, result: CheckResult) -> None:
         self.verdicts[result.check] = result
         await self.publish_status()
 
-    async def publish_status(self) -> None:
-        """Publish this node's retained status (online, pod, health verdicts)."""
+    async def publish_status(self, answers: str = "") -> None:
+        """Publish this node's retained status (online, pod, health verdicts).
+
+        ``answers``: the recheck command whose checks all ran before this status.
+        """
         if self.bus is None:
             return
         status = AgentStatus(
@@ -228,6 +231,7 @@ class Agent:
             kube_node=self.s.kube_node,
             health={name: encode_verdict(r) for name, r in sorted(self.verdicts.items())},
             at=time.time(),
+            answers=answers,
         )
         status, refused = publishable_status(self.status_topic, status)
         if refused:
@@ -235,7 +239,12 @@ class Agent:
             log.error("agent.status_refused", node=self.s.slurm_node, error=refused[:200])
         try:
             await self.bus.publish(self.status_topic, status, retain=True)
-            log.info("agent.status_published", node=self.s.slurm_node, health=status.health)
+            log.info(
+                "agent.status_published",
+                node=self.s.slurm_node,
+                health=status.health,
+                **({"answers": answers} if answers else {}),
+            )
         except TransientError as exc:
             self.metrics.error("bus-publish")
             log.warning("agent.status_not_published", node=self.s.slurm_node, error=str(exc)[:200])

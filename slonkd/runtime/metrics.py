@@ -101,6 +101,16 @@ class Metrics:
             "Causes suspected because many nodes fail them at once, at the last pass",
             registry=self.registry,
         )
+        self.revalidating = Gauge(
+            "slonkd_revalidating_nodes",
+            "Nodes held slonkd:revalidating (waiting for a recheck that passes), at the last pass",
+            registry=self.registry,
+        )
+        self.revalidation_oldest = Gauge(
+            "slonkd_revalidation_oldest_seconds",
+            "Age of the oldest revalidation in progress (0: none), at the last pass",
+            registry=self.registry,
+        )
         self.slurm_reads = Counter(
             "slonkd_slurmctld_reads",
             "Reads slonkd sent to slurmctld (polls and full reads)",

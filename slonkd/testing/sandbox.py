@@ -202,7 +202,11 @@ def run_sandbox(
             Mosquitto(
                 root / "mqtt",
                 users=users,
-                patterns=("pattern write slonk/v1/+/nodes/%u/status",),
+                patterns=(  # an agent's own status; its commands and the leader's status (recheck)
+                    "pattern write slonk/v1/+/nodes/%u/status",
+                    "pattern read slonk/v1/+/nodes/%u/commands",
+                    "pattern read slonk/v1/+/coordinator/status",
+                ),
             )
         )
         _say(f"mosquitto ready on 127.0.0.1:{mqtt.port}")

@@ -206,7 +206,11 @@ def health_fleet(
     broker = Mosquitto(
         Path(tempfile.mkdtemp(prefix="hp-", dir=session_root)),
         users=users,
-        patterns=("pattern write slonk/v1/+/nodes/%u/status",),
+        patterns=(  # an agent's own status; its commands and the leader's status (recheck)
+            "pattern write slonk/v1/+/nodes/%u/status",
+            "pattern read slonk/v1/+/nodes/%u/commands",
+            "pattern read slonk/v1/+/coordinator/status",
+        ),
     )
     broker.start()
     label = {"slonk.dev/test": namespace}
@@ -415,7 +419,7 @@ def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
     server): w-0's agent publishes one fail verdict that the coordinator accepts, the
     coordinator drains w-0 for one cause ``slonkd:health:mount-...-deadline-missed`` that
     stays the same over further missed deadlines, and slonkd lifts its own drain once the
-    mount answers again.
+    mount answers again (through ``revalidating``: the recheck's answer passes).
     """
     f = health_fleet
     check = f"mount:{f.mount}"
@@ -456,7 +460,15 @@ def test_a_hung_home_drains_for_one_stable_cause_and_is_lifted_when_it_answers(
         for e in f.coordinator_events()
         if e.get("event") == "slurm.nodes_release" and "w-0" in e["nodes"]
     ]
-    assert [e["cause"] for e in releases] == [cause]
+    # the health cause goes once revalidating holds (the node stays held: "other-causes"), and
+    # revalidating goes on the recheck's passing answer: that release resumes the node, once
+    assert [e["cause"] for e in releases] == ["revalidating"]
+    assert any(
+        e.get("event") == "slurm.nodes_release"
+        and e["cause"] == cause
+        and e["skipped"] == {"w-0": "other-causes"}
+        for e in f.coordinator_events()
+    )
     assert published()[-1] == "ok"
 
 

@@ -203,6 +203,26 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
     assert loaded.job_blame.poll_s == 30
 
 
+def test_revalidation_values_reach_the_coordinator(helm: Helm) -> None:
+    """coordinator.revalidation: on by default (900 s, 30 s, no named checks); set, passed on.
+
+    The config keys are the ones ``slonkd coordinator`` reads (revalidate, revalidate_*).
+    """
+    config = json.loads(one(render(helm), "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert (config["revalidate"], config["revalidate_timeout_s"]) == (True, 900)
+    assert (config["revalidate_recheck_s"], config["revalidate_checks"]) == (30, [])
+    custom = render(
+        helm,
+        set_json=(
+            'coordinator.revalidation={"enabled":true,"timeoutSeconds":600,'
+            '"recheckSeconds":10,"checks":["dcgm-diag"]}',
+        ),
+    )
+    config = json.loads(one(custom, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert config["revalidate_timeout_s"] == 600
+    assert config["revalidate_checks"] == ["dcgm-diag"]
+
+
 def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_path: Path) -> None:
     """coordinator.slurmTriggers is off by default; on, the leader and slurmctld get their parts.
 

@@ -11,6 +11,7 @@ a bus payload and a SLURM reason.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,7 +31,8 @@ from slonkd.core.health import (
 )
 from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
 from slonkd.core.messages import AgentStatus, Channel, decode, encode, node_topic
-from slonkd.core.reasons import Cause, ReasonOwner, format_reason, parse_reason
+from slonkd.core.reasons import Cause, ReasonOwner, encode_causes, format_reason, parse_reason
+from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.health_loop import HealthLoop
 
@@ -102,7 +104,14 @@ def test_a_causeless_health_fail_drains_for_a_cause_slonkd_owns_and_lifts() -> N
         _view(slurm=_slurm("w-0", "IDLE+DRAIN", written), health={"mount:/x": ok("mount:/x")}),
         POLICY,
     )
-    assert (Kind.RELEASE, drain.cause) in [(a.kind, a.cause) for a in healed.actions]
+    # first held for revalidation (slonkd.core.revalidation), then the cause itself is lifted
+    assert (Kind.DRAIN, REVALIDATING) in [(a.kind, a.cause) for a in healed.actions]
+    both = replace(
+        _slurm("w-0", "IDLE+DRAIN", written),
+        extra=encode_causes("", frozenset({drain.cause, REVALIDATING})),
+    )
+    lifted = decide(_view(slurm=both, health={"mount:/x": ok("mount:/x")}), POLICY)
+    assert (Kind.RELEASE, drain.cause) in [(a.kind, a.cause) for a in lifted.actions]
 
 
 def test_suspected_causeless_health_causes_match_the_drains_slonkd_holds() -> None:

@@ -41,6 +41,10 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"job_blame": {"min_failures": 1}}, "min_failures"),
     ({"job_blame": {"infrastructure_exit_codes": [256]}}, "infrastructure_exit_codes"),
     ({"job_blame": ["on"]}, "job_blame"),
+    ({"revalidate": "yes"}, "revalidate"),
+    ({"revalidate_timeout_s": 0}, "revalidate_timeout_s"),
+    ({"revalidate_recheck_s": "soon"}, "revalidate_recheck_s"),
+    ({"revalidate_checks": "dcgm-diag"}, "revalidate_checks"),
 ]
 
 AGENT_CASES: list[tuple[dict[str, object], str]] = [

@@ -32,6 +32,7 @@ from slonkd.core.messages import (
     slurm_events_topic,
 )
 from slonkd.core.pod_ready import ReadyTracker
+from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.credentials import coordinator_bus_credentials
@@ -89,6 +90,8 @@ class Observer:
         """Nodes whose reason or state the poll saw change since the last pass (fast path)."""
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
+        self.answers: dict[str, Answer] = {}
+        """Per SLURM node, the latest status that answered a recheck (revalidation)."""
         nodes.add_handler(self.on_node_change)
         pods.add_handler(self.on_change)
 
@@ -132,6 +135,10 @@ class Observer:
             if payload.online:
                 verdicts = {k: decode_verdict(k, v) for k, v in payload.health.items()}
                 self.health[node] = (payload.kube_node, verdicts)
+                if payload.answers:
+                    self.answers[node] = Answer(
+                        command=payload.answers, kube_node=payload.kube_node, verdicts=verdicts
+                    )
             else:
                 self.health.pop(node, None)  # agent gone: its verdicts are unknown, not ok
             self.dirty.set()
@@ -166,6 +173,8 @@ class Observer:
                     handled_failure=state.handled.get(pod.name, ""),
                     health=self.health_of(pod),
                     paused=state.paused,
+                    revalidation=state.revalidating.get(pod.name),
+                    recheck=self.answers.get(pod.name),
                 )
             )
         return views

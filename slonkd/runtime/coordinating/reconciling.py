@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
+from slonkd.runtime.coordinating.revalidating import Revalidator
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
 from slonkd.runtime.coordinating.values import slurm_text
@@ -191,6 +192,17 @@ class Coordinator:
         )  # fmt: skip
         if self.reaper is not None:
             self.pods.add_handler(self.reaper.on_pod_event)
+        # proof of health before return needs the agents' answers: without a bus it is off
+        self.policy = (
+            s.policy
+            if self.commands is not None
+            else replace(s.policy, revalidation=replace(s.policy.revalidation, enabled=False))
+        )
+        self.revalidator = Revalidator(
+            memory=self.memory, commands=self.commands, metrics=self.metrics,
+            required=s.policy.revalidation.required, dry_run=s.dry_run,
+            check_valid=elector.check_valid,
+        )  # fmt: skip
         self.triggers = TriggerKeeper(  # slurmctld's PERM triggers, see .triggering
             triggers=Triggers(CommandRunner(s.slurm)),
             program=s.trigger_program,
@@ -254,7 +266,7 @@ class Coordinator:
         return ""
 
     def _plans(self, views: list[NodeView]) -> tuple[list[Plan], frozenset[Cause]]:
-        plans = merge_shared_nodes(views, [decide(v, self.s.policy) for v in views])
+        plans = merge_shared_nodes(views, [decide(v, self.policy) for v in views])
         return suspect_common_causes(
             views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
         )
@@ -369,6 +381,7 @@ class Coordinator:
                 self.executor.apply_kube(view, action, token),
                 action=action.kind, cause=action.cause, nodes=[view.node], token=token,
             )  # fmt: skip
+        await self.revalidator.after_pass(views, plans)
         self.metrics.reconciled("ok", time.monotonic() - began)
         self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
         self.metrics.paused.set(1 if self.state.paused else 0)

@@ -3,7 +3,9 @@
 ``decide`` plans the step (:func:`slonkd.core.decide.decide`, one step per attempt with a
 cool-down): evict the pod, then request a reboot, then mark for manual repair. Each step
 done is counted per K8s node in the state (:mod:`.remembering`), which the next views read
-(:mod:`.observing`). The executors' table (:mod:`.executing`) dispatches the three kinds here.
+(:mod:`.observing`); a reboot request also starts the node's revalidation there (SLURM
+returns a rebooted node by itself; slonkd holds it until its checks passed on demand,
+:mod:`.revalidating`). The executors' table (:mod:`.executing`) dispatches the three kinds here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from slonkd.core.decide import (
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.core.revalidation import Pending
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.values import label_value
@@ -95,7 +98,9 @@ class Remediator:
                 reason=reason,
                 message=f"slonkd: {cause} (remediation attempt {attempts})",
             )
-            await self._remediated(kube.name, view.node, "", token)
+            # SLURM returns a rebooted node by itself: it must prove its health first
+            reboot = action.kind is Kind.REQUEST_REBOOT
+            await self._remediated(kube.name, view.node, "", token, revalidate=reboot)
         return result
 
     async def _request_slurm_reboot(self, view: NodeView, action: Action, token: int) -> None:
@@ -128,8 +133,14 @@ class Remediator:
             fencing_token=token,
         )
 
-    async def _remediated(self, kube_node: str, node: str, handled: str, token: int) -> None:
-        """Record one remediation step (and the failure it handled) in the state ConfigMap."""
+    async def _remediated(
+        self, kube_node: str, node: str, handled: str, token: int, *, revalidate: bool = False
+    ) -> None:
+        """Record one remediation step (and the failure it handled) in the state ConfigMap.
+
+        ``revalidate``: also start the node's revalidation (a record with no recheck sent:
+        when SLURM puts the node back by itself, slonkd drains it ``revalidating``).
+        """
 
         def change(st: CoordinatorState) -> CoordinatorState:
             was = st.remediation.get(kube_node, Attempts())
@@ -138,6 +149,10 @@ class Remediator:
                 kube_node: Attempts(attempts=was.attempts + 1, last_at=time.time()),
             }
             done = {**st.handled, node: handled} if handled else st.handled
-            return replace(st, remediation=remediation, handled=done)
+            checks = st.revalidating
+            if revalidate:  # a round already going on keeps its start, not its recheck
+                began = st.revalidating[node].since if node in st.revalidating else time.time()
+                checks = {**st.revalidating, node: Pending(since=began)}
+            return replace(st, remediation=remediation, handled=done, revalidating=checks)
 
         await self.memory.update(token, change)

@@ -225,6 +225,10 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "dry_run" $c.dryRun
   "fleet_metrics" $c.fleetMetrics.enabled
   "sdiag_s" $c.fleetMetrics.sdiagSeconds
+  "revalidate" $c.revalidation.enabled
+  "revalidate_timeout_s" (int $c.revalidation.timeoutSeconds)
+  "revalidate_recheck_s" (int $c.revalidation.recheckSeconds)
+  "revalidate_checks" $c.revalidation.checks
 -}}
 {{- $t := .Values.topology -}}
 {{- if ne $t.plugin "none" -}}

@@ -1,0 +1,163 @@
+"""The leader's revalidation in a pass, with the fakes of ``test_coordinator_pass``.
+
+A node held ``slonkd:revalidating`` gets one recheck per due judgement, the command is
+recorded in the state, the answer to it releases the node once, and the record is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.core.health import Remediation, fail, ok, warn
+from slonkd.core.messages import Command
+from slonkd.core.reasons import Cause
+from slonkd.core.revalidation import Answer
+from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.commands import CommandSender
+from tests.unit.test_coordinator_pass import (
+    TOKEN,
+    FakeNodeWriter,
+    FakeSlurm,
+    _coordinator,
+    _node,
+    _slurm,
+)
+
+
+class FakeSender:
+    """Records the commands it would publish."""
+
+    def __init__(self) -> None:
+        self.sent: list[Command] = []
+
+    async def send(self, node: str, action: str, *, cause: str, detail: str = "") -> Command:
+        """A command with a fresh id."""
+        command = Command(
+            id=f"cmd-{len(self.sent):05d}",
+            node=node,
+            action=action,
+            cause=cause,
+            fencing_token=TOKEN,
+            detail=detail,
+            at=0.0,  # the leader then records its own clock
+        )
+        self.sent.append(command)
+        return command
+
+
+async def test_a_revalidating_node_is_rechecked_recorded_and_released_on_a_pass() -> None:
+    """One recheck per due judgement, its id recorded; only a passing answer resumes, once."""
+    slurm = FakeSlurm([_slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")], failing=set())
+    resumed: list[tuple[list[str], str]] = []
+
+    async def resume(names: Sequence[str], cause: Cause) -> UpdateResult:
+        resumed.append((list(names), str(cause)))
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
+
+    slurm.resume = resume  # type: ignore[attr-defined]
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    sender = FakeSender()
+    c.commands = cast(CommandSender, sender)
+    c.policy = c.s.policy  # revalidation on (the fakes have no bus)
+    c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+    c.health["w-0"] = ("kn-0", {"gpu": ok("gpu")})
+
+    await c.reconcile_all()
+    assert [(s.node, s.action, s.cause) for s in sender.sent] == [
+        ("w-0", "recheck", "revalidating")
+    ]
+    record = c.memory.state.revalidating["w-0"]
+    assert (record.command, record.pod_uid) == ("cmd-00000", "u0")
+    assert c.metrics.registry.get_sample_value("slonkd_revalidating_nodes") == 1
+
+    await c.reconcile_all()  # inside recheck_s, no answer: nothing more
+    assert len(sender.sent) == 1
+    assert resumed == []
+
+    c.observer.answers["w-0"] = Answer(
+        command="cmd-00000", kube_node="kn-0", verdicts={"gpu": warn("gpu", "x")}
+    )
+    await c.reconcile_all()  # an answer that does not pass: held
+    assert resumed == []
+
+    c.observer.answers["w-0"] = Answer(
+        command="cmd-00000", kube_node="kn-0", verdicts={"gpu": ok("gpu")}
+    )
+    await c.reconcile_all()
+    assert resumed == [(["w-0"], "revalidating")]
+    assert "w-0" not in c.memory.state.revalidating
+
+
+async def test_a_node_slurm_returns_after_a_reboot_request_is_drained_revalidating() -> None:
+    """The ladder asked for a reboot: SLURM puts the node back by itself, slonkd holds it.
+
+    The reboot step records a revalidation without a recheck; the pass that sees the node
+    idle again (no reason) drains it ``revalidating`` before anything else returns it.
+    """
+    held = _slurm(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
+    slurm = FakeSlurm([held], failing=set())
+
+    async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=2)
+
+    slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    sender = FakeSender()
+    c.commands = cast(CommandSender, sender)
+    c.policy = c.s.policy
+    c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+    c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
+    await c.reconcile_all()
+    record = c.memory.state.revalidating["w-0"]
+    assert record.command == ""  # started, no recheck yet: the node is still held for health
+    assert sender.sent == []
+
+    slurm.nodes = [_slurm(0)]  # rebooted: SLURM returned it and cleared slonkd's reason
+    c.health["w-0"] = ("kn-0", {"xid": ok("xid")})
+    await c.reconcile_all()
+    assert ("revalidating", ["w-0"]) in slurm.drained
+
+
+async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
+    """Failover: the new leader reads the record, keeps its start, accepts the answer to it.
+
+    Without an answer it waits out ``recheck_s`` from the old leader's request (it does not
+    recheck at once, nor restart the timeout); the retained answer to that command resumes.
+    """
+    node = _slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
+
+    def leader(sender: FakeSender, store: Any = None) -> Any:
+        slurm = FakeSlurm([node], failing=set())
+        resumed: list[str] = []
+
+        async def resume(names: Sequence[str], cause: Cause) -> UpdateResult:
+            resumed.extend(names)
+            return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
+
+        slurm.resume = resume  # type: ignore[attr-defined]
+        c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+        if store is not None:
+            c.memory.store = store
+        c.commands = cast(CommandSender, sender)
+        c.policy = c.s.policy
+        c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+        c.health["w-0"] = ("kn-0", {"gpu": ok("gpu")})
+        return c, resumed
+
+    old, _ = leader(FakeSender())
+    await old.reconcile_all()
+    began = old.memory.state.revalidating["w-0"]
+    new_sender = FakeSender()
+    new, resumed = leader(new_sender, store=old.memory.store)
+    await new.reconcile_all()
+    assert new_sender.sent == []  # the old leader's recheck is recent: wait for its answer
+    assert new.memory.state.revalidating["w-0"] == began
+    new.observer.answers["w-0"] = Answer(
+        command=began.command, kube_node="kn-0", verdicts={"gpu": ok("gpu")}
+    )
+    await new.reconcile_all()
+    assert resumed == ["w-0"]
+    assert "w-0" not in new.memory.state.revalidating
