@@ -439,6 +439,7 @@ class Soak:
             self.outage_per_process.append(per_min)
             self.timeline.write("outage_log_lines_per_min", per_process=per_min)
             f.slurm.start_slurmctld()
+            self.checker.after_slurmctld_restart()
             return "done"
         if step.kind == "mosquitto_restart":
             f.mqtt.restart()

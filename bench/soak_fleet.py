@@ -27,7 +27,7 @@ from bench.soak_relay import Relays
 from slonkd.testing import procs
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.sandbox_agents import AgentKeeper
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
@@ -203,7 +203,7 @@ class SoakFleet:
             Mosquitto(
                 self.root / "mqtt",
                 users=users,
-                patterns=("pattern write slonk/v1/+/nodes/%u/status",),
+                patterns=AGENT_PATTERNS,  # with commands: the leader's rechecks (revalidation)
             )
         )
         self._relays = Relays((mqtt.host, mqtt.port), self.relayed_names)

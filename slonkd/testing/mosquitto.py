@@ -41,6 +41,15 @@ class MqttUser:
     acl: Sequence[str] = ()
 
 
+AGENT_PATTERNS = (
+    "pattern write slonk/v1/+/nodes/%u/status",
+    "pattern read slonk/v1/+/nodes/%u/commands",
+    "pattern read slonk/v1/+/coordinator/status",
+)
+"""ACL of a password-file agent (user = its SLURM node): its own status, its commands (the
+leader's recheck) and the leader's status (the commands' token floor)."""
+
+
 @dataclass(slots=True)
 class Mosquitto:
     """Handle on a running broker; use as a context manager or call start()/stop()."""

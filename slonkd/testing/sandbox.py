@@ -31,7 +31,7 @@ from typing import Any
 from slonkd.testing import procs
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.sandbox_agents import AgentKeeper
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
@@ -202,11 +202,7 @@ def run_sandbox(
             Mosquitto(
                 root / "mqtt",
                 users=users,
-                patterns=(  # an agent's own status; its commands and the leader's status (recheck)
-                    "pattern write slonk/v1/+/nodes/%u/status",
-                    "pattern read slonk/v1/+/nodes/%u/commands",
-                    "pattern read slonk/v1/+/coordinator/status",
-                ),
+                patterns=AGENT_PATTERNS,
             )
         )
         _say(f"mosquitto ready on 127.0.0.1:{mqtt.port}")

@@ -29,7 +29,7 @@ import pytest
 from slonkd.core.decide import REBOOT_TAINT
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.procs import die_with_parent, free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout, control
 from slonkd.testing.workloads import worker_statefulset
@@ -206,11 +206,7 @@ def health_fleet(
     broker = Mosquitto(
         Path(tempfile.mkdtemp(prefix="hp-", dir=session_root)),
         users=users,
-        patterns=(  # an agent's own status; its commands and the leader's status (recheck)
-            "pattern write slonk/v1/+/nodes/%u/status",
-            "pattern read slonk/v1/+/nodes/%u/commands",
-            "pattern read slonk/v1/+/coordinator/status",
-        ),
+        patterns=AGENT_PATTERNS,
     )
     broker.start()
     label = {"slonk.dev/test": namespace}
