@@ -13,7 +13,12 @@
    (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
    without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
-   coordinator's RSS.
+   coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up: a
+   failover's time to first action) and the way there: process start, its CPU seconds, the
+   Lease, the informers' lists and the first pass's phases (first_pass_{size}_*).
+
+``EVENTS`` 0 runs part 3 alone; ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
+cProfile (``DIR/<name>.prof``).
 
 Prints a table, then one JSON object as the last line.
 """
