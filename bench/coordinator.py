@@ -13,7 +13,12 @@
    (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
    without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
-   coordinator's RSS.
+   coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up: a
+   failover's time to first action) and the way there: process start, its CPU seconds, the
+   Lease, the informers' lists and the first pass's phases (first_pass_{size}_*).
+
+``EVENTS`` 0 runs part 3 alone; ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
+cProfile (``DIR/<name>.prof``).
 
 Prints a table, then one JSON object as the last line.
 """
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,27 @@ _CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_N
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _log_gap_s(log: Path, first: str, then: str) -> float:
+    """Seconds between the first log lines of events ``first`` and ``then`` (-1: absent)."""
+    at: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        event = entry.get("event")
+        if event in (first, then) and event not in at and "timestamp" in entry:
+            stamp = entry["timestamp"].replace("Z", "+00:00")
+            at[event] = datetime.fromisoformat(stamp).timestamp()
+    return at[then] - at[first] if first in at and then in at else -1.0
 
 
 def _rss_mb(pid: int) -> float:
@@ -114,14 +141,17 @@ class Coordinator:
             "SLONKD_CONFIG": str(conf),
         }
         with self.log.open("ab") as out:
+            profile = os.environ.get("SLONKD_BENCH_PROFILE_DIR")  # cProfile of the process
+            prefix = ["-m", "cProfile", "-o", f"{profile}/{root.name}.prof"] if profile else []
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
+                [sys.executable, *prefix, "-m", "slonkd.cli.main", "coordinator"],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
             )
         self.port = 0
+        began = time.monotonic()
 
         def listening() -> bool:
             for line in self.log.read_text().splitlines():
@@ -129,7 +159,9 @@ class Coordinator:
                     self.port = json.loads(line)["port"]
             return self.port != 0
 
-        wait_for("coordinator API", listening, timeout_s=60, alive=self._dead)
+        wait_for("coordinator API", listening, timeout_s=60, alive=self._dead, interval_s=0.05)
+        self.start_s = time.monotonic() - began
+        """Process start, imports and the API up (as seen from here, polling its log)."""
 
     def _dead(self) -> str | None:
         return None if self.proc.poll() is None else self.log.read_text()[-2000:]
@@ -248,8 +280,13 @@ def _marked_any(kube: KubeCluster, knode: str) -> bool:
     return bool(spec.get("unschedulable")) or "slonk.dev/unhealthy" in taints
 
 
-def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, float]:
-    """Resync time, reads and RSS at ``size`` nodes (the pods and nodes so far: ``have``)."""
+def scale(
+    root: Path, kube: KubeCluster, size: int, have: int, other_pods: int = 10
+) -> dict[str, float]:
+    """Resync time, reads and RSS at ``size`` nodes (the pods and nodes so far: ``have``).
+
+    ``other_pods``: the latency part's pods, also running (0 when it was skipped).
+    """
     slurm = SlurmCluster(
         root / f"slurm-{size}",
         SlurmLayout(
@@ -264,7 +301,10 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
         new = [f"x{i}" for i in range(have, size)]
         create_s = asyncio.run(_create(kube, [f"k{n}" for n in new], new))
         wait_for(
-            f"{size} pods ready", lambda: _running(kube, size + 10), timeout_s=600, interval_s=2
+            f"{size} pods ready",
+            lambda: _running(kube, size + other_pods),
+            timeout_s=600,
+            interval_s=2,
         )
         co = Coordinator(
             root / f"co-{size}", kube, slurm,
@@ -275,6 +315,7 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
             began = time.monotonic()
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=300, interval_s=0.2)
             first_s = time.monotonic() - began
+            first_cpu_s = _cpu_s(co.proc.pid)
             time.sleep(12)  # two resyncs at rest
             status = co.status()
             passes = status["passes"]
@@ -282,6 +323,17 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
             return {
                 f"create_{size}_s": create_s,
                 f"first_pass_{size}_s": first_s,
+                # the way to it: process start + imports + API (before first_pass_s), the
+                # Lease, then the term's lists and the first pass's phases (its status)
+                f"first_pass_{size}_start_s": co.start_s,
+                f"first_pass_{size}_cpu_s": first_cpu_s,
+                f"first_pass_{size}_lease_s": _log_gap_s(
+                    co.log, "coordinator.api_listening", "kube.lease_acquired"
+                ),
+                **{
+                    f"first_pass_{size}_{k.removesuffix('_ms')}_ms": float(v)
+                    for k, v in passes["first_ms"].items()
+                },
                 f"resync_{size}_s": passes["last_ms"] / 1000,
                 f"resync_{size}_slurm_reads": (passes["slurm_reads"] - passes["slurm_polls"])
                 / max(1, passes["count"]),
@@ -304,10 +356,11 @@ def main() -> int:
     results: dict[str, float] = {}
     with KubeCluster(root / "kube", node_monitor_grace_period="1h") as kube:
         kube.create_namespace(NS)
-        results.update(latency(root, kube, events))
+        if events > 0:  # 0: the scale part alone (first pass, resync)
+            results.update(latency(root, kube, events))
         have = 0
         for size in sizes:
-            results.update(scale(root, kube, size, have))
+            results.update(scale(root, kube, size, have, 10 if events > 0 else 0))
             have = size
     width = max(len(k) for k in results)
     for key, value in results.items():

@@ -475,3 +475,46 @@ async def test_a_term_whose_work_ends_gives_the_lease_up_and_campaigns_again(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_leader_stopped_then_released_hands_the_lease_over_at_once(
+    kube_transport: KubeTransport, namespace: str
+) -> None:
+    """SIGTERM's order (cancel the campaign, then ``release``) clears the holder: no wait.
+
+    The coordinator cancels its campaign first and releases after; a release that did nothing
+    once the term had ended left the next leader waiting a whole lease duration (a rolling
+    update's or bench's time to first action: 15 s more at the default duration).
+    """
+
+    def candidate(identity: str) -> LeaderElector:
+        return LeaderElector(
+            kube_transport,
+            LeaseSettings(
+                name="handover",
+                namespace=namespace,
+                identity=identity,
+                lease_duration_s=30,
+                renew_deadline_s=20,
+                retry_period_s=RETRY_S,
+                safety_margin_s=0.5,
+            ),
+        )
+
+    old = _Leading(candidate("handover-old"))
+    task = asyncio.create_task(old.elector.run(old.work))
+    async with asyncio.timeout(10):
+        await old.started.wait()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await old.elector.release()
+    new = _Leading(candidate("handover-new"))
+    began = time.monotonic()
+    successor = asyncio.create_task(new.elector.run(new.work))
+    try:
+        async with asyncio.timeout(10):  # well under the lease's 30 s
+            await new.started.wait()
+        assert time.monotonic() - began <= RETRY_S * 2 + 1
+    finally:
+        successor.cancel()
+        await asyncio.gather(successor, return_exceptions=True)

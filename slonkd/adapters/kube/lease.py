@@ -200,9 +200,12 @@ class LeaderElector:
         raise _WorkEnded
 
     async def release(self) -> None:
-        """Give the lease up (graceful shutdown) so another candidate takes over at once."""
-        if self._token is None:
-            return
+        """Give the lease up (graceful shutdown) so another candidate takes over at once.
+
+        Also after the term ended (the campaign cancelled first, as on SIGTERM, leaves no
+        token): the Lease may still name this candidate, and a successor would wait a whole
+        lease duration for it. Only a record naming this candidate is cleared.
+        """
         self._token = None
         await self._give_up()
 

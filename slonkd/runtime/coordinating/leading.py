@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import structlog
 
@@ -43,6 +44,8 @@ async def lead(c: Coordinator, token: int) -> None:
         await _lead(c)
     except* _NotLeading:
         log.warning("coordinator.not_leading", identity=c.s.identity, fencing_token=token)
+    finally:
+        c.cancel_read_ahead()
 
 
 async def _lead(c: Coordinator) -> None:
@@ -60,8 +63,10 @@ async def _lead(c: Coordinator) -> None:
             group.create_task(c.topology.run())
         if c.rollout is not None:
             group.create_task(c.rollout.run())
+        c.read_slurm_ahead()  # side by side with the lists: the first pass waits for both
         await c.nodes.synced.wait()
         await c.pods.synced.wait()
+        c.first_pass_ms["lists_ms"] = round((time.monotonic() - c.began) * 1000, 1)
         log.info("coordinator.synced", nodes=len(c.nodes), pods=len(c.pods))
         if c.reaper is not None:
             group.create_task(c.reaper.run())  # sweeps first: the leader-start sweep

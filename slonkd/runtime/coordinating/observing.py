@@ -92,6 +92,8 @@ class Observer:
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
         self.answers: dict[str, Answer] = {}
         """Per SLURM node, the latest status that answered a recheck (revalidation)."""
+        self._worker_nodes: frozenset[str] | None = None
+        """K8s nodes with a worker pod, rebuilt after a pod changed (None: to rebuild)."""
         nodes.add_handler(self.on_node_change)
         pods.add_handler(self.on_change)
 
@@ -109,17 +111,24 @@ class Observer:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""
         if event.old is not None and _same(event.old, event.obj):
             return
+        self._worker_nodes = None  # a pod came, went or moved: rebuilt when a node asks
         self.dirty.set()
 
     def on_node_change(self, event: CacheEvent[Node]) -> None:
         """Start a pass for a K8s node's change that matters, on a node with a worker pod.
 
         The cluster's other nodes come and go with other workloads and cannot change a view.
+        The K8s nodes with a worker pod are a set rebuilt only after a pod event, not a scan
+        of the pods per node event: a first list of N nodes next to N pods costs O(N), not
+        O(N²) (5,000 nodes: seconds of a failover's time to first action).
         """
         if event.old is not None and _same(event.old, event.obj):
             return  # heartbeat: checked first, it is the common case and costs nothing
-        name = event.obj.name
-        if any(p.node_name == name for p in self.pods.items().values()):
+        if self._worker_nodes is None:
+            self._worker_nodes = frozenset(
+                p.node_name for p in self.pods.items().values() if p.node_name
+            )
+        if event.obj.name in self._worker_nodes:
             self.dirty.set()
 
     async def read_statuses(self, bus: Bus) -> None:

@@ -21,6 +21,7 @@ fakes. The term's loop and the process around it are :mod:`.leading`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -165,6 +166,10 @@ class Coordinator:
             else None
         )
         self._last_slurm: list[SlurmNode] | None = None
+        self._prefetch: asyncio.Task[list[SlurmNode]] | None = None
+        self.began = time.monotonic()
+        self.first_pass_ms: dict[str, float] = {}
+        """The term's way to its first pass: lists, waits and the pass's phases (status)."""
         self.fleet = FleetExporter() if s.fleet_metrics else None
         """The fleet's families; registered on /metrics by the term (:mod:`.leading`)."""
         self.sdiag = scontrol.diag
@@ -242,6 +247,7 @@ class Coordinator:
                 "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
                 "slurm_reads": self.reads.reads,
                 "slurm_polls": self.watch.polls if self.watch else 0,
+                "first_ms": self.first_pass_ms,
             }
         }
         if self.topology is not None:
@@ -317,11 +323,46 @@ class Coordinator:
 
     # -- one pass ----------------------------------------------------------------------------
 
+    def read_slurm_ahead(self) -> None:
+        """Start the first pass's SLURM read now, side by side with the informers' lists.
+
+        A new term's first action waits for both; one after the other they add up (5,000
+        nodes: the lists and ``scontrol show node`` take about as long). The read is the
+        pass's own (its one read within the limit), taken when the term began.
+        """
+        if self._prefetch is None:
+            self._prefetch = asyncio.ensure_future(self._read_slurm())
+
+    async def _read_slurm(self) -> list[SlurmNode]:
+        await self.reads.acquire()
+        return await self.slurm.read_nodes()
+
+    async def _pass_read(self, ahead: asyncio.Task[list[SlurmNode]] | None) -> list[SlurmNode]:
+        """The read started ahead (a failed one is read again), else a read (limit taken)."""
+        if ahead is not None:
+            try:
+                return await ahead
+            except SlonkdError as exc:
+                log.warning("coordinator.read_ahead_failed", error=str(exc)[:300])
+            await self.reads.acquire()
+        return await self.slurm.read_nodes()
+
+    def cancel_read_ahead(self) -> None:
+        """Stop a read started ahead that no pass took (the term ends)."""
+        ahead, self._prefetch = self._prefetch, None
+        if ahead is not None and not ahead.done():
+            ahead.cancel()
+        elif ahead is not None and not ahead.cancelled():
+            ahead.exception()  # retrieved: a failed read nobody took is no loop warning
+
     async def reconcile_all(self) -> list[Plan]:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
-        await self.reads.acquire()
+        first = self.passes == 0
+        ahead, self._prefetch = self._prefetch, None
+        if ahead is None:
+            await self.reads.acquire()
         began = time.monotonic()
-        slurm_nodes = await self.slurm.read_nodes()
+        slurm_nodes = await self._pass_read(ahead)
         self._last_slurm = slurm_nodes
         self.observer.fresh = []  # this read has them all
         read_at = time.monotonic()
@@ -404,6 +445,13 @@ class Coordinator:
                 "apply": round((time.monotonic() - decided_at) * 1000, 1),
             },
         )
+        if first:
+            self.first_pass_ms = {
+                "term_to_pass_ms": round((began - self.began) * 1000, 1),
+                **self.first_pass_ms,  # the lists (.leading)
+                **self.snapshot.phases_ms,
+                "pass_ms": self.snapshot.duration_ms,
+            }
         self.passes += 1
         (log.info if slurm_groups or kube_actions else log.debug)(
             "coordinator.pass",
