@@ -1,0 +1,36 @@
+"""Asks libslurm "changed since T?" for the contract tests, in its own process.
+
+libslurm reads ``SLURM_CONF`` once per process, so each cluster gets its own probe. Each
+line on stdin is a time T; each answer on stdout is one JSON line: ``{"changed", "last_update"}``
+or ``{"error": class name, "message"}``; ``{"loaded": path or null}`` comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from slonkd.adapters.slurm import libslurm
+from slonkd.core.errors import SlonkdError
+
+
+async def main() -> None:
+    """Answer one question per stdin line until stdin closes."""
+    lib = libslurm.load()
+    print(json.dumps({"loaded": lib.path if lib else None}), flush=True)
+    for line in sys.stdin:
+        if lib is None:
+            break
+        try:
+            stamp = await lib.changed_since(int(line), timeout_s=20.0)
+        except SlonkdError as exc:
+            print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+        else:
+            print(
+                json.dumps({"changed": stamp.changed, "last_update": stamp.last_update}), flush=True
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
