@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 
 import pytest
 
+from slonkd.adapters.slurm.libslurm import NodeTableStamp
+from slonkd.core.errors import TerminalError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.slurm_watch import ReadLimiter, fingerprint
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, fingerprint
 
 
 def _node(name: str, reason: str, state: str = "IDLE+DRAIN") -> SlurmNode:
@@ -55,3 +58,79 @@ def test_a_non_positive_rate_is_refused() -> None:
     """A rate of zero would never read: refused at start."""
     with pytest.raises(ValueError, match="positive"):
         ReadLimiter(0)
+
+
+class _Probe:
+    """A change probe answering from a script: a stamp, or an error to raise."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers = answers
+        self.sent: list[int] = []
+
+    async def changed_since(self, since: int, *, timeout_s: float = 5.0) -> object:
+        self.sent.append(since)
+        answer = (
+            self.answers.pop(0)
+            if self.answers
+            else NodeTableStamp(changed=False, last_update=since)
+        )
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class _Reads:
+    """A SLURM backend whose reasons read counts its calls."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def read_reason_nodes(self) -> list[SlurmNode]:
+        self.reads += 1
+        return [_node("n1", f"r{self.reads}")]
+
+
+async def _run_for(watch: SlurmWatch, seconds: float) -> None:
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_change_poll_reads_only_on_change() -> None:
+    """With libslurm, scontrol reads once at start and again only when the table changed.
+
+    The time sent next is the one taken before the read.
+    """
+    probe = _Probe([
+        NodeTableStamp(changed=True, last_update=10),  # first stamp
+        NodeTableStamp(changed=False, last_update=10),
+        NodeTableStamp(changed=True, last_update=12),
+    ])  # fmt: skip
+    reads = _Reads()
+    changes: list[object] = []
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), changes.append, poll_s=0.7,  # type: ignore[arg-type]
+        change_probe=probe, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.3)
+    assert reads.reads == 2
+    assert len(changes) == 1
+    assert probe.sent[:3] == [0, 10, 10]
+    assert set(probe.sent[3:]) == {12}
+    assert watch.backend == "libslurm"
+
+
+async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None:
+    """A library that cannot talk to this slurmctld is dropped: the scontrol poll as before."""
+    probe = _Probe([TerminalError("protocol version")])
+    reads = _Reads()
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.05,  # type: ignore[arg-type]
+        change_probe=probe,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.3)
+    assert watch.backend == "scontrol"
+    assert len(probe.sent) == 1
+    assert reads.reads >= 4

@@ -17,8 +17,10 @@ What is bound, and why it is safe across SLURM 22.05 and 24.11:
   last_update``; it is first in both releases' ``slurm.h`` (``time_t last_update;
   uint32_t record_count; node_info_t *node_array;``). Nothing version-specific
   (``node_info_t``) is ever touched; the message is freed by the library itself.
-- ``slurm_init(NULL)`` reads ``SLURM_CONF`` from the environment, so a harness cluster's
-  configuration is honoured as scontrol honours it.
+- ``slurm_init(conf)`` is given the ``SLURM_CONF`` scontrol is given (NULL: libslurm reads
+  ``SLURM_CONF`` from the environment), so a harness cluster's configuration is honoured.
+- The library is opened with ``RTLD_GLOBAL``: its plugins (auth_munge.so) resolve their
+  symbols against it.
 
 The library is the one of the SLURM installed next to slonkd (Debian's package ships it as
 ``slurm-wlm/libslurmfull.so``; ``libslurm.so.N`` where a distribution ships that). When it
@@ -117,7 +119,7 @@ class _NodeInfoMsg(ctypes.Structure):
 class LibSlurm:
     """The bound library; :meth:`changed_since` is the only question it answers."""
 
-    def __init__(self, lib: Any, path: str) -> None:
+    def __init__(self, lib: Any, path: str, conf: str | None = None) -> None:
         self.path = path
         self._lib = lib
         self._busy = threading.Lock()
@@ -133,7 +135,7 @@ class LibSlurm:
         lib.slurm_strerror.restype = ctypes.c_char_p
         lib.slurm_init.argtypes = [ctypes.c_char_p]
         lib.slurm_init.restype = None
-        lib.slurm_init(None)
+        lib.slurm_init(conf.encode() if conf else None)
 
     def _call(self, since: int) -> NodeTableStamp:
         """The blocking call (worker thread); releases the one-in-flight slot when done."""
@@ -187,15 +189,21 @@ _failed_once: set[str] = set()
 def load(
     path: str | None = None,
     *,
+    conf: str | None = None,
     opener: Callable[[str], Any] | None = None,
 ) -> LibSlurm | None:
-    """The installed libslurm, or None (logged once per reason) when it cannot be used."""
+    """The installed libslurm, or None (logged once per reason) when it cannot be used.
+
+    ``conf``: slurm.conf's path (None: ``SLURM_CONF`` from the environment, else the
+    compiled-in default). libslurm initialises once per process: the first load's
+    configuration holds for every later one.
+    """
     candidates = [path] if path else _candidates()
     open_lib = opener or (lambda p: ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL, use_errno=True))
     errors: list[str] = []
     for candidate in candidates:
         try:
-            return LibSlurm(open_lib(candidate), candidate)
+            return LibSlurm(open_lib(candidate), candidate, conf)
         except (OSError, AttributeError) as exc:
             errors.append(f"{candidate}: {exc}"[:300])
     key = ";".join(errors)

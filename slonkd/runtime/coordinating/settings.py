@@ -115,6 +115,11 @@ class CoordinatorSettings:
     """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
     poll_s: float = 0.7
     """The reasons-only SLURM read runs this often; a change starts a pass (0: off)."""
+    change_poll: bool = True
+    """Ask libslurm "node table changed since?" first and read only on change (used when the
+    installed libslurm loads and SLURM is reached without an argv prefix; else scontrol)."""
+    change_poll_s: float = 0.2
+    """The change poll's period (an RPC answered without packing the table)."""
     max_reads_per_s: float = 2.0
     state_poll_s: float = 2.0
     """The state ConfigMap is read this often between passes, so that an operator's pause or
