@@ -162,6 +162,59 @@ def _sdiag_client_rpcs(slurm: SlurmCluster) -> tuple[int, int]:
     return total, node_reads
 
 
+_SDIAG_TOTAL = re.compile(
+    r"^\s*REQUEST_NODE_INFO\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M
+)
+
+
+def _sdiag_node_info(slurm: SlurmCluster) -> tuple[int, int]:
+    """(REQUEST_NODE_INFO count, slurmctld's total time on them in µs) since the last reset."""
+    found = _SDIAG_TOTAL.search(slurm.run("sdiag").stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def change_poll_cost(root: Path, seconds: float = 30.0) -> dict[str, float]:
+    """slurmctld's node-table RPCs and time over ``seconds`` at rest: scontrol poll vs change poll.
+
+    The coordinator's poll (:class:`SlurmWatch`) alone against a 22.05 cluster, nothing else
+    talking: today's poll (scontrol every 0.7 s) and the change poll (libslurm every 0.2 s,
+    scontrol only on change). One process: libslurm reads its configuration once.
+    """
+    from slonkd.adapters.slurm import libslurm
+    from slonkd.adapters.slurm.runner import SlurmSettings
+    from slonkd.adapters.slurm.scontrol import ScontrolBackend
+    from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+
+    slurm = SlurmCluster(root / "slurm-change", SlurmLayout())
+    slurm.start()
+    out: dict[str, float] = {}
+    try:
+        backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
+        lib = libslurm.load(conf=str(slurm.conf))
+        if lib is None:
+            raise SystemExit("libslurm did not load")
+        for key, probe in (("scontrol_poll", None), ("change_poll", lib)):
+            watch = SlurmWatch(
+                backend, ReadLimiter(2.0), lambda new: None, poll_s=0.7, change_probe=probe
+            )
+
+            async def run(watch: SlurmWatch = watch, key: str = key) -> None:
+                task = asyncio.create_task(watch.run())
+                await asyncio.sleep(2.0)
+                slurm.run("sdiag", "--reset")
+                await asyncio.sleep(seconds)
+                count, total_us = _sdiag_node_info(slurm)
+                task.cancel()
+                out[f"{key}_node_info_rpcs_per_s"] = count / seconds
+                out[f"{key}_node_info_busy_ms_per_s"] = total_us / 1000 / seconds
+                out[f"{key}_scontrol_reads_per_s"] = watch.polls / (seconds + 2.0)
+
+            asyncio.run(run())
+    finally:
+        slurm.stop()
+    return out
+
+
 def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
     """Client RPCs and node-table reads over 20 s, nothing but the coordinator talking."""
     slurm.run("sdiag", "--reset")
@@ -298,6 +351,9 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
 
 def main() -> int:
     """Run every measurement; print the table and the JSON line."""
+    if sys.argv[1:2] == ["--change-poll"]:
+        _print(change_poll_cost(Path(tempfile.mkdtemp(prefix="slonkd-bench-change-"))))
+        return 0
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1000, 5000]
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-coordinator-"))
@@ -309,11 +365,17 @@ def main() -> int:
         for size in sizes:
             results.update(scale(root, kube, size, have))
             have = size
+    results.update(change_poll_cost(root))
+    _print(results)
+    return 0
+
+
+def _print(results: dict[str, float]) -> None:
+    """The table, then one JSON line."""
     width = max(len(k) for k in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value:12.3f}")
     print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    return 0
 
 
 if __name__ == "__main__":
