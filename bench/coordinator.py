@@ -173,19 +173,30 @@ def _sdiag_node_info(slurm: SlurmCluster) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
-def change_poll_cost(root: Path, seconds: float = 30.0) -> dict[str, float]:
+def change_poll_cost(
+    root: Path,
+    seconds: float = 30.0,
+    slurmd_timeout_s: int = SCALE_SLURMD_TIMEOUT_S,
+    declared: int = 0,
+) -> dict[str, float]:
     """slurmctld's node-table RPCs and time over ``seconds`` at rest: scontrol poll vs change poll.
 
     The coordinator's poll (:class:`SlurmWatch`) alone against a 22.05 cluster, nothing else
     talking: today's poll (scontrol every 0.7 s) and the change poll (libslurm every 0.2 s,
-    scontrol only on change). One process: libslurm reads its configuration once.
+    scontrol only on change). Once per process: libslurm reads its configuration once
+    (``--change-poll [SLURMD_TIMEOUT_S [DECLARED]]`` for another timeout or table size).
+    SlurmdTimeout is SLURM's default (300 s) unless given: slurmctld's pings of the nodes
+    (every third of it) move the node table's time, and each move is a change to read.
+    ``declared``: slurmd-less nodes added to the 4 real ones (the table's size). Keys carry
+    ``_t<SlurmdTimeout>`` and, with declared nodes, ``_n<declared>``.
     """
     from slonkd.adapters.slurm import libslurm
     from slonkd.adapters.slurm.runner import SlurmSettings
     from slonkd.adapters.slurm.scontrol import ScontrolBackend
     from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 
-    slurm = SlurmCluster(root / "slurm-change", SlurmLayout())
+    layout = SlurmLayout(slurmd_timeout_s=slurmd_timeout_s, extra_nodes=declared)
+    slurm = SlurmCluster(root / f"slurm-change-{slurmd_timeout_s}", layout)
     slurm.start()
     out: dict[str, float] = {}
     try:
@@ -205,9 +216,10 @@ def change_poll_cost(root: Path, seconds: float = 30.0) -> dict[str, float]:
                 await asyncio.sleep(seconds)
                 count, total_us = _sdiag_node_info(slurm)
                 task.cancel()
-                out[f"{key}_node_info_rpcs_per_s"] = count / seconds
-                out[f"{key}_node_info_busy_ms_per_s"] = total_us / 1000 / seconds
-                out[f"{key}_scontrol_reads_per_s"] = watch.polls / (seconds + 2.0)
+                tag = f"{key}_t{slurmd_timeout_s}" + (f"_n{declared}" if declared else "")
+                out[f"{tag}_node_info_rpcs_per_s"] = count / seconds
+                out[f"{tag}_node_info_busy_ms_per_s"] = total_us / 1000 / seconds
+                out[f"{tag}_scontrol_reads_per_s"] = watch.polls / (seconds + 2.0)
 
             asyncio.run(run())
     finally:
@@ -352,7 +364,10 @@ def scale(root: Path, kube: KubeCluster, size: int, have: int) -> dict[str, floa
 def main() -> int:
     """Run every measurement; print the table and the JSON line."""
     if sys.argv[1:2] == ["--change-poll"]:
-        _print(change_poll_cost(Path(tempfile.mkdtemp(prefix="slonkd-bench-change-"))))
+        base = Path(tempfile.mkdtemp(prefix="slonkd-bench-change-"))
+        timeout = int(sys.argv[2]) if len(sys.argv) > 2 else SCALE_SLURMD_TIMEOUT_S
+        declared = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+        _print(change_poll_cost(base, slurmd_timeout_s=timeout, declared=declared))
         return 0
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1000, 5000]
