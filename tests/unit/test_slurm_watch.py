@@ -8,10 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from slonkd.adapters.slurm import libslurm
 from slonkd.adapters.slurm.libslurm import NodeTableStamp
+from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, fingerprint
+from slonkd.runtime.coordinating.settings import CoordinatorSettings
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe, fingerprint
 
 
 def _node(name: str, reason: str, state: str = "IDLE+DRAIN") -> SlurmNode:
@@ -134,3 +137,25 @@ async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None
     assert watch.backend == "scontrol"
     assert len(probe.sent) == 1
     assert reads.reads >= 4
+
+
+def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No libslurm when off or when SLURM is behind an argv prefix; else scontrol's SLURM_CONF.
+
+    An argv prefix runs another release's clients, which the installed library may not speak.
+    """
+    loaded: list[str | None] = []
+
+    def fake_load(path: str | None = None, *, conf: str | None = None) -> object:
+        loaded.append(conf)
+        return "lib"
+
+    monkeypatch.setattr(libslurm, "load", fake_load)
+    base = {"namespace": "ns", "identity": "me"}
+    conf = SlurmSettings(env={"SLURM_CONF": "/etc/x/slurm.conf"})
+    assert change_probe(CoordinatorSettings(**base, change_poll=False, slurm=conf)) is None
+    chroot = SlurmSettings(argv_prefix=("chroot", "/r"))
+    assert change_probe(CoordinatorSettings(**base, slurm=chroot)) is None
+    assert loaded == []
+    assert change_probe(CoordinatorSettings(**base, slurm=conf)) == "lib"
+    assert loaded == ["/etc/x/slurm.conf"]
