@@ -151,11 +151,12 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
         return "lib"
 
     monkeypatch.setattr(libslurm, "load", fake_load)
-    base = {"namespace": "ns", "identity": "me"}
+    def settings(slurm: SlurmSettings, *, on: bool = True) -> CoordinatorSettings:
+        return CoordinatorSettings(namespace="ns", identity="me", slurm=slurm, change_poll=on)
+
     conf = SlurmSettings(env={"SLURM_CONF": "/etc/x/slurm.conf"})
-    assert change_probe(CoordinatorSettings(**base, change_poll=False, slurm=conf)) is None
-    chroot = SlurmSettings(argv_prefix=("chroot", "/r"))
-    assert change_probe(CoordinatorSettings(**base, slurm=chroot)) is None
+    assert change_probe(settings(conf, on=False)) is None
+    assert change_probe(settings(SlurmSettings(argv_prefix=("chroot", "/r")))) is None
     assert loaded == []
-    assert change_probe(CoordinatorSettings(**base, slurm=conf)) == "lib"
+    assert change_probe(settings(conf)) == "lib"  # type: ignore[comparison-overlap]
     assert loaded == ["/etc/x/slurm.conf"]
