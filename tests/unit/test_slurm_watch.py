@@ -151,6 +151,7 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
         return "lib"
 
     monkeypatch.setattr(libslurm, "load", fake_load)
+
     def settings(slurm: SlurmSettings, *, on: bool = True) -> CoordinatorSettings:
         return CoordinatorSettings(namespace="ns", identity="me", slurm=slurm, change_poll=on)
 
