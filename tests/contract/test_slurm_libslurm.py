@@ -64,6 +64,7 @@ def chroot_argv(
     env = {
         **env,
         "SLURM_LIBRARY": str(root / "usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"),
+        "PROBE_CANARY_PREFIX": json.dumps([str(loader), "--library-path", path]),
     }
     plugins = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
     # in a private mount namespace, the root's plugins and run directory where libslurm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +97,14 @@ async def test_timeout_is_transient_and_one_call_in_flight() -> None:
     with pytest.raises(TransientError):  # errno 0 after -1: transient
         await lib.changed_since(0, timeout_s=1.0)
     assert fake.calls == 2
+
+
+def test_a_library_that_would_exit_slonkd_is_not_loaded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libslurm's fatal() on a missing slurm.conf ends the canary child, not this process."""
+    if not any(Path(p).exists() for p in libslurm.LIBRARY_PATHS if p.startswith("/")):
+        pytest.skip("no libslurm installed")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing" / "slurm.conf"))
+    monkeypatch.delenv("SLURM_LIBRARY", raising=False)
+    assert libslurm.load() is None

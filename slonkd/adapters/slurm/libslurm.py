@@ -32,6 +32,11 @@ PyPI's ``pyslurm`` is not used: its releases are built for SLURM 25.11 only, a r
 Debian ships (bookworm has 22.05, trixie 24.11), and it must be compiled against the exact
 release it talks to. Two ctypes calls with stable signatures fit every release slonkd runs on.
 
+libslurm ends its process (``fatal()``) where its configuration or plugins do not fit it (no
+slurm.conf, another release's plugins in PluginDir): so before loading it into slonkd,
+:func:`load` has a child process do the same (init and one call) and loads only when that
+child lived.
+
 Each call runs in a worker thread (libslurm blocks) with a bounded wait, and at most one
 is in flight per process: a call that outlived its wait keeps the slot until libslurm's
 own MessageTimeout ends it, and calls meanwhile fail fast with a transient error.
@@ -42,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -203,8 +210,16 @@ def load(
     errors: list[str] = []
     for candidate in candidates:
         try:
-            return LibSlurm(open_lib(candidate), candidate, conf)
-        except (OSError, AttributeError) as exc:
+            lib = open_lib(candidate)  # dlopen alone runs no SLURM code that may exit
+        except OSError as exc:
+            errors.append(f"{candidate}: {exc}"[:300])
+            continue
+        if opener is None and (failed := canary(candidate, conf)):
+            errors.append(f"{candidate}: {failed}"[:300])
+            continue
+        try:
+            return LibSlurm(lib, candidate, conf)
+        except AttributeError as exc:
             errors.append(f"{candidate}: {exc}"[:300])
     key = ";".join(errors)
     if key not in _failed_once:
@@ -219,3 +234,52 @@ def _candidates() -> list[str]:
     if env:
         return [env]
     return [p for p in LIBRARY_PATHS if not p.startswith("/") or Path(p).exists()]
+
+
+CANARY_TIMEOUT_S = 20.0
+CANARY_PREFIX: tuple[str, ...] = ()
+"""Put before the canary's interpreter (tests: another release's dynamic loader)."""
+
+
+def canary(path: str, conf: str | None) -> str:
+    """Empty when a child process could init ``path`` and ask once; else why not.
+
+    libslurm's ``fatal()`` (no slurm.conf, plugins of another release) ends the child, not
+    slonkd. slurmctld unreachable is no reason to refuse (the child asked and lived).
+    """
+    argv = [
+        *CANARY_PREFIX,
+        sys.executable,
+        "-m",
+        "slonkd.adapters.slurm.libslurm",
+        path,
+        conf or "",
+    ]
+    try:
+        done = subprocess.run(  # noqa: S603 (our interpreter, our module, paths as arguments)
+            argv, capture_output=True, text=True, timeout=CANARY_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"canary: {exc}"
+    if done.returncode == 0:
+        return ""
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return f"canary exited {done.returncode}: {said[-1][-200:] if said else ''}"
+
+
+def _canary_main(argv: list[str]) -> int:
+    """The child's side of :func:`canary`: 0 when it initialised and asked once."""
+    lib = LibSlurm(ctypes.CDLL(argv[0], mode=ctypes.RTLD_GLOBAL, use_errno=True), argv[0],
+                   argv[1] or None)  # fmt: skip
+    try:
+        asyncio.run(lib.changed_since(0, timeout_s=CANARY_TIMEOUT_S / 2))
+    except TerminalError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except SlonkdError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_canary_main(sys.argv[1:]))
