@@ -80,15 +80,27 @@ class ReadLimiter:
                 self._on_read()
 
 
-def change_probe(s: CoordinatorSettings) -> LibSlurm | None:
-    """libslurm for the change poll, or None (then the scontrol poll, as before).
+def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None:
+    """How to get libslurm for the change poll, or None (then the scontrol poll, as before).
 
-    None when the setting is off, the library is absent, or SLURM is reached through an argv
-    prefix (another release's clients, which this library may not speak).
+    None when the setting is off or SLURM is behind an argv prefix (another release's
+    clients, which the installed library may not speak). The loader blocks (a canary child
+    process) and loads once per process (libslurm configures itself once): the watch runs it
+    in a thread, off the event loop.
     """
     if not s.change_poll or s.slurm.argv_prefix:
         return None
-    return libslurm.load(conf=s.slurm.env.get("SLURM_CONF"))
+    conf = s.slurm.env.get("SLURM_CONF")
+
+    def loader() -> LibSlurm | None:
+        if conf not in _loaded:
+            _loaded[conf] = libslurm.load(conf=conf)
+        return _loaded[conf]
+
+    return loader
+
+
+_loaded: dict[str | None, LibSlurm | None] = {}
 
 
 def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
@@ -107,6 +119,7 @@ class SlurmWatch:
         *,
         poll_s: float,
         change_probe: LibSlurm | None = None,
+        probe_loader: Callable[[], LibSlurm | None] | None = None,
         change_poll_s: float = 0.2,
     ) -> None:
         self.slurm = slurm
@@ -114,6 +127,8 @@ class SlurmWatch:
         self.changed = changed
         self.poll_s = poll_s
         self.probe = change_probe
+        self._loader = probe_loader
+        """Loads the probe in a thread while the scontrol poll runs (see :func:`change_probe`)."""
         self.change_poll_s = change_poll_s
         self.since = 0
         """The time of the node table last read (sent with the next "changed since?")."""
@@ -149,8 +164,11 @@ class SlurmWatch:
 
     async def run(self) -> None:
         """Poll until cancelled; a failed read is logged and retried at the next period."""
+        loading = asyncio.ensure_future(asyncio.to_thread(self._loader)) if self._loader else None
         while True:
             began = time.monotonic()
+            if loading is not None and loading.done():
+                self.probe, loading = loading.result(), None
             unchanged, since = await self._unchanged()
             if unchanged:
                 await asyncio.sleep(max(0.0, self.change_poll_s - (time.monotonic() - began)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from slonkd.adapters.slurm.libslurm import NodeTableStamp
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.runtime import slurm_watch
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe, fingerprint
 
@@ -125,6 +127,31 @@ async def test_change_poll_reads_only_on_change() -> None:
     assert watch.backend == "libslurm"
 
 
+async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
+    """A slow loader does not hold the poll: scontrol reads meanwhile, then the change poll."""
+    probe = _Probe([])
+    reads = _Reads()
+
+    def slow_loader() -> object:
+        time.sleep(0.2)
+        return probe
+
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.15)
+    assert watch.backend == "scontrol"
+    assert reads.reads >= 3
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.5)
+    assert watch.backend == "libslurm"
+    assert probe.sent
+
+
 async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None:
     """A library that cannot talk to this slurmctld is dropped: the scontrol poll as before."""
     probe = _Probe([TerminalError("protocol version")])
@@ -140,7 +167,7 @@ async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None
 
 
 def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No libslurm when off or when SLURM is behind an argv prefix; else scontrol's SLURM_CONF.
+    """No libslurm when off or behind an argv prefix; else loaded once, with scontrol's conf.
 
     An argv prefix runs another release's clients, which the installed library may not speak.
     """
@@ -151,6 +178,7 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
         return "lib"
 
     monkeypatch.setattr(libslurm, "load", fake_load)
+    monkeypatch.setattr(slurm_watch, "_loaded", {})
 
     def settings(slurm: SlurmSettings, *, on: bool = True) -> CoordinatorSettings:
         return CoordinatorSettings(namespace="ns", identity="me", slurm=slurm, change_poll=on)
@@ -158,6 +186,9 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
     conf = SlurmSettings(env={"SLURM_CONF": "/etc/x/slurm.conf"})
     assert change_probe(settings(conf, on=False)) is None
     assert change_probe(settings(SlurmSettings(argv_prefix=("chroot", "/r")))) is None
-    assert loaded == []
-    assert change_probe(settings(conf)) == "lib"  # type: ignore[comparison-overlap]
-    assert loaded == ["/etc/x/slurm.conf"]
+    loader = change_probe(settings(conf))
+    assert loader is not None
+    assert loaded == []  # nothing loaded until the watch runs the loader (in a thread)
+    assert loader() == "lib"  # type: ignore[comparison-overlap]
+    assert loader() == "lib"  # type: ignore[comparison-overlap]
+    assert loaded == ["/etc/x/slurm.conf"]  # once per process

@@ -53,7 +53,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -236,7 +236,7 @@ def _candidates() -> list[str]:
     return [p for p in LIBRARY_PATHS if not p.startswith("/") or Path(p).exists()]
 
 
-CANARY_TIMEOUT_S = 20.0
+CANARY_TIMEOUT_S = 5.0
 CANARY_PREFIX: tuple[str, ...] = ()
 """Put before the canary's interpreter (tests: another release's dynamic loader)."""
 
@@ -267,19 +267,32 @@ def canary(path: str, conf: str | None) -> str:
     return f"canary exited {done.returncode}: {said[-1][-200:] if said else ''}"
 
 
-def _canary_main(argv: list[str]) -> int:
-    """The child's side of :func:`canary`: 0 when it initialised and asked once."""
+def _canary_main(argv: list[str]) -> NoReturn:
+    """The child's side of :func:`canary`: exits 0 when it initialised and asked once.
+
+    The call runs in a daemon thread joined with a bound: a hung slurmctld does not hold
+    the child (the library lived, which is what the canary is for).
+    """
     lib = LibSlurm(ctypes.CDLL(argv[0], mode=ctypes.RTLD_GLOBAL, use_errno=True), argv[0],
                    argv[1] or None)  # fmt: skip
-    try:
-        asyncio.run(lib.changed_since(0, timeout_s=CANARY_TIMEOUT_S / 2))
-    except TerminalError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except SlonkdError:
-        return 0
-    return 0
+    terminal: list[str] = []
+
+    def ask() -> None:
+        try:
+            lib._call(0)
+        except TerminalError as exc:
+            terminal.append(str(exc))
+        except SlonkdError:
+            pass  # slurmctld unreachable: the library itself lived
+
+    lib._busy.acquire()
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(CANARY_TIMEOUT_S / 2)
+    if terminal:
+        print(terminal[0], file=sys.stderr, flush=True)
+    os._exit(2 if terminal else 0)
 
 
 if __name__ == "__main__":
-    raise SystemExit(_canary_main(sys.argv[1:]))
+    _canary_main(sys.argv[1:])

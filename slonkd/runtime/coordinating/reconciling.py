@@ -164,7 +164,7 @@ class Coordinator:
                 self.reads,
                 self.observer.on_slurm_change,
                 poll_s=s.poll_s,
-                change_probe=change_probe(s),
+                probe_loader=change_probe(s),
                 change_poll_s=s.change_poll_s,
             )
             if s.poll_s > 0
