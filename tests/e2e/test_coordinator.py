@@ -119,6 +119,7 @@ BASE_CONFIG: dict[str, Any] = {
     "retry_period_s": 1,
     "api_host": "127.0.0.1",
     "api_port": 0,
+    "change_poll": True,  # the libslurm change poll (off by default), where the library loads
 }
 
 
