@@ -194,6 +194,71 @@ def _sdiag_client_rpcs(slurm: SlurmCluster) -> tuple[int, int]:
     return total, node_reads
 
 
+_SDIAG_TOTAL = re.compile(
+    r"^\s*REQUEST_NODE_INFO\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M
+)
+
+
+def _sdiag_node_info(slurm: SlurmCluster) -> tuple[int, int]:
+    """(REQUEST_NODE_INFO count, slurmctld's total time on them in µs) since the last reset."""
+    found = _SDIAG_TOTAL.search(slurm.run("sdiag").stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def change_poll_cost(
+    root: Path,
+    seconds: float = 30.0,
+    slurmd_timeout_s: int = SCALE_SLURMD_TIMEOUT_S,
+    declared: int = 0,
+) -> dict[str, float]:
+    """slurmctld's node-table RPCs and time over ``seconds`` at rest: scontrol poll vs change poll.
+
+    The coordinator's poll (:class:`SlurmWatch`) alone against a 22.05 cluster, nothing else
+    talking: today's poll (scontrol every 0.7 s) and the change poll (libslurm every 0.2 s,
+    scontrol only on change). Once per process: libslurm reads its configuration once
+    (``--change-poll [SLURMD_TIMEOUT_S [DECLARED]]`` for another timeout or table size).
+    SlurmdTimeout is SLURM's default (300 s) unless given: slurmctld's pings of the nodes
+    (every third of it) move the node table's time, and each move is a change to read.
+    ``declared``: slurmd-less nodes added to the 4 real ones (the table's size). Keys carry
+    ``_t<SlurmdTimeout>`` and, with declared nodes, ``_n<declared>``.
+    """
+    from slonkd.adapters.slurm import libslurm
+    from slonkd.adapters.slurm.runner import SlurmSettings
+    from slonkd.adapters.slurm.scontrol import ScontrolBackend
+    from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+
+    layout = SlurmLayout(slurmd_timeout_s=slurmd_timeout_s, extra_nodes=declared)
+    slurm = SlurmCluster(root / f"slurm-change-{slurmd_timeout_s}", layout)
+    slurm.start()
+    out: dict[str, float] = {}
+    try:
+        backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
+        lib = libslurm.load(conf=str(slurm.conf))
+        if lib is None:
+            raise SystemExit("libslurm did not load")
+        for key, probe in (("scontrol_poll", None), ("change_poll", lib)):
+            watch = SlurmWatch(
+                backend, ReadLimiter(2.0), lambda new: None, poll_s=0.7, change_probe=probe
+            )
+
+            async def run(watch: SlurmWatch = watch, key: str = key) -> None:
+                task = asyncio.create_task(watch.run())
+                await asyncio.sleep(2.0)
+                slurm.run("sdiag", "--reset")
+                await asyncio.sleep(seconds)
+                count, total_us = _sdiag_node_info(slurm)
+                task.cancel()
+                tag = f"{key}_t{slurmd_timeout_s}" + (f"_n{declared}" if declared else "")
+                out[f"{tag}_node_info_rpcs_per_s"] = count / seconds
+                out[f"{tag}_node_info_busy_ms_per_s"] = total_us / 1000 / seconds
+                out[f"{tag}_scontrol_reads_per_s"] = watch.polls / (seconds + 2.0)
+
+            asyncio.run(run())
+    finally:
+        slurm.stop()
+    return out
+
+
 def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
     """Client RPCs and node-table reads over 20 s, nothing but the coordinator talking."""
     slurm.run("sdiag", "--reset")
@@ -350,6 +415,12 @@ def scale(
 
 def main() -> int:
     """Run every measurement; print the table and the JSON line."""
+    if sys.argv[1:2] == ["--change-poll"]:
+        base = Path(tempfile.mkdtemp(prefix="slonkd-bench-change-"))
+        timeout = int(sys.argv[2]) if len(sys.argv) > 2 else SCALE_SLURMD_TIMEOUT_S
+        declared = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+        _print(change_poll_cost(base, slurmd_timeout_s=timeout, declared=declared))
+        return 0
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1000, 5000]
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-coordinator-"))
@@ -362,11 +433,17 @@ def main() -> int:
         for size in sizes:
             results.update(scale(root, kube, size, have, 10 if events > 0 else 0))
             have = size
+    results.update(change_poll_cost(root))
+    _print(results)
+    return 0
+
+
+def _print(results: dict[str, float]) -> None:
+    """The table, then one JSON line."""
     width = max(len(k) for k in results)
     for key, value in results.items():
         print(f"{key:<{width}}  {value:12.3f}")
     print(json.dumps({k: round(v, 3) for k, v in results.items()}))
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ marks SLURM failures at once and starts a full pass. Every
 slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than
 ``max_reads_per_s`` reads in any second, whatever happens.
+
+With libslurm loaded (:mod:`slonkd.adapters.slurm.libslurm`), the poll first asks slurmctld
+"node table changed since T?" every ``change_poll_s`` (an answer of a few bytes, no table
+packed) and runs the scontrol read only when the answer is yes; a library that cannot talk
+to this slurmctld is dropped (logged once) and the poll reads with scontrol as before.
 """
 
 from __future__ import annotations
@@ -15,12 +20,18 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
+from slonkd.adapters.slurm import libslurm
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.errors import SlonkdError
+from slonkd.adapters.slurm.libslurm import LibSlurm
+from slonkd.core.errors import SlonkdError, TerminalError
 from slonkd.core.slurm_node import SlurmNode
+
+if TYPE_CHECKING:
+    from slonkd.runtime.coordinating.settings import CoordinatorSettings
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -69,6 +80,29 @@ class ReadLimiter:
                 self._on_read()
 
 
+def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None:
+    """How to get libslurm for the change poll, or None (then the scontrol poll, as before).
+
+    None when the setting is off or SLURM is behind an argv prefix (another release's
+    clients, which the installed library may not speak). The loader blocks (a canary child
+    process) and loads once per process (libslurm configures itself once): the watch runs it
+    in a thread, off the event loop.
+    """
+    if not s.change_poll or s.slurm.argv_prefix:
+        return None
+    conf = s.slurm.env.get("SLURM_CONF")
+
+    def loader() -> LibSlurm | None:
+        if conf not in _loaded:
+            _loaded[conf] = libslurm.load(conf=conf)
+        return _loaded[conf]
+
+    return loader
+
+
+_loaded: dict[str | None, LibSlurm | None] = {}
+
+
 def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
     """What a reasons read shows (node, state, reason), comparable between reads."""
     return frozenset((str(n.name), str(n.state), n.reason) for n in nodes)
@@ -84,19 +118,64 @@ class SlurmWatch:
         changed: Callable[[Sequence[SlurmNode]], None],
         *,
         poll_s: float,
+        change_probe: LibSlurm | None = None,
+        probe_loader: Callable[[], LibSlurm | None] | None = None,
+        change_poll_s: float = 0.2,
     ) -> None:
         self.slurm = slurm
         self.limiter = limiter
         self.changed = changed
         self.poll_s = poll_s
+        self.probe = change_probe
+        self._loader = probe_loader
+        """Loads the probe in a thread while the scontrol poll runs (see :func:`change_probe`)."""
+        self.change_poll_s = change_poll_s
+        self.since = 0
+        """The time of the node table last read (sent with the next "changed since?")."""
         self.last: Fingerprint | None = None
         self.polls = 0
+        self.probes = 0
+        self.probe_failed = False
+        """The last change poll failed (slurmctld unreachable?): scontrol's period meanwhile."""
         self.changes = 0
+
+    @property
+    def backend(self) -> str:
+        """How the poll learns of changes: ``libslurm`` (change poll) or ``scontrol``."""
+        return "libslurm" if self.probe is not None else "scontrol"
+
+    async def _unchanged(self) -> tuple[bool, int]:
+        """(no scontrol read needed, the time to keep after a read); reads when unsure."""
+        if self.probe is None or self.last is None:
+            return False, 0
+        try:
+            stamp = await self.probe.changed_since(self.since, timeout_s=max(1.0, self.poll_s))
+        except TerminalError as exc:
+            log.warning("coordinator.change_poll_dropped", error=str(exc)[:300])
+            self.probe = None
+            return False, 0
+        except SlonkdError as exc:
+            log.debug("coordinator.change_poll_failed", error=str(exc)[:300])
+            self.probe_failed = True
+            return False, self.since
+        self.probe_failed = False
+        self.probes += 1
+        return not stamp.changed, stamp.last_update
 
     async def run(self) -> None:
         """Poll until cancelled; a failed read is logged and retried at the next period."""
+        loading = asyncio.ensure_future(asyncio.to_thread(self._loader)) if self._loader else None
         while True:
             began = time.monotonic()
+            if loading is not None and loading.done():
+                self.probe, loading = loading.result(), None
+            unchanged, since = await self._unchanged()
+            if unchanged:
+                await asyncio.sleep(max(0.0, self.change_poll_s - (time.monotonic() - began)))
+                continue
+            if self.probe is not None and self.last is None:
+                stamp = await self._first_stamp()
+                since = stamp if stamp is not None else since
             await self.limiter.acquire()
             try:
                 nodes = await self.slurm.read_reason_nodes()
@@ -111,4 +190,21 @@ class SlurmWatch:
                     log.debug("coordinator.slurm_changed", nodes=len(seen), new=len(new))
                     self.changed(new)
                 self.last = seen
-            await asyncio.sleep(max(0.0, self.poll_s - (time.monotonic() - began)))
+                self.since = since
+            fast = self.probe is not None and not self.probe_failed
+            period = self.change_poll_s if fast else self.poll_s
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
+
+    async def _first_stamp(self) -> int | None:
+        """The table's time before the first scontrol read (so nothing after it is missed)."""
+        if self.probe is None:
+            return None
+        try:
+            stamp = await self.probe.changed_since(0, timeout_s=max(1.0, self.poll_s))
+            return stamp.last_update
+        except TerminalError as exc:
+            log.warning("coordinator.change_poll_dropped", error=str(exc)[:300])
+            self.probe = None
+        except SlonkdError:
+            pass
+        return None

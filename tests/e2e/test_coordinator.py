@@ -119,6 +119,7 @@ BASE_CONFIG: dict[str, Any] = {
     "retry_period_s": 1,
     "api_host": "127.0.0.1",
     "api_port": 0,
+    "change_poll": True,  # the libslurm change poll (off by default), where the library loads
 }
 
 
@@ -310,7 +311,8 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     """A SLURM-reported failure on a settled pod marks its K8s node and evicts the pod once.
 
     Cordon, slonk.dev taint, SlurmHealthy=False, an Event, one eviction; the evicted pod's
-    replacement elsewhere is not blamed for the old failure.
+    replacement elsewhere is not blamed for the old failure. The failure was seen through the
+    libslurm change poll (22.05's library on the host), as ``slonkd status`` says.
     """
     victim = "w-3"
     kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
@@ -323,6 +325,10 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
 
     wait_for("K8s node marked", marked, timeout_s=20)
     assert fleet.knode(kube_node)["metadata"]["annotations"].get("slonk.dev/cordoned-by")
+    with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
+        passes = json.loads(resp.read())["passes"]
+    assert passes["slurm_poll_backend"] == "libslurm", passes
+    assert passes["slurm_change_polls"] > 0, passes
     wait_for(
         "evicted", lambda: any(e.get("event") == "kube.evict" for e in fleet.events()), timeout_s=20
     )

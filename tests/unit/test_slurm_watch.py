@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from datetime import UTC, datetime
 
 import pytest
 
+from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm.libslurm import NodeTableStamp
+from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.core.errors import TerminalError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.slurm_watch import ReadLimiter, fingerprint
+from slonkd.runtime import slurm_watch
+from slonkd.runtime.coordinating.settings import CoordinatorSettings
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe, fingerprint
 
 
 def _node(name: str, reason: str, state: str = "IDLE+DRAIN") -> SlurmNode:
@@ -55,3 +63,132 @@ def test_a_non_positive_rate_is_refused() -> None:
     """A rate of zero would never read: refused at start."""
     with pytest.raises(ValueError, match="positive"):
         ReadLimiter(0)
+
+
+class _Probe:
+    """A change probe answering from a script: a stamp, or an error to raise."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers = answers
+        self.sent: list[int] = []
+
+    async def changed_since(self, since: int, *, timeout_s: float = 5.0) -> object:
+        self.sent.append(since)
+        answer = (
+            self.answers.pop(0)
+            if self.answers
+            else NodeTableStamp(changed=False, last_update=since)
+        )
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class _Reads:
+    """A SLURM backend whose reasons read counts its calls."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def read_reason_nodes(self) -> list[SlurmNode]:
+        self.reads += 1
+        return [_node("n1", f"r{self.reads}")]
+
+
+async def _run_for(watch: SlurmWatch, seconds: float) -> None:
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_change_poll_reads_only_on_change() -> None:
+    """With libslurm, scontrol reads once at start and again only when the table changed.
+
+    The time sent next is the one taken before the read.
+    """
+    probe = _Probe([
+        NodeTableStamp(changed=True, last_update=10),  # first stamp
+        NodeTableStamp(changed=False, last_update=10),
+        NodeTableStamp(changed=True, last_update=12),
+    ])  # fmt: skip
+    reads = _Reads()
+    changes: list[object] = []
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), changes.append, poll_s=0.7,  # type: ignore[arg-type]
+        change_probe=probe, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.3)
+    assert reads.reads == 2
+    assert len(changes) == 1
+    assert probe.sent[:3] == [0, 10, 10]
+    assert set(probe.sent[3:]) == {12}
+    assert watch.backend == "libslurm"
+
+
+async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
+    """A slow loader does not hold the poll: scontrol reads meanwhile, then the change poll."""
+    probe = _Probe([])
+    reads = _Reads()
+
+    def slow_loader() -> object:
+        time.sleep(0.2)
+        return probe
+
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.15)
+    assert watch.backend == "scontrol"
+    assert reads.reads >= 3
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.5)
+    assert watch.backend == "libslurm"
+    assert probe.sent
+
+
+async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None:
+    """A library that cannot talk to this slurmctld is dropped: the scontrol poll as before."""
+    probe = _Probe([TerminalError("protocol version")])
+    reads = _Reads()
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.05,  # type: ignore[arg-type]
+        change_probe=probe,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await _run_for(watch, 0.3)
+    assert watch.backend == "scontrol"
+    assert len(probe.sent) == 1
+    assert reads.reads >= 4
+
+
+def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No libslurm when off or behind an argv prefix; else loaded once, with scontrol's conf.
+
+    An argv prefix runs another release's clients, which the installed library may not speak.
+    """
+    loaded: list[str | None] = []
+
+    def fake_load(path: str | None = None, *, conf: str | None = None) -> object:
+        loaded.append(conf)
+        return "lib"
+
+    monkeypatch.setattr(libslurm, "load", fake_load)
+    monkeypatch.setattr(slurm_watch, "_loaded", {})
+
+    def settings(slurm: SlurmSettings, *, on: bool = True) -> CoordinatorSettings:
+        return CoordinatorSettings(namespace="ns", identity="me", slurm=slurm, change_poll=on)
+
+    conf = SlurmSettings(env={"SLURM_CONF": "/etc/x/slurm.conf"})
+    assert change_probe(settings(conf, on=False)) is None
+    assert change_probe(settings(SlurmSettings(argv_prefix=("chroot", "/r")))) is None
+    loader = change_probe(settings(conf))
+    assert loader is not None
+    assert loaded == []  # nothing loaded until the watch runs the loader (in a thread)
+    assert loader() == "lib"  # type: ignore[comparison-overlap]
+    assert loader() == "lib"  # type: ignore[comparison-overlap]
+    assert loaded == ["/etc/x/slurm.conf"]  # once per process

@@ -74,7 +74,7 @@ from slonkd.runtime.credentials import credential_reaper
 from slonkd.runtime.fleet_metrics import FleetExporter
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.rollout import RolloutController
-from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe
 from slonkd.runtime.topology_sync import TopologySync
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -161,7 +161,14 @@ class Coordinator:
         self.snapshot: Snapshot | None = None
         self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
         self.watch = (
-            SlurmWatch(self.slurm, self.reads, self.observer.on_slurm_change, poll_s=s.poll_s)
+            SlurmWatch(
+                self.slurm,
+                self.reads,
+                self.observer.on_slurm_change,
+                poll_s=s.poll_s,
+                probe_loader=change_probe(s),
+                change_poll_s=s.change_poll_s,
+            )
             if s.poll_s > 0
             else None
         )
@@ -248,6 +255,8 @@ class Coordinator:
                 "slurm_reads": self.reads.reads,
                 "slurm_polls": self.watch.polls if self.watch else 0,
                 "first_ms": self.first_pass_ms,
+                "slurm_change_polls": self.watch.probes if self.watch else 0,
+                "slurm_poll_backend": self.watch.backend if self.watch else "off",
             }
         }
         if self.topology is not None:

@@ -1,0 +1,298 @@
+"""Has slurmctld's node table changed since time T? One libslurm call, no table sent.
+
+slurmctld answers a node-table request that carries the time of the caller's last copy
+with ``SLURM_NO_CHANGE_IN_DATA`` and packs nothing (how ``sinfo --iterate`` stays cheap).
+This module binds that one call of the installed libslurm through ctypes, so that the
+coordinator's poll can ask "changed since T?" several times a second and run its scontrol
+read (still the source of the data, and the fallback) only when the answer is yes.
+
+What is bound, and why it is safe across SLURM 22.05 and 24.11:
+
+- ``int slurm_load_node(time_t update_time, node_info_msg_t **resp, uint16_t show_flags)``,
+  ``void slurm_free_node_info_msg(node_info_msg_t *)``, ``char *slurm_strerror(int)`` and
+  ``void slurm_init(const char *conf)``: same signatures in both releases. The error number
+  is read from the C ``errno`` (ctypes ``use_errno``): ``slurm_get_errno`` is not exported
+  by 24.11's library.
+- The only structure field read is ``node_info_msg_t``'s first member, ``time_t
+  last_update``; it is first in both releases' ``slurm.h`` (``time_t last_update;
+  uint32_t record_count; node_info_t *node_array;``). Nothing version-specific
+  (``node_info_t``) is ever touched; the message is freed by the library itself.
+- ``slurm_init(conf)`` is given the ``SLURM_CONF`` scontrol is given (NULL: libslurm reads
+  ``SLURM_CONF`` from the environment), so a harness cluster's configuration is honoured.
+- The library is opened with ``RTLD_GLOBAL``: its plugins (auth_munge.so) resolve their
+  symbols against it.
+
+The library is the one of the SLURM installed next to slonkd (Debian's package ships it as
+``slurm-wlm/libslurmfull.so``; ``libslurm.so.N`` where a distribution ships that). When it
+cannot be loaded (absent, a C library too old for it) or speaks another protocol than
+slurmctld, :func:`load` returns None or the poll drops it, logged once, and the poll
+reads with scontrol every period as before.
+
+PyPI's ``pyslurm`` is not used: its releases are built for SLURM 25.11 only, a release no
+Debian ships (bookworm has 22.05, trixie 24.11), and it must be compiled against the exact
+release it talks to. Two ctypes calls with stable signatures fit every release slonkd runs on.
+
+libslurm ends its process (``fatal()``) where its configuration or plugins do not fit it (no
+slurm.conf, another release's plugins in PluginDir): so before loading it into slonkd,
+:func:`load` has a child process do the same (init and one call) and loads only when that
+child lived.
+
+Each call runs in a worker thread (libslurm blocks) with a bounded wait, and at most one
+is in flight per process: a call that outlived its wait keeps the slot until libslurm's
+own MessageTimeout ends it, and calls meanwhile fail fast with a transient error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import structlog
+
+from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+
+log = structlog.get_logger("slonkd.slurm")
+
+LIBRARY_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so",
+    "/usr/lib/aarch64-linux-gnu/slurm-wlm/libslurmfull.so",
+    "libslurm.so.42",
+    "libslurm.so.38",
+    "libslurm.so.37",
+)
+"""Where the library is looked for, first found wins (SLURM_LIBRARY overrides)."""
+
+SLURM_SUCCESS = 0
+SLURM_NO_CHANGE_IN_DATA = 1900
+"""slurm_errno.h: the table is unchanged since the time the caller sent."""
+SLURM_PROTOCOL_VERSION_ERROR = 1005
+"""slurm_errno.h: the library and slurmctld speak releases too far apart."""
+SHOW_ALL = 0x0001
+"""slurm.h: hidden partitions' nodes too, as ``scontrol show node`` with ``-a``."""
+
+TERMINAL_ERRNOS = frozenset({SLURM_PROTOCOL_VERSION_ERROR})
+"""Errors after which this library will never answer this slurmctld: fall back for good."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeTableStamp:
+    """One answer: did the table change since the time sent, and the time of the table now."""
+
+    changed: bool
+    last_update: int
+    """The time to send next: when slurmctld packed the table (the time sent, when unchanged).
+
+    slurmctld answers "no change" when its last node-table change is at least one second
+    older than this time, so a change in the second of a read is reported once more: a
+    spurious re-read at worst, never a missed change.
+    """
+
+
+def interpret(rc: int, errno: int, sent: int, last_update: int | None) -> NodeTableStamp:
+    """The stamp for one call's outcome, or the error it maps to (pure).
+
+    ``rc`` is slurm_load_node's return, ``errno`` the error number after it, ``sent`` the
+    time the caller sent, ``last_update`` the message's first field when one came back.
+    """
+    if rc == SLURM_SUCCESS and last_update is not None:
+        return NodeTableStamp(changed=True, last_update=last_update)
+    if rc != SLURM_SUCCESS and errno == SLURM_NO_CHANGE_IN_DATA:
+        return NodeTableStamp(changed=False, last_update=sent)
+    raise error_for(errno)
+
+
+def error_for(errno: int, text: str = "") -> SlonkdError:
+    """slonkd's error for a libslurm error number: protocol mismatch terminal, else transient."""
+    detail = f"slurm_load_node: errno {errno}" + (f" ({text})" if text else "")
+    if errno in TERMINAL_ERRNOS:
+        return TerminalError(detail)
+    return TransientError(detail)
+
+
+class _NodeInfoMsg(ctypes.Structure):
+    """The first member of node_info_msg_t only: never read further (see module docstring)."""
+
+    _fields_ = [("last_update", ctypes.c_int64)]
+
+
+class LibSlurm:
+    """The bound library; :meth:`changed_since` is the only question it answers."""
+
+    def __init__(self, lib: Any, path: str, conf: str | None = None) -> None:
+        self.path = path
+        self._lib = lib
+        self._busy = threading.Lock()
+        lib.slurm_load_node.argtypes = [
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.POINTER(_NodeInfoMsg)),
+            ctypes.c_uint16,
+        ]
+        lib.slurm_load_node.restype = ctypes.c_int
+        lib.slurm_free_node_info_msg.argtypes = [ctypes.POINTER(_NodeInfoMsg)]
+        lib.slurm_free_node_info_msg.restype = None
+        lib.slurm_strerror.argtypes = [ctypes.c_int]
+        lib.slurm_strerror.restype = ctypes.c_char_p
+        lib.slurm_init.argtypes = [ctypes.c_char_p]
+        lib.slurm_init.restype = None
+        lib.slurm_init(conf.encode() if conf else None)
+
+    def _call(self, since: int) -> NodeTableStamp:
+        """The blocking call (worker thread); releases the one-in-flight slot when done."""
+        try:
+            resp = ctypes.POINTER(_NodeInfoMsg)()
+            ctypes.set_errno(0)
+            rc = self._lib.slurm_load_node(since, ctypes.byref(resp), SHOW_ALL)
+            errno = ctypes.get_errno()
+            last: int | None = None
+            if rc == SLURM_SUCCESS and resp:
+                last = int(resp.contents.last_update)
+                self._lib.slurm_free_node_info_msg(resp)
+            try:
+                return interpret(rc, errno, since, last)
+            except SlonkdError as exc:
+                raw = self._lib.slurm_strerror(errno)
+                text = raw.decode(errors="replace") if raw else ""
+                raise error_for(errno, text) from exc
+        finally:
+            self._busy.release()
+
+    async def changed_since(self, since: int, *, timeout_s: float = 5.0) -> NodeTableStamp:
+        """Whether the node table changed after ``since`` (0: first call, always changed).
+
+        Raises TransientError on timeout, a call still in flight, or slurmctld unreachable;
+        TerminalError when this library cannot talk to this slurmctld at all.
+        """
+        if not self._busy.acquire(blocking=False):
+            raise TransientError("slurm_load_node: previous call still in flight")
+        try:
+            task = asyncio.ensure_future(asyncio.to_thread(self._call, since))
+        except BaseException:
+            self._busy.release()
+            raise
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            task.add_done_callback(_drop_result)
+            raise TransientError(f"slurm_load_node: no answer in {timeout_s:g} s") from None
+
+
+def _drop_result(task: asyncio.Future[NodeTableStamp]) -> None:
+    """Collect a timed-out call's late result so that asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
+_failed_once: set[str] = set()
+
+
+def load(
+    path: str | None = None,
+    *,
+    conf: str | None = None,
+    opener: Callable[[str], Any] | None = None,
+) -> LibSlurm | None:
+    """The installed libslurm, or None (logged once per reason) when it cannot be used.
+
+    ``conf``: slurm.conf's path (None: ``SLURM_CONF`` from the environment, else the
+    compiled-in default). libslurm initialises once per process: the first load's
+    configuration holds for every later one.
+    """
+    candidates = [path] if path else _candidates()
+    open_lib = opener or (lambda p: ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL, use_errno=True))
+    errors: list[str] = []
+    for candidate in candidates:
+        try:
+            lib = open_lib(candidate)  # dlopen alone runs no SLURM code that may exit
+        except OSError as exc:
+            errors.append(f"{candidate}: {exc}"[:300])
+            continue
+        if opener is None and (failed := canary(candidate, conf)):
+            errors.append(f"{candidate}: {failed}"[:300])
+            continue
+        try:
+            return LibSlurm(lib, candidate, conf)
+        except AttributeError as exc:
+            errors.append(f"{candidate}: {exc}"[:300])
+    key = ";".join(errors)
+    if key not in _failed_once:
+        _failed_once.add(key)
+        log.info("slurm.libslurm_unavailable", tried=errors or ["none found"])
+    return None
+
+
+def _candidates() -> list[str]:
+    """The library paths to try: SLURM_LIBRARY, then the installed files of LIBRARY_PATHS."""
+    env = os.environ.get("SLURM_LIBRARY")
+    if env:
+        return [env]
+    return [p for p in LIBRARY_PATHS if not p.startswith("/") or Path(p).exists()]
+
+
+CANARY_TIMEOUT_S = 5.0
+CANARY_PREFIX: tuple[str, ...] = ()
+"""Put before the canary's interpreter (tests: another release's dynamic loader)."""
+
+
+def canary(path: str, conf: str | None) -> str:
+    """Empty when a child process could init ``path`` and ask once; else why not.
+
+    libslurm's ``fatal()`` (no slurm.conf, plugins of another release) ends the child, not
+    slonkd. slurmctld unreachable is no reason to refuse (the child asked and lived).
+    """
+    argv = [
+        *CANARY_PREFIX,
+        sys.executable,
+        "-m",
+        "slonkd.adapters.slurm.libslurm",
+        path,
+        conf or "",
+    ]
+    try:
+        done = subprocess.run(  # noqa: S603 (our interpreter, our module, paths as arguments)
+            argv, capture_output=True, text=True, timeout=CANARY_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"canary: {exc}"
+    if done.returncode == 0:
+        return ""
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return f"canary exited {done.returncode}: {said[-1][-200:] if said else ''}"
+
+
+def _canary_main(argv: list[str]) -> NoReturn:
+    """The child's side of :func:`canary`: exits 0 when it initialised and asked once.
+
+    The call runs in a daemon thread joined with a bound: a hung slurmctld does not hold
+    the child (the library lived, which is what the canary is for).
+    """
+    lib = LibSlurm(ctypes.CDLL(argv[0], mode=ctypes.RTLD_GLOBAL, use_errno=True), argv[0],
+                   argv[1] or None)  # fmt: skip
+    terminal: list[str] = []
+
+    def ask() -> None:
+        try:
+            lib._call(0)
+        except TerminalError as exc:
+            terminal.append(str(exc))
+        except SlonkdError:
+            pass  # slurmctld unreachable: the library itself lived
+
+    lib._busy.acquire()
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(CANARY_TIMEOUT_S / 2)
+    if terminal:
+        print(terminal[0], file=sys.stderr, flush=True)
+    os._exit(2 if terminal else 0)
+
+
+if __name__ == "__main__":
+    _canary_main(sys.argv[1:])

@@ -1,0 +1,112 @@
+"""libslurm's change detection against the real slurmctld of 22.05 and 24.11.
+
+The probe (tests/contract/libslurm_probe.py) runs in its own process with the cluster's
+``SLURM_CONF``; on 24.11 it loads the root's library under the root's C library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+
+PROBE = Path(__file__).with_name("libslurm_probe.py")
+
+
+class Probe:
+    """One probe process talking to one cluster."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        env = {**os.environ, "SLURM_CONF": str(cluster.conf)}
+        argv = [sys.executable, str(PROBE)]
+        if isinstance(cluster, ChrootSlurmCluster):
+            argv, env = chroot_argv(cluster, argv, env)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.loaded = self._answer()["loaded"]
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "probe exited"
+        return dict(json.loads(line))
+
+    def ask(self, since: int) -> dict[str, Any]:
+        """The answer to "changed since ``since``?"."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{since}\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        """End the probe (stdin closed)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def chroot_argv(
+    cluster: ChrootSlurmCluster, argv: list[str], env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """Run ``argv`` on the root's dynamic loader and C library, with the root's libslurm."""
+    root = cluster.fsroot
+    libdirs = [root / "lib/x86_64-linux-gnu", root / "usr/lib/x86_64-linux-gnu"]
+    loader = root / "lib64/ld-linux-x86-64.so.2"
+    path = ":".join(str(d) for d in libdirs) + ":/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+    env = {
+        **env,
+        "SLURM_LIBRARY": str(root / "usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"),
+        "PROBE_CANARY_PREFIX": json.dumps([str(loader), "--library-path", path]),
+    }
+    plugins = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+    # in a private mount namespace, the root's plugins and run directory where libslurm
+    # looks for them (its compiled-in PluginDir, slurm.conf's inner paths)
+    script = (
+        'mkdir -p "$4" && mount --bind "$1" "$2" && mount --bind "$3" "$4" && shift 4 && exec "$@"'
+    )
+    inner_run = root / "run" / "slonkd"
+    return [
+        "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+        str(root / plugins.lstrip("/")), plugins, str(inner_run), "/run/slonkd",
+        str(loader), "--library-path", path, *argv,
+    ], env  # fmt: skip
+
+
+def test_change_detection_against_slurmctld(cluster: SlurmCluster) -> None:
+    """libslurm answers "changed since T?" as slurmctld sees it, on both releases.
+
+    First ask -> changed with a time; same time again -> no change; a drain -> changed;
+    slurmctld stopped -> a TransientError answer, and the probe keeps answering.
+    """
+    probe = Probe(cluster)
+    try:
+        assert probe.loaded, "libslurm did not load"
+        first = probe.ask(0)
+        assert first.get("changed") is True, first
+        t = first["last_update"]
+        assert t > 0
+        time.sleep(1.5)  # a change in the second of the read is reported once more
+        again = probe.ask(t)
+        if again.get("changed"):
+            t = again["last_update"]
+            time.sleep(1.5)
+            again = probe.ask(t)
+        assert again == {"changed": False, "last_update": t}, again
+        cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=libslurm test")
+        after = probe.ask(t)
+        assert after.get("changed") is True, after
+        assert after["last_update"] >= t
+        cluster.stop_slurmctld()
+        down = probe.ask(after["last_update"])
+        assert down.get("error") == "TransientError", down
+        assert probe.proc.poll() is None
+    finally:
+        probe.close()

@@ -1,0 +1,110 @@
+"""The pure parts of the libslurm binding: outcome mapping, loading fallback, one in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm.libslurm import (
+    SLURM_NO_CHANGE_IN_DATA,
+    SLURM_PROTOCOL_VERSION_ERROR,
+    NodeTableStamp,
+    interpret,
+)
+from slonkd.core.errors import TerminalError, TransientError
+
+
+def test_success_is_a_change_with_the_packed_time() -> None:
+    """A table that came back means changed; its time is the one to send next."""
+    assert interpret(0, 0, 100, 105) == NodeTableStamp(changed=True, last_update=105)
+
+
+def test_no_change_keeps_the_time_sent() -> None:
+    """SLURM_NO_CHANGE_IN_DATA: unchanged, and the caller keeps its time."""
+    assert interpret(-1, SLURM_NO_CHANGE_IN_DATA, 100, None) == NodeTableStamp(
+        changed=False, last_update=100
+    )
+
+
+def test_protocol_mismatch_is_terminal_other_errors_transient() -> None:
+    """A library of another release can never talk to this slurmctld; anything else may pass."""
+    with pytest.raises(TerminalError):
+        interpret(-1, SLURM_PROTOCOL_VERSION_ERROR, 100, None)
+    with pytest.raises(TransientError):
+        interpret(-1, 1001, 100, None)  # SLURM_COMMUNICATIONS_CONNECTION_ERROR
+    with pytest.raises(TransientError):
+        interpret(0, 0, 100, None)  # success without a message: not trusted
+
+
+def test_unloadable_library_gives_none() -> None:
+    """A library that cannot be opened: None, the caller keeps the scontrol poll."""
+
+    def refuse(path: str) -> Any:
+        raise OSError(f"{path}: cannot open shared object file")
+
+    assert libslurm.load("/nonexistent/libslurm.so", opener=refuse) is None
+
+
+class _Fn:
+    """A C function stand-in: callable, with ctypes' argtypes and restype attributes."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.argtypes: Any = None
+        self.restype: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+class _Blocking:
+    """A stand-in for the C library whose slurm_load_node blocks until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+        self.slurm_load_node = _Fn(self._load)
+        self.slurm_free_node_info_msg = _Fn(lambda msg: None)
+        self.slurm_strerror = _Fn(lambda errno: b"fake")
+        self.slurm_init = _Fn(lambda conf: None)
+
+    def _load(self, since: int, resp: Any, flags: int) -> int:
+        self.calls += 1
+        self.release.wait(10)
+        return -1
+
+
+async def test_timeout_is_transient_and_one_call_in_flight() -> None:
+    """A call past its wait raises TransientError; until it returns, the next fails fast."""
+    fake = _Blocking()
+    lib = libslurm.LibSlurm(fake, "fake")
+    with pytest.raises(TransientError, match="no answer"):
+        await lib.changed_since(0, timeout_s=0.05)
+    with pytest.raises(TransientError, match="in flight"):
+        await lib.changed_since(0, timeout_s=0.05)
+    assert fake.calls == 1
+    fake.release.set()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if lib._busy.acquire(blocking=False):
+            lib._busy.release()
+            break
+    with pytest.raises(TransientError):  # errno 0 after -1: transient
+        await lib.changed_since(0, timeout_s=1.0)
+    assert fake.calls == 2
+
+
+def test_a_library_that_would_exit_slonkd_is_not_loaded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libslurm's fatal() on a missing slurm.conf ends the canary child, not this process."""
+    if not any(Path(p).exists() for p in libslurm.LIBRARY_PATHS if p.startswith("/")):
+        pytest.skip("no libslurm installed")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing" / "slurm.conf"))
+    monkeypatch.delenv("SLURM_LIBRARY", raising=False)
+    assert libslurm.load() is None
