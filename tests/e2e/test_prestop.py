@@ -12,12 +12,10 @@ import json
 import os
 import re
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.runtime.requeue_report import report_url
 from slonkd.testing.kube import KubeCluster
@@ -25,6 +23,7 @@ from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -113,17 +112,6 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
             assert state == "RUNNING"
 
 
-CHECKPOINTING_JOB = """#!/bin/bash
-# A training loop that checkpoints on USR1 and resumes from its checkpoint when restarted.
-dir={dir}
-step=$(cat "$dir/state" 2>/dev/null || echo 0)
-save() {{ echo "$step" > "$dir/state.tmp" && mv "$dir/state.tmp" "$dir/state"; }}
-trap 'save; echo "checkpoint $step" >> "$dir/log"' USR1
-echo "start $step restart ${{SLURM_RESTART_COUNT:-0}}" >> "$dir/log"
-while true; do step=$((step + 1)); sleep 0.1 & wait $!; done
-"""
-
-
 def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoint(
     kube: KubeCluster,
     namespace: str,
@@ -146,12 +134,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
     slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
     label = {"slonk.dev/test": namespace}
     kube.add_fake_nodes([unique("ckpt")], labels=label)
-    work = tmp_path / "job"
-    work.mkdir()
-    work.chmod(0o777)  # slurmd writes the job's files here
-    script = work / "train.sh"
-    script.write_text(CHECKPOINTING_JOB.format(dir=work))
-    script.chmod(0o755)
+    work, script = checkpointing_job(tmp_path)
     (agent_port,) = free_ports(1)
     prestop = [
         *PRESTOP,
@@ -221,13 +204,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
             json.loads(ln) for ln in hook_log.splitlines() if "slurm.jobs_requeued" in ln
         )
         assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
-        with urllib.request.urlopen(f"{agent.http_url}/metrics", timeout=5) as answer:  # noqa: S310 - http://127.0.0.1
-            exported = {
-                (s.name, s.labels.get("cause")): s.value
-                for family in text_string_to_metric_families(answer.read().decode())
-                for s in family.samples
-                if s.name.startswith("slonkd_checkpoint_")
-            }
+        exported = checkpoint_metrics(f"{agent.http_url}/metrics")
         name = "slonkd_checkpoint_signal_to_requeue_seconds"
         assert exported[(f"{name}_count", "deletion")] == 1, exported
         assert exported[(f"{name}_sum", "deletion")] == pytest.approx(

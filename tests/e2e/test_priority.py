@@ -16,14 +16,12 @@ from __future__ import annotations
 import os
 import re
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.runtime.requeue_report import report_url
 from slonkd.testing.helm import Helm
@@ -33,8 +31,8 @@ from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.toolchain import ensure_tools
 from slonkd.testing.workloads import worker_statefulset
+from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
-from tests.e2e.test_prestop import CHECKPOINTING_JOB
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -256,12 +254,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
         [unique("prck")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
     )
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    work = tmp_path / "job"
-    work.mkdir()
-    work.chmod(0o777)  # slurmd writes the job's files here
-    script = work / "train.sh"
-    script.write_text(CHECKPOINTING_JOB.format(dir=work))
-    script.chmod(0o755)
+    work, script = checkpointing_job(tmp_path)
     (agent_port,) = free_ports(1)
     prestop = [
         *PRESTOP,
@@ -340,13 +333,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             ]
             requeued = next(e for e in hook if e.get("event") == "slurm.jobs_requeued")
             assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
-            with urllib.request.urlopen(f"{agent.http_url}/metrics", timeout=5) as answer:  # noqa: S310 - http://127.0.0.1
-                exported = {
-                    (s.name, s.labels.get("cause")): s.value
-                    for family in text_string_to_metric_families(answer.read().decode())
-                    for s in family.samples
-                    if s.name.startswith("slonkd_checkpoint_signal_to_requeue_seconds_")
-                }
+            exported = checkpoint_metrics(f"{agent.http_url}/metrics")
             name = "slonkd_checkpoint_signal_to_requeue_seconds"
             assert exported[(f"{name}_count", "preemption")] == 1, exported
             assert exported[(f"{name}_sum", "preemption")] == pytest.approx(

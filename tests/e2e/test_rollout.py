@@ -29,8 +29,8 @@ from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
+from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
-from tests.e2e.test_prestop import CHECKPOINTING_JOB
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -309,12 +309,7 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
     again it starts FROM its last checkpoint, never from zero, and it is never killed.
     """
     r = rollout
-    work = tmp_path / "job"
-    work.mkdir()
-    work.chmod(0o777)  # slurmd writes the job's files here
-    script = work / "train.sh"
-    script.write_text(CHECKPOINTING_JOB.format(dir=work))
-    script.chmod(0o755)
+    work, script = checkpointing_job(tmp_path)
     job_id = r.slurm.run(
         "sbatch", "--parsable", "--requeue", "-w", "r-0", "-o", "/dev/null", str(script)
     ).stdout.strip()

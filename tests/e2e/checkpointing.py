@@ -1,0 +1,49 @@
+"""The checkpointing training job of the checkpoint-before-requeue e2e tests, and its metrics.
+
+Used by the pod deletion (test_prestop), the preemption (test_priority) and the rollout
+(test_rollout): one job script, one way to lay it out for slurmd, one read of the agent's
+``slonkd_checkpoint_*`` samples.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+CHECKPOINTING_JOB = """#!/bin/bash
+# A training loop that checkpoints on USR1 and resumes from its checkpoint when restarted.
+dir={dir}
+step=$(cat "$dir/state" 2>/dev/null || echo 0)
+save() {{ echo "$step" > "$dir/state.tmp" && mv "$dir/state.tmp" "$dir/state"; }}
+trap 'save; echo "checkpoint $step" >> "$dir/log"' USR1
+echo "start $step restart ${{SLURM_RESTART_COUNT:-0}}" >> "$dir/log"
+while true; do step=$((step + 1)); sleep 0.1 & wait $!; done
+"""
+
+
+def checkpointing_job(tmp_path: Path) -> tuple[Path, Path]:
+    """Write the job into a fresh ``job`` directory slurmd can write to: (directory, script).
+
+    The job logs ``start <step> restart <n>`` and ``checkpoint <step>`` lines to ``log``.
+    """
+    work = tmp_path / "job"
+    work.mkdir()
+    work.chmod(0o777)  # slurmd writes the job's files here
+    script = work / "train.sh"
+    script.write_text(CHECKPOINTING_JOB.format(dir=work))
+    script.chmod(0o755)
+    return work, script
+
+
+def checkpoint_metrics(metrics_url: str) -> dict[tuple[str, str | None], float]:
+    """The agent's ``slonkd_checkpoint_*`` samples: (sample name, cause label) -> value."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:  # noqa: S310 - http://127.0.0.1
+        text = answer.read().decode()
+    return {
+        (s.name, s.labels.get("cause")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("slonkd_checkpoint_")
+    }
