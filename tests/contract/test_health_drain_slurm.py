@@ -1,7 +1,9 @@
 """A health drain decided for any check name round-trips through real SLURM (22.05, 24.11).
 
 decide's drain for a health verdict is written by the scontrol backend, read back as
-slonkd's own (reason and cause set), and lifted by the backend once the check passes.
+slonkd's own (reason and cause set), and lifted by the backend once the check passes; with
+revalidation on (the default) the passing check first adds ``revalidating``, which round-trips
+too and is all that holds the node once the health cause is released.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from slonkd.core.decide import Kind, NodeView, Policy, decide
 from slonkd.core.health import CheckResult, decode_verdict, ok
 from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
 from slonkd.core.reasons import ReasonOwner, reason_owner
+from slonkd.core.revalidation import REVALIDATING, RevalidationPolicy
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 from slonkd.core.slurm_plan import held_causes
 
 pytestmark = pytest.mark.slurm
 
 POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
+DIRECT = Policy(
+    failure_grace_s=120, unready_grace_s=60, revalidation=RevalidationPolicy(enabled=False)
+)
+"""Without revalidation: a passing check releases the health cause at once."""
 
 
 def _view(slurm: SlurmNode, health: dict[str, CheckResult]) -> NodeView:
@@ -83,10 +90,37 @@ async def test_a_health_drain_reads_back_as_slonkds_and_is_lifted(
     assert held_causes(n1) == {drain.cause}
     again = decide(_view(n1, failing), POLICY)
     assert [a for a in again.actions if a.kind in (Kind.DRAIN, Kind.RELEASE)] == []
-    healed = decide(_view(n1, {check: ok(check)}), POLICY)
+    healed = decide(_view(n1, {check: ok(check)}), DIRECT)
     (release,) = [a for a in healed.actions if a.kind is Kind.RELEASE]
     assert release.cause == drain.cause
     assert (await backend.resume(["n1"], release.cause)).changed == ("n1",)
     n1 = await _read(backend)
     assert n1.state.drain is DrainStatus.NONE
     assert (n1.live_reason, n1.extra) == ("", "")
+
+
+async def test_a_passing_check_adds_revalidating_which_round_trips_and_outlives_the_health_cause(
+    backend: ScontrolBackend,
+) -> None:
+    """With revalidation on, a check passing again does not resume the node: it adds a cause.
+
+    ``revalidating`` joins the health cause in SLURM (both read back as slonkd's), and once
+    the health cause is released ``revalidating`` alone holds the node drained.
+    """
+    check = "mount:/home"
+    failing = {check: decode_verdict(check, "fail")}
+    (drain,) = [a for a in decide(_view(await _read(backend), failing), POLICY).actions
+                if a.kind is Kind.DRAIN]  # fmt: skip
+    assert (await backend.drain(["n1"], drain.cause, "by slonkd coordinator")).changed == ("n1",)
+    healed = decide(_view(await _read(backend), {check: ok(check)}), POLICY)
+    assert [a for a in healed.actions if a.kind is Kind.RELEASE] == []
+    (join,) = [a for a in healed.actions if a.kind is Kind.DRAIN]
+    assert join.cause == REVALIDATING
+    assert (await backend.drain(["n1"], join.cause, "by slonkd coordinator")).changed == ("n1",)
+    n1 = await _read(backend)
+    assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
+    assert held_causes(n1) == {drain.cause, REVALIDATING}
+    await backend.resume(["n1"], drain.cause)  # the health cause goes; revalidating holds it
+    n1 = await _read(backend)
+    assert n1.state.drain is DrainStatus.DRAINED
+    assert held_causes(n1) == {REVALIDATING}
