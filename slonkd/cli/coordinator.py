@@ -66,6 +66,7 @@ _NUMBERS = {
     "mass_percent",
     "api_port",
     "poll_s",
+    "change_poll_s",
     "state_poll_s",
     "remediation_cooldown_s",
     "revalidate_timeout_s",
@@ -109,6 +110,7 @@ _KEYS = _NUMBERS | {
     "revalidate_checks",
     "rollout",
     "fleet_metrics",
+    "change_poll",
     "trigger_program",
     "job_blame",
 }
@@ -147,9 +149,11 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
             raise ValueError(f"{key} must be a {'non-empty ' if key in _NAMES else ''}string")
     if values.get("kubeconfig") is not None and not isinstance(values["kubeconfig"], str):
         raise ValueError("kubeconfig must be a path")
-    for flag in ("dry_run", "remediate", "fleet_metrics", "revalidate"):
+    for flag in ("dry_run", "remediate", "fleet_metrics", "revalidate", "change_poll"):
         if not isinstance(values.get(flag, False), bool):
             raise ValueError(f"{flag} must be true or false")
+    if "change_poll_s" in values and not values["change_poll_s"] > 0:
+        raise ValueError("change_poll_s must be positive")
     policy = Policy(
         failure_grace_s=float(values.pop("failure_grace_s", 120)),
         unready_grace_s=float(values.pop("unready_grace_s", 60)),

@@ -41,6 +41,8 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"job_blame": {"min_failures": 1}}, "min_failures"),
     ({"job_blame": {"infrastructure_exit_codes": [256]}}, "infrastructure_exit_codes"),
     ({"job_blame": ["on"]}, "job_blame"),
+    ({"change_poll": "yes"}, "change_poll"),
+    ({"change_poll_s": 0}, "change_poll_s"),
     ({"revalidate": "yes"}, "revalidate"),
     ({"revalidate_timeout_s": 0}, "revalidate_timeout_s"),
     ({"revalidate_recheck_s": "soon"}, "revalidate_recheck_s"),
@@ -186,3 +188,16 @@ def test_the_coordinator_reads_its_trigger_settings(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="go together"):
         coordinator.load_settings({**env, "SLONKD_NUDGE_MQTT_USER": "slurmctld-nudge"})
     assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).trigger_program == ""
+
+
+def test_the_coordinator_reads_its_change_poll_settings(tmp_path: Path) -> None:
+    """change_poll (off by default) and change_poll_s come from the config file."""
+    from slonkd.cli import coordinator
+
+    config = tmp_path / "c.json"
+    config.write_text('{"change_poll": true, "change_poll_s": 0.5}')
+    s = coordinator.load_settings(
+        {"POD_NAMESPACE": "ns", "POD_NAME": "c-0", "SLONKD_CONFIG": str(config)}
+    )
+    assert (s.change_poll, s.change_poll_s) == (True, 0.5)
+    assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).change_poll is False
