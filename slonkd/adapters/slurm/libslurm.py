@@ -178,7 +178,8 @@ class LibSlurm:
             self._busy.release()
             raise
         try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: see test_cancellation.py
+                return await asyncio.shield(task)
         except TimeoutError:
             task.add_done_callback(_drop_result)
             raise TransientError(f"slurm_load_node: no answer in {timeout_s:g} s") from None
