@@ -7,10 +7,15 @@ Used by the pod deletion (test_prestop), the preemption (test_priority) and the 
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.slurm import SlurmCluster
+from tests.e2e.conftest import AgentProcess
 
 CHECKPOINTING_JOB = """#!/bin/bash
 # A training loop that checkpoints on USR1 and resumes from its checkpoint when restarted.
@@ -47,3 +52,29 @@ def checkpoint_metrics(metrics_url: str) -> dict[tuple[str, str | None], float]:
         for s in family.samples
         if s.name.startswith("slonkd_checkpoint_")
     }
+
+
+def reporting_agent(
+    kube: KubeCluster,
+    slurm: SlurmCluster,
+    namespace: str,
+    node_name: str,
+    port: int,
+    tmp_path: Path,
+) -> AgentProcess:
+    """The agent of pod w-0 serving /metrics on 127.0.0.1:``port`` (the preStop reports there)."""
+    return AgentProcess(
+        env={
+            **os.environ,
+            "POD_NAME": "w-0",
+            "POD_NAMESPACE": namespace,
+            "NODE_NAME": node_name,
+            "KUBECONFIG": str(kube.kubeconfig),
+            "SLURM_CONF": str(slurm.conf),
+            "SLONKD_RESYNC_S": "2",
+            "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
+            "SLONKD_METRICS_PORT": str(port),
+            "SLONKD_METRICS_ADDRESS": "127.0.0.1",
+        },
+        log=tmp_path / "agent-w-0.log",
+    )

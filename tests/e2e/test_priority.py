@@ -31,7 +31,7 @@ from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.toolchain import ensure_tools
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job
+from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -283,21 +283,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
         }
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
-        agent = AgentProcess(
-            env={
-                **os.environ,
-                "POD_NAME": "w-0",
-                "POD_NAMESPACE": namespace,
-                "NODE_NAME": kube_node,
-                "KUBECONFIG": str(kube.kubeconfig),
-                "SLURM_CONF": str(slurm.conf),
-                "SLONKD_RESYNC_S": "2",
-                "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
-                "SLONKD_METRICS_PORT": str(agent_port),
-                "SLONKD_METRICS_ADDRESS": "127.0.0.1",
-            },
-            log=tmp_path / "agent-w-0.log",
-        )
+        agent = reporting_agent(kube, slurm, namespace, kube_node, agent_port, tmp_path)
         agent.start()
         try:
             job = slurm.run(
