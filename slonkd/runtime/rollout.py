@@ -41,6 +41,7 @@ from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import BudgetPolicy, budget_group
+from slonkd.core.decide import Kind
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Node, Pod
@@ -58,6 +59,10 @@ from slonkd.core.rollout import (
     progress,
 )
 from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.executing import record_requeue, record_update
+from slonkd.runtime.coordinating.values import slurm_text
+from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.rollout")
@@ -81,7 +86,8 @@ class RolloutController:
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
         kube_nodes: Informer[Node] | None = None,
-        dry_run: bool = False,
+        auditor: Auditor,
+        metrics: Metrics,
     ) -> None:
         self.s = settings
         self.namespace = namespace
@@ -98,8 +104,12 @@ class RolloutController:
         """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
         """Why no new node may be taken now (paused, breaker open); "" when it may."""
-        self.dry_run = dry_run
+        self.auditor = auditor
+        """The coordinator's audit log: every write (or, in a dry run, plan) of the rollout."""
+        self.dry_run = auditor.dry_run
         """Plan and report, write nothing (the coordinator's dry run)."""
+        self.metrics = metrics
+        """The coordinator's metrics: the rollout's changes count as its other changes do."""
         self.statefulsets = statefulset_informer(transport, namespace)
         self.pod_writer = PodWriter(transport)
         self._dirty = asyncio.Event()
@@ -214,7 +224,9 @@ class RolloutController:
         plan = plan_rollout(views, self.s, policy=self.budget, hold=self.hold())
         by_node = {v.node: v for v in views}
         self._report_held(plan.held)
+        before = {name: slurm_text(node) for name, node in slurm_nodes.items()}
         if self.dry_run:
+            self._audit_plan(plan, before)
             if plan.start or plan.release or plan.draining:
                 log.info(
                     "rollout.dry_run",
@@ -227,6 +239,9 @@ class RolloutController:
         if plan.release:
             token = self.elector.check_valid()
             result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
+            record_update(
+                self.auditor, self.metrics, Kind.RELEASE, ROLLOUT_CAUSE, result, token, before
+            )
             log.info(
                 "slurm.nodes_release",
                 action="release",
@@ -251,6 +266,9 @@ class RolloutController:
                 ROLLOUT_CAUSE,
                 f"replacing pod with revision {','.join(revisions)}",
             )
+            record_update(
+                self.auditor, self.metrics, Kind.DRAIN, ROLLOUT_CAUSE, result, token, before
+            )
             log.info(
                 "slurm.nodes_drain",
                 action="drain",
@@ -265,7 +283,7 @@ class RolloutController:
             for name in result.changed:
                 self._drained_at[name] = now
         for name in plan.draining:
-            await self._drained(by_node[name])
+            await self._drained(by_node[name], before.get(name))
         for name in list(self._drained_at):  # released, or undrained by someone else
             if plan.phases.get(name) not in ACTIVE and name not in plan.start:
                 self._forget(name)
@@ -291,7 +309,21 @@ class RolloutController:
             self._announced = bool(status["outdated"] or status["in_progress"])
             log.info("rollout.progress", **{k: v for k, v in status.items() if k != "leading"})
 
-    async def _drained(self, view: WorkerView) -> None:
+    def _audit_plan(self, plan: RolloutPlan, before: Mapping[str, str]) -> None:
+        """A dry run's plan, audited once per node, action and state (as the passes' are)."""
+        planned = [
+            *((Kind.DRAIN, n) for n in plan.start),
+            *((Kind.RELEASE, n) for n in plan.release),
+            *((Kind.EVICT, n) for n in plan.draining),
+        ]
+        token = self.elector.token or 0
+        for kind, name in planned:
+            if self.auditor.seen.is_new(name, (kind.value, str(ROLLOUT_CAUSE)), before.get(name)):
+                self.auditor.record(
+                    kind.value, name, ROLLOUT_CAUSE, token, "dry-run", before.get(name)
+                )
+
+    async def _drained(self, view: WorkerView, before: str | None) -> None:
         """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
         pod = view.pod
         if pod is None or pod.terminating:
@@ -324,6 +356,7 @@ class RolloutController:
         elif jobs:
             token = self.elector.check_valid()
             requeued = await self.slurm.requeue_jobs(name)
+            record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
             if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once
                 log.info(
                     "slurm.jobs_requeued",
@@ -341,6 +374,11 @@ class RolloutController:
                 return
         token = self.elector.check_valid()
         result = await self.pod_writer.evict(pod.namespace, pod.name, uid=pod.uid)
+        outcome = result.outcome.value
+        self.metrics.applied(Kind.EVICT.value, ROLLOUT_CAUSE.name, changed=outcome == "changed")
+        self.auditor.record(
+            Kind.EVICT.value, name, ROLLOUT_CAUSE, token, outcome, before, pod=pod.name
+        )
         refused = ""
         if result.outcome is ChangeOutcome.REFUSED:
             refused = f"eviction refused (PodDisruptionBudget): {result.detail[:120]}"

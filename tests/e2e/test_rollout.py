@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.core.rollout import REVISION_LABEL
 from slonkd.testing.kube import KubeCluster
@@ -35,6 +37,7 @@ from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
 NAMES = ("r-0", "r-1", "r-2")
+EVENT_API = "coordinator.api_listening"
 KILLED = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
 
 
@@ -46,6 +49,7 @@ class Rollout:
     slurm: SlurmCluster
     namespace: str
     log: Path
+    audit: Path
     agents: list[AgentProcess] = field(default_factory=list)
     coordinators: list[subprocess.Popen[bytes]] = field(default_factory=list)
     start_coordinator: Callable[[str, Path], subprocess.Popen[bytes]] | None = None
@@ -71,6 +75,19 @@ class Rollout:
             n
             for n, s in rows.items()
             if any(w in s for w in ("drain", "down", "fail")) and n in NAMES
+        }
+
+    def transitions(self) -> dict[tuple[str, str], float]:
+        """The leader's ``slonkd_transitions_total``: (action, cause) -> count."""
+        ports = [e["port"] for e in read_json_log(self.log) if e.get("event") == EVENT_API]
+        url = f"http://127.0.0.1:{ports[-1]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        return {
+            (s.labels["action"], s.labels["cause"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "slonkd_transitions_total"
         }
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -115,7 +132,13 @@ def rollout(
     kube_nodes = kube.add_fake_nodes([unique(f"roll{i}") for i in range(count)], labels=label)
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
-    r = Rollout(kube=kube, slurm=slurm, namespace=namespace, log=tmp_path / "coordinator.log")
+    r = Rollout(
+        kube=kube,
+        slurm=slurm,
+        namespace=namespace,
+        log=tmp_path / "coordinator.log",
+        audit=tmp_path / "audit.jsonl",
+    )
     try:
         sts = worker_statefulset(
             "r", replicas=len(NAMES), node_selector=label, grace_s=GRACE_S, prestop=prestop
@@ -168,6 +191,7 @@ def rollout(
                         **({"requeue_in_prestop": True} if checkpoint else {}),
                     },
                     "api_port": 0,
+                    "audit_path": str(r.audit),
                 }
             )
         )
@@ -290,6 +314,17 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     assert any(p["in_progress"] == {"r-1": "draining"} for p in progress), progress
     requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
+    # every write of the rollout is in the audit log with its cause (one line per node), and
+    # its SLURM changes are counted on /metrics like the coordinator's others
+    audit = [json.loads(line) for line in r.audit.read_text().splitlines()]
+    done = {(a["action"], a["node"]) for a in audit if a["cause"] == "rollout"}
+    for name in NAMES:
+        assert {("drain", name), ("release", name), ("evict", name)} <= done, (name, audit)
+    assert ("requeue", first_node) in done, audit
+    counted = r.transitions()
+    assert counted.get(("drain", "rollout"), 0) >= len(NAMES), counted
+    assert counted.get(("release", "rollout"), 0) >= 1, counted
+    assert counted.get(("evict", "rollout"), 0) == len(NAMES), counted
     r.slurm.run("scancel", job_id)
 
 

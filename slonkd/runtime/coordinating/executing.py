@@ -11,7 +11,7 @@ hiding a lost lease.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import structlog
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.core.decide import MANUAL_TAINT, REBOOT_TAINT, Action, Kind, NodeView
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeResult, ObjectRef
@@ -43,6 +43,53 @@ SlurmWrite = Callable[[list[str], Cause], Awaitable[UpdateResult]]
 """A hostlist update of SLURM nodes for one cause."""
 KubeWrite = Callable[[NodeView, Node, Action, int], Awaitable[ChangeResult | None]]
 """One action on a view's K8s node (view, node, action, fencing token); None: not possible."""
+
+
+def record_update(
+    auditor: Auditor,
+    metrics: Metrics,
+    kind: Kind,
+    cause: Cause,
+    result: UpdateResult,
+    token: int,
+    before: Mapping[str, str],
+) -> None:
+    """A SLURM hostlist update's metric, and its audit record per node changed or skipped.
+
+    The coordinator's passes and its rollout (:mod:`slonkd.runtime.rollout`) both record here.
+    """
+    metrics.applied(
+        kind.value,
+        cause.name,
+        changed=bool(result.changed),
+        skipped=[skip.why.value for skip in result.skipped],
+    )
+    for name in sorted(result.changed):
+        auditor.record(kind.value, name, cause, token, "changed", before.get(name))
+    for skip in result.skipped:
+        outcome = f"skipped: {skip.why.value}"
+        auditor.record(kind.value, skip.node, cause, token, outcome, before.get(skip.node))
+
+
+def record_requeue(
+    auditor: Auditor,
+    node: str,
+    cause: Cause,
+    requeued: RequeueResult,
+    token: int,
+    before: str | None,
+) -> None:
+    """The requeue of a node's jobs: one audit record with the jobs requeued and those left."""
+    auditor.record(
+        "requeue",
+        node,
+        cause,
+        token,
+        "requeued",
+        before,
+        jobs=[str(j) for j in requeued.requeued],
+        not_requeueable=[str(j) for j in requeued.not_requeueable],
+    )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -138,17 +185,7 @@ class Executor:
             await self._requeue(names, cause, token, before)
             return
         result = await self.slurm_writes[kind](names, cause)
-        self.metrics.applied(
-            kind.value,
-            cause.name,
-            changed=bool(result.changed),
-            skipped=[skip.why.value for skip in result.skipped],
-        )
-        for name in sorted(result.changed):
-            self.auditor.record(kind.value, name, cause, token, "changed", before.get(name))
-        for skip in result.skipped:
-            outcome = f"skipped: {skip.why.value}"
-            self.auditor.record(kind.value, skip.node, cause, token, outcome, before.get(skip.node))
+        record_update(self.auditor, self.metrics, kind, cause, result, token, before)
         log.info(
             f"slurm.nodes_{kind.value}",
             action=kind.value,
@@ -166,16 +203,7 @@ class Executor:
         """Requeue the jobs of each node (per node: a job list is per node)."""
         for name in names:
             requeued = await self.slurm.requeue_jobs(name)
-            self.auditor.record(
-                "requeue",
-                name,
-                cause,
-                token,
-                "requeued",
-                before.get(name),
-                jobs=[str(j) for j in requeued.requeued],
-                not_requeueable=[str(j) for j in requeued.not_requeueable],
-            )
+            record_requeue(self.auditor, name, cause, requeued, token, before.get(name))
             log.info(
                 "slurm.jobs_requeued",
                 node=name,

@@ -237,7 +237,8 @@ class Coordinator:
                 s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
                 block_label=s.budget_block_label,
-                hold=self._rollout_hold, kube_nodes=self.nodes, dry_run=s.dry_run,
+                hold=self._rollout_hold, kube_nodes=self.nodes, auditor=self.auditor,
+                metrics=self.metrics,
             )  # fmt: skip
 
     @property
