@@ -1,31 +1,31 @@
-"""``slonkd config``: the coordinator's config file described and checked for operators.
+"""``slonkd config``: the coordinator's and the agent's config files, described and checked.
 
-``slonkd config schema coordinator`` prints the JSON Schema of the file ``SLONKD_CONFIG``
-names: every key with its type, default and description, taken from the settings classes
-themselves (:mod:`slonkd.core.config_tree`; the keys are :func:`slonkd.cli.coordinator.file_keys`).
-``slonkd config check coordinator FILE`` loads FILE exactly as ``slonkd coordinator`` would
-(with this environment) and prints ``ok``, or the one-line reason and exits 2.
+``slonkd config schema ROLE`` prints the JSON Schema of the file ``SLONKD_CONFIG`` names for
+``slonkd coordinator`` or ``slonkd agent``: every key with its type, default and description,
+taken from the settings classes themselves (:mod:`slonkd.core.config_tree`; the keys are
+:func:`slonkd.cli.coordinator.file_keys` and :func:`slonkd.cli.agent.file_keys`).
+``slonkd config check ROLE FILE`` loads FILE exactly as the role would (with this
+environment) and prints ``ok``, or the one-line reason and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import inspect
 import json
 import os
 import sys
 import textwrap
-import typing
 from typing import Any
 
-from slonkd.cli import coordinator
-from slonkd.core.config_tree import schema, type_schema
+from slonkd.cli import agent, coordinator
+from slonkd.core.config_tree import schema
 from slonkd.core.decide import Policy
 from slonkd.core.revalidation import RevalidationPolicy
 
 EXIT_BAD = 2
+ROLES = ("coordinator", "agent")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,10 +33,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = sub.add_parser("config", help="describe or check a config file", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     show = verbs.add_parser("schema", help="print the JSON Schema of a role's config file")
-    show.add_argument("role", choices=["coordinator"])
+    show.add_argument("role", choices=ROLES)
     show.set_defaults(func=main_schema)
     check = verbs.add_parser("check", help="load a config file as the role would; exit 2 if bad")
-    check.add_argument("role", choices=["coordinator"])
+    check.add_argument("role", choices=ROLES)
     check.add_argument("file")
     check.set_defaults(func=main_check)
 
@@ -55,25 +55,28 @@ def coordinator_schema() -> dict[str, Any]:
         "description": describe(CoordinatorSettings, "topology")
         + " (keys: slonkd.runtime.topology_settings)",
     }
-    for keys, cls in (
-        (coordinator.POLICY_KEYS, Policy),
-        (coordinator.REVALIDATION_KEYS, RevalidationPolicy),
-    ):
-        hints = typing.get_type_hints(cls)
-        defaults = {f.name: f for f in dataclasses.fields(cls)}
-        for key, name in keys.items():
-            prop = type_schema(hints[name], describe)
-            field = defaults[name]
-            default = field.default
-            if isinstance(default, tuple):
-                default = list(default)
-            prop["default"] = default
-            text = describe(cls, name)
-            if text:
-                prop["description"] = text
-            props[key] = prop
+    _aliases(props, coordinator.POLICY_KEYS, Policy)
+    _aliases(props, coordinator.REVALIDATION_KEYS, RevalidationPolicy)
     out["properties"] = dict(sorted(props.items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+
+
+def agent_schema() -> dict[str, Any]:
+    """The JSON Schema of the agent's config file (keys, types, defaults, descriptions)."""
+    from slonkd.runtime.agent import AgentSettings
+
+    out = schema(AgentSettings, describe=describe, skip=agent.NOT_IN_FILE)
+    out.pop("required", None)  # the pod's names come from the downward API
+    _aliases(out["properties"], {k: k for k in agent.POLICY_KEYS}, Policy)
+    out["properties"] = dict(sorted(out["properties"].items()))
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+
+
+def _aliases(props: dict[str, Any], keys: dict[str, str], cls: type[Any]) -> None:
+    """The file's flat keys of ``cls``'s fields, typed, defaulted and described as those."""
+    one = schema(cls, describe=describe)["properties"]
+    for key, name in keys.items():
+        props[key] = one[name]
 
 
 def describe(cls: type[Any], name: str) -> str:
@@ -108,16 +111,21 @@ def _docstrings(cls: type[Any]) -> dict[str, str]:
 
 def main_schema(args: argparse.Namespace) -> int:
     """Print the schema."""
-    print(json.dumps(coordinator_schema(), indent=2))
+    doc = coordinator_schema() if args.role == "coordinator" else agent_schema()
+    print(json.dumps(doc, indent=2))
     return 0
 
 
 def main_check(args: argparse.Namespace) -> int:
     """Load the file as the role would."""
     env = {**os.environ, "SLONKD_CONFIG": args.file}
-    env.setdefault("POD_NAMESPACE", "default")  # the file is checked, not the pod's env
+    for name, value in (("POD_NAMESPACE", "default"), ("POD_NAME", "w-0"), ("NODE_NAME", "n-0")):
+        env.setdefault(name, value)  # the file is checked, not the pod's environment
     try:
-        coordinator.load_settings(env)
+        if args.role == "coordinator":
+            coordinator.load_settings(env)
+        else:
+            agent.load_settings(env)
     except ValueError as exc:
         print(f"slonkd config check: {exc}", file=sys.stderr)
         return EXIT_BAD

@@ -11,13 +11,17 @@ whose flat policy keys are aliases of nested fields) and the nested settings cla
 :class:`~slonkd.runtime.coordinating.settings.JobBlameSettings`.
 
 Types understood: ``bool``, ``int`` (never a bool), ``float`` (an int is welcome), ``str``,
-``tuple[T, ...]`` (a JSON list), another settings dataclass (a JSON object), and ``X | None``
-(``null``). Anything else is a programming error, raised as TypeError.
+an enum (its values), ``tuple[T, ...]``, ``Sequence[T]`` and ``frozenset[T]`` (a JSON list),
+``Mapping[K, V]`` (a JSON object; ``int`` keys written as text), another settings dataclass
+(a JSON object), and ``X | None`` (``null``). Anything else is a programming error, raised
+as TypeError.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -72,16 +76,51 @@ def value_of(value: Any, hint: Any, path: str, *, non_negative: bool = False) ->
         if not isinstance(value, str):
             raise ValueError(f"{path} must be a string")
         return value
-    if typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis:
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        choices = [m.value for m in hint]
+        if value not in choices:
+            raise ValueError(f"{path} must be one of {choices}")
+        return hint(value)
+    item = _item_type(hint)
+    if item is not None:
         if not isinstance(value, list):
             raise ValueError(f"{path} must be a list")
-        return tuple(
-            value_of(v, args[0], f"{path}[{i}]", non_negative=non_negative)
+        items = [
+            value_of(v, item, f"{path}[{i}]", non_negative=non_negative)
             for i, v in enumerate(value)
-        )
+        ]
+        return frozenset(items) if typing.get_origin(hint) is frozenset else tuple(items)
+    if typing.get_origin(hint) in (collections.abc.Mapping, dict):
+        return _mapping(value, args, path, non_negative=non_negative)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return build(hint, value, path=path, non_negative=non_negative)
     raise TypeError(f"{path}: settings of type {hint!r} are not supported")
+
+
+def _item_type(hint: Any) -> Any:
+    """The item type of a list-like settings type (None: not one)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    if origin in (collections.abc.Sequence, frozenset) and len(args) == 1:
+        return args[0]
+    return None
+
+
+def _mapping(value: Any, args: tuple[Any, ...], path: str, *, non_negative: bool) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{path} must be a JSON object")
+    key_type, value_type = args
+    out: dict[Any, Any] = {}
+    for raw_key, raw in value.items():
+        key: Any = raw_key
+        if key_type is int:
+            try:
+                key = int(str(raw_key))
+            except ValueError:
+                raise ValueError(f"{path} keys must be whole numbers") from None
+        out[key] = value_of(raw, value_type, f"{path}.{raw_key}", non_negative=non_negative)
+    return out
 
 
 def _number(value: Any, hint: type, path: str, *, non_negative: bool) -> int | float:
@@ -132,8 +171,13 @@ def type_schema(hint: Any, describe: Describe | None = None) -> dict[str, Any]:
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
     if hint in simple:
         return {"type": simple[hint]}
-    if typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return {"type": "array", "items": type_schema(args[0], describe)}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": [m.value for m in hint]}
+    item = _item_type(hint)
+    if item is not None:
+        return {"type": "array", "items": type_schema(item, describe)}
+    if typing.get_origin(hint) in (collections.abc.Mapping, dict):
+        return {"type": "object", "additionalProperties": type_schema(args[1], describe)}
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return schema(hint, describe=describe)
     raise TypeError(f"settings of type {hint!r} are not supported")
@@ -150,8 +194,14 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
+    if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
 
 

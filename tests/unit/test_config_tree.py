@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.cli import config_cmd, coordinator
+from slonkd.cli import agent, config_cmd, coordinator
 from slonkd.core.config_tree import build, schema
 from slonkd.core.decide import Policy
 from slonkd.runtime.coordinating import CoordinatorSettings
@@ -132,3 +132,34 @@ def test_config_check_says_ok_or_names_the_key(tmp_path: Path) -> None:
     shown = _slonkd("config", "schema", "coordinator")
     assert shown.returncode == 0
     assert set(json.loads(shown.stdout)["properties"]) == coordinator.file_keys()
+
+
+def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_settable(
+    tmp_path: Path,
+) -> None:
+    """The agent's file: AgentSettings' fields (health's nested thresholds too) and the graces."""
+    from slonkd.runtime.agent import AgentSettings
+
+    fields = {f.name for f in dataclasses.fields(AgentSettings)} - agent.NOT_IN_FILE
+    assert agent.file_keys() == frozenset(fields | set(agent.POLICY_KEYS))
+    doc = config_cmd.agent_schema()
+    assert set(doc["properties"]) == agent.file_keys()
+    assert [k for k, v in doc["properties"].items() if not v.get("description")] == []
+    deep = {
+        "health": {
+            "mounts": ["/home"],
+            "gpu": {"max_temperature_c": 90},
+            "xid": {"fatal": {"79": "reboot"}},
+            "disk": {"fail_free_fraction": 0.05},
+        },
+        "hysteresis": {"fail_n": 2, "window_m": 3, "clear_k": 1},
+    }
+    good = tmp_path / "agent.json"
+    good.write_text(json.dumps(deep))
+    ok = _slonkd("config", "check", "agent", str(good))
+    assert (ok.returncode, ok.stdout.strip()) == (0, "ok"), ok.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"health": {"xid": {"fatal": {"79": "explode"}}}}))
+    refused = _slonkd("config", "check", "agent", str(bad))
+    assert refused.returncode == 2
+    assert "health.xid.fatal.79 must be one of" in refused.stderr, refused.stderr
