@@ -4,8 +4,9 @@ Settings come from the environment the chart sets (the downward API gives ``POD_
 ``POD_NAMESPACE`` and ``NODE_NAME``), optionally overridden by a JSON file named in
 ``SLONKD_CONFIG``. Keys: ``slurm_node`` (default: the pod name), ``kubeconfig`` (default:
 ``$KUBECONFIG``, else the in-cluster ServiceAccount), ``resync_s``, ``ready_file``,
-``failure_grace_s``, ``unready_grace_s``, ``cluster``, ``health`` (the checks: see
-``HealthSettings``), ``hysteresis`` (``fail_n``, ``window_m``, ``clear_k``), ``metrics_port``
+``failure_grace_s``, ``unready_grace_s``, ``cluster``, ``health`` (the checks: every field of
+``HealthSettings``, thresholds included), ``hysteresis`` (``fail_n``, ``window_m``,
+``clear_k``), ``metrics_port``
 (``$SLONKD_METRICS_PORT``, default 9464, 0: off; serves /healthz, /readyz and /metrics) and
 ``metrics_address`` (``$SLONKD_METRICS_ADDRESS``, default 0.0.0.0). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
@@ -19,67 +20,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import math
 import os
 import re
 import sys
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.bus.dynsec import agent_client_id
-from slonkd.adapters.health.checks import HealthSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
 from slonkd.cli.config import config_file
+from slonkd.core.config_tree import value_of
 from slonkd.core.decide import Policy
-from slonkd.core.health import Hysteresis
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.agent import AgentSettings
 
 EXIT_BAD_SETTINGS = 2
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-_KEYS = {
-    "slurm_node",
-    "kubeconfig",
-    "resync_s",
-    "ready_file",
-    "failure_grace_s",
-    "unready_grace_s",
-    "pod_name",
-    "namespace",
-    "kube_node",
-    "cluster",
-    "health",
-    "hysteresis",
-    "metrics_port",
-    "metrics_address",
-}
-_HEALTH_KEYS = {
-    "expected_gpus",
-    "disk_paths",
-    "mounts",
-    "slurmd_port",
-    "peers",
-    "nic_interfaces",
-    "ib_expected_ports",
-    "timeout_s",
-    "mount_timeout_s",
-    "fast_period_s",
-    "slow_period_s",
-    "heavy_period_s",
-    "dcgm",
-    "dcgm_timeout_s",
-    "dcgm_host",
-    "nvlink_links",
-    "nvlink_warn_growth",
-    "nvlink_fail_growth",
-    "fabric",
-    "fabric_required",
-    "xid_lookback_s",
-    "sysfs_root",
-}
+NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "bootstrap"})
+"""AgentSettings' fields that come from the environment, never from the config file."""
+POLICY_KEYS = ("failure_grace_s", "unready_grace_s")
+"""The file's flat keys of :class:`~slonkd.core.decide.Policy`'s fields."""
+
+
+def file_keys() -> frozenset[str]:
+    """Every key of the agent's config file: AgentSettings' fields and the policy's graces."""
+    from slonkd.runtime.agent import AgentSettings
+
+    fields = {f.name for f in dataclasses.fields(AgentSettings)} - NOT_IN_FILE
+    return frozenset(fields | set(POLICY_KEYS))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,7 +74,13 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         "metrics_port": env.get("SLONKD_METRICS_PORT", "9464"),
         "metrics_address": env.get("SLONKD_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104 - pod IP
     }
-    values.update(config_file(env, _KEYS))
+    from slonkd.runtime.agent import AgentSettings
+
+    doc = config_file(env, file_keys())
+    hints = {**typing.get_type_hints(AgentSettings), **typing.get_type_hints(Policy)}
+    values.update(
+        {key: value_of(raw, hints[key], key, non_negative=True) for key, raw in doc.items()}
+    )
     for key, what in (
         ("pod_name", "POD_NAME"),
         ("namespace", "POD_NAMESPACE"),
@@ -118,35 +98,31 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         failure_grace_s=_seconds("failure_grace_s", values.get("failure_grace_s", 120)),
         unready_grace_s=_seconds("unready_grace_s", values.get("unready_grace_s", 60)),
     )
-    for key in ("kubeconfig", "ready_file", "cluster"):
-        if values.get(key) is not None and not isinstance(values[key], str):
-            raise ValueError(f"{key} must be a string")
     metrics_port, metrics_address = _metrics_listen(
         values["metrics_port"], values["metrics_address"]
     )
-    from slonkd.runtime.agent import AgentSettings
-
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     bus, bootstrap = agent_bus_settings(env, agent_client_id(slurm_node))
-    health, hysteresis = _health_settings(values.get("health"), values.get("hysteresis"))
-    return AgentSettings(
+    values.update(
         cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
         bus=bus,
         bootstrap=bootstrap,
-        health=health,
-        hysteresis=hysteresis,
         pod_name=str(values["pod_name"]),
         namespace=str(values["namespace"]),
         kube_node=str(values["kube_node"]),
         slurm_node=slurm_node,
-        kubeconfig=values["kubeconfig"],
         resync_s=resync,
-        ready_file=values["ready_file"],
         policy=policy,
         slurm=SlurmSettings(env=slurm_env),
         metrics_port=metrics_port,
         metrics_address=metrics_address,
     )
+    for key in POLICY_KEYS:
+        values.pop(key, None)
+    try:
+        return AgentSettings(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad agent settings: {exc}") from None
 
 
 def _seconds(key: str, raw: Any, *, positive: bool = False) -> float:
@@ -175,33 +151,6 @@ def _metrics_listen(raw_port: Any, raw_address: Any) -> tuple[int, str]:
             f"metrics_address {str(raw_address)[:60]!r} is not an IP address (0.0.0.0: all)"
         ) from None
     return port, address
-
-
-def _health_settings(raw: Any, raw_hysteresis: Any) -> tuple[HealthSettings | None, Hysteresis]:
-    hysteresis = Hysteresis()
-    if raw_hysteresis is not None:
-        if not isinstance(raw_hysteresis, dict) or set(raw_hysteresis) - {
-            "fail_n",
-            "window_m",
-            "clear_k",
-        }:
-            raise ValueError("hysteresis takes fail_n, window_m and clear_k")
-        for key, value in raw_hysteresis.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"hysteresis.{key} must be a whole number")
-        try:
-            hysteresis = Hysteresis(**raw_hysteresis)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"bad hysteresis: {exc}") from None
-    if raw is None:
-        return None, hysteresis
-    if not isinstance(raw, dict) or set(raw) - _HEALTH_KEYS:
-        raise ValueError(f"health takes only {sorted(_HEALTH_KEYS)}")
-    try:
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
-        return HealthSettings(**values), hysteresis
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"bad health settings: {exc}") from None
 
 
 def main(_args: argparse.Namespace) -> int:

@@ -2,9 +2,11 @@
 
 Settings from the environment: ``POD_NAMESPACE`` (where the worker pods and the Lease live),
 ``POD_NAME`` (this candidate's identity), ``KUBECONFIG`` (else in-cluster), ``SLURM_CONF``,
-and optionally a JSON file in ``SLONKD_CONFIG`` with any of the keys in ``_KEYS`` below
-(the fields of :class:`~slonkd.runtime.coordinating.settings.CoordinatorSettings` and of the policy:
-timings, budget, state, API, audit, dry run, remediation, topology, fleet metrics);
+and optionally a JSON file in ``SLONKD_CONFIG`` whose keys are the fields of
+:class:`~slonkd.runtime.coordinating.settings.CoordinatorSettings` (timings, budget, state,
+API, audit, dry run, topology, fleet metrics: :func:`file_keys`) and the policy's flat keys
+(:data:`POLICY_KEYS`, :data:`REVALIDATION_KEYS`), typed by those fields (``slonkd config schema
+coordinator`` prints them all);
 MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT_ADMIN_*``
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
 ``SLONKD_API_TLS_CERT_FILE`` and ``SLONKD_API_TLS_KEY_FILE`` (PEM, both or neither) make the
@@ -32,88 +34,50 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import socket
 import sys
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
 from slonkd.cli.config import config_file
+from slonkd.core.config_tree import value_of
 from slonkd.core.decide import Policy
 from slonkd.core.revalidation import RevalidationPolicy
-from slonkd.core.rollout import RolloutSettings
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinating import CoordinatorSettings
     from slonkd.runtime.coordinator_api import ApiTls
 
 EXIT_BAD_SETTINGS = 2
-_NUMBERS = {
-    "resync_s",
-    "debounce_s",
-    "max_batch_delay_s",
-    "max_out",
-    "lease_duration_s",
-    "renew_deadline_s",
-    "retry_period_s",
-    "failure_grace_s",
-    "unready_grace_s",
-    "suspect_min_nodes",
-    "suspect_fraction",
-    "max_out_percent",
-    "mass_percent",
-    "api_port",
-    "poll_s",
-    "change_poll_s",
-    "state_poll_s",
-    "remediation_cooldown_s",
-    "revalidate_timeout_s",
-    "revalidate_recheck_s",
-    "max_reads_per_s",
-    "audit_max_bytes",
-    "audit_keep",
-    "sdiag_s",
-    "sdiag_timeout_s",
+NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "credentials", "api_tls", "nudge_client"})
+"""CoordinatorSettings' fields that come from the environment, never from the config file."""
+POLICY_KEYS: dict[str, str] = {
+    "failure_grace_s": "failure_grace_s",
+    "unready_grace_s": "unready_grace_s",
+    "remediate": "remediate",
+    "remediation_cooldown_s": "remediation_cooldown_s",
 }
-_WHOLE = {"max_out", "suspect_min_nodes", "api_port"}
-_STRINGS = {
-    "pod_selector",
-    "namespace",
-    "identity",
-    "cluster",
-    "lease_name",
-    "state_name",
-    "budget_block_label",
-    "audit_path",
-    "api_host",
-    "trigger_program",
+"""The file's flat keys of :class:`~slonkd.core.decide.Policy`'s fields."""
+REVALIDATION_KEYS: dict[str, str] = {
+    "revalidate": "enabled",
+    "revalidate_timeout_s": "timeout_s",
+    "revalidate_recheck_s": "recheck_s",
+    "revalidate_checks": "required",
 }
-_NAMES = {"namespace", "identity", "cluster", "lease_name", "state_name", "api_host"}
-"""Strings that must not be empty."""
-_KEYS = _NUMBERS | {
-    "pod_selector",
-    "namespace",
-    "identity",
-    "kubeconfig",
-    "cluster",
-    "lease_name",
-    "state_name",
-    "budget_block_label",
-    "audit_path",
-    "api_host",
-    "dry_run",
-    "topology",
-    "remediate",
-    "revalidate",
-    "revalidate_checks",
-    "rollout",
-    "fleet_metrics",
-    "change_poll",
-    "trigger_program",
-    "job_blame",
-}
+"""The file's flat keys of :class:`~slonkd.core.revalidation.RevalidationPolicy`'s fields."""
+
+
+def file_keys() -> frozenset[str]:
+    """Every key of the coordinator's config file: the settings' fields and the flat aliases."""
+    from slonkd.runtime.coordinating import CoordinatorSettings
+
+    fields = {f.name for f in dataclasses.fields(CoordinatorSettings)} - NOT_IN_FILE
+    return frozenset(fields | set(POLICY_KEYS) | set(REVALIDATION_KEYS))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -129,53 +93,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
-    """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason."""
+    """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason.
+
+    Each key is typed by the settings class's field it sets (every number >= 0), defaults
+    are the classes' own; a value the class refuses names its key too.
+    """
+    from slonkd.runtime.coordinating import CoordinatorSettings
+    from slonkd.runtime.topology_settings import topology_settings
+
+    doc = config_file(env, file_keys())
     values: dict[str, Any] = {
         "namespace": env.get("POD_NAMESPACE", ""),
         "identity": env.get("POD_NAME") or socket.gethostname(),
         "kubeconfig": env.get("KUBECONFIG") or None,
+        "cluster": env.get("SLONKD_CLUSTER", "lab"),
     }
-    values.update(config_file(env, _KEYS))
-    if not values["namespace"]:
+    if not values["namespace"] and "namespace" not in doc:
         raise ValueError("POD_NAMESPACE is not set (the namespace of the workers and the Lease)")
-    for key in _NUMBERS & set(values):
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ValueError(f"{key} must be a non-negative number")
-        if key in _WHOLE and not isinstance(value, int):
-            raise ValueError(f"{key} must be a whole number")
-    for key in _STRINGS & set(values):
-        if not isinstance(values[key], str) or (key in _NAMES and not values[key]):
-            raise ValueError(f"{key} must be a {'non-empty ' if key in _NAMES else ''}string")
-    if values.get("kubeconfig") is not None and not isinstance(values["kubeconfig"], str):
-        raise ValueError("kubeconfig must be a path")
-    for flag in ("dry_run", "remediate", "fleet_metrics", "revalidate", "change_poll"):
-        if not isinstance(values.get(flag, False), bool):
-            raise ValueError(f"{flag} must be true or false")
-    if "change_poll_s" in values and not values["change_poll_s"] > 0:
-        raise ValueError("change_poll_s must be positive")
-    policy = Policy(
-        failure_grace_s=float(values.pop("failure_grace_s", 120)),
-        unready_grace_s=float(values.pop("unready_grace_s", 60)),
-        remediate=bool(values.pop("remediate", True)),
-        remediation_cooldown_s=float(values.pop("remediation_cooldown_s", 900)),
-        revalidation=_revalidation(values),
-    )
-    from slonkd.runtime.coordinating import CoordinatorSettings
-    from slonkd.runtime.topology_settings import topology_settings
-
-    if "rollout" in values:  # an object of RolloutSettings' fields, or null: rollouts off
-        raw = values["rollout"]
-        values["rollout"] = None if raw is None else RolloutSettings.from_mapping(raw)
-    if values.get("job_blame") is not None:  # an object of JobBlameSettings' fields; null: off
-        from slonkd.runtime.coordinating.settings import JobBlameSettings
-
-        values["job_blame"] = JobBlameSettings.from_mapping(values["job_blame"])
-    if values.get("topology") is not None:
-        cm = env.get("SLONKD_TOPOLOGY_CONFIGMAP") or None
-        values["topology"] = topology_settings(values["topology"], default_configmap=cm)
+    policy = _policy(doc)
+    hints = typing.get_type_hints(CoordinatorSettings)
+    for key, raw in doc.items():
+        if key == "topology":  # its own flat format (spec keys next to the publishing ones)
+            cm = env.get("SLONKD_TOPOLOGY_CONFIGMAP") or None
+            values[key] = None if raw is None else topology_settings(raw, default_configmap=cm)
+        elif key not in POLICY_KEYS and key not in REVALIDATION_KEYS:
+            values[key] = value_of(raw, hints[key], key, non_negative=True)
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
-    values.setdefault("cluster", env.get("SLONKD_CLUSTER", "lab"))
     bus = coordinator_bus_settings(env, f"slonkd-coordinator-{values['identity']}")
     api_tls = _api_tls(env)
     from slonkd.runtime.coordinating.settings import NudgeClient
@@ -198,6 +141,23 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad coordinator settings: {exc}") from None
+
+
+def _policy(doc: Mapping[str, Any]) -> Policy:
+    """The decision policy from the file's flat keys (:data:`POLICY_KEYS`, revalidation's)."""
+
+    def typed(cls: type[Any], keys: Mapping[str, str]) -> dict[str, Any]:
+        hints = typing.get_type_hints(cls)
+        return {
+            field: value_of(doc[key], hints[field], key, non_negative=True)
+            for key, field in keys.items()
+            if key in doc
+        }
+
+    return Policy(
+        **typed(Policy, POLICY_KEYS),
+        revalidation=RevalidationPolicy(**typed(RevalidationPolicy, REVALIDATION_KEYS)),
+    )
 
 
 def _api_tls(env: Mapping[str, str]) -> ApiTls | None:
@@ -232,16 +192,3 @@ def main(args: argparse.Namespace) -> int:
     from slonkd.runtime.coordinating import run_coordinator
 
     return asyncio.run(run_coordinator(settings))
-
-
-def _revalidation(values: dict[str, Any]) -> RevalidationPolicy:
-    """Proof of health before return: ``revalidate`` (on), its timeout, recheck period, checks."""
-    checks = values.pop("revalidate_checks", [])
-    if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
-        raise ValueError("revalidate_checks must be a list of check names")
-    return RevalidationPolicy(
-        enabled=bool(values.pop("revalidate", True)),
-        timeout_s=float(values.pop("revalidate_timeout_s", 900)),
-        recheck_s=float(values.pop("revalidate_recheck_s", 30)),
-        required=tuple(checks),
-    )

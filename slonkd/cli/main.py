@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from slonkd import __version__
-from slonkd.cli import agent, check, coordinator, ops, prestop, recheck, sandbox
+from slonkd.cli import agent, check, config_cmd, coordinator, ops, prestop, recheck, sandbox
 from slonkd.runtime.logging import configure_logging
 
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_parser(sub)
     check.add_parser(sub)
     coordinator.add_parser(sub)
+    config_cmd.add_parser(sub)
     prestop.add_parser(sub)
     ops.add_parsers(sub)
     recheck.add_parser(sub)
@@ -48,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "coordinator":
         configure_logging()
         return coordinator.main(args)
+    if args.command == "config":
+        return config_cmd.main(args)
     if args.command == "prestop":
         configure_logging()
         return prestop.main(args)

@@ -176,8 +176,11 @@ class Policy:
     unready_grace_s: float = 60.0
     """A pod absent or not Ready this long gets its node drained by the coordinator."""
     remediation_cooldown_s: float = 900.0
+    """The remediation ladder's next rung on a K8s node waits this long after the last one."""
     remediate: bool = True
+    """Take the ladder's steps (eviction, reboot request, manual repair); off: marks only."""
     revalidation: RevalidationPolicy = field(default_factory=RevalidationPolicy)
+    """Proof of health before return (the ``revalidate*`` settings)."""
 
 
 def _c(name: str, detail: str = "") -> Cause:

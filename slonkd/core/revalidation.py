@@ -43,6 +43,7 @@ class RevalidationPolicy:
     """Tunables of the revalidation (coordinator settings ``revalidate*``)."""
 
     enabled: bool = True
+    """A node that left for a failure returns only once rechecked (off without MQTT)."""
     timeout_s: float = 900.0
     """No passing answer this long after the start (or the last ladder step): next rung."""
     recheck_s: float = 30.0
@@ -59,6 +60,8 @@ class RevalidationPolicy:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0 or not self.recheck_s > 0 or not self.retry_s > 0:
             raise ValueError("revalidate_timeout_s and revalidate_recheck_s must be positive")
+        if not all(isinstance(c, str) and c for c in self.required):
+            raise ValueError("revalidate_checks must be a list of check names")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from slonkd.core.budget import BudgetPolicy, Request, admit, out_of_service
+from slonkd.core.config_tree import build
 from slonkd.core.errors import ParseError
 from slonkd.core.kube_objects import HOLD_KEY, Node, Pod
 from slonkd.core.pod_ready import serving
@@ -102,18 +103,8 @@ class RolloutSettings:
 
     @classmethod
     def from_mapping(cls, raw: Any) -> RolloutSettings:
-        """Settings from the JSON object of the config file; ValueError on anything else."""
-        if not isinstance(raw, Mapping):
-            raise ValueError("rollout must be a JSON object (or null to switch rollouts off)")
-        known = {"max_parallel", "job_wait_s", "poll_s", "settle_s", "requeue_in_prestop"}
-        if set(raw) - known:
-            raise ValueError(f"rollout: unknown keys {sorted(set(raw) - known)}")
-        for key, value in raw.items():
-            if key == "requeue_in_prestop":
-                continue  # a boolean, checked by __post_init__
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"rollout.{key} must be a number")
-        return cls(**dict(raw))
+        """Settings from the JSON object of the config file; ValueError naming the key."""
+        return build(cls, raw, path="rollout")
 
 
 class Phase(StrEnum):

@@ -82,23 +82,31 @@ class AgentSettings:
     """Who the agent is (downward API) and how it reaches Kubernetes and SLURM."""
 
     pod_name: str
+    """This agent's pod (``POD_NAME``): the only pod it watches."""
     namespace: str
+    """The pod's namespace (``POD_NAMESPACE``)."""
     kube_node: str
+    """The K8s node the pod runs on (``NODE_NAME``)."""
     slurm_node: str
+    """The SLURM node the pod is (``SLONKD_SLURM_NODE``; default: the pod's name)."""
     kubeconfig: str | None = None
     """A kubeconfig path; None means the pod's in-cluster ServiceAccount."""
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     policy: Policy = field(default_factory=Policy)
     resync_s: float = 30.0
+    """A reconcile at least this often, even without a change (``SLONKD_RESYNC_S``)."""
     shutdown_deadline_s: float = 5.0
+    """On SIGTERM, the tasks get this long to end before they are cancelled."""
     ready_file: str | None = None
     """Touched once the caches have synced and the first reconcile ran (readiness)."""
     cluster: str = "lab"
+    """The cluster's name in logs and metrics (``SLONKD_CLUSTER``)."""
     bus: BusSettings | None = None
     """MQTT broker and credentials; None: no status is published (health stays local)."""
     health: HealthSettings | None = None
     """Checks to run on schedules; None: no health checks."""
     hysteresis: Hysteresis = field(default_factory=Hysteresis)
+    """How many failing runs of a check make a ``fail``, and how many passes clear it."""
     metrics_port: int = METRICS_PORT
     """Port of /healthz, /readyz and /metrics; 0: no HTTP server."""
     metrics_address: str = "0.0.0.0"  # noqa: S104 - the kubelet and Prometheus reach it by pod IP

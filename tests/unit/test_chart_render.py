@@ -681,16 +681,29 @@ def _mounted_config(pod: Obj, container: Obj, objs: list[Obj], tmp_path: Path) -
     return _container_env(container, tmp_path)
 
 
-def test_schema_knows_exactly_the_health_keys_the_agent_accepts() -> None:
-    """values.schema.json's health checks == slonkd/cli/agent.py's keys: no drift either way."""
-    from slonkd.cli.agent import _HEALTH_KEYS
+def test_schema_health_keys_are_the_agents_fields_with_the_same_types() -> None:
+    """values.schema.json's health checks: each a HealthSettings field, typed as the agent does.
+
+    The agent's own schema is generated from its settings classes (``slonkd config schema
+    agent``); the chart's is stricter (patterns, ranges) and may offer fewer keys, never one
+    the agent would refuse (exit 2) nor a type it would.
+    """
+    from slonkd.cli.config_cmd import agent_schema
 
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     checks = schema["definitions"]["healthChecks"]
     assert checks["additionalProperties"] is False
-    assert set(checks["properties"]) == _HEALTH_KEYS
+    agent_health = agent_schema()["properties"]["health"]["anyOf"][0]["properties"]
+    assert set(checks["properties"]) <= set(agent_health)
+
+    def json_type(prop: dict[str, Any]) -> str:
+        inner = prop["anyOf"][0] if "anyOf" in prop else prop
+        return str(inner.get("type"))
+
+    for key, prop in checks["properties"].items():
+        assert json_type(prop) == json_type(agent_health[key]), key
     hysteresis = schema["definitions"]["hysteresis"]["properties"]
-    assert set(hysteresis) == {"fail_n", "window_m", "clear_k"}
+    assert set(hysteresis) == set(agent_schema()["properties"]["hysteresis"]["properties"])
 
 
 POOL_HEALTH = (

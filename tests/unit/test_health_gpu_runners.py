@@ -208,11 +208,11 @@ def test_optional_checks_can_be_left_out(tmp_path: Path) -> None:
         ({"nvlink_links": 2.5}, "nvlink_links"),
         ({"heavy_period_s": 0}, "heavy_period_s"),
         ({"xid_lookback_s": -5}, "xid_lookback_s"),
-        ({"dcgm_timeout": 10}, "health takes only"),
+        ({"dcgm_timeout": 10}, r"health: unknown keys \[.dcgm_timeout.\]"),
         ({"dcgm_host": "--help"}, "dcgm_host"),
         ({"nvlink_fail_growth": {"crc": 0}}, "crc must be a whole number"),
         ({"nvlink_warn_growth": {"CRC Errors": 5}}, "not valid"),
-        ({"nvlink_warn_growth": [1, 2]}, "must map counter names"),
+        ({"nvlink_warn_growth": [1, 2]}, "health.nvlink_warn_growth must be a JSON object"),
         ({"dcgm_host": "unix://relative"}, "dcgm_host"),
     ],
 )

@@ -7,7 +7,6 @@ Read by every part of the coordinator: :mod:`.observing`, :mod:`.admitting`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.kube.lease import LeaseSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
+from slonkd.core.config_tree import build
 from slonkd.core.decide import Policy
 from slonkd.core.job_blame import BlamePolicy
 from slonkd.core.rollout import RolloutSettings
@@ -73,28 +73,7 @@ class JobBlameSettings:
     @classmethod
     def from_mapping(cls, raw: Any) -> JobBlameSettings:
         """Settings from the config file's JSON object; ValueError naming the key otherwise."""
-        if not isinstance(raw, Mapping):
-            raise ValueError("job_blame must be a JSON object (or null to switch it off)")
-        whole = {"min_failures", "window_failures", "max_jobs"}
-        known = whole | {"max_p_value", "poll_s", "infrastructure_exit_codes"}
-        if set(raw) - known:
-            raise ValueError(f"job_blame: unknown keys {sorted(set(raw) - known)}")
-        values = dict(raw)
-        for key, value in raw.items():
-            if key == "infrastructure_exit_codes":
-                if not isinstance(value, list) or not all(
-                    isinstance(c, int) and not isinstance(c, bool) for c in value
-                ):
-                    raise ValueError(f"job_blame.{key} must be a list of whole numbers")
-                values[key] = tuple(value)
-            elif isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"job_blame.{key} must be a number")
-            elif key in whole and not isinstance(value, int):
-                raise ValueError(f"job_blame.{key} must be a whole number")
-        try:
-            return cls(**values)
-        except ValueError as exc:
-            raise ValueError(f"job_blame.{exc}") from None
+        return build(cls, raw, path="job_blame")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,13 +81,21 @@ class CoordinatorSettings:
     """Where the workers are, how often to look, and how much may be taken out at once."""
 
     namespace: str
+    """Where the worker pods, the Lease and the state ConfigMap live (``POD_NAMESPACE``)."""
     pod_selector: str = "app.kubernetes.io/name=slurmd"
+    """Label selector of the worker pods (one SLURM node each, named as the pod)."""
     identity: str
+    """This candidate's name in the Lease (``POD_NAME``, else the host name)."""
     kubeconfig: str | None = None
+    """A kubeconfig path (``KUBECONFIG``); None: the pod's in-cluster ServiceAccount."""
     lease_name: str = "slonkd-coordinator"
+    """The Lease the candidates campaign for (one leader writes)."""
     lease_duration_s: float = 15.0
+    """A leader that stops renewing is replaced after this long."""
     renew_deadline_s: float = 10.0
+    """A leader that could not renew for this long stops writing and steps down."""
     retry_period_s: float = 2.0
+    """Candidates try the Lease this often; the leader renews this often."""
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     policy: Policy = field(default_factory=Policy)
     resync_s: float = 30.0
@@ -124,10 +111,10 @@ class CoordinatorSettings:
     change_poll_s: float = 0.2
     """The change poll's period (an RPC answered without packing the table)."""
     max_reads_per_s: float = 2.0
+    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     state_poll_s: float = 2.0
     """The state ConfigMap is read this often between passes, so that an operator's pause or
     breaker reset is seen within seconds rather than at the next resync."""
-    """Most slurmctld reads per second of this coordinator, polls and full reads together."""
     debounce_s: float = 0.05
     """A pass starts once no event arrived for this long ..."""
     max_batch_delay_s: float = 1.0
@@ -152,6 +139,7 @@ class CoordinatorSettings:
     dry_run: bool = False
     """Decide and log the plans, write nothing."""
     api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
+    """The status API's address (every interface of the pod)."""
     api_port: int = 8081
     """The status API (``slonkd status``); 0: any free port."""
     api_tls: ApiTls | None = None
@@ -163,8 +151,13 @@ class CoordinatorSettings:
             max_out_percent=self.max_out_percent,
             mass_percent=self.mass_percent,
         )
+        for name in ("namespace", "identity", "cluster", "lease_name", "state_name", "api_host"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
         if self.max_reads_per_s <= 0:
             raise ValueError("max_reads_per_s must be positive")
+        if not self.change_poll_s > 0:
+            raise ValueError("change_poll_s must be positive")
         if not 0 <= self.api_port <= 65535:
             raise ValueError("api_port must be between 0 and 65535")
         for name in ("resync_s", "state_poll_s", "retry_period_s", "renew_deadline_s"):
@@ -199,10 +192,14 @@ class CoordinatorSettings:
         )
 
     cluster: str = "lab"
+    """The cluster's name in logs, Events and metrics (``SLONKD_CLUSTER``)."""
     bus: BusSettings | None = None
     """MQTT, to read the agents' health verdicts; None: no health input."""
     suspect_min_nodes: int = 3
+    """A health check failing on at least this many nodes at once ..."""
     suspect_fraction: float = 0.3
+    """... and this fraction of the nodes (whichever is more) is suspected, not believed:
+    nothing more is taken out for it (``slonkd.core.fleet_decide``)."""
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
     credentials: CredentialSettings | None = None
