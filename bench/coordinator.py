@@ -15,7 +15,14 @@
    without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
    coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up: a
    failover's time to first action) and the way there: process start, its CPU seconds, the
-   Lease, the informers' lists and the first pass's phases (first_pass_{size}_*).
+   Lease, the informers' lists and the first pass's phases (first_pass_{size}_*). Over the
+   rest that follows (two resyncs): the CPU of the SLURM harness (slurmctld, slurmd, munged
+   below its supervisor: harness_cpu_pct_{size}), of the Kubernetes control plane
+   (kube_cpu_pct_{size}) and of the coordinator (coordinator_cpu_pct_{size}), each in % of
+   one core; the 1-minute load average (loadavg_during_{size}); and slurmctld's time spent on
+   client requests other than the measurement's own ``sdiag`` (slurmctld_busy_ms_per_s_{size},
+   ms per second, from sdiag's total_time). The issue's unsuffixed keys (harness_cpu_pct,
+   slurmctld_busy_ms_per_s) are the 5,000-node ones.
 
 ``EVENTS`` 0 runs part 3 alone; ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
 cProfile (``DIR/<name>.prof``).
@@ -48,6 +55,9 @@ from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayo
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
+_SDIAG_TIMES = re.compile(
+    r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:\d+\s+ave_time:\d+\s+total_time:(\d+)", re.M
+)
 _CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE",
                 "REQUEST_JOB_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_BUILD_INFO",
                 "REQUEST_JOB_REQUEUE", "REQUEST_RECONFIGURE", "REQUEST_TOPO_INFO",
@@ -63,6 +73,37 @@ def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """CPU seconds so far of the processes ``roots`` and every process below them.
+
+    The children they reaped (an scontrol, a fork) count too, each CPU second once: a reaped
+    child's time is in its parent's.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    total, todo = 0.0, list(roots)
+    while todo:
+        pid = todo.pop()
+        try:  # its own time and that of its children it reaped (an scontrol, a fork)
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        todo += children.get(pid, [])
+    return total
+
+
+def client_busy_us(sdiag: str) -> int:
+    """slurmctld's total time (µs) on client requests in ``sdiag``'s output, its own excepted."""
+    return sum(int(t) for name, t in _SDIAG_TIMES.findall(sdiag) if name != "REQUEST_STATS_INFO")
 
 
 def _log_gap_s(log: Path, first: str, then: str) -> float:
@@ -381,7 +422,15 @@ def scale(
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=300, interval_s=0.2)
             first_s = time.monotonic() - began
             first_cpu_s = _cpu_s(co.proc.pid)
+            slurm.run("sdiag", "--reset")
+            harness = (slurm.pids(), list(kube.pids().values()), [co.proc.pid])
+            cpu0 = [tree_cpu_s(pids) for pids in harness]
+            rest0 = time.monotonic()
             time.sleep(12)  # two resyncs at rest
+            rest_s = time.monotonic() - rest0
+            cpu1 = [tree_cpu_s(pids) for pids in harness]
+            busy_us = client_busy_us(slurm.run("sdiag").stdout)
+            load = os.getloadavg()[0]
             status = co.status()
             passes = status["passes"]
             nodes = len(status["nodes"])
@@ -405,6 +454,11 @@ def scale(
                 f"reads_per_s_{size}": passes["slurm_reads"] / max(1.0, time.monotonic() - began),
                 f"coordinator_rss_{size}_mb": _rss_mb(co.proc.pid),
                 f"nodes_seen_{size}": float(nodes),
+                f"harness_cpu_pct_{size}": 100 * (cpu1[0] - cpu0[0]) / rest_s,
+                f"kube_cpu_pct_{size}": 100 * (cpu1[1] - cpu0[1]) / rest_s,
+                f"coordinator_cpu_pct_{size}": 100 * (cpu1[2] - cpu0[2]) / rest_s,
+                f"loadavg_during_{size}": load,
+                f"slurmctld_busy_ms_per_s_{size}": busy_us / 1000 / rest_s,
                 **{f"resync_{size}_{k}_ms": float(v) for k, v in passes["last_phases_ms"].items()},
             }
         finally:
@@ -433,6 +487,9 @@ def main() -> int:
         for size in sizes:
             results.update(scale(root, kube, size, have, 10 if events > 0 else 0))
             have = size
+    for key in ("harness_cpu_pct", "slurmctld_busy_ms_per_s"):  # the issue's names: 5,000 nodes
+        if f"{key}_5000" in results:
+            results[key] = results[f"{key}_5000"]
     results.update(change_poll_cost(root))
     _print(results)
     return 0

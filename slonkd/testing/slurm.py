@@ -161,6 +161,11 @@ class SlurmCluster:
             self.wait_idle(self.layout.nodes, timeout_s=idle_s)
         self.started_s = time.monotonic() - begun
 
+    def pids(self) -> list[int]:
+        """The supervisor's pid (the daemons and jobs run below it), [] when stopped."""
+        sup = self._supervisor
+        return [sup.pid] if sup is not None and sup.poll() is None else []
+
     def stop(self) -> None:
         """Stop the whole cluster: the PID namespace takes every daemon and job with it."""
         sup = self._supervisor
