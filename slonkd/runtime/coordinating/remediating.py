@@ -62,9 +62,9 @@ class Remediator:
         if view.pod is None:
             return None
         result = await self.pods.evict(view.pod.namespace, view.pod.name, uid=view.pod.uid)
-        if result.done:
+        if result.done:  # the node proves its health on its next pod before it returns
             handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
-            await self._remediated(kube.name, view.node, handled, token)
+            await self._remediated(kube.name, view.node, handled, token, revalidate=True)
         return result
 
     async def escalate(
