@@ -187,3 +187,13 @@ async def test_a_node_evicted_for_a_slurm_failure_is_revalidated_when_it_returns
     slurm.nodes = [_slurm(0)]  # resumed (by the operator or ReturnToService)
     await c.reconcile_all()
     assert ("revalidating", ["w-0"]) in slurm.drained
+
+
+async def test_without_revalidation_an_eviction_records_nothing() -> None:
+    """Revalidation off (no bus): the ladder's steps leave no record that would drain later."""
+    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed")], failing=set())
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    assert not c.policy.revalidation.enabled  # no bus
+    await c.reconcile_all()
+    assert cast(FakePodWriter, c.executor.remediator.pods).evicted == ["w-0"]
+    assert c.memory.state.revalidating == {}
