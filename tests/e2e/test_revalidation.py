@@ -225,14 +225,24 @@ def test_a_node_slurm_failed_returns_after_an_operators_resume_only_once_recheck
             return False
 
     wait_for("pod back on another K8s node", moved, timeout_s=60)
-    # the new pod's agent: its check fails, but as warn for its first runs (no health drain)
-    f.gates[node].shut()
+    # the new pod's agent: its check will fail, but as warn for its first runs (no health
+    # cause, no second eviction); the gate shuts once it runs, not before (the old agent's
+    # fail would mark the new K8s node)
     config = Path(f.agents[node].env["SLONKD_CONFIG"])
     settings = json.loads(config.read_text())
     settings["health"]["fast_period_s"] = 2.5
     settings["hysteresis"] = {"fail_n": 20, "window_m": 20, "clear_k": 1}
     config.write_text(json.dumps(settings))
     f.restart_agent(node)
+    wait_for(
+        "the new agent's first verdicts",
+        lambda: any(
+            e.get("event") == "agent.status_published" and e.get("health")
+            for e in f.agents[node].events()
+        ),
+        timeout_s=30,
+    )
+    f.gates[node].shut()
     assert f.reason(node) == "Kill task failed"  # SLURM's, untouched while it holds
     with StateSampler(f, node) as sampler:
         resumed_at = time.time()
