@@ -233,15 +233,17 @@ def test_a_node_slurm_failed_returns_after_an_operators_resume_only_once_recheck
     settings["health"]["fast_period_s"] = 2.5
     settings["hysteresis"] = {"fail_n": 20, "window_m": 20, "clear_k": 1}
     config.write_text(json.dumps(settings))
-    f.restart_agent(node)
-    wait_for(
-        "the new agent's first verdicts",
-        lambda: any(
-            e.get("event") == "agent.status_published" and e.get("health")
+
+    def verdicts() -> int:
+        return sum(
+            1
             for e in f.agents[node].events()
-        ),
-        timeout_s=30,
-    )
+            if e.get("event") == "agent.status_published" and e.get("health")
+        )
+
+    before = verdicts()
+    f.restart_agent(node)
+    wait_for("the new agent's first verdicts", lambda: verdicts() > before, timeout_s=30)
     f.gates[node].shut()
     assert f.reason(node) == "Kill task failed"  # SLURM's, untouched while it holds
     with StateSampler(f, node) as sampler:
