@@ -39,7 +39,7 @@ job left on it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from slonkd.core.errors import ParseError
@@ -365,6 +365,8 @@ def _revalidation(view: NodeView, policy: Policy) -> Judgement | None:
     if reason.cause == REVALIDATING and s.reason_time is not None:
         since = min(since, s.reason_time.timestamp())
     pending = view.revalidation or Pending(since=since)
+    if not pending.command:  # the ladder's record: the proof starts when the node came back
+        pending = replace(pending, since=max(pending.since, since))
     return judge(
         pending,
         view.recheck,

@@ -186,3 +186,84 @@ def test_a_replaced_node_returns_only_after_its_new_pod_passes_a_recheck(
     assert [a["outcome"] for a in releases] == ["changed"], releases
     assert "slonkd" not in show().partition(" Reason=")[2]
     assert node not in json.loads(f.state_cm().get("revalidating", "{}"))
+
+
+@pytest.mark.parametrize(
+    "health_fleet",
+    [FleetOptions(gated=True, coordinator={"revalidate_recheck_s": RECHECK_S, **REVALIDATE})],
+    indirect=True,
+)
+def test_a_node_slurm_failed_returns_after_an_operators_resume_only_once_rechecked(
+    health_fleet: HealthFleet,
+) -> None:
+    """SLURM's own failure: evicted, resumed by the operator, held until the recheck passes.
+
+    SLURM reports ``Kill task failed``: slonkd cordons the K8s node and evicts the pod (its
+    ladder's first rung) but never writes to the SLURM node SLURM's reason holds. The
+    operator resumes it: that is the node's return, and slonkd drains it
+    ``slonkd:revalidating`` at once; the new pod's agent, whose check does not pass yet, is
+    rechecked; once the check passes the node resumes, exactly once. Without this the
+    operator's resume put the node straight back into service, unproven.
+    """
+    f = health_fleet
+    node = "w-0"
+    old_kube = f.kube_node_of(node)
+
+    def evicted() -> bool:
+        return any(
+            a["action"] == "evict" and a["node"] == node and a["outcome"] == "changed"
+            for a in f.audit_records()
+        )
+
+    f.slurm.run("scontrol", "update", f"nodename={node}", "state=fail", "reason=Kill task failed")
+    wait_for("the pod evicted for SLURM's failure", evicted, timeout_s=40)
+
+    def moved() -> bool:
+        try:
+            return f.kube_node_of(node) not in ("", "None", old_kube)
+        except Exception:  # noqa: BLE001 - between the old pod and the new one
+            return False
+
+    wait_for("pod back on another K8s node", moved, timeout_s=60)
+    # the new pod's agent: its check will fail, but as warn for its first runs (no health
+    # cause, no second eviction); the gate shuts once it runs, not before (the old agent's
+    # fail would mark the new K8s node)
+    config = Path(f.agents[node].env["SLONKD_CONFIG"])
+    settings = json.loads(config.read_text())
+    settings["health"]["fast_period_s"] = 2.5
+    settings["hysteresis"] = {"fail_n": 20, "window_m": 20, "clear_k": 1}
+    config.write_text(json.dumps(settings))
+
+    def verdicts() -> int:
+        return sum(
+            1
+            for e in f.agents[node].events()
+            if e.get("event") == "agent.status_published" and e.get("health")
+        )
+
+    before = verdicts()
+    f.restart_agent(node)
+    wait_for("the new agent's first verdicts", lambda: verdicts() > before, timeout_s=30)
+    f.gates[node].shut()
+    assert f.reason(node) == "Kill task failed"  # SLURM's, untouched while it holds
+    with StateSampler(f, node) as sampler:
+        resumed_at = time.time()
+        f.slurm.run("scontrol", "update", f"nodename={node}", "state=resume")
+        wait_for(
+            "drained revalidating after the operator's resume",
+            lambda: f.reason(node).startswith("slonkd:revalidating"),
+            timeout_s=10,
+        )
+        time.sleep(8)  # rechecks (every 2 s) whose answers do not pass
+        assert f.reason(node).startswith("slonkd:revalidating"), f.reason(node)
+        opened = time.time()
+        f.gates[node].open()
+        wait_for("resumed once its checks pass", lambda: f.state(node) == "idle", timeout_s=40)
+        time.sleep(4)
+        assert f.state(node) == "idle"
+    back = [t for t in sampler.resumed(resumed_at) if t >= opened]
+    assert len(back) == 1, sampler.states(resumed_at)
+    # out of service from the resume until the pass: at most a pass's poll in between
+    early = [t for t in sampler.resumed(resumed_at) if t < opened]
+    assert len(early) <= 1, sampler.states(resumed_at)
+    assert node not in json.loads(f.state_cm().get("revalidating", "{}"))

@@ -20,6 +20,7 @@ from slonkd.runtime.commands import CommandSender
 from tests.unit.test_coordinator_pass import (
     TOKEN,
     FakeNodeWriter,
+    FakePodWriter,
     FakeSlurm,
     _coordinator,
     _node,
@@ -161,3 +162,38 @@ async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
     await new.reconcile_all()
     assert resumed == ["w-0"]
     assert "w-0" not in new.memory.state.revalidating
+
+
+async def test_a_node_evicted_for_a_slurm_failure_is_revalidated_when_it_returns() -> None:
+    """SLURM's own failure: slonkd evicts the pod and records a revalidation (no recheck yet).
+
+    SLURM's reason is SLURM's: slonkd writes nothing to the node while it holds. When SLURM
+    (ReturnToService) or an operator puts the node back, the pass drains it ``revalidating``
+    before it runs jobs again: the new pod's agent must prove its health first (issue 19
+    item 2: "SLURM-reported or health").
+    """
+    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed")], failing=set())
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    sender = FakeSender()
+    c.commands = cast(CommandSender, sender)
+    c.policy = c.s.policy
+    c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+    await c.reconcile_all()
+    assert cast(FakePodWriter, c.executor.remediator.pods).evicted == ["w-0"]
+    record = c.memory.state.revalidating["w-0"]
+    assert record.command == ""
+    assert slurm.drained == []  # SLURM's failure is left to SLURM and the operator
+
+    slurm.nodes = [_slurm(0)]  # resumed (by the operator or ReturnToService)
+    await c.reconcile_all()
+    assert ("revalidating", ["w-0"]) in slurm.drained
+
+
+async def test_without_revalidation_an_eviction_records_nothing() -> None:
+    """Revalidation off (no bus): the ladder's steps leave no record that would drain later."""
+    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed")], failing=set())
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    assert not c.policy.revalidation.enabled  # no bus
+    await c.reconcile_all()
+    assert cast(FakePodWriter, c.executor.remediator.pods).evicted == ["w-0"]
+    assert c.memory.state.revalidating == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -192,6 +193,32 @@ def test_a_remediated_node_that_slurm_returned_is_drained_for_revalidation() -> 
         view(slurm=slurm("DOWN", "Not responding"), revalidation=Pending(since=NOW - 5)), POLICY
     )
     assert _slurm_kinds(down) == []
+
+
+def test_a_node_returned_long_after_the_ladder_acted_gets_its_whole_timeout() -> None:
+    """Waiting for SLURM or an operator to put the node back does not count against the proof.
+
+    Evicted two hours ago, back now: held ``revalidating`` and rechecked, not timed out at
+    once (which would take the ladder's next rung for a node whose new pod nobody checked).
+    """
+    long_ago = Remediations(attempts=1, last_at=NOW - 7200)
+    waiting = Pending(since=NOW - 7200)
+    back = decide(view(slurm=slurm("IDLE"), revalidation=waiting, remediation=long_ago), POLICY)
+    assert _slurm_kinds(back) == [("drain", "revalidating")]
+    held = replace(
+        slurm("IDLE+DRAIN", "slonkd:revalidating"),
+        reason_time=datetime.fromtimestamp(NOW - 5, UTC),
+    )
+    plan = decide(view(slurm=held, revalidation=waiting, remediation=long_ago), POLICY)
+    assert plan.failure is None, plan.notes
+    assert plan.revalidation is not None
+    assert plan.revalidation.step is Step.REQUEST
+    # once the recheck went out, the timeout counts from the node's return, not from then
+    began = plan.revalidation.since
+    assert began == NOW - 5
+    sent = Pending(since=began, pod_uid="u1", command="cmd-00001", requested_at=NOW - 1)
+    late = decide(view(slurm=held, revalidation=sent, remediation=long_ago, now=NOW + 650), POLICY)
+    assert late.failure == TIMED_OUT
 
 
 def test_revalidation_off_releases_as_before() -> None:

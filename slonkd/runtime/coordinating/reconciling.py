@@ -153,6 +153,7 @@ class Coordinator:
         remediator = Remediator(
             slurm=parts.slurm, nodes=parts.nodes, pods=parts.pods, events=parts.events,
             memory=self.memory, auditor=self.auditor, check_valid=elector.check_valid,
+            revalidates=lambda: self.policy.revalidation.enabled,
         )  # fmt: skip
         self.executor = Executor(
             slurm=parts.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,

@@ -54,6 +54,9 @@ class Remediator:
     auditor: Auditor
     check_valid: Callable[[], int]
     """The fencing token, or an error when the lease is no longer held."""
+    revalidates: Callable[[], bool] = lambda: True
+    """Whether proof of health before return is on (the policy's, off without a bus): a
+    ladder step then records a revalidation for the node's return."""
 
     async def evict(
         self, view: NodeView, kube: Node, action: Action, token: int
@@ -62,9 +65,9 @@ class Remediator:
         if view.pod is None:
             return None
         result = await self.pods.evict(view.pod.namespace, view.pod.name, uid=view.pod.uid)
-        if result.done:
+        if result.done:  # the node proves its health on its next pod before it returns
             handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
-            await self._remediated(kube.name, view.node, handled, token)
+            await self._remediated(kube.name, view.node, handled, token, revalidate=True)
         return result
 
     async def escalate(
@@ -150,7 +153,7 @@ class Remediator:
             }
             done = {**st.handled, node: handled} if handled else st.handled
             checks = st.revalidating
-            if revalidate:  # a round already going on keeps its start, not its recheck
+            if revalidate and self.revalidates():  # a round going on keeps its start
                 began = st.revalidating[node].since if node in st.revalidating else time.time()
                 checks = {**st.revalidating, node: Pending(since=began)}
             return replace(st, remediation=remediation, handled=done, revalidating=checks)
