@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
 from slonkd.cli.config import config_file
-from slonkd.core.decide import Policy
+from slonkd.core.plan import Policy
 from slonkd.core.revalidation import RevalidationPolicy
 from slonkd.core.rollout import RolloutSettings
 

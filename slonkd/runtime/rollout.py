@@ -41,10 +41,10 @@ from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import BudgetPolicy, budget_group
-from slonkd.core.decide import Kind
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.rollout import (
     ACTIVE,

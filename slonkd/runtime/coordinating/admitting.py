@@ -24,7 +24,7 @@ from slonkd.core.budget import (
     budget_group,
     out_of_service,
 )
-from slonkd.core.decide import NodeView, Plan, Writer
+from slonkd.core.plan import NodeView, Plan, Writer
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 

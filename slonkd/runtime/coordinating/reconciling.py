@@ -2,7 +2,7 @@
 
 While it holds the Lease it watches every K8s node and the worker pods, reads all SLURM
 nodes in one call per pass (on events, debounced, and on a resync period), builds a
-:class:`~slonkd.core.decide.NodeView` per worker pod (:mod:`.observing`), calls ``decide``
+:class:`~slonkd.core.plan.NodeView` per worker pod (:mod:`.observing`), calls ``decide``
 and executes the coordinator's actions (:mod:`.executing`): SLURM drains, downs and releases
 grouped by cause into hostlist calls; cordons, taints, the ``SlurmHealthy`` condition, Events
 and evictions per K8s node, and the remediation ladder (:mod:`.remediating`). It acts only
@@ -45,16 +45,10 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.adapters.slurm.triggers import Triggers
 from slonkd.core.budget import Admission, BudgetPolicy
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import (
-    Action,
-    Kind,
-    NodeView,
-    Plan,
-    Writer,
-    decide,
-)
+from slonkd.core.decide import decide
 from slonkd.core.errors import SlonkdError
 from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.audit import AuditLog

@@ -15,8 +15,8 @@ from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.kube.lease import LeaseSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
-from slonkd.core.decide import Policy
 from slonkd.core.job_blame import BlamePolicy
+from slonkd.core.plan import Policy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.runtime.audit import KEEP as AUDIT_KEEP
 from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
