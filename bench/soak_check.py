@@ -39,8 +39,8 @@ from typing import IO, Any
 
 from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, SoakFleet
 from slonkd.core.budget import BudgetPolicy
-from slonkd.core.decide import Kind
 from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
+from slonkd.core.plan import Kind
 
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 BAD_JOB_STATES = {"FAILED", "CANCELLED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE"}

@@ -35,7 +35,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
 from slonkd.cli.config import config_file
 from slonkd.core.config_tree import value_of
-from slonkd.core.decide import Policy
+from slonkd.core.plan import Policy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.agent import AgentSettings

@@ -21,7 +21,7 @@ from typing import Any
 
 from slonkd.cli import agent, coordinator
 from slonkd.core.config_tree import schema
-from slonkd.core.decide import Policy
+from slonkd.core.plan import Policy
 from slonkd.core.revalidation import RevalidationPolicy
 
 EXIT_BAD = 2

@@ -46,7 +46,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
 from slonkd.cli.config import config_file
 from slonkd.core.config_tree import value_of
-from slonkd.core.decide import Policy
+from slonkd.core.plan import Policy
 from slonkd.core.revalidation import RevalidationPolicy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run

@@ -1,12 +1,14 @@
 """The decision core: ``decide(view, policy) -> Plan`` for one node, pure and total.
 
-A :class:`NodeView` is a frozen snapshot of everything slonkd knows about one node: the
-worker pod, the Kubernetes node it runs on, the SLURM node, health verdicts, the operator's
-hold and pause, and remediation history. :func:`decide` returns the actions that make SLURM
-and Kubernetes agree, each with its cause, its writer (agent or coordinator, per the table
-in docs/architecture.md) and whether it counts against the disruption budget. Callers execute
-only the actions of their own writer; the adapters re-check ownership right before writing
-(compare-and-set), so a stale view can at worst do nothing.
+A :class:`~slonkd.core.plan.NodeView` is a frozen snapshot of everything slonkd knows about one
+node: the worker pod, the Kubernetes node it runs on, the SLURM node, health verdicts, the
+operator's hold and pause, and remediation history (the types are :mod:`slonkd.core.plan`'s).
+:func:`decide` returns the actions that make SLURM and Kubernetes agree, each with its cause,
+its writer (agent or coordinator, per the table in docs/architecture.md) and whether it counts
+against the disruption budget; the Kubernetes side (marks and the remediation ladder) is
+planned by :mod:`slonkd.core.kube_actions`. Callers execute only the actions of their own
+writer; the adapters re-check ownership right before writing (compare-and-set), so a stale
+view can at worst do nothing.
 
 The rules, highest priority first:
 
@@ -38,33 +40,25 @@ job left on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from slonkd.core.errors import ParseError
-from slonkd.core.health import CheckResult, Remediation, Verdict
-from slonkd.core.kube_objects import Node, Pod, PodPhase, TaintEffect
+from slonkd.core.health import Remediation, Verdict
+from slonkd.core.kube_actions import kube_actions
+from slonkd.core.kube_objects import Node, PodPhase, TaintEffect
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Policy, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, cause_detail, decode_causes, parse_reason
 from slonkd.core.revalidation import (
     REVALIDATING,
     TIMED_OUT,
-    Answer,
     Judgement,
     Pending,
-    RevalidationPolicy,
     Step,
     is_failure,
     judge,
 )
-from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, SlurmNode
 
-FAILURE_TAINT = "slonk.dev/unhealthy"
-"""The NoSchedule taint slonkd puts on a K8s node whose SLURM node failed."""
-REBOOT_TAINT = "slonk.dev/reboot-requested"
-"""NoSchedule taint (and annotation) asking the site's reboot tooling to reboot the node."""
-MANUAL_TAINT = "slonk.dev/manual-repair"
-"""NoSchedule taint (and annotation) marking a node that restarts and reboots did not fix."""
 REASON_CLOCK_SLACK_S = 2.0
 """SLURM stamps reasons to the second: comparisons with observed times allow this much."""
 
@@ -73,114 +67,6 @@ AGENT_CAUSES = frozenset({"pod-terminating"})
 JOB_FAILURES = Cause(name="job-failures")
 """A node that keeps failing multi-node jobs (:mod:`slonkd.core.job_blame`); an operator's
 resume ends it, never slonkd."""
-
-
-class Writer(StrEnum):
-    """Who executes an action."""
-
-    AGENT = "agent"
-    COORDINATOR = "coordinator"
-
-
-class Kind(StrEnum):
-    """What an action does."""
-
-    DRAIN = "drain"
-    DOWN = "down"
-    REQUEUE = "requeue"
-    RELEASE = "release"
-    """Remove one slonkd cause; the adapter resumes the node when none is left."""
-    CORDON = "cordon"
-    UNCORDON = "uncordon"
-    TAINT = "taint"
-    UNTAINT = "untaint"
-    SET_CONDITION = "set-condition"
-    EVENT = "event"
-    EVICT = "evict"
-    REQUEST_REBOOT = "request-reboot"
-    MARK_MANUAL = "mark-manual"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Action:
-    """One change, with its cause, writer and budget accounting."""
-
-    kind: Kind
-    writer: Writer
-    cause: Cause
-    budgeted: bool = False
-    """Counts against the disruption budget (takes a node out automatically)."""
-    key: str = ""
-    """Taint key, condition status, or event reason, depending on ``kind``."""
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """The actions for one node and the notes that explain what was left alone."""
-
-    node: NodeName
-    actions: tuple[Action, ...] = ()
-    notes: tuple[str, ...] = ()
-    failure: Cause | None = None
-    """The failure this node's K8s node is marked for (SLURM-reported or health)."""
-    revalidation: Judgement | None = None
-    """The revalidation of a node held ``revalidating`` (None: none in progress)."""
-
-    def for_writer(self, writer: Writer) -> tuple[Action, ...]:
-        """The actions ``writer`` executes."""
-        return tuple(a for a in self.actions if a.writer is writer)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Remediations:
-    """What slonkd already tried on this K8s node (kept in Kubernetes, survives failover)."""
-
-    attempts: int = 0
-    last_at: float = 0.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeView:
-    """Everything known about one node at one moment; ``None`` means not seen / unknown."""
-
-    node: NodeName
-    now: float
-    slurm: SlurmNode | None
-    pod: Pod | None
-    kube_node: Node | None
-    pod_ready_since: float | None = None
-    """When the pod last became Running and Ready (None: it is not)."""
-    pod_unready_since: float | None = None
-    """When the pod last stopped being Ready (None: it is Ready, or never was)."""
-    health: Mapping[str, CheckResult] = field(default_factory=dict)
-    handled_failure: str = ""
-    """Fingerprint of a SLURM failure already remediated (on the hardware the pod left)."""
-    paused: bool = False
-    remediation: Remediations = field(default_factory=Remediations)
-    job_blame: str = ""
-    """The evidence that blames the node for failed jobs ("" : not blamed), see
-    :mod:`slonkd.core.job_blame`."""
-    revalidation: Pending | None = None
-    """The node's revalidation in progress, as the state ConfigMap keeps it."""
-    recheck: Answer | None = None
-    """The latest status of the node's agent that answered a recheck command."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Policy:
-    """Tunables of the rules (settings)."""
-
-    failure_grace_s: float = 120.0
-    """A pod must be Running and Ready this long before SLURM's failure counts as one."""
-    unready_grace_s: float = 60.0
-    """A pod absent or not Ready this long gets its node drained by the coordinator."""
-    remediation_cooldown_s: float = 900.0
-    """The remediation ladder's next rung on a K8s node waits this long after the last one."""
-    remediate: bool = True
-    """Take the ladder's steps (eviction, reboot request, manual repair); off: marks only."""
-    revalidation: RevalidationPolicy = field(default_factory=RevalidationPolicy)
-    """Proof of health before return (the ``revalidate*`` settings)."""
 
 
 def _c(name: str, detail: str = "") -> Cause:
@@ -337,7 +223,7 @@ def decide(view: NodeView, policy: Policy) -> Plan:
                 key="JobFailures", detail=view.job_blame,
             )
         )  # fmt: skip
-    actions += _kube_actions(view, failure, remediation, policy, notes)
+    actions += kube_actions(view, failure, remediation, policy, notes)
     return Plan(
         node=view.node,
         actions=tuple(actions),
@@ -463,94 +349,3 @@ def _cannot_release(view: NodeView, cause: Cause) -> str:
     if cause.name == REVALIDATING.name:
         return ""  # still wanted unless its judgement passed (or revalidation is off)
     return "cause unknown to this version of slonkd"
-
-
-def _kube_actions(
-    view: NodeView,
-    failure: Cause | None,
-    remediation: Remediation,
-    policy: Policy,
-    notes: list[str],
-) -> list[Action]:
-    kube = view.kube_node
-    if kube is None:
-        return []
-    co = Writer.COORDINATOR
-    out: list[Action] = []
-    ours = {t.key for t in kube.our_taints}
-    others = sorted({t.key for t in kube.taints if t.slonk_key} - ours)
-    if failure is not None:
-        if not kube.unschedulable:
-            out.append(Action(kind=Kind.CORDON, writer=co, cause=failure, budgeted=True))
-        if not any(t.key == FAILURE_TAINT for t in kube.taints):  # anyone's will do
-            # NoSchedule keeps the pod from coming back: it takes the node out like a cordon
-            out.append(
-                Action(kind=Kind.TAINT, writer=co, cause=failure, key=FAILURE_TAINT, budgeted=True)
-            )
-        if kube.slurm_healthy is not False:
-            out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=failure, key="False"))
-            out.append(Action(kind=Kind.EVENT, writer=co, cause=failure, key="SlurmUnhealthy"))
-        if policy.remediate:
-            present = {t.key for t in kube.taints} - ours
-            for step in _remediate(view, failure, remediation, policy, notes):
-                taint = MANUAL_TAINT if step.kind is Kind.MARK_MANUAL else step.key
-                if step.kind in (Kind.REQUEST_REBOOT, Kind.MARK_MANUAL) and taint in present:
-                    notes.append(f"{taint} on K8s node {kube.name} put there by someone else: left")
-                    continue
-                out.append(step)
-        return out
-    if holds_marks(view):
-        # The failure is not seen now only because the pod is in its lifecycle (e.g. just
-        # evicted by remediation): undoing the marks would let its replacement land back here.
-        notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
-        return out
-    if kube.unschedulable and kube.cordoned_by_slonkd:
-        out.append(Action(kind=Kind.UNCORDON, writer=co, cause=_c("healthy")))
-    elif kube.unschedulable:
-        notes.append(f"K8s node {kube.name} cordoned by someone else: never undone by slonkd")
-    for key in sorted(ours):
-        out.append(Action(kind=Kind.UNTAINT, writer=co, cause=_c("healthy"), key=key))
-    for key in others:
-        notes.append(f"taint {key} on K8s node {kube.name} was not added by slonkd: never removed")
-    if kube.slurm_healthy is False:
-        out.append(Action(kind=Kind.SET_CONDITION, writer=co, cause=_c("healthy"), key="True"))
-    return out
-
-
-def holds_marks(view: NodeView) -> bool:
-    """slonkd's marks are on the K8s node and the pod there is not settled: keep them."""
-    kube, pod = view.kube_node, view.pod
-    if kube is None:
-        return False
-    ours = bool(kube.our_taints)
-    marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
-    return marked and (pod is None or pod.terminating or not pod.ready)
-
-
-def _remediate(
-    view: NodeView, failure: Cause, remediation: Remediation, policy: Policy, notes: list[str]
-) -> list[Action]:
-    co = Writer.COORDINATOR
-    history = view.remediation
-    if history.attempts and view.now - history.last_at < policy.remediation_cooldown_s:
-        notes.append(f"remediation cooling down after {history.attempts} attempt(s)")
-        return []
-    step = {
-        Remediation.NONE: 99,
-        Remediation.RESTART_POD: 0,
-        Remediation.REBOOT: 1,
-        Remediation.MANUAL: 2,
-    }[remediation] + history.attempts
-    if remediation is Remediation.NONE:
-        return []
-    if step == 0 and view.pod is not None and not view.pod.terminating:
-        return [
-            Action(kind=Kind.EVICT, writer=co, cause=failure, budgeted=True, detail=view.pod.name)
-        ]
-    if step <= 1:
-        return [
-            Action(
-                kind=Kind.REQUEST_REBOOT, writer=co, cause=failure, budgeted=True, key=REBOOT_TAINT
-            )
-        ]
-    return [Action(kind=Kind.MARK_MANUAL, writer=co, cause=failure, budgeted=True)]

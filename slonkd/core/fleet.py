@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slonkd.core.budget import Admission
-from slonkd.core.decide import Kind, NodeView, Plan, Writer
+from slonkd.core.plan import Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import ReasonOwner, parse_reason
 from slonkd.core.slurm_node import BaseState, DrainStatus, NodeFlag, SlurmNode
 

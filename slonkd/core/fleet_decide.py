@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slonkd.core.decide import Action, Kind, NodeView, Plan, held_causes, holds_marks
+from slonkd.core.decide import held_causes
 from slonkd.core.health import Verdict
+from slonkd.core.kube_actions import holds_marks
+from slonkd.core.plan import Action, Kind, NodeView, Plan
 from slonkd.core.reasons import Cause, cause_detail
 
 _FAILURE_MARKS = frozenset(

@@ -16,11 +16,13 @@ of docs/architecture.md ("Ownership") live here:
 - a reason left on a node that is no longer held (24.11 keeps it after a resume) is stale:
   it neither protects nor claims the node.
 
-The adapter runs these against a fresh read and groups identical updates into hostlists.
+The adapter runs these against a fresh read and groups identical updates into hostlists;
+when slurmctld refuses part of a bulk update, :func:`shows` judges each node by a new read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,7 +36,7 @@ from slonkd.core.reasons import (
     highest,
     parse_reason,
 )
-from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, NodeFlag, NodeName, SlurmNode
 
 
 class HoldState(StrEnum):
@@ -199,6 +201,39 @@ def plan_reboot(node: SlurmNode) -> Update | Skip:
     if state.reboot_pending:
         return Skip(node=node.name, why=SkipReason.REBOOT_PENDING, detail=str(state))
     return Update(node=node.name, state=None, reason=node.reason)
+
+
+Planner = Callable[[SlurmNode], Update | Skip]
+"""One of the plans above, for one node as just read."""
+
+
+def plan_or_missing(nodes: Mapping[str, SlurmNode], name: str, plan: Planner) -> Update | Skip:
+    """``plan`` for node ``name`` as read in ``nodes``; a node the read lacks is ``not-found``."""
+    node = nodes.get(name)
+    if node is None:
+        return Skip(node=NodeName(name), why=SkipReason.NOT_FOUND)
+    return plan(node)
+
+
+def shows(node: SlurmNode, update: Update) -> bool:
+    """Whether ``node`` as read now shows what ``update`` asked for.
+
+    slurmctld that refuses part of a bulk update still applies it to the nodes it can: the
+    adapter then judges each node of the update by what a read shows.
+    """
+    if update.extra is not None and node.extra != update.extra:
+        return False
+    if update.state in {ReleaseState.RESUME, ReleaseState.UNDRAIN}:
+        drained = NodeFlag.DRAIN in node.state.flags
+        stopped = node.state.down or node.state.failed
+        return not drained and (update.state == ReleaseState.UNDRAIN or not stopped)
+    if update.reason is not None and node.reason != update.reason:
+        return False
+    if update.state == HoldState.DOWN:
+        return node.state.down
+    if update.state == HoldState.FAIL:
+        return node.state.failed
+    return update.state != HoldState.DRAIN or NodeFlag.DRAIN in node.state.flags
 
 
 def held_causes(node: SlurmNode) -> frozenset[Cause]:

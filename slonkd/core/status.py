@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from slonkd.core.decide import NodeView, Plan
+from slonkd.core.plan import NodeView, Plan
 from slonkd.core.reasons import decode_causes, reason_owner
 from slonkd.core.revalidation import Judgement
 

@@ -2,7 +2,7 @@
 
 It watches exactly its pod and its Kubernetes node (field selectors, first list from the
 watch cache), and on every change of either, and on a resync period, reconciles its SLURM
-node: read it fresh, build a :class:`~slonkd.core.decide.NodeView`, call ``decide`` and
+node: read it fresh, build a :class:`~slonkd.core.plan.NodeView`, call ``decide`` and
 execute only the agent's actions (drain for ``pod-terminating``, release of that cause once
 the node's next pod is Ready). Everything else (cordons, health drains, evictions) is the
 coordinator's. The SLURM adapter re-checks ownership right before each write, so a restart
@@ -38,7 +38,7 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import requeue_cause
-from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
+from slonkd.core.decide import decide
 from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod
@@ -52,6 +52,7 @@ from slonkd.core.messages import (
     health_key,
     node_topic,
 )
+from slonkd.core.plan import Kind, NodeView, Policy, Writer
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.agent_commands import (

@@ -24,7 +24,6 @@ from prometheus_client.registry import Collector
 
 from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats, parse_sdiag
 from slonkd.core.budget import Admission
-from slonkd.core.decide import NodeView, Plan
 from slonkd.core.errors import SlonkdError
 from slonkd.core.fleet import (
     FleetCounts,
@@ -34,6 +33,7 @@ from slonkd.core.fleet import (
     track_disagreement,
     track_outages,
 )
+from slonkd.core.plan import NodeView, Plan
 from slonkd.core.slurm_node import SlurmNode
 
 log = structlog.get_logger("slonkd.coordinator")

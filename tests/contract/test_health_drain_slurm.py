@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, decode_verdict, ok
 from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
+from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.revalidation import REVALIDATING, RevalidationPolicy
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode

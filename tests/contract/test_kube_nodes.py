@@ -12,7 +12,7 @@ import pytest
 from slonkd.adapters.kube.nodes import NodeWriter
 from slonkd.adapters.kube.parsing import field_owners, node_from_json
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.decide import decide
 from slonkd.core.errors import TerminalError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import (
@@ -23,6 +23,7 @@ from slonkd.core.kube_objects import (
     PodPhase,
     TaintEffect,
 )
+from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.slurm_node import NodeName
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.core.decide import Kind, NodeView, Policy, Writer, decide
+from slonkd.core.decide import decide
 from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
+from slonkd.core.plan import Kind, NodeView, Policy, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName
 from slonkd.testing.slurm import SlurmCluster

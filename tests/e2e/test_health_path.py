@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from slonkd.core.decide import REBOOT_TAINT
+from slonkd.core.kube_actions import REBOOT_TAINT
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser

@@ -19,7 +19,7 @@ import pytest
 
 from slonkd.cli import agent, config_cmd, coordinator
 from slonkd.core.config_tree import build, schema
-from slonkd.core.decide import Policy
+from slonkd.core.plan import Policy
 from slonkd.runtime.coordinating import CoordinatorSettings
 
 

@@ -22,7 +22,6 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import Kind, Policy
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.health import Remediation, fail
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
@@ -36,6 +35,7 @@ from slonkd.core.kube_objects import (
     Taint,
     TaintEffect,
 )
+from slonkd.core.plan import Kind, Policy
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts

@@ -10,18 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slonkd.core.decide import (
-    FAILURE_TAINT,
-    Action,
-    Kind,
-    NodeView,
-    Plan,
-    Policy,
-    Remediations,
-    Writer,
-    decide,
-)
+from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, Remediation, Verdict, fail, ok
+from slonkd.core.kube_actions import FAILURE_TAINT
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
     HOLD_KEY,
@@ -37,6 +28,7 @@ from slonkd.core.kube_objects import (
     TaintEffect,
     encode_taint_record,
 )
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Policy, Remediations, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
 from slonkd.core.slurm_node import DrainStatus, NodeName, NodeState, SlurmNode
 

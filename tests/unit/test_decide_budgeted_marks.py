@@ -8,9 +8,11 @@ worker pod from coming back exactly as a cordon does, so it counts against the b
 
 from __future__ import annotations
 
-from slonkd.core.decide import FAILURE_TAINT, Kind, decide
+from slonkd.core.decide import decide
 from slonkd.core.health import Remediation, fail
+from slonkd.core.kube_actions import FAILURE_TAINT
 from slonkd.core.kube_objects import Taint, TaintEffect
+from slonkd.core.plan import Kind
 from tests.unit.test_decide import POLICY, knode, view
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slonkd.core.decide import FAILURE_TAINT, Kind, Plan, decide
+from slonkd.core.decide import decide
 from slonkd.core.fleet_decide import merge_shared_nodes
+from slonkd.core.kube_actions import FAILURE_TAINT
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
     KubeNodeName,
@@ -14,6 +15,7 @@ from slonkd.core.kube_objects import (
     TaintEffect,
     cordon_mark,
 )
+from slonkd.core.plan import Kind, Plan
 from slonkd.core.slurm_node import NodeName
 from tests.unit.test_decide import NOW, POLICY, knode, pod, slurm, view
 

@@ -9,7 +9,8 @@ the node really goes.
 
 from __future__ import annotations
 
-from slonkd.core.decide import Kind, Writer, decide
+from slonkd.core.decide import decide
+from slonkd.core.plan import Kind, Writer
 from tests.unit.test_decide import POLICY, kinds, knode, slurm, view
 
 

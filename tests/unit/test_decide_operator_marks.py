@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slonkd.core.decide import (
-    FAILURE_TAINT,
-    MANUAL_TAINT,
-    REBOOT_TAINT,
-    Kind,
-    Remediations,
-    decide,
-)
+from slonkd.core.decide import decide
+from slonkd.core.kube_actions import FAILURE_TAINT, MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_objects import (
     SLURM_HEALTHY,
     TAINTS_BY_ANNOTATION,
@@ -23,6 +17,7 @@ from slonkd.core.kube_objects import (
     decode_taint_record,
     encode_taint_record,
 )
+from slonkd.core.plan import Kind, Remediations
 from tests.unit.test_decide import POLICY, slurm, view
 
 OPERATORS = (

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from slonkd.core.decide import Writer, decide
+from slonkd.core.decide import decide
+from slonkd.core.plan import Writer
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from tests.unit.test_decide import NOW, POLICY, kinds, knode, pod, view
 

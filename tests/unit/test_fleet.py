@@ -7,7 +7,6 @@ from datetime import datetime
 import pytest
 
 from slonkd.core.budget import Admission, PoolUse
-from slonkd.core.decide import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.fleet import (
     PENDING,
     STATES,
@@ -19,6 +18,7 @@ from slonkd.core.fleet import (
     track_disagreement,
     track_outages,
 )
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 

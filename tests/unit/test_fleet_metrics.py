@@ -8,8 +8,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.core.budget import Admission, PoolUse
-from slonkd.core.decide import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.errors import TransientError
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.fleet_metrics import FleetExporter

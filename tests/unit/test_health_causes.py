@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from slonkd.adapters.health.checks import Check
 from slonkd.core import node_health, reasons
-from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.decide import decide
 from slonkd.core.fleet_decide import suspect_common_causes
 from slonkd.core.health import (
     CheckResult,
@@ -31,6 +31,7 @@ from slonkd.core.health import (
 )
 from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
 from slonkd.core.messages import AgentStatus, Channel, decode, encode, node_topic
+from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import Cause, ReasonOwner, encode_causes, format_reason, parse_reason
 from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode

@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
-from slonkd.core.decide import JOB_FAILURES, Kind, Writer, decide
+from slonkd.core.decide import JOB_FAILURES, decide
+from slonkd.core.plan import Kind, Writer
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
-from slonkd.core.decide import Kind, Plan, Policy, Remediations, decide
+from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, Remediation, Verdict, fail, ok, unknown, warn
 from slonkd.core.messages import AgentStatus, Channel, decode, encode, node_topic
+from slonkd.core.plan import Kind, Plan, Policy, Remediations
 from slonkd.core.reasons import Cause, highest
 from slonkd.core.revalidation import (
     REVALIDATING,

@@ -10,7 +10,7 @@ import pytest
 
 from slonkd.adapters.kube.statefulsets import statefulset_from_json
 from slonkd.core.budget import BudgetPolicy
-from slonkd.core.decide import Kind, NodeView, Policy, decide
+from slonkd.core.decide import decide
 from slonkd.core.errors import ParseError
 from slonkd.core.kube_objects import (
     HOLD_KEY,
@@ -24,6 +24,7 @@ from slonkd.core.kube_objects import (
     TaintEffect,
     encode_taint_record,
 )
+from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import Cause, highest
 from slonkd.core.rollout import (
     REVISION_LABEL,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import hostlist
@@ -48,20 +48,22 @@ from slonkd.adapters.slurm.runner import (
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
 from slonkd.core.slurm_job import SlurmJob
-from slonkd.core.slurm_node import NodeFlag, NodeName, SlurmNode
+from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
+    Planner,
     ReleaseState,
     Skip,
     SkipReason,
     Update,
     plan_hold,
+    plan_or_missing,
     plan_reboot,
     plan_release,
+    shows,
 )
 
 REASONS_FORMAT = "%N|%T|%H|%U|%E"
-_Planner = Callable[[SlurmNode], Update | Skip]
 
 
 @dataclass(slots=True)
@@ -252,7 +254,7 @@ class ScontrolBackend:
         skipped = [s for s in drained.skipped if s.node in refused]
         rest = [n for n in wanted if n not in refused]
         nodes = await self.read_for_update(rest, hold=True) if rest else {}
-        plans = [_plan_or_missing(nodes, n, plan_reboot) for n in rest]
+        plans = [plan_or_missing(nodes, n, plan_reboot) for n in rest]
         skipped += [p for p in plans if isinstance(p, Skip)]
         by_reason: dict[str, list[NodeName]] = {}
         for plan in plans:
@@ -323,7 +325,7 @@ class ScontrolBackend:
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_hold(node, how, cause, text)
 
-        plans = [_plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+        plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
         return await self._apply(plans, before, planner)
 
     async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
@@ -333,11 +335,11 @@ class ScontrolBackend:
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_release(node, how, cause)
 
-        plans = [_plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+        plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
         return await self._apply(plans, before, planner)
 
     async def _recheck(
-        self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: _Planner
+        self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner
     ) -> tuple[list[NodeName], list[Skip]]:
         """Read a chunk again right before writing it; keep the nodes whose plan still holds.
 
@@ -349,7 +351,7 @@ class ScontrolBackend:
         keep: list[NodeName] = []
         skipped: list[Skip] = []
         for name in names:
-            again = _plan_or_missing(fresh, name, plan)
+            again = plan_or_missing(fresh, name, plan)
             if isinstance(again, Update) and again.group_key == key:
                 keep.append(name)
             elif isinstance(again, Skip):
@@ -359,7 +361,7 @@ class ScontrolBackend:
         return keep, skipped
 
     async def _apply(
-        self, plans: list[Update | Skip], before: int, replan: _Planner | None = None
+        self, plans: list[Update | Skip], before: int, replan: Planner | None = None
     ) -> UpdateResult:
         skipped = [p for p in plans if isinstance(p, Skip)]
         groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
@@ -393,7 +395,7 @@ class ScontrolBackend:
                 node = after.get(update.node)
                 if node is None:
                     skipped.append(Skip(node=update.node, why=SkipReason.NOT_FOUND))
-                elif _shows(node, update):
+                elif shows(node, update):
                     changed.append(update.node)
                 else:
                     skipped.append(
@@ -426,27 +428,3 @@ class ScontrolBackend:
         except (NodeNotFoundError, InvalidNodeStateError):
             return False
         return True
-
-
-def _shows(node: SlurmNode, update: Update) -> bool:
-    """Whether ``node`` as read now shows what ``update`` asked for."""
-    if update.extra is not None and node.extra != update.extra:
-        return False
-    if update.state in {ReleaseState.RESUME, ReleaseState.UNDRAIN}:
-        drained = NodeFlag.DRAIN in node.state.flags
-        stopped = node.state.down or node.state.failed
-        return not drained and (update.state == ReleaseState.UNDRAIN or not stopped)
-    if update.reason is not None and node.reason != update.reason:
-        return False
-    if update.state == HoldState.DOWN:
-        return node.state.down
-    if update.state == HoldState.FAIL:
-        return node.state.failed
-    return update.state != HoldState.DRAIN or NodeFlag.DRAIN in node.state.flags
-
-
-def _plan_or_missing(nodes: dict[str, SlurmNode], name: str, plan: _Planner) -> Update | Skip:
-    node = nodes.get(name)
-    if node is None:
-        return Skip(node=NodeName(name), why=SkipReason.NOT_FOUND)
-    return plan(node)

@@ -8,6 +8,9 @@
 - :mod:`.remediating`: the remediation ladder's steps (evict, reboot request, manual repair).
 - :mod:`.job_outcomes`: nodes blamed for failed jobs (the ``job-failures`` drain).
 - :mod:`.auditing` and :mod:`.values`: the audit record and the values written.
+- :mod:`.fast_path`: K8s marks for the SLURM failures a poll saw, between passes.
+- :mod:`.rolling` and :mod:`.replacing`: worker rollouts of OnDelete StatefulSets, and one
+  worker's replacement (jobs, requeue, eviction).
 - :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, its composition root).
 - :mod:`.leading`: the leader's term, and the process (:func:`run_coordinator`).
 """

@@ -4,7 +4,7 @@ Every node an automated cause wants out is a request to :func:`slonkd.core.budge
 (per pool, or per pool and topology block); past the budget it is refused, and a mass event
 or a suspected check opens the breaker, persisted in the state (:mod:`.remembering`) until a
 human resets it. Failures still standing at a reset are admitted within the budget, never as
-a new mass event. Used by the pass and the fast path (:mod:`.reconciling`).
+a new mass event. Used by the pass (:mod:`.reconciling`) and the fast path (:mod:`.fast_path`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from slonkd.core.budget import (
     budget_group,
     out_of_service,
 )
-from slonkd.core.decide import NodeView, Plan, Writer
+from slonkd.core.plan import NodeView, Plan, Writer
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 

@@ -21,10 +21,11 @@ from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
-from slonkd.core.decide import MANUAL_TAINT, REBOOT_TAINT, Action, Kind, NodeView
 from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect, cordon_mark
+from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remediating import Remediator
@@ -56,7 +57,7 @@ def record_update(
 ) -> None:
     """A SLURM hostlist update's metric, and its audit record per node changed or skipped.
 
-    The coordinator's passes and its rollout (:mod:`slonkd.runtime.rollout`) both record here.
+    The coordinator's passes and its rollout (:mod:`.rolling`) both record here.
     """
     metrics.applied(
         kind.value,

@@ -31,9 +31,10 @@ from typing import Any
 import structlog
 
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
-from slonkd.core.decide import JOB_FAILURES, NodeView, held_causes
+from slonkd.core.decide import JOB_FAILURES, held_causes
 from slonkd.core.errors import SlonkdError
 from slonkd.core.job_blame import Blame, JobOutcome, blame, is_infrastructure_failure
+from slonkd.core.plan import NodeView
 from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.settings import JobBlameSettings

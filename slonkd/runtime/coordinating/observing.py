@@ -3,7 +3,7 @@
 Changes that matter (not a kubelet heartbeat; a K8s node only when a worker pod runs on it),
 a poll that saw SLURM change, and an agent's status or a SLURM nudge on MQTT set ``dirty``,
 which starts a pass (:mod:`.leading`). A pass (:mod:`.reconciling`) turns the caches, a SLURM
-read and the state (:mod:`.remembering`) into one :class:`~slonkd.core.decide.NodeView` per
+read and the state (:mod:`.remembering`) into one :class:`~slonkd.core.plan.NodeView` per
 worker pod: SLURM node = pod name, K8s node = the pod's node.
 """
 
@@ -21,7 +21,6 @@ import structlog
 from slonkd.adapters.bus.client import Bus
 from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import NodeView, Remediations
 from slonkd.core.health import CheckResult, decode_verdict
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.messages import (
@@ -31,6 +30,7 @@ from slonkd.core.messages import (
     coordinator_topic,
     slurm_events_topic,
 )
+from slonkd.core.plan import NodeView, Remediations
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName, SlurmNode

@@ -2,7 +2,7 @@
 
 While it holds the Lease it watches every K8s node and the worker pods, reads all SLURM
 nodes in one call per pass (on events, debounced, and on a resync period), builds a
-:class:`~slonkd.core.decide.NodeView` per worker pod (:mod:`.observing`), calls ``decide``
+:class:`~slonkd.core.plan.NodeView` per worker pod (:mod:`.observing`), calls ``decide``
 and executes the coordinator's actions (:mod:`.executing`): SLURM drains, downs and releases
 grouped by cause into hostlist calls; cordons, taints, the ``SlurmHealthy`` condition, Events
 and evictions per K8s node, and the remediation ladder (:mod:`.remediating`). It acts only
@@ -12,7 +12,8 @@ after its caches synced and a SLURM read succeeded, checks its lease right befor
 until ``slonkd budget reset``. Breaker, pause and remediation history live in the state
 ConfigMap (:mod:`.remembering`), so a failover neither resets nor repeats them. Every action
 goes to the audit log (:mod:`.auditing`); ``dry_run`` logs the plans and writes nothing. The
-last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``.
+last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``. Between
+passes, the fast path (:mod:`.fast_path`) marks the K8s nodes of SLURM failures a poll saw.
 
 :class:`Coordinator` is also the composition root of one leader's term: it is built from
 collaborators typed against protocols (:class:`Parts`), so a unit test runs a pass with
@@ -45,35 +46,30 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.adapters.slurm.triggers import Triggers
 from slonkd.core.budget import Admission, BudgetPolicy
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import (
-    Action,
-    Kind,
-    NodeView,
-    Plan,
-    Writer,
-    decide,
-)
+from slonkd.core.decide import decide
 from slonkd.core.errors import SlonkdError
 from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
-from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
+from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.auditing import Auditor
-from slonkd.runtime.coordinating.executing import MARKS, SLURM_KINDS, Executor
+from slonkd.runtime.coordinating.executing import SLURM_KINDS, Executor
+from slonkd.runtime.coordinating.fast_path import FastPath
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.revalidating import Revalidator
+from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.credentials import credential_reaper
 from slonkd.runtime.fleet_metrics import FleetExporter
 from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.rollout import RolloutController
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe
 from slonkd.runtime.topology_sync import TopologySync
 
@@ -158,6 +154,10 @@ class Coordinator:
         self.executor = Executor(
             slurm=parts.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,
             auditor=self.auditor, metrics=self.metrics, is_valid=elector.is_valid,
+        )  # fmt: skip
+        self.fast_path = FastPath(  # marks between passes, see .fast_path
+            observer=self.observer, memory=self.memory, gate=self.gate, executor=self.executor,
+            plans=self._plans, check_valid=elector.check_valid,
         )  # fmt: skip
         self.snapshot: Snapshot | None = None
         self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
@@ -293,44 +293,10 @@ class Coordinator:
     async def fast_marks(self) -> None:
         """Mark K8s nodes for SLURM failures the poll just saw, before the next full read.
 
-        The poll read those nodes exactly (state, reason, who and when); for a reason that is
-        SLURM's own (a failure), the last full read with those nodes replaced is all
-        ``decide`` needs to mark their K8s nodes (cordon, taint, condition, Event). Only those
-        marking actions are taken, inside the budget; the full pass that follows (as soon as
-        the read limiter allows) does everything else.
+        Only marking actions, inside the budget (:mod:`.fast_path`); the full pass that
+        follows does everything else.
         """
-        fresh = self.observer.take_fresh()
-        if not fresh or self._last_slurm is None:
-            return
-        failing = {n.name: n for n in fresh if reason_owner(n.live_reason) is ReasonOwner.SLURM}
-        if not failing:
-            return
-        patched = [failing.get(n.name, n) for n in self._last_slurm]
-        try:
-            await self._apply_marks(patched, set(failing))
-        except SlonkdError as exc:
-            log.warning("coordinator.fast_marks_failed", error=str(exc)[:300])
-
-    async def _apply_marks(self, slurm_nodes: list[SlurmNode], failing: set[str]) -> None:
-        views = self.observer.views(slurm_nodes, time.time(), self.state)
-        plans, _ = self._plans(views)
-        admission = self.gate.admit(views, plans)
-        token = self.elector.check_valid()
-        marked = []
-        for view, plan in zip(views, plans, strict=True):
-            if view.node not in failing:
-                continue
-            for action in plan.for_writer(Writer.COORDINATOR):
-                if action.kind not in MARKS or (action.budgeted and view.node in admission.refused):
-                    continue
-                self.elector.check_valid()
-                if not await self.executor.isolated(
-                    self.executor.apply_kube(view, action, token),
-                    action=action.kind, cause=action.cause, nodes=[view.node], token=token,
-                ):  # fmt: skip
-                    marked.append(view.node)
-        if marked:
-            log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
+        await self.fast_path.mark(self._last_slurm)
 
     # -- one pass ----------------------------------------------------------------------------
 

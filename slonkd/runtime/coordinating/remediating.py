@@ -20,17 +20,12 @@ import structlog
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites, PodWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd.core.decide import (
-    MANUAL_TAINT,
-    REBOOT_TAINT,
-    Action,
-    Kind,
-    NodeView,
-    failure_fingerprint,
-)
+from slonkd.core.decide import failure_fingerprint
 from slonkd.core.errors import SlonkdError
+from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect
+from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.revalidation import Pending
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory

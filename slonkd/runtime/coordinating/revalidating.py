@@ -21,8 +21,8 @@ import structlog
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.core.command_gate import RECHECK
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import NodeView, Plan
 from slonkd.core.errors import SlonkdError
+from slonkd.core.plan import NodeView, Plan
 from slonkd.core.revalidation import Pending, Step
 from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinating.remembering import Memory

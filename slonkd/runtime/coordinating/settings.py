@@ -15,8 +15,8 @@ from slonkd.adapters.kube.lease import LeaseSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.config_tree import build
-from slonkd.core.decide import Policy
 from slonkd.core.job_blame import BlamePolicy
+from slonkd.core.plan import Policy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.runtime.audit import KEEP as AUDIT_KEEP
 from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
@@ -205,7 +205,7 @@ class CoordinatorSettings:
     credentials: CredentialSettings | None = None
     """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
-    """Worker rollouts of OnDelete StatefulSets (slonkd/runtime/rollout.py); None: off."""
+    """Worker rollouts of OnDelete StatefulSets (:mod:`.rolling`); None: off."""
     fleet_metrics: bool = True
     """Export the fleet's families on /metrics while leading (slonkd/runtime/fleet_metrics.py)."""
     sdiag_s: float = 60.0

@@ -5,7 +5,8 @@ StatefulSet, and every ``poll_s`` while something is in progress) it reads the S
 once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 
 - drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
-- for each node drained for the rollout whose pod is still outdated: wait for its jobs up to
+- for each node drained for the rollout whose pod is still outdated
+  (:mod:`slonkd.runtime.coordinating.replacing`): wait for its jobs up to
   ``job_wait_s``, then requeue them (with ``requeue_in_prestop``, leave them running to
   the pod's preStop hook, which signals them for a checkpoint before it requeues them); a
   job that cannot be requeued blocks the node's rollout (its pod is not evicted; the job is
@@ -41,10 +42,9 @@ from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import BudgetPolicy, budget_group
-from slonkd.core.decide import Kind
 from slonkd.core.errors import SlonkdError
-from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.rollout import (
     ACTIVE,
@@ -60,7 +60,8 @@ from slonkd.core.rollout import (
 )
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.auditing import Auditor
-from slonkd.runtime.coordinating.executing import record_requeue, record_update
+from slonkd.runtime.coordinating.executing import record_update
+from slonkd.runtime.coordinating.replacing import Replacer
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter
@@ -111,14 +112,13 @@ class RolloutController:
         self.metrics = metrics
         """The coordinator's metrics: the rollout's changes count as its other changes do."""
         self.statefulsets = statefulset_informer(transport, namespace)
-        self.pod_writer = PodWriter(transport)
+        self.replacer = Replacer(  # wait for jobs, requeue, evict: see rollout_replacing
+            settings=settings, slurm=slurm, pods=PodWriter(transport), auditor=auditor,
+            metrics=metrics, check_valid=elector.check_valid, read_turn=self._read_turn,
+        )  # fmt: skip
         self._dirty = asyncio.Event()
-        self._drained_at: dict[str, float] = {}
-        """Node -> when this leader first saw it drained for the rollout (monotonic)."""
-        self._blocked: dict[str, str] = {}
         self._settling: dict[str, float] = {}
         """Node -> when the rollout released it (monotonic), until it is back in service."""
-        self._jobs_seen: dict[str, int] = {}
         self._status: dict[str, Any] = {"leading": False}
         self._slurm_read = False
         self._announced = False
@@ -202,7 +202,7 @@ class RolloutController:
 
     def _anything_to_do(self) -> bool:
         """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
-        if self._drained_at or self._settling or not self._slurm_read:
+        if self.replacer.drained_at or self._settling or not self._slurm_read:
             return True
         statefulsets = [s for s in self.statefulsets.items().values() if s.on_delete]
         for pod in self.pods.items().values():
@@ -253,7 +253,7 @@ class RolloutController:
                 fencing_token=token,
             )
             for name in plan.release:
-                self._forget(name)
+                self.replacer.forget(name)
                 if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
                     self._settling[name] = time.monotonic()
         if plan.start:
@@ -281,12 +281,12 @@ class RolloutController:
             )
             now = time.monotonic()
             for name in result.changed:
-                self._drained_at[name] = now
+                self.replacer.drained_at[name] = now
         for name in plan.draining:
-            await self._drained(by_node[name], before.get(name))
-        for name in list(self._drained_at):  # released, or undrained by someone else
+            await self.replacer.step(by_node[name], before.get(name))
+        for name in list(self.replacer.drained_at):  # released, or undrained by someone else
             if plan.phases.get(name) not in ACTIVE and name not in plan.start:
-                self._forget(name)
+                self.replacer.forget(name)
         self._publish(self._summary(views, plan))
         return bool(plan.start or plan.draining or self._status["in_progress"])
 
@@ -323,83 +323,6 @@ class RolloutController:
                     kind.value, name, ROLLOUT_CAUSE, token, "dry-run", before.get(name)
                 )
 
-    async def _drained(self, view: WorkerView, before: str | None) -> None:
-        """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
-        pod = view.pod
-        if pod is None or pod.terminating:
-            return
-        name = view.node
-        drained_at = self._drained_at.setdefault(name, time.monotonic())
-        await self._read_turn()
-        jobs = await self.slurm.jobs_on(name)
-        waited = time.monotonic() - drained_at
-        if jobs and waited < self.s.job_wait_s:
-            if self._jobs_seen.get(name) != len(jobs):
-                self._jobs_seen[name] = len(jobs)
-                log.info(
-                    "rollout.waiting_for_jobs",
-                    node=name,
-                    cause=str(ROLLOUT_CAUSE),
-                    jobs=[j.job_id for j in jobs],
-                    left_s=round(self.s.job_wait_s - waited, 1),
-                )
-            self._blocked[name] = f"waiting for {len(jobs)} job(s)"
-            return
-        stuck = [j.job_id for j in jobs if not j.requeueable]
-        if jobs and self.s.requeue_in_prestop and not stuck:
-            log.info(  # the preStop hook signals them for a checkpoint, then requeues them
-                "rollout.requeue_left_to_prestop",
-                node=name,
-                cause=str(ROLLOUT_CAUSE),
-                jobs=[j.job_id for j in jobs],
-            )
-        elif jobs:
-            token = self.elector.check_valid()
-            requeued = await self.slurm.requeue_jobs(name)
-            record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
-            if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once
-                log.info(
-                    "slurm.jobs_requeued",
-                    node=name,
-                    cause=str(ROLLOUT_CAUSE),
-                    jobs=list(requeued.requeued),
-                    not_requeueable=list(requeued.not_requeueable),
-                    fencing_token=token,
-                )
-            if requeued.not_requeueable:
-                why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
-                if self._blocked.get(name) != why:
-                    log.warning("rollout.blocked", node=name, cause=str(ROLLOUT_CAUSE), detail=why)
-                self._blocked[name] = why
-                return
-        token = self.elector.check_valid()
-        result = await self.pod_writer.evict(pod.namespace, pod.name, uid=pod.uid)
-        outcome = result.outcome.value
-        self.metrics.applied(Kind.EVICT.value, ROLLOUT_CAUSE.name, changed=outcome == "changed")
-        self.auditor.record(
-            Kind.EVICT.value, name, ROLLOUT_CAUSE, token, outcome, before, pod=pod.name
-        )
-        refused = ""
-        if result.outcome is ChangeOutcome.REFUSED:
-            refused = f"eviction refused (PodDisruptionBudget): {result.detail[:120]}"
-        if not refused or self._blocked.get(name) != refused:  # a refusal is logged once
-            log.info(
-                "kube.evict",
-                node=name,
-                pod=pod.name,
-                uid=pod.uid,
-                cause=str(ROLLOUT_CAUSE),
-                owner="coordinator",
-                outcome=result.outcome.value,
-                detail=result.detail[:200],
-                revision=pod.labels.get(REVISION_LABEL, ""),
-                fencing_token=token,
-            )
-        if refused:
-            self._blocked[name] = refused
-        else:
-            self._blocked.pop(name, None)
-
     def _settled(self, slurm_nodes: dict[str, SlurmNode]) -> None:
         """Stop waiting for released nodes that are back in service (or took too long)."""
         now = time.monotonic()
@@ -427,11 +350,6 @@ class RolloutController:
                     detail="node still out of service after its new pod became Ready; going on",
                 )
 
-    def _forget(self, name: str) -> None:
-        self._drained_at.pop(name, None)
-        self._blocked.pop(name, None)
-        self._jobs_seen.pop(name, None)
-
     def _summary(self, views: list[WorkerView], plan: RolloutPlan) -> dict[str, Any]:
         statefulsets: list[StatefulSetRevision] = list(self.statefulsets.items().values())
         out = progress(views, plan, statefulsets)
@@ -442,7 +360,7 @@ class RolloutController:
             for sts in on_delete:
                 entry = out["statefulsets"][sts.name]
                 entry["updated"] = sum(1 for p in pods if sts.owns(p))
-        out["blocked"] = dict(sorted(self._blocked.items()))
+        out["blocked"] = dict(sorted(self.replacer.blocked.items()))
         out["leading"] = self.elector.is_valid()
         out["max_parallel"] = self.s.max_parallel
         return out

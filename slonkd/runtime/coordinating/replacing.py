@@ -1,0 +1,135 @@
+"""One worker's replacement in a rollout: wait for its jobs, requeue them, evict its pod.
+
+:class:`~.rolling.RolloutController` drains the chosen outdated workers for the
+rollout and releases them once their new pod is Ready; in between, for each node drained for
+the rollout whose pod is still outdated, it asks :meth:`Replacer.step` for the next step: wait
+for the node's jobs up to ``job_wait_s``, then requeue them (with ``requeue_in_prestop``,
+leave them running to the pod's preStop hook, which signals them for a checkpoint before it
+requeues them); a job that cannot be requeued blocks the node (its pod is not evicted; the
+job is never killed) until it ends; then evict the pod through the Eviction API with its uid
+as precondition, so the pool's PodDisruptionBudget holds too (a refusal is retried next
+pass). What blocks each node is kept for ``slonkd status``. The lease is checked right before
+each write; every write is audited and counted as the coordinator's others are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from slonkd.adapters.kube.ports import PodWrites
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.core.kube_changes import ChangeOutcome
+from slonkd.core.plan import Kind
+from slonkd.core.rollout import REVISION_LABEL, ROLLOUT_CAUSE, RolloutSettings, WorkerView
+from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.executing import record_requeue
+from slonkd.runtime.metrics import Metrics
+
+log = structlog.get_logger("slonkd.rollout")
+
+
+@dataclass(slots=True, kw_only=True)
+class Replacer:
+    """Takes each drained, outdated worker of a rollout on to its pod's eviction."""
+
+    settings: RolloutSettings
+    slurm: SlurmBackend
+    pods: PodWrites
+    auditor: Auditor
+    metrics: Metrics
+    check_valid: Callable[[], int]
+    """The fencing token, or an error when the lease is not held right now."""
+    read_turn: Callable[[], Awaitable[None]]
+    """Waits for a turn of the coordinator's slurmctld read limiter."""
+    drained_at: dict[str, float] = field(default_factory=dict)
+    """Node -> when this leader first saw it drained for the rollout (monotonic)."""
+    blocked: dict[str, str] = field(default_factory=dict)
+    """Node -> why its pod is not evicted yet (for ``slonkd status``)."""
+    jobs_seen: dict[str, int] = field(default_factory=dict)
+
+    def forget(self, name: str) -> None:
+        """The node left the rollout (released, or undrained by someone else)."""
+        self.drained_at.pop(name, None)
+        self.blocked.pop(name, None)
+        self.jobs_seen.pop(name, None)
+
+    async def step(self, view: WorkerView, before: str | None) -> None:
+        """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
+        pod = view.pod
+        if pod is None or pod.terminating:
+            return
+        name = view.node
+        drained_at = self.drained_at.setdefault(name, time.monotonic())
+        await self.read_turn()
+        jobs = await self.slurm.jobs_on(name)
+        waited = time.monotonic() - drained_at
+        if jobs and waited < self.settings.job_wait_s:
+            if self.jobs_seen.get(name) != len(jobs):
+                self.jobs_seen[name] = len(jobs)
+                log.info(
+                    "rollout.waiting_for_jobs",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    jobs=[j.job_id for j in jobs],
+                    left_s=round(self.settings.job_wait_s - waited, 1),
+                )
+            self.blocked[name] = f"waiting for {len(jobs)} job(s)"
+            return
+        stuck = [j.job_id for j in jobs if not j.requeueable]
+        if jobs and self.settings.requeue_in_prestop and not stuck:
+            log.info(  # the preStop hook signals them for a checkpoint, then requeues them
+                "rollout.requeue_left_to_prestop",
+                node=name,
+                cause=str(ROLLOUT_CAUSE),
+                jobs=[j.job_id for j in jobs],
+            )
+        elif jobs:
+            token = self.check_valid()
+            requeued = await self.slurm.requeue_jobs(name)
+            record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
+            if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once
+                log.info(
+                    "slurm.jobs_requeued",
+                    node=name,
+                    cause=str(ROLLOUT_CAUSE),
+                    jobs=list(requeued.requeued),
+                    not_requeueable=list(requeued.not_requeueable),
+                    fencing_token=token,
+                )
+            if requeued.not_requeueable:
+                why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
+                if self.blocked.get(name) != why:
+                    log.warning("rollout.blocked", node=name, cause=str(ROLLOUT_CAUSE), detail=why)
+                self.blocked[name] = why
+                return
+        token = self.check_valid()
+        result = await self.pods.evict(pod.namespace, pod.name, uid=pod.uid)
+        outcome = result.outcome.value
+        self.metrics.applied(Kind.EVICT.value, ROLLOUT_CAUSE.name, changed=outcome == "changed")
+        self.auditor.record(
+            Kind.EVICT.value, name, ROLLOUT_CAUSE, token, outcome, before, pod=pod.name
+        )
+        refused = ""
+        if result.outcome is ChangeOutcome.REFUSED:
+            refused = f"eviction refused (PodDisruptionBudget): {result.detail[:120]}"
+        if not refused or self.blocked.get(name) != refused:  # a refusal is logged once
+            log.info(
+                "kube.evict",
+                node=name,
+                pod=pod.name,
+                uid=pod.uid,
+                cause=str(ROLLOUT_CAUSE),
+                owner="coordinator",
+                outcome=result.outcome.value,
+                detail=result.detail[:200],
+                revision=pod.labels.get(REVISION_LABEL, ""),
+                fencing_token=token,
+            )
+        if refused:
+            self.blocked[name] = refused
+        else:
+            self.blocked.pop(name, None)
