@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -33,6 +34,22 @@ SLURM_CLIENTS = (
     "scontrol", "sinfo", "squeue", "strigger", "sbatch", "scancel", "sdiag", "sacct", "sacctmgr",
 )  # fmt: skip
 """The clients slonkd and the tests call by name (see :meth:`ChrootSlurmCluster.client_shims`)."""
+
+_SLURMD_PROC = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+"""How a slurmd starts in the root: with the root's /proc showing its own PID namespace.
+
+The supervisor starts each slurmd in a PID namespace of its own (``unshare --pid
+--mount-proc``), which mounts that namespace's proc at the host's /proc only; the root's
+/proc is the cluster's (mounted by :mod:`.slurm_chroot_supervisor`). A chrooted slurmd and
+its slurmstepds then saw the cluster's process numbers in /proc: proctrack/linuxproc, which
+walks /proc from slurmstepd's own pid to SIGKILL a step's leftovers before the batch job is
+reported complete, sent SIGKILL to numbers that in the slurmd's namespace belong to other
+processes (slurmstepd's own threads among them). Some batch steps vanished without reporting
+(no ``done with step`` in the slurmd log) and slurmctld ended their jobs NODE_FAIL ("Batch
+JobId=9 missing from batch node w-3") with no node ever DOWN. The root's /proc is mounted
+again, in the slurmd's mount namespace, with its PID namespace (``$0``: the root; ``$@``:
+slurmd's argv).
+"""
 
 
 @dataclass(slots=True)
@@ -159,7 +176,10 @@ class ChrootSlurmCluster(SlurmCluster):
                 f"--seed-file={inner(root / 'munge' / 'munge.seed')}",
             ],
             "slurmctld_argv": [*chroot, "slurmctld", "-D", "-f", inner(self.conf)],
-            "slurmd_argv": [*chroot, "slurmd", "-D", "-f", inner(self.conf)],
+            # in the slurmd's own PID namespace (see _SLURMD_PROC)
+            "slurmd_argv": [
+                "sh", "-c", _SLURMD_PROC, str(self.fsroot), "slurmd", "-D", "-f", inner(self.conf),
+            ],
         }  # fmt: skip
         if self.layout.accounting:
             spec["accounting"] = self._accounting_spec(
@@ -170,6 +190,13 @@ class ChrootSlurmCluster(SlurmCluster):
         return path
 
     def stop(self) -> None:
-        """Stop the cluster and remove its directory from the cached root."""
+        """Stop the cluster and remove its directory from the cached root.
+
+        With ``SLONKD_KEEP_TEST_DIRS`` set the directory (logs, state) stays, as the session's
+        directories do, for a post-mortem: remove it by hand afterwards.
+        """
         SlurmCluster.stop(self)
+        if os.environ.get("SLONKD_KEEP_TEST_DIRS"):
+            print(f"kept 24.11 cluster dir {self.root}", file=sys.stderr)
+            return
         shutil.rmtree(self.root, ignore_errors=True)

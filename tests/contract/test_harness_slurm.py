@@ -12,6 +12,7 @@ import pytest
 
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -110,3 +111,23 @@ def test_stopping_the_cluster_leaves_no_process(slurm_factory: Callable[..., Slu
     assert [line for line in out.splitlines() if root in line] == []
     assert not _procs_matching("sleep 4242")
     assert took < 10
+
+
+def test_a_job_sees_its_own_slurmd_pid_namespace_in_proc(
+    cluster_factory: Callable[..., SlurmCluster],
+) -> None:
+    """A job's /proc is its slurmd's PID namespace, on 22.05 and 24.11 alike.
+
+    Each slurmd runs in a PID namespace of its own, as in a container; slurmstepd's process
+    tracking (proctrack/linuxproc) walks /proc from its own pid to find the step's processes
+    and SIGKILLs them before it reports a batch job complete. With another namespace's /proc
+    it signals numbers that, in its own namespace, belong to other processes.
+    """
+    cluster = cluster_factory(SlurmLayout(nodes=("n1",)))
+    out = cluster.root / "pids.out"
+    path = cluster.inner(out) if isinstance(cluster, ChrootSlurmCluster) else str(out)
+    script = 'read -r own rest < /proc/self/stat; echo "$$ $own"'
+    cluster.run("sbatch", "-o", path, "--wrap", script)
+    wait_for("job output", lambda: out.exists() and bool(out.read_text().strip()), timeout_s=60)
+    shell_pid, proc_pid = out.read_text().split()
+    assert proc_pid == shell_pid, f"/proc/self says {proc_pid}, the shell is {shell_pid}"

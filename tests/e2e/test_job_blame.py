@@ -79,10 +79,7 @@ def _events(f: Fleet, kube_node: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "job_blame": JOB_BLAME}])
-# 22.05 only for now: on 24.11 the two failing jobs ended NODE_FAIL instead of FAILED when the
-# 24.11 case ran after the 22.05 one in the same module (it passes alone; cause not found yet:
-# issue 19). The outcome read itself is a contract test on both releases.
-@pytest.mark.parametrize("fleet_slurm", ["22.05"], indirect=True)
+@pytest.mark.parametrize("fleet_slurm", ["22.05", "24.11"], indirect=True)
 def test_a_node_failing_jobs_with_different_partners_is_drained_its_partners_not(
     fleet: Fleet,
 ) -> None:
@@ -104,6 +101,7 @@ def test_a_node_failing_jobs_with_different_partners_is_drained_its_partners_not
 
     third = _run_job(fleet, [BAD, PARTNERS[2]])
     _wait_ended(fleet, third)
+    assert _ended(fleet, third) == "FAILED"  # its script's exit, not a lost batch step
     wait_for(
         f"{BAD} drained for job-failures",
         lambda: fleet.reasons()[BAD].startswith("slonkd:job-failures"),
