@@ -94,6 +94,33 @@ def test_prestop_exits_in_time_when_slurmctld_is_down(slurm: SlurmCluster) -> No
     assert "prestop.step_failed" in log
 
 
+def test_the_grace_counts_from_the_hooks_start_not_from_pythons_imports(
+    slurm: SlurmCluster,
+) -> None:
+    """A slow start (a loaded node: interpreter and imports) is taken off the grace.
+
+    The kubelet counts the grace from the hook's exec. Here the hook's process spends 2 s
+    before Python even starts (``sh`` sleeps, then execs it: the same process): with
+    slurmctld gone every step waits its timeout, and prestop must still exit within the
+    grace counted from the exec, not from when its clock was first read.
+    """
+    slurm.kill_slurmctld()
+    argv = [sys.executable, "-m", "slonkd.cli.main", "prestop", "--node", "n4",
+            "--grace", "6", "--margin", "2", "--poll", "0.2"]  # fmt: skip
+    began = time.monotonic()
+    proc = subprocess.run(
+        ["sh", "-c", 'sleep 2; exec "$@"', "prestop", *argv],
+        env=slurm.env,
+        capture_output=True,
+        text=True,
+        timeout=40,
+        check=False,
+    )
+    took = time.monotonic() - began
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert took < 6, f"took {took:.2f} s of a 6 s grace"
+
+
 def test_a_report_nobody_takes_neither_delays_nor_stops_the_requeue_and_down(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
