@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.soak_check import Checker, Mark, Marks, Timeline
+from bench.soak_check import Checker, Mark, Marks, Timeline, carries, parse_sinfo
 from bench.soak_fleet import COORDINATOR_CONFIG, GRACE_S, NAMESPACE, SoakFleet
 
 WORKLOAD: dict[str, float] = {
@@ -154,6 +154,17 @@ class Soak:
         """``scontrol update ...`` as an operator; False when SLURM refused or is away."""
         return self.fleet.slurm.run("scontrol", "update", *args, check=False).returncode == 0
 
+    def slurm_node(self, node: str) -> tuple[str, str] | None:
+        """``node``'s state and reason as sinfo shows an operator (None: no answer)."""
+        try:
+            got = self.fleet.slurm.run(
+                "sinfo", "-h", "-N", "-n", node, "-o", "%N|%T|%E|%u", check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        row = parse_sinfo(got.stdout).get(node) if got.returncode == 0 else None
+        return None if row is None else (row[0], row[1])
+
     def patch_node(self, knode: str, body: Any, *, json_patch: bool = False) -> None:
         """PATCH a K8s node (merge patch, or a JSON patch)."""
         kind = "application/json-patch+json" if json_patch else "application/merge-patch+json"
@@ -224,7 +235,24 @@ class Soak:
                 m.in_flight.add(target)
                 del m.slurm[target]
             try:
+                last = self.checker.last  # the checker's read of at most a second ago
+                seen = (last.slurm or {}).get(target) if last else None
+                before = seen[:2] if seen else None
                 if self.scontrol(f"nodename={target}", "state=resume"):
+                    return "done"
+                # SLURM can refuse a resume and apply it: a node not registered again since
+                # slurmctld restarted (UNKNOWN+DRAIN) loses DRAIN (on 22.05 its reason too),
+                # then the answer is "Invalid node state specified" (22.05 and 24.11, see
+                # tests/contract/test_slurm_restart_drain.py). The operator's own undo took
+                # the mark away: it is neither lost to the fault nor slonkd's change.
+                after = self.slurm_node(target)
+                if (
+                    after is not None
+                    and not carries(mark, *after)
+                    and (before is None or carries(mark, *before))
+                ):
+                    self.timeline.write("resume_refused_but_applied", node=target,
+                                        before=before, after=after)  # fmt: skip
                     return "done"
                 with m.lock:  # still the operator's, as it was: the final undo retries
                     m.slurm[target] = mark

@@ -1,0 +1,115 @@
+"""The soak checker's read after a slurmctld restart (bench/soak_check.py), with a fake reader."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from bench.soak_check import Checker, Mark, Marks, SlurmView, Timeline, carries, parse_sinfo
+from bench.soak_fleet import SoakFleet
+
+REASON = "ops: maintenance ticket 25"
+
+
+class FakeClock:
+    """Monotonic seconds that move only when the checker sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        """The current fake time."""
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """Move the fake time on instead of waiting."""
+        self.now += seconds
+
+
+class FakeReader:
+    """sinfo that does not answer the first ``silent`` times, then answers ``view``."""
+
+    def __init__(self, view: SlurmView | None, silent: int = 0) -> None:
+        self.view = view
+        self.silent = silent
+        self.calls = 0
+
+    def __call__(self) -> SlurmView | None:
+        """One sinfo read."""
+        self.calls += 1
+        return None if self.calls <= self.silent else self.view
+
+
+def _checker(tmp_path: Path) -> Checker:
+    marks = Marks()
+    marks.slurm["w-1"] = Mark(event=25, since=time.time(), reason=REASON)
+    timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
+    return Checker(fleet=cast(SoakFleet, object()), marks=marks, timeline=timeline)
+
+
+def _events(checker: Checker, kind: str) -> list[dict[str, Any]]:
+    checker.timeline.close()
+    lines = checker.timeline.path.read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["kind"] == kind]
+
+
+def test_the_read_is_retried_until_sinfo_answers_and_logged(tmp_path: Path) -> None:
+    """Two unanswered reads, then an answer: the mark is checked on it and the read logged."""
+    checker, clock = _checker(tmp_path), FakeClock()
+    read = FakeReader({"w-1": ("drained", REASON, "root")}, silent=2)
+    lost = checker.after_slurmctld_restart(read, clock=clock, sleep=clock.sleep)
+    assert lost == 0
+    assert read.calls == 3
+    assert "w-1" in checker.marks.slurm
+    (logged,) = _events(checker, "slurmctld_restart_read")
+    assert logged["answered"] is True
+    assert logged["calls"] == 3
+    assert logged["marks"] == {"w-1": ["drained", REASON]}
+    assert logged["lost"] == []
+
+
+def test_a_mark_missing_from_the_first_answer_is_lost_to_the_fault(tmp_path: Path) -> None:
+    """The node came back idle without the operator's reason: counted lost, mark dropped."""
+    checker, clock = _checker(tmp_path), FakeClock()
+    lost = checker.after_slurmctld_restart(
+        FakeReader({"w-1": ("idle", "", "Unknown")}), clock=clock, sleep=clock.sleep
+    )
+    assert lost == 1
+    assert checker.foreign_lost == 1
+    assert "w-1" not in checker.marks.slurm
+    (gone,) = _events(checker, "foreign_mark_lost")
+    assert gone["node"] == "w-1"
+    assert gone["causes"] == ["slurmctld_restart"]
+
+
+def test_the_retries_end_at_the_bound_and_the_silence_is_logged(tmp_path: Path) -> None:
+    """sinfo never answers: about timeout/interval tries, then nothing changed, and a record."""
+    checker, clock = _checker(tmp_path), FakeClock()
+    read = FakeReader(None)
+    lost = checker.after_slurmctld_restart(
+        read, timeout_s=30.0, interval_s=0.5, clock=clock, sleep=clock.sleep
+    )
+    assert lost == 0
+    assert read.calls == 61
+    assert clock.now == 30.0
+    assert "w-1" in checker.marks.slurm
+    (logged,) = _events(checker, "slurmctld_restart_read")
+    assert logged["answered"] is False
+    assert logged["calls"] == 61
+
+
+def test_a_mark_is_carried_only_with_its_reason_and_an_out_state() -> None:
+    """Drained, draining, fail or down with the operator's reason hold the mark; nothing else."""
+    mark = Mark(event=1, since=0.0, reason=REASON)
+    assert carries(mark, "drained", REASON)
+    assert carries(mark, "draining", REASON)
+    assert carries(mark, "fail", REASON)
+    assert carries(mark, "down*", REASON)
+    assert not carries(mark, "idle", REASON)
+    assert not carries(mark, "draining", "slonkd:pod-terminating pod is terminating")
+    assert parse_sinfo("w-1|drained|ops: x|root\nw-2|idle|none|Unknown\n") == {
+        "w-1": ("drained", "ops: x", "root"),
+        "w-2": ("idle", "", "Unknown"),
+    }
