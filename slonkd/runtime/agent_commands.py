@@ -81,7 +81,9 @@ async def run_checks_now(health: HealthLoop | None, publish: Callable[[], Awaita
     if health is not None:
         async with asyncio.TaskGroup() as group:
             for check in health.checks:
-                group.create_task(health.run_once(check), name=f"recheck:{check.name}")
+                group.create_task(
+                    health.run_once(check, on_demand=True), name=f"recheck:{check.name}"
+                )
     await publish()
 
 

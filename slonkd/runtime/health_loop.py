@@ -54,14 +54,17 @@ class HealthLoop:
             for check in self.checks:
                 group.create_task(self._loop(check), name=f"health:{check.name}")
 
-    async def run_once(self, check: Check) -> CheckResult:
-        """Run ``check`` once, record it, and report if its verdict changed."""
+    async def run_once(self, check: Check, *, on_demand: bool = False) -> CheckResult:
+        """Run ``check`` once, record it, and report if its verdict changed.
+
+        ``on_demand``: asked for now (a recheck): the check's on-demand runner if it has one.
+        """
         state = self._states.setdefault(
             check.name, _State(history=deque(maxlen=max(self.policy.window_m, self.policy.clear_k)))
         )
         began = time.monotonic()
         try:
-            result = await check.run()
+            result = await (check.on_demand if on_demand and check.on_demand else check.run)()
         except Exception as exc:  # noqa: BLE001 - a broken check is unknown, never fatal
             result = unknown(check.name, "check-crashed", f"{type(exc).__name__}: {exc}")
         result = CheckResult(

@@ -26,9 +26,10 @@ ROOT = Path(__file__).parent.parent.parent
 
 DCGMI = """#!/bin/sh
 case "$*" in
-  "diag -r 1 -j"|"diag --host unix:///run/nvidia-dcgm/hostengine.sock -r 1 -j") ;;
+  "diag -r "[1-4]" -j"|"diag --host unix:///run/nvidia-dcgm/hostengine.sock -r 1 -j") ;;
   *) echo "unexpected argv: $*" >&2; exit 64 ;;
 esac
+echo "$*" >> "$STUB_DIR/dcgmi.argv"
 [ -f "$STUB_DIR/dcgmi.sleep" ] && exec /bin/sleep 30
 /bin/cat "$STUB_DIR/dcgmi.out"
 exit "$(/bin/cat "$STUB_DIR/dcgmi.rc")"
@@ -110,6 +111,19 @@ async def test_missing_tools_are_unknown_with_a_clear_reason(
     for name in ("nvlink", "fabric"):
         result = await _run(checks[name])
         assert (result.verdict, result.evidence) == (Verdict.UNKNOWN, "nvidia-smi not installed")
+
+
+async def test_a_recheck_runs_dcgm_diag_at_its_own_level(stubs: Stubs, tmp_path: Path) -> None:
+    """dcgm_recheck_level 3: the schedule runs ``-r 1``, a recheck (on demand) ``-r 3``."""
+    check = _checks(tmp_path, dcgm_recheck_level=3)["dcgm-diag"]
+    assert (await check.run()).verdict is Verdict.OK
+    assert check.on_demand is not None
+    assert (await check.on_demand()).verdict is Verdict.OK
+    assert (tmp_path / "dcgmi.argv").read_text().splitlines() == ["diag -r 1 -j", "diag -r 3 -j"]
+    assert _checks(tmp_path)["dcgm-diag"].on_demand is None  # 0: the schedule's level
+    assert _checks(tmp_path, dcgm_level=2, dcgm_recheck_level=2)["dcgm-diag"].on_demand is None
+    with pytest.raises(ValueError, match="dcgm_recheck_level"):
+        _checks(tmp_path, dcgm_recheck_level=5)
 
 
 async def test_dcgm_diag_runner(stubs: Stubs, tmp_path: Path) -> None:

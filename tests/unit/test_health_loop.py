@@ -120,3 +120,56 @@ async def test_a_passing_heavy_check_keeps_its_long_period() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert len(runs) == 1
+
+
+async def test_a_run_asked_for_now_runs_the_checks_on_demand_runner() -> None:
+    """A recheck runs a check's on-demand runner (a longer diagnostic); the schedule its own."""
+    ran: list[str] = []
+
+    async def scheduled() -> CheckResult:
+        ran.append("scheduled")
+        return ok("gpu")
+
+    async def deeper() -> CheckResult:
+        ran.append("on-demand")
+        return ok("gpu")
+
+    check = Check(name="gpu", period_s=1.0, run=scheduled, on_demand=deeper)
+
+    async def on_change(result: CheckResult) -> None:
+        return None
+
+    loop = HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change)
+    await loop.run_once(check)
+    await loop.run_once(check, on_demand=True)
+    plain = Check(name="gpu", period_s=1.0, run=scheduled)
+    await loop.run_once(plain, on_demand=True)
+    assert ran == ["scheduled", "on-demand", "scheduled"]
+
+
+async def test_the_agents_recheck_runs_every_check_on_demand() -> None:
+    """``run_checks_now`` (the recheck command's handler) asks each check for its deeper run."""
+    from slonkd.runtime.agent_commands import run_checks_now
+
+    ran: list[str] = []
+
+    async def scheduled() -> CheckResult:
+        ran.append("scheduled")
+        return ok("gpu")
+
+    async def deeper() -> CheckResult:
+        ran.append("on-demand")
+        return ok("gpu")
+
+    async def on_change(result: CheckResult) -> None:
+        return None
+
+    published: list[bool] = []
+
+    async def publish() -> None:
+        published.append(True)
+
+    check = Check(name="gpu", period_s=1.0, run=scheduled, on_demand=deeper)
+    loop = HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change)
+    await run_checks_now(loop, publish)
+    assert (ran, published) == (["on-demand"], [True])

@@ -38,7 +38,13 @@ class HealthSettings:
     """On the first kernel log read, Xids older than the agent's start minus this count only
     if a reboot or a person must fix them (see ``gpu_health.XidTracker``)."""
     dcgm: bool = True
-    """Run ``dcgmi diag -r 1`` on the heavy schedule (DCGM is optional: missing -> unknown)."""
+    """Run ``dcgmi diag`` on the heavy schedule (DCGM is optional: missing -> unknown)."""
+    dcgm_level: int = 1
+    """Its run level on the schedule (``-r``: 1 quick, 2 medium, 3 and 4 long)."""
+    dcgm_recheck_level: int = 0
+    """Its run level when a recheck asks for every check now (proof of health before a node
+    returns from repair, ``slonkd recheck``); 0: ``dcgm_level``. Give ``dcgm_timeout_s`` the
+    time that level takes."""
     dcgm_timeout_s: float = 180.0
     dcgm_host: str = ""
     """nv-hostengine to ask (``dcgmi --host``): ``unix:///path/to/socket`` or ``host[:port]``;
@@ -82,6 +88,8 @@ class HealthSettings:
             raise ValueError("nvlink_links must be a whole number")
         if not 0 <= self.nvlink_links <= 64:
             raise ValueError("nvlink_links must be between 0 and 64")
+        if self.dcgm_level not in (1, 2, 3, 4) or self.dcgm_recheck_level not in (0, 1, 2, 3, 4):
+            raise ValueError("dcgm_level must be 1 to 4, dcgm_recheck_level 0 (the same) to 4")
         for name in ("dcgm_timeout_s", "heavy_period_s", "xid_lookback_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -137,6 +145,9 @@ class Check:
     retry_period_s: float | None = None
     """After a failing run, the next comes this soon (a heavy check confirms a failure in
     minutes, not in N of its hourly periods); None: always ``period_s``."""
+    on_demand: Runner | None = None
+    """What a run asked for now (a recheck) runs instead of ``run``: a longer diagnostic;
+    None: ``run``."""
 
 
 def _read(path: Path) -> str:
@@ -347,20 +358,25 @@ def _gpu_extra_checks(s: HealthSettings, guard: probes.ProbeGuard) -> list[Check
     checks: list[Check] = []
     if s.dcgm:
 
-        async def dcgm_diag() -> CheckResult:
-            host = ["--host", s.dcgm_host] if s.dcgm_host else []
-            argv = ["dcgmi", "diag", *host, "-r", "1", "-j"]
-            out = await _smi("dcgmi", argv, s.dcgm_timeout_s, guard, "dcgm-diag")
-            if isinstance(out, CheckResult):
-                return out
-            return dcgm_health.judge_dcgm_diag(out.stdout, out.stderr, out.rc or 0)
+        def dcgm_diag(level: int) -> Runner:
+            async def run() -> CheckResult:
+                host = ["--host", s.dcgm_host] if s.dcgm_host else []
+                argv = ["dcgmi", "diag", *host, "-r", str(level), "-j"]
+                out = await _smi("dcgmi", argv, s.dcgm_timeout_s, guard, "dcgm-diag")
+                if isinstance(out, CheckResult):
+                    return out
+                return dcgm_health.judge_dcgm_diag(out.stdout, out.stderr, out.rc or 0)
 
+            return run
+
+        deeper = s.dcgm_recheck_level not in (0, s.dcgm_level)
         checks.append(
             Check(
                 name="dcgm-diag",
                 period_s=s.heavy_period_s,
-                run=dcgm_diag,
+                run=dcgm_diag(s.dcgm_level),
                 retry_period_s=min(s.slow_period_s, s.heavy_period_s),
+                on_demand=dcgm_diag(s.dcgm_recheck_level) if deeper else None,
             )
         )
 
