@@ -122,9 +122,8 @@ async def test_a_passing_heavy_check_keeps_its_long_period() -> None:
     assert len(runs) == 1
 
 
-async def test_a_run_asked_for_now_runs_the_checks_on_demand_runner() -> None:
-    """A recheck runs a check's on-demand runner (a longer diagnostic); the schedule its own."""
-    ran: list[str] = []
+def _two_runners(ran: list[str]) -> tuple[Check, HealthLoop]:
+    """A check whose schedule and on-demand runs note themselves in ``ran``, and its loop."""
 
     async def scheduled() -> CheckResult:
         ran.append("scheduled")
@@ -134,15 +133,20 @@ async def test_a_run_asked_for_now_runs_the_checks_on_demand_runner() -> None:
         ran.append("on-demand")
         return ok("gpu")
 
-    check = Check(name="gpu", period_s=1.0, run=scheduled, on_demand=deeper)
-
     async def on_change(result: CheckResult) -> None:
         return None
 
-    loop = HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change)
+    check = Check(name="gpu", period_s=1.0, run=scheduled, on_demand=deeper)
+    return check, HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change)
+
+
+async def test_a_run_asked_for_now_runs_the_checks_on_demand_runner() -> None:
+    """A recheck runs a check's on-demand runner (a longer diagnostic); the schedule its own."""
+    ran: list[str] = []
+    check, loop = _two_runners(ran)
     await loop.run_once(check)
     await loop.run_once(check, on_demand=True)
-    plain = Check(name="gpu", period_s=1.0, run=scheduled)
+    plain = Check(name="gpu", period_s=1.0, run=check.run)
     await loop.run_once(plain, on_demand=True)
     assert ran == ["scheduled", "on-demand", "scheduled"]
 
@@ -152,24 +156,11 @@ async def test_the_agents_recheck_runs_every_check_on_demand() -> None:
     from slonkd.runtime.agent_commands import run_checks_now
 
     ran: list[str] = []
-
-    async def scheduled() -> CheckResult:
-        ran.append("scheduled")
-        return ok("gpu")
-
-    async def deeper() -> CheckResult:
-        ran.append("on-demand")
-        return ok("gpu")
-
-    async def on_change(result: CheckResult) -> None:
-        return None
-
+    _, loop = _two_runners(ran)
     published: list[bool] = []
 
     async def publish() -> None:
         published.append(True)
 
-    check = Check(name="gpu", period_s=1.0, run=scheduled, on_demand=deeper)
-    loop = HealthLoop(checks=[check], policy=Hysteresis(), on_change=on_change)
     await run_checks_now(loop, publish)
     assert (ran, published) == (["on-demand"], [True])
