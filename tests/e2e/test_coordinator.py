@@ -135,13 +135,14 @@ def fleet_slurm(
 ) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
     """20 idle slurmd (nothing is out at the start), and the coordinator's client env.
 
-    SLURM 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``.
+    SLURM 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``, or with
+    ``(release, slurmd_timeout_s)`` for another SlurmdTimeout than the harness's quick one.
     """
     names = tuple(f"w-{i}" for i in range(PODS))
-    release = str(getattr(request, "param", "22.05"))
-    with slurm_of_release(
-        release, SlurmLayout(nodes=names), slurm_factory, tmp_path / "slurm-bin"
-    ) as got:
+    param = getattr(request, "param", "22.05")
+    release, timeout_s = param if isinstance(param, tuple) else (str(param), 10)
+    layout = SlurmLayout(nodes=names, slurmd_timeout_s=timeout_s)
+    with slurm_of_release(release, layout, slurm_factory, tmp_path / "slurm-bin") as got:
         yield got
 
 

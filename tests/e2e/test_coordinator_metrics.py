@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
 from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
-from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
 from tests.e2e import test_coordinator
 from tests.e2e.conftest import read_json_log, set_unschedulable
 from tests.e2e.test_coordinator import BASE_CONFIG, PODS, Fleet
@@ -193,6 +193,7 @@ def rpcs_at_rest(slurm: SlurmCluster) -> dict[str, int]:
     return {rpc: stat.count for rpc, stat in parse_sdiag(slurm.run("sdiag").stdout).rpcs.items()}
 
 
+@pytest.mark.parametrize("fleet_slurm", [("22.05", SCALE_SLURMD_TIMEOUT_S)], indirect=True)
 @pytest.mark.parametrize("coordinator_config", [AT_REST])
 def test_the_fleet_metrics_cost_slurmctld_only_their_sdiag(fleet: Fleet, tmp_path: Path) -> None:
     """The same fleet at rest, exporter on then off: every RPC count but sdiag's is the same.
@@ -201,11 +202,18 @@ def test_the_fleet_metrics_cost_slurmctld_only_their_sdiag(fleet: Fleet, tmp_pat
     new RPC is ``REQUEST_STATS_INFO`` (sdiag, every ``sdiag_s``); the node reads (the poll's
     and the resync's) are within noise of the exporter off: the families are counted from
     reads the pass makes anyway. The table is printed (``-s``) for the report.
+
+    At rest means slurmctld quiet too: SLURM's default SlurmdTimeout (a ping every 100 s),
+    not the harness's 10 s, whose pings and registrations move the node table every few
+    seconds, and every move is a read by the poll (the partition reads differed by 6 between
+    two windows on the quick timeout: 25 | 19). Both windows start 3 s after the
+    coordinator leads, past its first pass's reads.
     """
     until(fleet, "the exporter exporting", lambda s: (
         get(s, "slonkd_fleet_nodes", state="idle") == PODS
         and get(s, "slonkd_slurmctld_server_threads") >= 1
     ))  # fmt: skip
+    time.sleep(3)  # past its first pass, as the exporter-off window below
     on = rpcs_at_rest(fleet.slurm)
     fleet.procs[0].terminate()
     fleet.procs[0].wait(timeout=30)
