@@ -6,6 +6,11 @@ taken from the settings classes themselves (:mod:`slonkd.core.config_tree`; the 
 :func:`slonkd.cli.coordinator.file_keys` and :func:`slonkd.cli.agent.file_keys`).
 ``slonkd config check ROLE FILE`` loads FILE exactly as the role would (with this
 environment) and prints ``ok``, or the one-line reason and exits 2.
+
+``slonkd config schema ROLE --chart`` prints the part of it the Helm chart leaves to its
+``coordinator.config``/``agent.config`` value: every key but those the chart writes itself
+(:data:`CHART_SETS`). The chart's values.schema.json carries it (``scripts/chart-schema``
+writes it there; tests/unit/test_chart_config.py fails when it is stale).
 """
 
 from __future__ import annotations
@@ -27,6 +32,31 @@ from slonkd.core.revalidation import RevalidationPolicy
 EXIT_BAD = 2
 ROLES = ("coordinator", "agent")
 
+CHART_SETS: dict[str, frozenset[str]] = {
+    "coordinator": frozenset({
+        # from the pod: its namespace and name, the in-cluster client, the Service's port
+        "namespace", "identity", "kubeconfig", "api_host",
+        # from the chart's curated values (camelCase, e.g. coordinator.budget.maxOut)
+        "cluster", "pod_selector", "lease_name", "lease_duration_s", "renew_deadline_s",
+        "retry_period_s", "failure_grace_s", "state_name", "api_port", "audit_path",
+        "audit_max_bytes", "audit_keep", "max_out", "max_out_percent", "mass_percent",
+        "dry_run", "fleet_metrics", "sdiag_s", "revalidate", "revalidate_timeout_s",
+        "revalidate_recheck_s", "revalidate_checks", "topology", "trigger_program", "job_blame",
+    }),
+    "agent": frozenset({
+        # from the pod (the downward API and the chart's wiring)
+        "pod_name", "namespace", "kube_node", "slurm_node", "kubeconfig", "ready_file",
+        "metrics_port", "metrics_address",
+        # from the chart's values (clusterName, agent.health, a pool's health)
+        "cluster", "health", "hysteresis",
+    }),
+}  # fmt: skip
+"""Keys the chart writes into a role's file itself: one place in the chart for each key.
+
+Every other key of the file is the chart's ``<role>.config`` (snake_case, merged over what
+the chart renders: ``rollout`` keeps the chart's ``requeue_in_prestop`` next to an
+operator's ``max_parallel``)."""
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``config schema`` and ``config check``."""
@@ -34,6 +64,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     verbs = parser.add_subparsers(dest="verb", required=True)
     show = verbs.add_parser("schema", help="print the JSON Schema of a role's config file")
     show.add_argument("role", choices=ROLES)
+    show.add_argument(
+        "--chart",
+        action="store_true",
+        help="only the keys the Helm chart leaves to its <role>.config value",
+    )
     show.set_defaults(func=main_schema)
     check = verbs.add_parser("check", help="load a config file as the role would; exit 2 if bad")
     check.add_argument("role", choices=ROLES)
@@ -70,6 +105,14 @@ def agent_schema() -> dict[str, Any]:
     _aliases(out["properties"], {k: k for k in agent.POLICY_KEYS}, Policy)
     out["properties"] = dict(sorted(out["properties"].items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+
+
+def chart_schema(role: str) -> dict[str, Any]:
+    """The schema of the chart's ``<role>.config`` value: the file's keys the chart leaves open."""
+    doc = coordinator_schema() if role == "coordinator" else agent_schema()
+    doc.pop("$schema")
+    doc["properties"] = {k: v for k, v in doc["properties"].items() if k not in CHART_SETS[role]}
+    return doc
 
 
 def _aliases(props: dict[str, Any], keys: dict[str, str], cls: type[Any]) -> None:
@@ -111,7 +154,10 @@ def _docstrings(cls: type[Any]) -> dict[str, str]:
 
 def main_schema(args: argparse.Namespace) -> int:
     """Print the schema."""
-    doc = coordinator_schema() if args.role == "coordinator" else agent_schema()
+    if args.chart:
+        doc = chart_schema(args.role)
+    else:
+        doc = coordinator_schema() if args.role == "coordinator" else agent_schema()
     print(json.dumps(doc, indent=2))
     return 0
 

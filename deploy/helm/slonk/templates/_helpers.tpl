@@ -198,6 +198,7 @@ refuses any other, and tests/unit/test_chart_render.py feeds this to the agent's
 {{- range $k, $v := ($poolHealth.hysteresis | default dict) }}{{ $_ := set $hyst $k (int $v) }}{{ end -}}
 {{- $doc := dict "cluster" $root.Values.clusterName "health" $checks -}}
 {{- if $hyst }}{{ $_ := set $doc "hysteresis" $hyst }}{{ end -}}
+{{- $doc = mustMergeOverwrite $doc (deepCopy ($root.Values.agent.config | default dict)) -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
 
@@ -268,6 +269,9 @@ signals the jobs first (the coordinator cannot see which batch shells trap the s
 {{- if and .Values.workers.prestop.enabled (.Values.workers.prestop.checkpoint | default dict).signal -}}
 {{- $_ := set $doc "rollout" (dict "requeue_in_prestop" true) -}}
 {{- end -}}
+{{- /* Every other key of the file, as `slonkd config schema coordinator --chart` lists them:
+merged over the above (a table key by key). */ -}}
+{{- $doc = mustMergeOverwrite $doc (deepCopy (.Values.coordinator.config | default dict)) -}}
 {{- toPrettyJson $doc -}}
 {{- end -}}
 
