@@ -1,7 +1,8 @@
 """``slonkd prestop``: the slurmd container's preStop hook (drain, wait, requeue, down).
 
 Identity and timing come from flags or the environment the chart sets: the SLURM node name
-(``--node``, ``SLONKD_NODE``, else the pod name from ``POD_NAME``), the pod's grace period
+(``--node``, ``SLONKD_SLURM_NODE`` as for the agent, else the pod name from ``POD_NAME``;
+``SLONKD_NODE``, its old name, still counts), the pod's grace period
 (``--grace``, ``SLONKD_GRACE_S``) and the margin kept for the requeue and the DOWN; the
 checkpoint signal (``--checkpoint-signal B:USR1``, ``SLONKD_CHECKPOINT_SIGNAL``; off by
 default) and its window (``--checkpoint-window``, ``SLONKD_CHECKPOINT_WINDOW_S``); where to
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "prestop", help="preStop hook: drain, wait for jobs, requeue, down", description=__doc__
     )
     p.add_argument(
-        "--node", default=None, help="SLURM node name (default: $SLONKD_NODE or $POD_NAME)"
+        "--node", default=None, help="SLURM node name (default: $SLONKD_SLURM_NODE or $POD_NAME)"
     )
     p.add_argument(
         "--grace",
@@ -75,9 +76,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def settings_from(args: argparse.Namespace) -> PrestopSettings:
     """Validated settings, or ValueError with a one-line reason."""
-    node = args.node or os.environ.get("SLONKD_NODE") or os.environ.get("POD_NAME") or ""
+    env = os.environ
+    node = (
+        args.node
+        or env.get("SLONKD_SLURM_NODE")
+        or env.get("SLONKD_NODE")  # the old name, before the agent's was used for both
+        or env.get("POD_NAME")
+        or ""
+    )
     if not node:
-        raise ValueError("no SLURM node name: pass --node or set SLONKD_NODE or POD_NAME")
+        raise ValueError("no SLURM node name: pass --node or set SLONKD_SLURM_NODE or POD_NAME")
     raw_grace = args.grace if args.grace is not None else os.environ.get("SLONKD_GRACE_S", "30")
     try:
         grace = float(raw_grace)

@@ -170,3 +170,29 @@ def test_prestop_refuses_a_checkpoint_that_does_not_fit_or_cannot_be_sent(
     """A window plus margin past the grace, or an unusable signal: one line, exit 2 upstream."""
     with pytest.raises(ValueError, match=message):
         settings_from(_prestop_args(*extra))
+
+
+@pytest.mark.parametrize(
+    ("env", "node"),
+    [
+        ({"SLONKD_SLURM_NODE": "gpu-7", "POD_NAME": "w-0"}, "gpu-7"),
+        ({"SLONKD_NODE": "gpu-8", "POD_NAME": "w-0"}, "gpu-8"),
+        ({"SLONKD_SLURM_NODE": "gpu-7", "SLONKD_NODE": "gpu-8"}, "gpu-7"),
+        ({"POD_NAME": "w-0"}, "w-0"),
+    ],
+    ids=["agents-name", "old-name", "agents-name-first", "pod-name"],
+)
+def test_prestop_names_its_node_from_the_agents_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], node: str
+) -> None:
+    """``SLONKD_SLURM_NODE`` names the SLURM node for the agent and the preStop hook alike.
+
+    ``SLONKD_NODE`` (the hook's old name) still counts when the new one is unset.
+    """
+    for name in ("SLONKD_SLURM_NODE", "SLONKD_NODE", "POD_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    assert settings_from(parser.parse_args(["prestop", "--grace", "30"])).node == node
