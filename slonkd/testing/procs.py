@@ -30,26 +30,56 @@ def die_with_parent() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
-    sockets = []
+LISTEN_FLOOR = 10000
+"""The lowest port the harness listens on (below it: well-known and registered services)."""
+
+
+def listen_span() -> tuple[int, int]:
+    """The ports ``[first, stop)`` the harness's servers listen on: outside the ephemeral range.
+
+    A daemon the harness restarts on its port (an agent, a coordinator, slurmctld, the
+    broker) must find it free again. In the kernel's ephemeral range
+    (``ip_local_port_range``) any outbound connection made while the daemon was down may take
+    that port as its local end and hold it as long as it lives: the soak saw an agent's port
+    held by another agent's broker connection for four minutes. In a cluster every pod has its
+    own network namespace, so this is the harness's problem only.
+    """
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    if low - LISTEN_FLOOR >= 4096:
+        return LISTEN_FLOOR, low
+    return high + 1, 65536  # a range set low: listen above it
 
 
-def free_port_range(count: int, *, start: int = 20000, stop: int = 60000) -> int:
+def free_ports(count: int) -> list[int]:
+    """Return ``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+
+    From :func:`listen_span` (never the ephemeral range), from a random start so that runs
+    side by side rarely probe the same ports.
+    """
+    first, stop = listen_span()
+    width = stop - first
+    base = int.from_bytes(os.urandom(2), "big") % width
+    chosen: list[int] = []
+    for offset in range(width):
+        port = first + (base + offset) % width
+        if _port_free(port):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise HarnessError(f"no {count} free ports in [{first}, {stop})")
+
+
+def free_port_range(count: int) -> int:
     """Return the first port of ``count`` consecutive ports that are all free now.
 
-    slurm.conf gives slurmd a ``Port=[a-b]`` range, so its ports must be consecutive.
-    The start is randomised so that runs side by side rarely probe the same range.
+    slurm.conf gives slurmd a ``Port=[a-b]`` range, so its ports must be consecutive. From
+    :func:`listen_span`, from a random start so that runs side by side rarely probe the same
+    range.
     """
+    start, stop = listen_span()
     rng = int.from_bytes(os.urandom(2), "big")
     base = start + (rng * 7) % (stop - start - count)
     for offset in range(0, stop - start, count + 1):

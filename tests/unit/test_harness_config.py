@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
-from slonkd.testing import toolchain
+import pytest
+
+from slonkd.testing import procs, toolchain
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout, render_slurm_conf
 
 
@@ -45,3 +48,26 @@ def test_staging_modules_are_read_from_kubernetes_go_mod() -> None:
         ")\n"
     )
     assert sorted(toolchain._STAGING_RE.findall(gomod)) == ["k8s.io/api", "k8s.io/client-go"]
+
+
+def test_the_harness_listens_outside_the_ephemeral_port_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ports for the harness's servers are never ones an outbound connection may take.
+
+    A daemon restarted on its port (the soak's agents, coordinators, slurmctld) found it held
+    by another process's connection, whose local end the kernel had picked from
+    ``ip_local_port_range``: an agent failed to bind for four minutes.
+    """
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = procs.free_ports(200)
+    assert len(set(ports)) == 200
+    assert not [p for p in ports if low <= p <= high]
+    first = procs.free_port_range(50)
+    assert not [p for p in range(first, first + 50) if low <= p <= high]
+    with socket.socket() as held:  # a port in use is never handed out
+        held.bind(("127.0.0.1", ports[0]))
+        held.listen()
+        monkeypatch.setattr(procs, "listen_span", lambda: (ports[0], ports[0] + 3))
+        rest = [p for p in (ports[0] + 1, ports[0] + 2) if procs._port_free(p)]
+        assert sorted(procs.free_ports(len(rest))) == rest
