@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from slonkd.adapters.bus.dynsec import agent_client_id
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
-from slonkd.cli.config import config_file
+from slonkd.cli.config import config_file, env_values
 from slonkd.core.config_tree import value_of
 from slonkd.core.plan import Policy
 
@@ -46,6 +46,20 @@ NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "bootstrap"})
 """AgentSettings' fields that come from the environment, never from the config file."""
 POLICY_KEYS = ("failure_grace_s", "unready_grace_s")
 """The file's flat keys of :class:`~slonkd.core.decide.Policy`'s fields."""
+ENV = {
+    "pod_name": "POD_NAME",
+    "namespace": "POD_NAMESPACE",
+    "kube_node": "NODE_NAME",
+    "slurm_node": "SLONKD_SLURM_NODE",
+    "kubeconfig": "KUBECONFIG",
+    "cluster": "SLONKD_CLUSTER",
+    "resync_s": "SLONKD_RESYNC_S",
+    "ready_file": "SLONKD_READY_FILE",
+    "metrics_port": "SLONKD_METRICS_PORT",
+    "metrics_address": "SLONKD_METRICS_ADDRESS",
+}
+"""The environment variable of each file key it sets (the file's value wins; ``slonkd config
+schema agent`` shows it as ``x-env``)."""
 
 
 def file_keys() -> frozenset[str]:
@@ -63,18 +77,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def load_settings(env: Mapping[str, str]) -> AgentSettings:
     """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason."""
-    values: dict[str, Any] = {
-        "pod_name": env.get("POD_NAME", ""),
-        "namespace": env.get("POD_NAMESPACE", ""),
-        "kube_node": env.get("NODE_NAME", ""),
-        "slurm_node": env.get("SLONKD_SLURM_NODE", ""),
-        "kubeconfig": env.get("KUBECONFIG") or None,
-        "resync_s": env.get("SLONKD_RESYNC_S", "30"),
-        "ready_file": env.get("SLONKD_READY_FILE") or None,
-        "metrics_port": env.get("SLONKD_METRICS_PORT", "9464"),
-        "metrics_address": env.get("SLONKD_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104 - pod IP
-    }
     from slonkd.runtime.agent import AgentSettings
+
+    values: dict[str, Any] = {
+        f.name: "" if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(AgentSettings)
+        if f.name in ENV
+    }
+    values.update(env_values(env, ENV))
 
     doc = config_file(env, file_keys())
     hints = {**typing.get_type_hints(AgentSettings), **typing.get_type_hints(Policy)}
@@ -104,7 +114,7 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
     slurm_env = {"SLURM_CONF": env["SLURM_CONF"]} if "SLURM_CONF" in env else {}
     bus, bootstrap = agent_bus_settings(env, agent_client_id(slurm_node))
     values.update(
-        cluster=str(values.get("cluster") or env.get("SLONKD_CLUSTER", "lab")),
+        cluster=str(values["cluster"]),
         bus=bus,
         bootstrap=bootstrap,
         pod_name=str(values["pod_name"]),

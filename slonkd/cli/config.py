@@ -74,3 +74,12 @@ def ca_file(env: Mapping[str, str], key: str) -> str | None:
     except ValueError as exc:
         raise ValueError(f"{key}: {exc}") from None
     return path
+
+
+def env_values(env: Mapping[str, str], table: Mapping[str, str]) -> dict[str, str]:
+    """The file keys ``table`` maps to an environment variable set (non-empty) in ``env``.
+
+    A role's ``ENV`` table is the one place saying which variable sets which key; the
+    file's value wins over the variable's, the settings class's default over neither.
+    """
+    return {key: env[var] for key, var in table.items() if env.get(var)}

@@ -3,7 +3,8 @@
 ``slonkd config schema ROLE`` prints the JSON Schema of the file ``SLONKD_CONFIG`` names for
 ``slonkd coordinator`` or ``slonkd agent``: every key with its type, default and description,
 taken from the settings classes themselves (:mod:`slonkd.core.config_tree`; the keys are
-:func:`slonkd.cli.coordinator.file_keys` and :func:`slonkd.cli.agent.file_keys`).
+:func:`slonkd.cli.coordinator.file_keys` and :func:`slonkd.cli.agent.file_keys`), and as
+``x-env`` the environment variable that sets a key the file does not (the role's ``ENV``).
 ``slonkd config check ROLE FILE`` loads FILE exactly as the role would (with this
 environment) and prints ``ok``, or the one-line reason and exits 2.
 
@@ -92,6 +93,7 @@ def coordinator_schema() -> dict[str, Any]:
     }
     _aliases(props, coordinator.POLICY_KEYS, Policy)
     _aliases(props, coordinator.REVALIDATION_KEYS, RevalidationPolicy)
+    _env(props, coordinator.ENV)
     out["properties"] = dict(sorted(props.items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
 
@@ -103,6 +105,7 @@ def agent_schema() -> dict[str, Any]:
     out = schema(AgentSettings, describe=describe, skip=agent.NOT_IN_FILE)
     out.pop("required", None)  # the pod's names come from the downward API
     _aliases(out["properties"], {k: k for k in agent.POLICY_KEYS}, Policy)
+    _env(out["properties"], agent.ENV)
     out["properties"] = dict(sorted(out["properties"].items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
 
@@ -113,6 +116,12 @@ def chart_schema(role: str) -> dict[str, Any]:
     doc.pop("$schema")
     doc["properties"] = {k: v for k, v in doc["properties"].items() if k not in CHART_SETS[role]}
     return doc
+
+
+def _env(props: dict[str, Any], table: dict[str, str]) -> None:
+    """Name each key's environment variable (``x-env``; the file's value wins over it)."""
+    for key, var in table.items():
+        props[key]["x-env"] = var
 
 
 def _aliases(props: dict[str, Any], keys: dict[str, str], cls: type[Any]) -> None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
-from slonkd.cli.config import config_file
+from slonkd.cli.config import config_file, env_values
 from slonkd.core.config_tree import value_of
 from slonkd.core.plan import Policy
 from slonkd.core.revalidation import RevalidationPolicy
@@ -70,6 +70,15 @@ REVALIDATION_KEYS: dict[str, str] = {
     "revalidate_checks": "required",
 }
 """The file's flat keys of :class:`~slonkd.core.revalidation.RevalidationPolicy`'s fields."""
+ENV = {
+    "namespace": "POD_NAMESPACE",
+    "identity": "POD_NAME",
+    "kubeconfig": "KUBECONFIG",
+    "cluster": "SLONKD_CLUSTER",
+}
+"""The environment variable of each file key it sets (the file's value wins; ``slonkd config
+schema coordinator`` shows it as ``x-env``). The MQTT, API TLS and nudge variables set
+settings that are never in the file (:mod:`slonkd.cli.bus_env`)."""
 
 
 def file_keys() -> frozenset[str]:
@@ -103,11 +112,12 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
 
     doc = config_file(env, file_keys())
     values: dict[str, Any] = {
-        "namespace": env.get("POD_NAMESPACE", ""),
-        "identity": env.get("POD_NAME") or socket.gethostname(),
-        "kubeconfig": env.get("KUBECONFIG") or None,
-        "cluster": env.get("SLONKD_CLUSTER", "lab"),
+        f.name: "" if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(CoordinatorSettings)
+        if f.name in ENV
     }
+    values.update(env_values(env, ENV))
+    values["identity"] = values["identity"] or socket.gethostname()
     if not values["namespace"] and "namespace" not in doc:
         raise ValueError("POD_NAMESPACE is not set (the namespace of the workers and the Lease)")
     policy = _policy(doc)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,41 @@ def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_setta
     refused = _slonkd("config", "check", "agent", str(bad))
     assert refused.returncode == 2
     assert "health.xid.fatal.79 must be one of" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("role", ["coordinator", "agent"])
+def test_each_environment_variable_sets_its_key_and_the_file_wins(
+    role: str, tmp_path: Path
+) -> None:
+    """A role's ``ENV`` table is the one map of variables to keys, shown in its schema.
+
+    Each variable alone sets its key; the same key in the file wins over it; the schema
+    names the variable as ``x-env``.
+    """
+    module = coordinator if role == "coordinator" else agent
+    base = {"POD_NAMESPACE": "ns", "POD_NAME": "w-0", "NODE_NAME": "n1"}
+    samples: dict[str, tuple[str, str, Any, Any]] = {
+        "SLONKD_CLUSTER": ("cluster", "c9", "c8", "c8"),
+        "SLONKD_RESYNC_S": ("resync_s", "12", 13, 13.0),
+        "SLONKD_METRICS_PORT": ("metrics_port", "9470", 9471, 9471),
+        "SLONKD_METRICS_ADDRESS": ("metrics_address", "127.0.0.1", "127.0.0.2", "127.0.0.2"),
+        "SLONKD_READY_FILE": ("ready_file", "/run/r1", "/run/r2", "/run/r2"),
+        "SLONKD_SLURM_NODE": ("slurm_node", "gpu-1", "gpu-2", "gpu-2"),
+        "KUBECONFIG": ("kubeconfig", "/k1", "/k2", "/k2"),
+        "POD_NAME": ("identity" if role == "coordinator" else "pod_name", "w-5", "w-6", "w-6"),
+    }
+    props = (config_cmd.coordinator_schema if role == "coordinator" else config_cmd.agent_schema)()[
+        "properties"
+    ]
+    assert {k: props[k]["x-env"] for k in module.ENV} == module.ENV
+    for var, key in ((v, k) for k, v in module.ENV.items()):
+        if var not in samples:
+            continue
+        name, from_env, from_file, loaded = samples[var]
+        assert name == key, (var, name, key)
+        alone = module.load_settings({**base, var: from_env})
+        assert str(getattr(alone, key)) == str(type(loaded)(from_env)), var
+        path = tmp_path / f"{key}.json"
+        path.write_text(json.dumps({key: from_file}))
+        both = module.load_settings({**base, var: from_env, "SLONKD_CONFIG": str(path)})
+        assert getattr(both, key) == loaded, var
