@@ -115,6 +115,16 @@ def parse_nvidia_smi(stdout: str, stderr: str, rc: int, limits: GpuThresholds) -
     return result
 
 
+_MEMORY_FLAGS: Final = (
+    ("remapped_rows.failure", "row-remap-failed", Remediation.MANUAL, "row remapping failed"),
+    ("remapped_rows.pending", "row-remap-pending", Remediation.REBOOT,
+     "row remap pending (needs a GPU reset)"),
+    ("retired_pages.pending", "retired-pages-pending", Remediation.REBOOT,
+     "page retirement pending"),
+)  # fmt: skip
+"""nvidia-smi's yes/no memory fields that fail a GPU: field, cause, remediation, evidence."""
+
+
 def _judge_gpu(gpu: Mapping[str, str], limits: GpuThresholds) -> CheckResult:
     name = "nvidia-smi"
     where = f"GPU {gpu.get('index', '?')} ({gpu.get('pci.bus_id', '?')})"
@@ -141,28 +151,9 @@ def _judge_gpu(gpu: Mapping[str, str], limits: GpuThresholds) -> CheckResult:
                 f"{where}: {aggregate} uncorrected ECC errors in its lifetime",
             )
         )
-    if gpu.get("remapped_rows.failure", "").lower() == "yes":
-        found.append(
-            fail(name, "row-remap-failed", Remediation.MANUAL, f"{where}: row remapping failed")
-        )
-    if gpu.get("remapped_rows.pending", "").lower() == "yes":
-        found.append(
-            fail(
-                name,
-                "row-remap-pending",
-                Remediation.REBOOT,
-                f"{where}: row remap pending (needs a GPU reset)",
-            )
-        )
-    if gpu.get("retired_pages.pending", "").lower() == "yes":
-        found.append(
-            fail(
-                name,
-                "retired-pages-pending",
-                Remediation.REBOOT,
-                f"{where}: page retirement pending",
-            )
-        )
+    for key, cause, remediation, what in _MEMORY_FLAGS:
+        if gpu.get(key, "").lower() == "yes":
+            found.append(fail(name, cause, remediation, f"{where}: {what}"))
     temp = _int(gpu.get("temperature.gpu", ""))
     if temp is not None and temp > limits.max_temperature_c:
         found.append(warn(name, "gpu-hot", f"{where}: {temp} C"))
