@@ -131,26 +131,16 @@ def _judge_gpu(gpu: Mapping[str, str], limits: GpuThresholds) -> CheckResult:
     if any(v in _LOST for v in gpu.values()):
         return fail(name, "gpu-fell-off-bus", Remediation.REBOOT, f"{where}: GPU lost")
     found: list[CheckResult] = []
-    volatile = _int(gpu.get("ecc.errors.uncorrected.volatile.total", ""))
-    if volatile is not None and volatile > limits.max_uncorrected_volatile:
-        found.append(
-            fail(
-                name,
-                "ecc-uncorrectable",
-                Remediation.REBOOT,
-                f"{where}: {volatile} uncorrected ECC errors since boot",
-            )
-        )
-    aggregate = _int(gpu.get("ecc.errors.uncorrected.aggregate.total", ""))
-    if aggregate is not None and aggregate > limits.max_uncorrected_aggregate:
-        found.append(
-            fail(
-                name,
-                "ecc-uncorrectable-lifetime",
-                Remediation.MANUAL,
-                f"{where}: {aggregate} uncorrected ECC errors in its lifetime",
-            )
-        )
+    for key, limit, cause, remediation, span in (
+        ("ecc.errors.uncorrected.volatile.total", limits.max_uncorrected_volatile,
+         "ecc-uncorrectable", Remediation.REBOOT, "since boot"),
+        ("ecc.errors.uncorrected.aggregate.total", limits.max_uncorrected_aggregate,
+         "ecc-uncorrectable-lifetime", Remediation.MANUAL, "in its lifetime"),
+    ):  # fmt: skip
+        errors = _int(gpu.get(key, ""))
+        if errors is not None and errors > limit:
+            evidence = f"{where}: {errors} uncorrected ECC errors {span}"
+            found.append(fail(name, cause, remediation, evidence))
     for key, cause, remediation, what in _MEMORY_FLAGS:
         if gpu.get(key, "").lower() == "yes":
             found.append(fail(name, cause, remediation, f"{where}: {what}"))
