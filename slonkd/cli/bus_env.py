@@ -28,12 +28,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.bus.bootstrap import DEFAULT_TOKEN_FILE, BootstrapSettings
 from slonkd.adapters.bus.client import BusSettings
-from slonkd.cli.config import bus_settings, ca_file
+from slonkd.cli.config import bus_settings, ca_file, mqtt_port, secret
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
     from slonkd.runtime.credentials import CredentialSettings
@@ -51,16 +50,6 @@ _LIMITS = {  # SLONKD_CREDENTIALS_<KEY>: (field, whole number)
     "MAX_CONCURRENT_REVIEWS": ("max_concurrent_reviews", True),
     "MAX_BODY_BYTES": ("max_body_bytes", True),
 }
-
-
-def _port(env: Mapping[str, str]) -> int:
-    try:
-        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
-    except ValueError:
-        raise ValueError("SLONKD_MQTT_PORT must be a port number") from None
-    if not 0 < port < 65536:
-        raise ValueError("SLONKD_MQTT_PORT must be a port number")
-    return port
 
 
 def agent_bus_settings(
@@ -86,7 +75,7 @@ def agent_bus_settings(
             raise
         raise ValueError(f"bad SLONKD_MQTT_BOOTSTRAP_URL: {exc}") from None
     bus = BusSettings(
-        host=host, port=_port(env), username="", password="", client_id=client_id,
+        host=host, port=mqtt_port(env), username="", password="", client_id=client_id,
         ca_file=ca_file(env, _CA),
     )  # fmt: skip
     return bus, bootstrap
@@ -97,14 +86,7 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
     user = env.get("SLONKD_MQTT_ADMIN_USERNAME")
     if not user:
         return None
-    password = env.get("SLONKD_MQTT_ADMIN_PASSWORD", "")
-    if env.get("SLONKD_MQTT_ADMIN_PASSWORD_FILE"):
-        try:
-            password = Path(env["SLONKD_MQTT_ADMIN_PASSWORD_FILE"]).read_text().strip()
-        except OSError as exc:
-            raise ValueError(
-                f"cannot read SLONKD_MQTT_ADMIN_PASSWORD_FILE: {exc.strerror}"
-            ) from None
+    password = secret(env, "SLONKD_MQTT_ADMIN_PASSWORD")
     host = env.get("SLONKD_MQTT_HOST")
     if not host or not password:
         raise ValueError("SLONKD_MQTT_ADMIN_USERNAME needs SLONKD_MQTT_HOST and its password")
@@ -117,7 +99,7 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
     try:
         settings = CredentialSettings(
             admin_host=host,
-            admin_port=_port(env),
+            admin_port=mqtt_port(env),
             admin_user=user,
             admin_password=password,
             admin_ca_file=admin_ca,
@@ -159,6 +141,6 @@ def coordinator_bus_settings(env: Mapping[str, str], client_id: str) -> BusSetti
     if not host:
         return None
     return BusSettings(
-        host=host, port=_port(env), username="", password="", client_id=client_id,
+        host=host, port=mqtt_port(env), username="", password="", client_id=client_id,
         session_expiry_s=COORDINATOR_SESSION_EXPIRY_S, ca_file=ca_file(env, _CA),
     )  # fmt: skip

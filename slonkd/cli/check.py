@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
@@ -105,17 +106,7 @@ async def run_once(settings: HealthSettings, only: Sequence[str] = ()) -> list[C
         if not only or any(c.name.startswith(o) for o in only)
     ]
     results = await asyncio.gather(*(c.run() for c in checks))
-    return [
-        CheckResult(
-            check=c.name,
-            verdict=r.verdict,
-            cause=r.cause,
-            remediation=r.remediation,
-            evidence=r.evidence,
-            timed_out=r.timed_out,
-        )
-        for c, r in zip(checks, results, strict=True)
-    ]
+    return [replace(r, check=c.name) for c, r in zip(checks, results, strict=True)]
 
 
 def main(args: argparse.Namespace) -> int:

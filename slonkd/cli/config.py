@@ -39,18 +39,8 @@ def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
     host = env.get("SLONKD_MQTT_HOST")
     if not host:
         return None
-    password = env.get("SLONKD_MQTT_PASSWORD", "")
-    if env.get("SLONKD_MQTT_PASSWORD_FILE"):
-        try:
-            password = Path(env["SLONKD_MQTT_PASSWORD_FILE"]).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read SLONKD_MQTT_PASSWORD_FILE: {exc.strerror}") from None
-    try:
-        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
-    except ValueError:
-        port = 0
-    if not 0 < port < 65536:
-        raise ValueError("SLONKD_MQTT_PORT must be a port number (1-65535)")
+    password = secret(env, "SLONKD_MQTT_PASSWORD")
+    port = mqtt_port(env)
     user = env.get("SLONKD_MQTT_USER", "")
     if not user or not password:
         raise ValueError("SLONKD_MQTT_HOST is set but SLONKD_MQTT_USER or its password is not")
@@ -62,6 +52,31 @@ def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
         client_id=client_id,
         ca_file=ca_file(env, "SLONKD_MQTT_TLS_CA_FILE"),
     )
+
+
+def secret(env: Mapping[str, str], key: str) -> str:
+    """``env[key]``, or the content of the file ``env[key + "_FILE"]`` names, which wins.
+
+    The bus's password here, the dynsec admin's in :mod:`slonkd.cli.bus_env`.
+    """
+    path = env.get(f"{key}_FILE")
+    if not path:
+        return env.get(key, "")
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read {key}_FILE: {exc.strerror}") from None
+
+
+def mqtt_port(env: Mapping[str, str]) -> int:
+    """The broker's port, ``SLONKD_MQTT_PORT`` (1883 when unset)."""
+    try:
+        port = int(env.get("SLONKD_MQTT_PORT", "1883"))
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise ValueError("SLONKD_MQTT_PORT must be a port number (1-65535)")
+    return port
 
 
 def ca_file(env: Mapping[str, str], key: str) -> str | None:

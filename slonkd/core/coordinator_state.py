@@ -36,7 +36,10 @@ MAX_TEXT = 500
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempts:
-    """Remediation steps tried on one K8s node (the hardware, not the pod)."""
+    """Remediation steps tried on one K8s node (the hardware, not the pod).
+
+    Each :class:`~slonkd.core.plan.NodeView` carries its K8s node's (``Remediations``).
+    """
 
     attempts: int = 0
     last_at: float = 0.0

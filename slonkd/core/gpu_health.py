@@ -115,54 +115,35 @@ def parse_nvidia_smi(stdout: str, stderr: str, rc: int, limits: GpuThresholds) -
     return result
 
 
+_MEMORY_FLAGS: Final = (
+    ("remapped_rows.failure", "row-remap-failed", Remediation.MANUAL, "row remapping failed"),
+    ("remapped_rows.pending", "row-remap-pending", Remediation.REBOOT,
+     "row remap pending (needs a GPU reset)"),
+    ("retired_pages.pending", "retired-pages-pending", Remediation.REBOOT,
+     "page retirement pending"),
+)  # fmt: skip
+"""nvidia-smi's yes/no memory fields that fail a GPU: field, cause, remediation, evidence."""
+
+
 def _judge_gpu(gpu: Mapping[str, str], limits: GpuThresholds) -> CheckResult:
     name = "nvidia-smi"
     where = f"GPU {gpu.get('index', '?')} ({gpu.get('pci.bus_id', '?')})"
     if any(v in _LOST for v in gpu.values()):
         return fail(name, "gpu-fell-off-bus", Remediation.REBOOT, f"{where}: GPU lost")
     found: list[CheckResult] = []
-    volatile = _int(gpu.get("ecc.errors.uncorrected.volatile.total", ""))
-    if volatile is not None and volatile > limits.max_uncorrected_volatile:
-        found.append(
-            fail(
-                name,
-                "ecc-uncorrectable",
-                Remediation.REBOOT,
-                f"{where}: {volatile} uncorrected ECC errors since boot",
-            )
-        )
-    aggregate = _int(gpu.get("ecc.errors.uncorrected.aggregate.total", ""))
-    if aggregate is not None and aggregate > limits.max_uncorrected_aggregate:
-        found.append(
-            fail(
-                name,
-                "ecc-uncorrectable-lifetime",
-                Remediation.MANUAL,
-                f"{where}: {aggregate} uncorrected ECC errors in its lifetime",
-            )
-        )
-    if gpu.get("remapped_rows.failure", "").lower() == "yes":
-        found.append(
-            fail(name, "row-remap-failed", Remediation.MANUAL, f"{where}: row remapping failed")
-        )
-    if gpu.get("remapped_rows.pending", "").lower() == "yes":
-        found.append(
-            fail(
-                name,
-                "row-remap-pending",
-                Remediation.REBOOT,
-                f"{where}: row remap pending (needs a GPU reset)",
-            )
-        )
-    if gpu.get("retired_pages.pending", "").lower() == "yes":
-        found.append(
-            fail(
-                name,
-                "retired-pages-pending",
-                Remediation.REBOOT,
-                f"{where}: page retirement pending",
-            )
-        )
+    for key, limit, cause, remediation, span in (
+        ("ecc.errors.uncorrected.volatile.total", limits.max_uncorrected_volatile,
+         "ecc-uncorrectable", Remediation.REBOOT, "since boot"),
+        ("ecc.errors.uncorrected.aggregate.total", limits.max_uncorrected_aggregate,
+         "ecc-uncorrectable-lifetime", Remediation.MANUAL, "in its lifetime"),
+    ):  # fmt: skip
+        errors = _int(gpu.get(key, ""))
+        if errors is not None and errors > limit:
+            evidence = f"{where}: {errors} uncorrected ECC errors {span}"
+            found.append(fail(name, cause, remediation, evidence))
+    for key, cause, remediation, what in _MEMORY_FLAGS:
+        if gpu.get(key, "").lower() == "yes":
+            found.append(fail(name, cause, remediation, f"{where}: {what}"))
     temp = _int(gpu.get("temperature.gpu", ""))
     if temp is not None and temp > limits.max_temperature_c:
         found.append(warn(name, "gpu-hot", f"{where}: {temp} C"))

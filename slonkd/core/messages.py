@@ -17,11 +17,12 @@ acted on. Pure: no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, get_origin, get_type_hints
 
 from slonkd.core.errors import ParseError
 from slonkd.core.reasons import SAFE_DETAIL, cause_detail
@@ -180,42 +181,26 @@ _KIND: Final[dict[Channel, tuple[str, type[Payload]]]] = {
     Channel.SLURM: ("slurm-event", SlurmEvent),
 }
 
-# field -> (type, required); str fields are bounded by MAX_TEXT, names checked separately.
-_FIELDS: Final[dict[type[Payload], dict[str, tuple[type, bool]]]] = {
-    AgentStatus: {
-        "node": (str, True),
-        "online": (bool, True),
-        "pod": (str, False),
-        "kube_node": (str, False),
-        "slurm_state": (str, False),
-        "health": (dict, False),
-        "at": (float, False),
-        "answers": (str, False),
-    },
-    AgentEvent: {
-        "node": (str, True),
-        "event": (str, True),
-        "cause": (str, False),
-        "detail": (str, False),
-        "at": (float, False),
-    },
-    Command: {
-        "id": (str, True),
-        "node": (str, True),
-        "action": (str, True),
-        "cause": (str, True),
-        "fencing_token": (int, True),
-        "detail": (str, False),
-        "at": (float, False),
-    },
-    CoordinatorStatus: {
-        "online": (bool, True),
-        "leader": (str, False),
-        "fencing_token": (int, False),
-        "at": (float, False),
-    },
-    SlurmEvent: {"event": (str, True), "nodes": (str, True), "at": (float, False)},
-}
+
+def _wire_fields(cls: type[Payload]) -> dict[str, tuple[type, bool]]:
+    """field -> (JSON type, required), read from the payload's class in its order.
+
+    A field without a default is required. ``str`` fields are bounded by :data:`MAX_TEXT`,
+    names are checked separately (:func:`decode`).
+    """
+    hints = get_type_hints(cls)
+    wire: dict[str, tuple[type, bool]] = {}
+    for f in dataclasses.fields(cls):
+        kind = get_origin(hints[f.name]) or hints[f.name]
+        if kind not in (str, bool, int, float, dict):
+            raise TypeError(f"{cls.__name__}.{f.name}: not a type the bus carries")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        wire[f.name] = (kind, required)
+    return wire
+
+
+_FIELDS: Final = {cls: _wire_fields(cls) for _, cls in _KIND.values()}
+"""Each payload's fields as the wire carries them: the classes above are the one list."""
 
 
 _LEFT_OUT_EMPTY: Final = frozenset({"answers"})

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slonkd.core.coordinator_state import Attempts
 from slonkd.core.health import CheckResult
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.reasons import Cause
@@ -83,12 +84,9 @@ class Plan:
         return tuple(a for a in self.actions if a.writer is writer)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Remediations:
-    """What slonkd already tried on this K8s node (kept in Kubernetes, survives failover)."""
-
-    attempts: int = 0
-    last_at: float = 0.0
+Remediations = Attempts
+"""What slonkd already tried on this K8s node: the coordinator's state keeps it per K8s node
+(in Kubernetes, so it survives failover) and each view carries it as it is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -104,16 +104,28 @@ class Skip:
     detail: str = ""
 
 
+def _not_ours(node: SlurmNode, owner: ReasonOwner) -> Skip | None:
+    """Why ``node`` is left alone whatever slonkd wants of it (None: it may be acted on).
+
+    A state slonkd does not fully recognise, or a live reason an operator or SLURM itself
+    wrote (``owner``). :func:`plan_hold`, :func:`plan_release` and :func:`plan_reboot` ask
+    here first.
+    """
+    if not node.state.fully_recognised:
+        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(node.state))
+    if owner is ReasonOwner.FOREIGN:
+        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
+    if owner is ReasonOwner.SLURM:
+        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    return None
+
+
 def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> Update | Skip:
     """Decide a drain/down/fail of ``node`` for ``cause``."""
     state = node.state
-    if not state.fully_recognised:
-        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
     reason = parse_reason(node.live_reason)
-    if reason.owner is ReasonOwner.FOREIGN:
-        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
-    if reason.owner is ReasonOwner.SLURM:
-        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    if (skip := _not_ours(node, reason.owner)) is not None:
+        return skip
     held = node.held
     if reason.owner is ReasonOwner.NONE:
         if held:
@@ -145,13 +157,9 @@ def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> 
 def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | Skip:
     """Decide a resume/undrain of ``node`` for ``cause`` (compare-and-set on the reason)."""
     state = node.state
-    if not state.fully_recognised:
-        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
     reason = parse_reason(node.live_reason)
-    if reason.owner is ReasonOwner.FOREIGN:
-        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
-    if reason.owner is ReasonOwner.SLURM:
-        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    if (skip := _not_ours(node, reason.owner)) is not None:
+        return skip
     if reason.owner is ReasonOwner.NONE:
         return Skip(node=node.name, why=SkipReason.NOT_HELD, detail=str(state))
     if state.reboot_pending:  # a resume would cancel it; its completion clears the reason
@@ -188,13 +196,9 @@ def plan_reboot(node: SlurmNode) -> Update | Skip:
     reboot requested or issued already is not asked again: one request per ladder step.
     """
     state = node.state
-    if not state.fully_recognised:
-        return Skip(node=node.name, why=SkipReason.UNRECOGNISED_STATE, detail=str(state))
     owner = parse_reason(node.live_reason).owner
-    if owner is ReasonOwner.FOREIGN:
-        return Skip(node=node.name, why=SkipReason.FOREIGN_REASON, detail=node.reason[:200])
-    if owner is ReasonOwner.SLURM:
-        return Skip(node=node.name, why=SkipReason.SLURM_REASON, detail=node.reason[:200])
+    if (skip := _not_ours(node, owner)) is not None:
+        return skip
     if owner is ReasonOwner.NONE:
         why = SkipReason.FOREIGN_STATE if node.held else SkipReason.NOT_HELD
         return Skip(node=node.name, why=why, detail=str(state))

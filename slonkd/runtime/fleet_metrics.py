@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Histogram
@@ -156,6 +157,16 @@ class FleetExporter(Collector):
         )
 
 
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
+
+
+def _per_label(family: _Family, values: Mapping[str, float]) -> _Family:
+    """``family`` (of one label) with one sample per key of ``values``."""
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
+
+
 def _pass_families(counts: FleetCounts) -> Iterator[Metric]:
     families: list[tuple[str, str, str, dict[str, int]]] = [
         ("slonkd_fleet_nodes", "SLURM nodes by base state", "state", dict(counts.states)),
@@ -173,10 +184,7 @@ def _pass_families(counts: FleetCounts) -> Iterator[Metric]:
         ),
     ]
     for name, text, label, values in families:
-        family = GaugeMetricFamily(name, text, labels=[label])
-        for value, count in values.items():
-            family.add_metric([value], count)
-        yield family
+        yield _per_label(GaugeMetricFamily(name, text, labels=[label]), values)
     owners = GaugeMetricFamily(
         "slonkd_fleet_nodes_by_owner",
         "SLURM nodes by who owns their reason (slonkd, operator, slurm, none) and slonkd's cause",
@@ -234,18 +242,14 @@ def _sdiag_families(stats: SlurmctldStats) -> Iterator[Metric]:
     jobs = GaugeMetricFamily(
         "slonkd_slurmctld_jobs", "Jobs by state at slurmctld's last snapshot", labels=["state"]
     )
-    for state, count in stats.jobs_now.items():
-        jobs.add_metric([state], count)
-    yield jobs
+    yield _per_label(jobs, stats.jobs_now)
     events = CounterMetricFamily(
         "slonkd_slurmctld_job_events",
         "Jobs submitted, started, completed, canceled, failed (sdiag's counters; they restart "
         "when slurmctld resets its statistics)",
         labels=["event"],
     )
-    for event, count in stats.jobs.items():
-        events.add_metric([event], count)
-    yield events
+    yield _per_label(events, stats.jobs)
     rpcs = CounterMetricFamily(
         "slonkd_slurmctld_rpcs",
         "RPCs slurmctld served, by message type (sdiag's counters; they restart when "

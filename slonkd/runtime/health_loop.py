@@ -14,7 +14,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -67,26 +67,12 @@ class HealthLoop:
             result = await (check.on_demand if on_demand and check.on_demand else check.run)()
         except Exception as exc:  # noqa: BLE001 - a broken check is unknown, never fatal
             result = unknown(check.name, "check-crashed", f"{type(exc).__name__}: {exc}")
-        result = CheckResult(
-            check=check.name,
-            verdict=result.verdict,
-            cause=result.cause,
-            remediation=result.remediation,
-            evidence=result.evidence,
-            timed_out=result.timed_out,
-        )
+        result = replace(result, check=check.name)
         state.history.append(result)
         state.runs += 1
         failing = state.verdict is not None and state.verdict.verdict is Verdict.FAIL
         verdict = judge(list(state.history), self.policy, failing=failing)
-        verdict = CheckResult(
-            check=check.name,
-            verdict=verdict.verdict,
-            cause=verdict.cause,
-            remediation=verdict.remediation,
-            evidence=verdict.evidence,
-            timed_out=verdict.timed_out,
-        )
+        verdict = replace(verdict, check=check.name)
         changed = state.verdict is None or (state.verdict.verdict, state.verdict.cause) != (
             verdict.verdict,
             verdict.cause,

@@ -254,16 +254,21 @@ class LeaderElector:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    async def _get(self) -> dict[str, Any] | None:
-        call = Call(
-            verb="get",
+    def _call(self, verb: str) -> Call:
+        """A call on this Lease, as RBAC sees it (a create names no object)."""
+        return Call(
+            verb=verb,
             group="coordination.k8s.io",
             resource="leases",
             namespace=self._s.namespace,
-            name=self._s.name,
+            name="" if verb == "create" else self._s.name,
         )
+
+    async def _get(self) -> dict[str, Any] | None:
         try:
-            lease: dict[str, Any] = await self._transport.request(call, "GET", self._path)
+            lease: dict[str, Any] = await self._transport.request(
+                self._call("get"), "GET", self._path
+            )
         except KubeNotFound:
             self._answered_at = self._clock()
             return None
@@ -271,14 +276,7 @@ class LeaderElector:
         return lease
 
     async def _put(self, lease: dict[str, Any]) -> None:
-        call = Call(
-            verb="update",
-            group="coordination.k8s.io",
-            resource="leases",
-            namespace=self._s.namespace,
-            name=self._s.name,
-        )
-        await self._transport.request(call, "PUT", self._path, body=lease)
+        await self._transport.request(self._call("update"), "PUT", self._path, body=lease)
         self._answered_at = self._clock()
 
     def _spec(self, transitions: int, acquire_time: str) -> dict[str, Any]:
@@ -302,15 +300,9 @@ class LeaderElector:
                 "metadata": {"name": self._s.name, "namespace": self._s.namespace},
                 "spec": self._spec(token, ""),
             }
-            call = Call(
-                verb="create",
-                group="coordination.k8s.io",
-                resource="leases",
-                namespace=self._s.namespace,
-            )
             path = self._path.rsplit("/", 1)[0]
             try:
-                await self._transport.request(call, "POST", path, body=body)
+                await self._transport.request(self._call("create"), "POST", path, body=body)
             except KubeConflict:
                 return None  # another candidate created it first
             return self._won(token, sent_at)

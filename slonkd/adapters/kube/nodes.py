@@ -81,6 +81,14 @@ def _record_patch(record: set[tuple[str, str, str]], was: str | None) -> dict[st
     return {"metadata": {"annotations": {TAINTS_BY_ANNOTATION: now}}}
 
 
+def _taints_patch(
+    taints: list[dict[str, Any]], record: set[tuple[str, str, str]]
+) -> dict[str, Any]:
+    """A patch that sets the node's taints and slonkd's record of its own in one write."""
+    annotations = {TAINTS_BY_ANNOTATION: encode_taint_record(record)}
+    return {"spec": {"taints": taints}, "metadata": {"annotations": annotations}}
+
+
 def _check_ours(key: str) -> None:
     if not key.startswith(SLONK_PREFIX):
         raise TerminalError(f"slonkd writes only keys under {SLONK_PREFIX}, not {key!r}")
@@ -210,11 +218,7 @@ class NodeWriter:
             taints = [r for r in raw if not (r.get("key") == key and r.get("effect") == effect)]
             taints.append(taint_to_json(wanted))
             record = {t for t in record if t[:2] != (key, str(effect))} | {wanted.identity}
-            patch = {
-                "spec": {"taints": taints},
-                "metadata": {"annotations": {TAINTS_BY_ANNOTATION: encode_taint_record(record)}},
-            }
-            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED)
+            return _taints_patch(taints, record), ChangeResult(outcome=ChangeOutcome.CHANGED)
 
         return await self._rmw(name, mutate)
 
@@ -242,11 +246,7 @@ class NodeWriter:
                 return _record_patch(record, was), ChangeResult(outcome=outcome, detail=detail)
             taints = [r for r in raw if not (matches(r) and _identity(r) in record)]
             record -= {_identity(r) for r in ours}
-            patch = {
-                "spec": {"taints": taints},
-                "metadata": {"annotations": {TAINTS_BY_ANNOTATION: encode_taint_record(record)}},
-            }
-            return patch, ChangeResult(outcome=ChangeOutcome.CHANGED)
+            return _taints_patch(taints, record), ChangeResult(outcome=ChangeOutcome.CHANGED)
 
         return await self._rmw(name, mutate)
 

@@ -6,7 +6,8 @@ on conflict; it is fenced: a writer whose token is older than the state's last w
 :class:`FencedError` and nothing is written, so an old leader that wakes up late cannot undo
 what the new one recorded. A :class:`FencedError` is a
 :class:`~slonkd.adapters.kube.lease.Superseded`: the elector ends the term and campaigns again
-above the newer token.
+above the newer token. The bare reads and writes of the ConfigMap are
+:class:`~slonkd.adapters.kube.configmaps.NamedConfigMap`'s.
 
 A state that does not parse (:class:`~slonkd.core.coordinator_state.StateCorrupt`) is never
 overwritten by an update: only :meth:`StateStore.discard` replaces it, on an operator's word.
@@ -18,9 +19,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
-from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
+from slonkd.adapters.kube.configmaps import NamedConfigMap
+from slonkd.adapters.kube.errors import KubeConflict
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState, salvage_token
@@ -37,31 +38,16 @@ class StateStore:
     def __init__(
         self, transport: KubeTransport, namespace: str, name: str, *, conflict_retries: int = 8
     ) -> None:
-        self._transport = transport
-        self._namespace = namespace
-        self._name = name
-        self._retries = conflict_retries
-        self._collection = f"/api/v1/namespaces/{namespace}/configmaps"
-
-    def _call(self, verb: str) -> Call:
-        return Call(verb=verb, resource="configmaps", namespace=self._namespace, name=self._name)
-
-    async def _read(self) -> dict[str, Any] | None:
-        try:
-            return await self._transport.request(
-                self._call("get"), "GET", f"{self._collection}/{self._name}"
-            )
-        except KubeNotFound:
-            return None
+        self._cm = NamedConfigMap(transport, namespace, name, conflict_retries=conflict_retries)
 
     async def load(self) -> CoordinatorState:
         """The stored state (the initial state if none was written yet)."""
-        obj = await self._read()
+        obj = await self._cm.read()
         return CoordinatorState.from_data(obj.get("data") if obj else None)
 
     async def last_token(self) -> int:
         """The token of the state's last leader write, even from a corrupt state (-1: none)."""
-        obj = await self._read()
+        obj = await self._cm.read()
         return salvage_token(obj.get("data") if obj else None)
 
     async def discard(self, by: str) -> tuple[dict[str, str], CoordinatorState]:
@@ -69,8 +55,8 @@ class StateStore:
 
         Only the last writer's token is kept. Returns the discarded data and the new state.
         """
-        for _attempt in range(self._retries):
-            obj = await self._read()
+        for _attempt in range(self._cm.retries):
+            obj = await self._cm.read()
             old = dict((obj.get("data") if obj else None) or {})
             new = CoordinatorState(
                 breaker_reason=f"state discarded by {by}", fencing_token=salvage_token(old)
@@ -79,13 +65,11 @@ class StateStore:
                 return old, await self._write(functools.partial(_replaced, new), None)
             obj["data"] = new.to_data()
             try:
-                await self._transport.request(
-                    self._call("update"), "PUT", f"{self._collection}/{self._name}", body=obj
-                )
+                await self._cm.replace(obj)
             except KubeConflict:
                 continue
             return old, new
-        raise TransientError(f"state {self._name}: still conflicting after {self._retries} tries")
+        raise self._conflicting()
 
     async def update(
         self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
@@ -102,39 +86,30 @@ class StateStore:
     async def _write(
         self, change: Callable[[CoordinatorState], CoordinatorState], token: int | None
     ) -> CoordinatorState:
-        for _attempt in range(self._retries):
-            obj = await self._read()
+        for _attempt in range(self._cm.retries):
+            obj = await self._cm.read()
             state = CoordinatorState.from_data(obj.get("data") if obj else None)
             if token is not None and state.fencing_token > token:
                 raise FencedError(
-                    f"state {self._namespace}/{self._name} was written by a newer leader "
+                    f"state {self._cm.namespace}/{self._cm.name} was written by a newer leader "
                     f"(token {state.fencing_token} > {token})"
                 )
             kept = state.fencing_token if token is None else token
             new = replace(change(state), fencing_token=kept)
             try:
                 if obj is None:
-                    body = {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {"name": self._name, "namespace": self._namespace},
-                        "data": new.to_data(),
-                    }
-                    await self._transport.request(
-                        self._call("create"), "POST", self._collection, body=body
-                    )
+                    await self._cm.create(new.to_data())
                 else:
                     obj["data"] = new.to_data()
-                    await self._transport.request(
-                        self._call("update"),
-                        "PUT",
-                        f"{self._collection}/{self._name}",
-                        body=obj,
-                    )
+                    await self._cm.replace(obj)
             except KubeConflict:
                 continue
             return new
-        raise TransientError(f"state {self._name}: still conflicting after {self._retries} tries")
+        raise self._conflicting()
+
+    def _conflicting(self) -> TransientError:
+        cm = self._cm
+        return TransientError(f"state {cm.name}: still conflicting after {cm.retries} tries")
 
 
 def _replaced(new: CoordinatorState, _old: CoordinatorState) -> CoordinatorState:

@@ -213,6 +213,17 @@ def load_json(text: str) -> Mapping[str, Any]:
     return doc
 
 
+def json_list(text: str, key: str, command: str) -> list[Any]:
+    """The list under ``key`` of ``command``'s JSON object (:func:`load_json`), or ParseError.
+
+    Both SLURM versions' JSON node and job reads start here.
+    """
+    raw = load_json(text).get(key)
+    if not isinstance(raw, list):
+        raise ParseError(f"{command} has no {key.removesuffix('s')} list")
+    return raw
+
+
 def str_field(obj: Mapping[str, Any], key: str, *, nullable: bool = False) -> str:
     """``obj[key]`` as a string (null as "" when ``nullable``), or ParseError."""
     value = obj.get(key)
@@ -257,11 +268,7 @@ def parse_sinfo_json_node(raw: object) -> SlurmNode:
 
 def parse_sinfo_json(text: str) -> list[SlurmNode]:
     """All nodes of ``sinfo --json`` (22.05 always prints every node: filter yourself)."""
-    doc = load_json(text)
-    raw_nodes = doc.get("nodes")
-    if not isinstance(raw_nodes, list):
-        raise ParseError("sinfo --json has no node list")
-    nodes = [parse_sinfo_json_node(n) for n in raw_nodes]
+    nodes = [parse_sinfo_json_node(n) for n in json_list(text, "nodes", "sinfo --json")]
     check_unique(nodes)
     return nodes
 
@@ -281,12 +288,8 @@ def expand_hostlist(text: str) -> tuple[NodeName, ...]:
 
 def parse_squeue_json(text: str) -> list[SlurmJob]:
     """Jobs of ``squeue --json`` (openapi v0.0.38) with the nodes each holds."""
-    doc = load_json(text)
-    raw_jobs = doc.get("jobs")
-    if not isinstance(raw_jobs, list):
-        raise ParseError("squeue --json has no job list")
     jobs: list[SlurmJob] = []
-    for raw in raw_jobs:
+    for raw in json_list(text, "jobs", "squeue --json"):
         if not isinstance(raw, dict):
             raise ParseError("job entry is not an object")
         batch, requeue = raw.get("batch_flag"), raw.get("requeue")

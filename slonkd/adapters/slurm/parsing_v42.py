@@ -18,7 +18,7 @@ from slonkd.adapters.slurm.parsing import (
     check_unique,
     expand_hostlist,
     int_field,
-    load_json,
+    json_list,
     node_name,
     str_field,
     str_list_field,
@@ -71,11 +71,7 @@ def parse_scontrol_json_node(raw: object) -> SlurmNode:
 
 def parse_scontrol_json(text: str) -> list[SlurmNode]:
     """All nodes of ``scontrol show node [NODES] --json`` (24.11)."""
-    doc = load_json(text)
-    raw_nodes = doc.get("nodes")
-    if not isinstance(raw_nodes, list):
-        raise ParseError("scontrol --json has no node list")
-    nodes = [parse_scontrol_json_node(n) for n in raw_nodes]
+    nodes = [parse_scontrol_json_node(n) for n in json_list(text, "nodes", "scontrol --json")]
     check_unique(nodes)
     return nodes
 
@@ -99,8 +95,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
 
 def parse_squeue_json_v42(text: str) -> list[SlurmJob]:
     """Jobs of 24.11's ``squeue --json`` (``job_state`` is a list there)."""
-    doc = load_json(text)
-    raw_jobs = doc.get("jobs")
-    if not isinstance(raw_jobs, list) or not all(isinstance(j, Mapping) for j in raw_jobs):
+    raw_jobs = json_list(text, "jobs", "squeue --json")
+    if not all(isinstance(j, Mapping) for j in raw_jobs):
         raise ParseError("squeue --json has no job list")
     return [_job(j) for j in raw_jobs]

@@ -54,10 +54,13 @@ def record_update(
     result: UpdateResult,
     token: int,
     before: Mapping[str, str],
+    **detail: str,
 ) -> None:
-    """A SLURM hostlist update's metric, and its audit record per node changed or skipped.
+    """A SLURM hostlist update's metric, audit record per node and log line.
 
-    The coordinator's passes and its rollout (:mod:`.rolling`) both record here.
+    One audit record per node changed or skipped; the log line is ``slurm.nodes_<kind>``,
+    with ``detail``'s keys added. The coordinator's passes and its rollout (:mod:`.rolling`)
+    both record here.
     """
     metrics.applied(
         kind.value,
@@ -70,6 +73,17 @@ def record_update(
     for skip in result.skipped:
         outcome = f"skipped: {skip.why.value}"
         auditor.record(kind.value, skip.node, cause, token, outcome, before.get(skip.node))
+    log.info(
+        f"slurm.nodes_{kind.value}",
+        action=kind.value,
+        cause=str(cause),
+        owner="coordinator",
+        nodes=sorted(result.changed),
+        skipped={s.node: s.why.value for s in result.skipped},
+        calls=result.calls,
+        **detail,
+        fencing_token=token,
+    )
 
 
 def record_requeue(
@@ -79,8 +93,15 @@ def record_requeue(
     requeued: RequeueResult,
     token: int,
     before: str | None,
+    *,
+    log_none_requeued: bool = True,
 ) -> None:
-    """The requeue of a node's jobs: one audit record with the jobs requeued and those left."""
+    """The requeue of a node's jobs: its audit record and its log line.
+
+    One audit record with the jobs requeued and those left, logged as ``slurm.jobs_requeued``;
+    ``log_none_requeued=False``: no log line when no job could be requeued (the rollout,
+    :mod:`.replacing`, logs what blocks the node instead).
+    """
     auditor.record(
         "requeue",
         node,
@@ -91,6 +112,15 @@ def record_requeue(
         jobs=[str(j) for j in requeued.requeued],
         not_requeueable=[str(j) for j in requeued.not_requeueable],
     )
+    if requeued.requeued or log_none_requeued:
+        log.info(
+            "slurm.jobs_requeued",
+            node=node,
+            cause=str(cause),
+            jobs=list(requeued.requeued),
+            not_requeueable=list(requeued.not_requeueable),
+            fencing_token=token,
+        )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -187,16 +217,6 @@ class Executor:
             return
         result = await self.slurm_writes[kind](names, cause)
         record_update(self.auditor, self.metrics, kind, cause, result, token, before)
-        log.info(
-            f"slurm.nodes_{kind.value}",
-            action=kind.value,
-            cause=str(cause),
-            owner="coordinator",
-            nodes=sorted(result.changed),
-            skipped={s.node: s.why.value for s in result.skipped},
-            calls=result.calls,
-            fencing_token=token,
-        )
 
     async def _requeue(
         self, names: list[str], cause: Cause, token: int, before: dict[str, str]
@@ -205,14 +225,6 @@ class Executor:
         for name in names:
             requeued = await self.slurm.requeue_jobs(name)
             record_requeue(self.auditor, name, cause, requeued, token, before.get(name))
-            log.info(
-                "slurm.jobs_requeued",
-                node=name,
-                cause=str(cause),
-                jobs=list(requeued.requeued),
-                not_requeueable=list(requeued.not_requeueable),
-                fencing_token=token,
-            )
 
     # -- Kubernetes ------------------------------------------------------------------------
 

@@ -47,10 +47,7 @@ def _same(old: Any, new: Any) -> bool:
 
 def remediations(state: CoordinatorState, kube_node: str) -> Remediations:
     """The remediation history of a K8s node, as ``decide`` reads it."""
-    done = state.remediation.get(kube_node)
-    if done is None:
-        return Remediations()
-    return Remediations(attempts=done.attempts, last_at=done.last_at)
+    return state.remediation.get(kube_node, Remediations())
 
 
 def coordinator_bus(s: CoordinatorSettings) -> Bus | None:

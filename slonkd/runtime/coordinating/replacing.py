@@ -90,16 +90,10 @@ class Replacer:
         elif jobs:
             token = self.check_valid()
             requeued = await self.slurm.requeue_jobs(name)
-            record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
-            if requeued.requeued:  # the ones that cannot be: rollout.blocked below, once
-                log.info(
-                    "slurm.jobs_requeued",
-                    node=name,
-                    cause=str(ROLLOUT_CAUSE),
-                    jobs=list(requeued.requeued),
-                    not_requeueable=list(requeued.not_requeueable),
-                    fencing_token=token,
-                )
+            record_requeue(  # the ones that cannot be: rollout.blocked below, once
+                self.auditor, name, ROLLOUT_CAUSE, requeued, token, before,
+                log_none_requeued=False,
+            )  # fmt: skip
             if requeued.not_requeueable:
                 why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
                 if self.blocked.get(name) != why:

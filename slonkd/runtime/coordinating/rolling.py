@@ -240,18 +240,9 @@ class RolloutController:
             token = self.elector.check_valid()
             result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
             record_update(
-                self.auditor, self.metrics, Kind.RELEASE, ROLLOUT_CAUSE, result, token, before
-            )
-            log.info(
-                "slurm.nodes_release",
-                action="release",
-                cause=str(ROLLOUT_CAUSE),
-                owner="coordinator",
-                nodes=sorted(result.changed),
-                skipped={s.node: s.why.value for s in result.skipped},
+                self.auditor, self.metrics, Kind.RELEASE, ROLLOUT_CAUSE, result, token, before,
                 detail="its new pod is Ready on the update revision (or no pod comes back)",
-                fencing_token=token,
-            )
+            )  # fmt: skip
             for name in plan.release:
                 self.replacer.forget(name)
                 if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
@@ -268,16 +259,6 @@ class RolloutController:
             )
             record_update(
                 self.auditor, self.metrics, Kind.DRAIN, ROLLOUT_CAUSE, result, token, before
-            )
-            log.info(
-                "slurm.nodes_drain",
-                action="drain",
-                cause=str(ROLLOUT_CAUSE),
-                owner="coordinator",
-                nodes=sorted(result.changed),
-                skipped={s.node: s.why.value for s in result.skipped},
-                calls=result.calls,
-                fencing_token=token,
             )
             now = time.monotonic()
             for name in result.changed:
