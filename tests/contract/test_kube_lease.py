@@ -68,6 +68,10 @@ class Candidate:
         """The lines of one event kind, in order."""
         return [e for e in list(self.lines) if e["event"] == name]
 
+    def wait_printed(self, name: str) -> None:
+        """Wait up to 30 s for this candidate's first line of event kind ``name``."""
+        wait_for(f"{self.identity}: {name}", lambda: bool(self.events(name)), timeout_s=30)
+
     def stop(self) -> None:
         """SIGKILL (works on a stopped process too) and reap."""
         if self.proc.poll() is None:
@@ -103,16 +107,16 @@ def test_two_electors_one_leader_and_failover_with_higher_token(
 ) -> None:
     """Of two candidates one leads; SIGKILL it and the other leads in time with a higher token."""
     a = candidates("a")
-    wait_for("a leads", lambda: bool(a.events("leading")), timeout_s=30)
+    a.wait_printed("leading")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     time.sleep(DURATION_S + 1)
     assert not b.events("leading"), "two leaders at once"
     assert _lease(kube, namespace)["spec"]["holderIdentity"] == "a"
     token_a = a.events("leading")[0]["token"]
     killed = time.monotonic()
     a.stop()
-    wait_for("b leads", lambda: bool(b.events("leading")), timeout_s=30)
+    b.wait_printed("leading")
     took = b.events("leading")[0]["t"] - killed
     assert took <= DURATION_S + 2 * RETRY_S * 1.2 + 1.0
     assert b.events("leading")[0]["token"] > token_a
@@ -130,15 +134,15 @@ def test_a_deleted_lease_keeps_the_fencing_token_above_the_state(
     restart at 0, or every state write is refused as if from an old leader, forever.
     """
     a = candidates("a")
-    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    a.wait_printed("wrote")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     a.stop()
-    wait_for("b writes", lambda: bool(b.events("wrote")), timeout_s=30)
+    b.wait_printed("wrote")
     before = b.events("wrote")[-1]["token"]
     assert before >= 1
     c = candidates("c")  # the pair again: b leads, c stands by
-    wait_for("c runs", lambda: bool(c.events("started")), timeout_s=30)
+    c.wait_printed("started")
     kube.api.request(
         "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/coordinator"
     )
@@ -167,14 +171,14 @@ def test_leader_paused_past_its_lease_is_invalid_before_any_write(
 ) -> None:
     """A leader SIGSTOPped past its lease wakes up invalid: no write after the pause."""
     a = candidates("a")
-    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    a.wait_printed("wrote")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     time.sleep(1.0)
     stopped = time.monotonic()
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
-        wait_for("b leads", lambda: bool(b.events("wrote")), timeout_s=30)
+        b.wait_printed("wrote")
         time.sleep(0.5)
         resumed = time.monotonic()
     finally:
