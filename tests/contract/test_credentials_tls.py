@@ -30,12 +30,9 @@ from slonkd.testing.mosquitto import Mosquitto
 from slonkd.testing.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running
 from tests.contract.kube_helpers import pending_pod
+from tests.contract.test_bus_credentials import AUDIENCE, CLUSTER, WORKER
 
 pytestmark = [pytest.mark.kube, pytest.mark.mqtt]
-
-CLUSTER = "lab"
-AUDIENCE = "slonkd-bus"
-WORKER = {"app.kubernetes.io/name": "slurmd"}
 
 
 @dataclass
