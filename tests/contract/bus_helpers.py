@@ -36,14 +36,9 @@ async def running(bus: Bus, *, connect_s: float | None = 10.0) -> AsyncIterator[
         yield bus
 
 
-def dynsec_admin(broker: Mosquitto) -> DynSecAdmin:
-    """The dynamic-security admin client of ``broker`` (plain listener)."""
-    return DynSecAdmin(
-        host=broker.host,
-        port=broker.port,
-        username=broker.admin_user,
-        password=broker.admin_password,
-    )
+def dynsec_admin(b: Mosquitto) -> DynSecAdmin:
+    """The dynamic-security admin client of broker ``b`` (plain listener)."""
+    return DynSecAdmin(host=b.host, port=b.port, username=b.admin_user, password=b.admin_password)
 
 
 def admin_watcher(broker: Mosquitto) -> aiomqtt.Client:
