@@ -1,4 +1,4 @@
-"""Helpers shared by the Kubernetes adapter's contract tests: run an informer, poll, make pods."""
+"""Helpers shared by the Kubernetes contract tests: run an informer, poll, make pods, a PDB."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 from slonkd.adapters.kube.informer import CacheEvent, Informer
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.procs import wait_for
+from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
 
 T = TypeVar("T")
 
@@ -56,3 +59,45 @@ def pending_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, An
             "automountServiceAccountToken": False,
         },
     }
+
+
+def pods_of(kube: KubeCluster, namespace: str) -> list[dict[str, Any]]:
+    """The pods of ``namespace`` as the apiserver lists them."""
+    return list(kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"])
+
+
+def two_workers_under_a_pdb(kube: KubeCluster, namespace: str, nodes: list[str]) -> str:
+    """StatefulSet w's two pods Running on kwok ``nodes``, PDB w (minAvailable 2) seeing both.
+
+    Returns the PDB's path.
+    """
+    label = {"slonk.dev/test": namespace}
+    kube.add_fake_nodes(nodes, labels=label)
+    sts = worker_statefulset("w", replicas=2, node_selector=label, standin=False)
+    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+
+    def running() -> int:
+        return sum(p.get("status", {}).get("phase") == "Running" for p in pods_of(kube, namespace))
+
+    wait_for("2 pods Running", lambda: running() == 2, timeout_s=60)
+    pdbs = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    pdb = pod_disruption_budget("w", selector={"slonk.dev/pool": "w"}, min_available=2)
+    kube.api.request("POST", pdbs, pdb)
+    wait_for(
+        "PDB observed",
+        lambda: kube.api.request("GET", f"{pdbs}/w").get("status", {}).get("currentHealthy") == 2,
+        timeout_s=30,
+    )
+    return f"{pdbs}/w"
+
+
+def allow_one_disruption(kube: KubeCluster, pdb: str) -> None:
+    """Lower the PDB at path ``pdb`` to minAvailable 1 and wait until it allows one eviction."""
+    kube.api.request(
+        "PATCH", pdb, {"spec": {"minAvailable": 1}}, content_type="application/merge-patch+json"
+    )
+    wait_for(
+        "PDB allows one disruption",
+        lambda: kube.api.request("GET", pdb)["status"].get("disruptionsAllowed") == 1,
+        timeout_s=30,
+    )

@@ -11,8 +11,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiomqtt
@@ -29,6 +28,7 @@ from slonkd.core.messages import (
     node_topic,
 )
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from tests.contract.bus_helpers import running
 
 pytestmark = pytest.mark.mqtt
 
@@ -63,19 +63,6 @@ def _settings(b: Mosquitto, user: str, client_id: str | None = None) -> BusSetti
         reconnect_min_s=0.05,
         reconnect_max_s=0.5,
     )
-
-
-@asynccontextmanager
-async def running(bus: Bus) -> AsyncIterator[Bus]:
-    """Run ``bus`` for the duration of the block, connected."""
-    task = asyncio.create_task(bus.run())
-    try:
-        await bus.wait_connected(10)
-        yield bus
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 async def _next(bus: Bus, timeout_s: float = 10) -> Received:

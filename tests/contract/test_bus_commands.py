@@ -29,6 +29,7 @@ from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_top
 from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
 from slonkd.testing.mosquitto import Mosquitto
+from tests.contract.bus_helpers import dynsec_admin, in_task, running
 from tests.contract.kube_helpers import until
 
 pytestmark = pytest.mark.mqtt
@@ -65,7 +66,7 @@ class Bench:
         user, client_id = await self.coordinator_client(name)
         bus = Bus(self.settings(user, COORDINATOR_PW, client_id))
         sender = CommandSender(bus, cluster=CLUSTER, identity=name, check_valid=lambda: token)
-        async with running(bus):
+        async with running(bus, connect_s=20):
             yield sender
 
     @asynccontextmanager
@@ -84,14 +85,8 @@ class Bench:
             self.rechecks.append(command.id)
 
         listener = CommandListener(bus, node=node, recheck=recheck)
-        task = asyncio.create_task(listener.run())
-        try:
-            async with running(bus):
-                yield listener
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+        async with in_task(listener.run()), running(bus, connect_s=20):
+            yield listener
 
     async def coordinator_client(self, name: str) -> tuple[str, str]:
         """A coordinator replica's dynsec client: (username, the client id it is bound to)."""
@@ -113,31 +108,13 @@ class Bench:
         )
 
 
-@asynccontextmanager
-async def running(bus: Bus) -> AsyncIterator[Bus]:
-    """Run ``bus`` for the duration of the block, connected."""
-    task = asyncio.create_task(bus.run())
-    try:
-        await bus.wait_connected(20)
-        yield bus
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-
 @pytest.fixture
 async def bench(session_root: Path) -> AsyncIterator[Bench]:
     """The broker, the coordinator's dynsec client and two agents' issued credentials."""
     root = Path(tempfile.mkdtemp(prefix="cmds-", dir=session_root))
     broker = Mosquitto(root, dynamic_security=True)
     await asyncio.to_thread(broker.start)
-    admin = DynSecAdmin(
-        host=broker.host,
-        port=broker.port,
-        username=broker.admin_user,
-        password=broker.admin_password,
-    )
+    admin = dynsec_admin(broker)
     try:
         agents = {n: await admin.issue(CLUSTER, n) for n in ("n1", "n2")}
         yield Bench(broker=broker, admin=admin, agents=agents)
@@ -255,10 +232,9 @@ async def test_the_agent_republishes_its_status_after_a_reconnect(bench: Bench) 
     async def publish() -> None:
         await bus.publish(topic, AgentStatus(node="n1", online=True), retain=True)
 
-    async with running(bus):
+    async with running(bus, connect_s=20):
         await publish()
-        task = asyncio.create_task(republish_on_reconnect(bus, publish))
-        try:
+        async with in_task(republish_on_reconnect(bus, publish)):
             async with aiomqtt.Client(
                 bench.broker.host,
                 bench.broker.port,
@@ -271,10 +247,6 @@ async def test_the_agent_republishes_its_status_after_a_reconnect(bench: Bench) 
                 await usurper.publish(str(topic), offline, qos=1, retain=True)
             await until("the bus reconnected", lambda: bus.connects >= 2)
             await until("the status online again", lambda: retained_online(bench, topic))
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
 
 def retained_online(bench: Bench, topic: object) -> bool:

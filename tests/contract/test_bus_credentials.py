@@ -34,6 +34,7 @@ from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto
+from tests.contract.bus_helpers import dynsec_admin, in_task, running
 from tests.contract.kube_helpers import pending_pod, until
 
 pytestmark = [pytest.mark.kube, pytest.mark.mqtt]
@@ -191,12 +192,7 @@ async def setup(
     root = Path(tempfile.mkdtemp(prefix="creds-", dir=session_root))
     broker = Mosquitto(root / "mqtt", dynamic_security=True)
     await asyncio.to_thread(broker.start)
-    admin = DynSecAdmin(
-        host=broker.host,
-        port=broker.port,
-        username=broker.admin_user,
-        password=broker.admin_password,
-    )
+    admin = dynsec_admin(broker)
     settings = CredentialSettings(
         admin_host=broker.host,
         admin_port=broker.port,
@@ -385,18 +381,12 @@ async def test_the_agents_bus_fetches_credentials_and_refetches_after_a_rotation
         will=(topic, AgentStatus(node="w-3", online=False)),
         bootstrap=boot,
     )
-    task = asyncio.create_task(bus.run())
-    try:
-        await bus.wait_connected(20)
+    async with running(bus, connect_s=20):
         await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
         await setup.admin.revoke("w-3")  # its client deleted under it: the broker drops it
         await until("the bus reconnected with new credentials", lambda: bus.connects >= 2)
         await bus.publish(topic, AgentStatus(node="w-3", online=True), retain=True)
         assert setup.issuer.issued == 2
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 async def test_a_source_past_its_limit_gets_429_before_any_token_review(serve: Any) -> None:
@@ -560,12 +550,9 @@ async def pods(setup: Setup) -> AsyncIterator[Any]:
     _, informer = coordinator_informers(
         setup.transport, setup.namespace, pod_selector="app.kubernetes.io/name=slurmd"
     )
-    task = asyncio.create_task(informer.run())
-    await informer.synced.wait()
-    yield informer
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    async with in_task(informer.run()):
+        await informer.synced.wait()
+        yield informer
 
 
 async def test_deleting_a_worker_pod_revokes_its_agents_client(
@@ -578,8 +565,7 @@ async def test_deleting_a_worker_pod_revokes_its_agents_client(
     """
     reaper = _reaper(setup, pods)
     pods.add_handler(reaper.on_pod_event)
-    task = asyncio.create_task(reaper.run())
-    try:
+    async with in_task(reaper.run()):
         uid = setup.pod("w-12")
         creds = await setup.bootstrap(setup.token("w-12", uid))
         async with setup.client(creds.username, creds.password, creds.client_id) as agent:
@@ -590,10 +576,6 @@ async def test_deleting_a_worker_pod_revokes_its_agents_client(
         with pytest.raises(aiomqtt.MqttError):
             async with setup.client(creds.username, creds.password, creds.client_id):
                 pass
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 async def test_a_late_deletion_of_an_old_pod_keeps_its_successors_client(

@@ -10,11 +10,12 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role, nudge_role
+from slonkd.adapters.bus.dynsec import AgentCredentials, coordinator_role, nudge_role
 from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.testing.mosquitto import Mosquitto
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin
 
 pytestmark = pytest.mark.mqtt
 
@@ -27,10 +28,6 @@ async def dynsec_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     await asyncio.to_thread(broker.start)
     yield broker
     await asyncio.to_thread(broker.stop)
-
-
-def _admin(b: Mosquitto) -> DynSecAdmin:
-    return DynSecAdmin(host=b.host, port=b.port, username=b.admin_user, password=b.admin_password)
 
 
 def _client(b: Mosquitto, creds: AgentCredentials, client_id: str = "") -> aiomqtt.Client:
@@ -48,15 +45,9 @@ def _client(b: Mosquitto, creds: AgentCredentials, client_id: str = "") -> aiomq
 async def test_issued_agent_writes_only_its_own_topics(dynsec_broker: Mosquitto) -> None:
     """An issued agent publishes its own status; its publish on another node's topic is dropped."""
     b = dynsec_broker
-    creds = await _admin(b).issue("lab", "n1")
+    creds = await dynsec_admin(b).issue("lab", "n1")
     assert creds.username == "agent-n1"
-    async with aiomqtt.Client(
-        b.host,
-        b.port,
-        username=b.admin_user,
-        password=b.admin_password,
-        protocol=aiomqtt.ProtocolVersion.V5,
-    ) as watcher:
+    async with admin_watcher(b) as watcher:
         await watcher.subscribe("slonk/#", qos=1)
         async with _client(b, creds) as agent:
             forged = AgentStatus(node="n2", online=False)
@@ -73,7 +64,7 @@ async def test_agent_can_subscribe_to_its_commands_but_not_anothers(
 ) -> None:
     """Subscribing to its own commands is granted; to another node's commands it is refused."""
     b = dynsec_broker
-    creds = await _admin(b).issue("lab", "n1")
+    creds = await dynsec_admin(b).issue("lab", "n1")
     async with _client(b, creds) as agent:
         own = await agent.subscribe(str(node_topic("lab", "n1", Channel.COMMANDS)), qos=1)
         other = await agent.subscribe(str(node_topic("lab", "n2", Channel.COMMANDS)), qos=1)
@@ -86,7 +77,7 @@ async def test_agent_can_subscribe_to_its_commands_but_not_anothers(
 async def test_reissue_rotates_the_password_and_revoke_locks_out(dynsec_broker: Mosquitto) -> None:
     """A second issue (pod restart) invalidates the old password; revoke removes the client."""
     b = dynsec_broker
-    admin = _admin(b)
+    admin = dynsec_admin(b)
     first = await admin.issue("lab", "n1")
     second = await admin.issue("lab", "n1")
     assert first.password != second.password
@@ -105,7 +96,7 @@ async def test_hostile_node_names_are_refused_before_reaching_the_broker(
     dynsec_broker: Mosquitto,
 ) -> None:
     """A node name with wildcards or slashes is refused; no role or client is created."""
-    admin = _admin(dynsec_broker)
+    admin = dynsec_admin(dynsec_broker)
     for name in ("n1/#", "+", "../n2", "", "a" * 200):
         with pytest.raises(ParseError):
             await admin.issue("lab", name)
@@ -118,7 +109,7 @@ async def test_a_credential_cannot_take_over_another_clients_id(dynsec_broker: M
     can neither kick another client off the broker nor resume its session; n2 stays connected.
     """
     b = dynsec_broker
-    admin = _admin(b)
+    admin = dynsec_admin(b)
     n1 = await admin.issue("lab", "n1")
     n2 = await admin.issue("lab", "n2")
     assert n2.client_id == "slonkd-agent-n2"
@@ -137,7 +128,7 @@ async def test_a_credential_cannot_take_over_another_clients_id(dynsec_broker: M
 async def test_the_coordinators_client_is_bound_to_its_id(dynsec_broker: Mosquitto) -> None:
     """The coordinator's own dynsec client works only under the coordinator's client id."""
     b = dynsec_broker
-    admin = _admin(b)
+    admin = dynsec_admin(b)
     await admin.ensure_client(
         "coordinator-c0", "pw-c0-123456", coordinator_role("lab", "coordinator-c0"),
         client_id="slonkd-coordinator-c0",
@@ -161,7 +152,7 @@ async def test_the_coordinators_client_reads_only_the_topics_it_needs(
     cluster says (issue 16 item 4): ``slonk/v1/lab/#`` and another node's events are refused.
     """
     b = dynsec_broker
-    admin = _admin(b)
+    admin = dynsec_admin(b)
     user = "coordinator-c1"
     await admin.ensure_client(
         user, "pw-c1-123456", coordinator_role("lab", user), client_id="slonkd-coordinator-c1"
@@ -187,7 +178,7 @@ async def test_slurmctld_nudge_client_publishes_only_slurm_events(
     events and nothing else: its publish on a node's status topic is dropped.
     """
     b = dynsec_broker
-    await _admin(b).ensure_client(
+    await dynsec_admin(b).ensure_client(
         "slurmctld-nudge", "nudge-pw", nudge_role("lab", "slurmctld-nudge"), client_id=""
     )
     for key, value in {
@@ -198,13 +189,7 @@ async def test_slurmctld_nudge_client_publishes_only_slurm_events(
         "SLONKD_CLUSTER": "lab",
     }.items():
         monkeypatch.setenv(key, value)
-    async with aiomqtt.Client(
-        b.host,
-        b.port,
-        username=b.admin_user,
-        password=b.admin_password,
-        protocol=aiomqtt.ProtocolVersion.V5,
-    ) as watcher:
+    async with admin_watcher(b) as watcher:
         await watcher.subscribe("slonk/#", qos=1)
         nudge = AgentCredentials(username="slurmctld-nudge", password="nudge-pw", client_id="x-1")
         async with _client(b, nudge) as forger:

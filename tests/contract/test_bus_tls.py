@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
 from slonkd.testing.tls import make_ca, make_server_cert
+from tests.contract.bus_helpers import running
 
 pytestmark = pytest.mark.mqtt
 
@@ -69,18 +69,6 @@ def _settings(p: Pki, user: str, ca_file: str | None) -> BusSettings:
     )
 
 
-@asynccontextmanager
-async def running(bus: Bus) -> AsyncIterator[Bus]:
-    """Run ``bus`` for the duration of the block (connected or not)."""
-    task = asyncio.create_task(bus.run())
-    try:
-        yield bus
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-
 async def _next(bus: Bus, timeout_s: float = 10) -> Received:
     async with asyncio.timeout(timeout_s):
         return await anext(aiter(bus.messages()))
@@ -93,7 +81,8 @@ async def test_a_client_with_the_ca_connects_and_publishes_over_tls(pki: Pki) ->
         _settings(pki, "coordinator", pki.ca),
         subscriptions=[f"slonk/v1/{CLUSTER}/nodes/+/status"],
     )
-    async with running(coord), running(Bus(_settings(pki, "n1", pki.ca))) as agent:
+    agent_bus = Bus(_settings(pki, "n1", pki.ca))
+    async with running(coord, connect_s=None), running(agent_bus, connect_s=None) as agent:
         await coord.wait_connected(10)
         await agent.publish(node_topic(CLUSTER, "n1", Channel.STATUS), status, timeout_s=10)
         got = await _next(coord)
@@ -103,14 +92,14 @@ async def test_a_client_with_the_ca_connects_and_publishes_over_tls(pki: Pki) ->
 async def test_the_ca_also_verifies_the_broker_by_its_dns_name(pki: Pki) -> None:
     """``localhost`` is in the certificate's SAN too: dialling it verifies as well."""
     bus = Bus(replace(_settings(pki, "n1", pki.ca), host="localhost"))
-    async with running(bus):
+    async with running(bus, connect_s=None):
         await bus.wait_connected(10)
 
 
 async def test_a_client_without_tls_is_refused_on_the_tls_port(pki: Pki) -> None:
     """A plain MQTT client (no CA set) never connects to the TLS listener, bus or raw."""
     bus = Bus(_settings(pki, "n1", None))
-    async with running(bus):
+    async with running(bus, connect_s=None):
         with pytest.raises(TransientError):
             await bus.wait_connected(3)
     assert bus.connects == 0
@@ -139,7 +128,7 @@ async def test_a_client_trusting_another_ca_fails_verification(pki: Pki) -> None
         async with raw:
             pass
     bus = Bus(_settings(pki, "n1", pki.other_ca))
-    async with running(bus):
+    async with running(bus, connect_s=None):
         with pytest.raises(TransientError):
             await bus.wait_connected(3)
     assert bus.connects == 0

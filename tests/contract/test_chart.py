@@ -228,16 +228,21 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def installed(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
-    """Release ``slonk`` installed in a fresh namespace on three GPU kwok nodes, all Running."""
-    inst = _setup(
+def _slonk(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Install:
+    """Release ``slonk`` of the default pool, set up in a fresh namespace on three GPU nodes."""
+    return _setup(
         kube,
         tmp_path_factory.mktemp("helm"),
         secrets.token_hex(3),
         release="slonk",
         pools=[DEFAULT_POOL],
     )
+
+
+@pytest.fixture(scope="module")
+def installed(kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
+    """Release ``slonk`` installed in a fresh namespace on three GPU kwok nodes, all Running."""
+    inst = _slonk(kube, tmp_path_factory)
     try:
         inst.install()
         inst.wait_all_running(EXPECTED)
@@ -552,13 +557,7 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
     The same release name is installed in a second namespace beside the first: cluster-scoped
     objects do not collide. The upgrade keeps the generated munge key and broker password.
     """
-    inst = _setup(
-        kube,
-        tmp_path_factory.mktemp("helm"),
-        secrets.token_hex(3),
-        release="slonk",
-        pools=[DEFAULT_POOL],
-    )
+    inst = _slonk(kube, tmp_path_factory)
     api = kube.api
     try:
         inst.install()

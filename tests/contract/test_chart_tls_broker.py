@@ -9,7 +9,6 @@ the CA file moved the same way) and talk to it over TLS; a plain client is refus
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import pwd
@@ -32,6 +31,7 @@ from slonkd.testing import procs
 from slonkd.testing.helm import Helm
 from slonkd.testing.mosquitto import DYNSEC_PLUGIN
 from slonkd.testing.tls import make_ca, make_server_cert
+from tests.contract.bus_helpers import running
 from tests.unit.test_chart_render import _container_env, helm, kinds, one, render
 
 __all__ = ["helm"]  # the module-scoped fixture of test_chart_render
@@ -123,14 +123,9 @@ async def test_the_charts_tls_broker_serves_the_charts_clients_over_tls_only(
     assert bus_settings is not None
     assert bus_settings.ca_file == ca
     bus = Bus(dataclasses.replace(bus_settings, username=creds.username, password=creds.password))
-    task = asyncio.create_task(bus.run())
-    try:
+    async with running(bus, connect_s=None):
         status = AgentStatus(node="w-0", online=True)
         await bus.publish(node_topic(CLUSTER, "w-0", Channel.STATUS), status, timeout_s=10)
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
     plain = aiomqtt.Client(
         "127.0.0.1", port, username=creds.username, password=creds.password, timeout=3
     )

@@ -28,13 +28,11 @@ from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings, dyn
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto
 from slonkd.testing.tls import make_ca, make_server_cert
+from tests.contract.bus_helpers import running
 from tests.contract.kube_helpers import pending_pod
+from tests.contract.test_bus_credentials import AUDIENCE, CLUSTER, WORKER
 
 pytestmark = [pytest.mark.kube, pytest.mark.mqtt]
-
-CLUSTER = "lab"
-AUDIENCE = "slonkd-bus"
-WORKER = {"app.kubernetes.io/name": "slurmd"}
 
 
 @dataclass
@@ -138,14 +136,9 @@ async def test_an_agent_with_the_ca_gets_credentials_over_https_and_connects_ove
             ca_file=chain.ca,
         )
     )
-    task = asyncio.create_task(bus.run())
-    try:
+    async with running(bus, connect_s=None):
         status = AgentStatus(node="w-1", online=True)
         await bus.publish(node_topic(CLUSTER, "w-1", Channel.STATUS), status, timeout_s=10)
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 async def test_an_agent_without_the_ca_gets_nothing_and_no_plain_http_answers(

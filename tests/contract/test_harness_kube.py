@@ -15,13 +15,10 @@ from slonkd.testing import versions
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError
 from slonkd.testing.procs import wait_for
-from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
+from slonkd.testing.workloads import worker_statefulset
+from tests.contract.kube_helpers import allow_one_disruption, pods_of, two_workers_under_a_pdb
 
 pytestmark = pytest.mark.kube
-
-
-def _pods(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
-    return list(kube.api.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"])
 
 
 def _running(pod: dict[str, Any]) -> bool:
@@ -43,13 +40,13 @@ def test_statefulset_pods_are_scheduled_onto_kwok_nodes_and_run(
     )
 
     def both_running() -> bool:
-        pods = _pods(kube, namespace)
+        pods = pods_of(kube, namespace)
         return len(pods) == 2 and all(_running(p) for p in pods)
 
     wait_for("2 pods Running", both_running, timeout_s=60)
-    placed = {p["spec"]["nodeName"] for p in _pods(kube, namespace)}
+    placed = {p["spec"]["nodeName"] for p in pods_of(kube, namespace)}
     assert placed <= set(nodes)
-    assert all(p["status"].get("podIP") for p in _pods(kube, namespace))
+    assert all(p["status"].get("podIP") for p in pods_of(kube, namespace))
 
 
 def test_cordoned_node_gets_no_new_pod(
@@ -64,7 +61,7 @@ def test_cordoned_node_gets_no_new_pod(
     )
 
     def unschedulable() -> bool:
-        pods = _pods(kube, namespace)
+        pods = pods_of(kube, namespace)
         conds = pods[0].get("status", {}).get("conditions", []) if pods else []
         return any(
             c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds
@@ -72,13 +69,13 @@ def test_cordoned_node_gets_no_new_pod(
 
     wait_for("pod reported Unschedulable", unschedulable, timeout_s=60)
     time.sleep(1.0)
-    (pod,) = _pods(kube, namespace)
+    (pod,) = pods_of(kube, namespace)
     assert not pod["spec"].get("nodeName")
     kube.kubectl("uncordon", node)
     wait_for(
-        "pod Running after uncordon", lambda: _running(_pods(kube, namespace)[0]), timeout_s=60
+        "pod Running after uncordon", lambda: _running(pods_of(kube, namespace)[0]), timeout_s=60
     )
-    assert _pods(kube, namespace)[0]["spec"]["nodeName"] == node
+    assert pods_of(kube, namespace)[0]["spec"]["nodeName"] == node
 
 
 def _evict(kube: KubeCluster, ns: str, pod: str) -> int:
@@ -98,40 +95,9 @@ def test_eviction_is_refused_by_a_pdb_then_allowed(
     kube: KubeCluster, namespace: str, unique: Callable[[str], str]
 ) -> None:
     """The Eviction API answers 429 while a PodDisruptionBudget forbids it, 201 once it allows."""
-    label = {"slonk.dev/test": namespace}
-    kube.add_fake_nodes([unique("evict-a"), unique("evict-b")], labels=label)
-    _create_sts(
-        kube, namespace, worker_statefulset("w", replicas=2, node_selector=label, standin=False)
-    )
-    wait_for(
-        "2 pods Running",
-        lambda: sum(_running(p) for p in _pods(kube, namespace)) == 2,
-        timeout_s=60,
-    )
-    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
-    kube.api.request(
-        "POST",
-        pdb_path,
-        pod_disruption_budget("w", selector={"slonk.dev/pool": "w"}, min_available=2),
-    )
-
-    def pdb_observed() -> bool:
-        status = kube.api.request("GET", f"{pdb_path}/w").get("status", {})
-        return bool(status.get("currentHealthy") == 2)
-
-    wait_for("PDB observed", pdb_observed, timeout_s=30)
+    pdb = two_workers_under_a_pdb(kube, namespace, [unique("evict-a"), unique("evict-b")])
     assert _evict(kube, namespace, "w-0") == 429
-    kube.api.request(
-        "PATCH",
-        f"{pdb_path}/w",
-        {"spec": {"minAvailable": 1}},
-        content_type="application/merge-patch+json",
-    )
-    wait_for(
-        "PDB allows one disruption",
-        lambda: kube.api.request("GET", f"{pdb_path}/w")["status"].get("disruptionsAllowed") == 1,
-        timeout_s=30,
-    )
+    allow_one_disruption(kube, pdb)
     assert _evict(kube, namespace, "w-0") == 201
 
 
@@ -144,8 +110,8 @@ def test_pod_bound_token_reviews_to_its_pod(
     _create_sts(
         kube, namespace, worker_statefulset("w", replicas=1, node_selector=label, standin=False)
     )
-    wait_for("pod exists", lambda: len(_pods(kube, namespace)) == 1, timeout_s=30)
-    pod = _pods(kube, namespace)[0]
+    wait_for("pod exists", lambda: len(pods_of(kube, namespace)) == 1, timeout_s=30)
+    pod = pods_of(kube, namespace)[0]
     token = kube.create_token(
         namespace, "default", bound_pod=(pod["metadata"]["name"], pod["metadata"]["uid"])
     )
@@ -208,12 +174,12 @@ def test_an_exited_scheduler_is_started_again_and_pods_are_scheduled(
         kube, namespace, worker_statefulset("w", replicas=1, node_selector=label, standin=False)
     )
     time.sleep(2)
-    assert not any(p["spec"].get("nodeName") for p in _pods(kube, namespace)), "no scheduler"
+    assert not any(p["spec"].get("nodeName") for p in pods_of(kube, namespace)), "no scheduler"
     assert kube.revive() == ["scheduler"]
     assert kube.pids()["scheduler"] != old
 
     def running() -> bool:
-        pods = _pods(kube, namespace)
+        pods = pods_of(kube, namespace)
         return len(pods) == 1 and _running(pods[0])
 
     wait_for("the pod scheduled and Running", running, timeout_s=60)

@@ -13,12 +13,12 @@ import pytest
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, decode_verdict, ok
-from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
 from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.revalidation import REVALIDATING, RevalidationPolicy
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 from slonkd.core.slurm_plan import held_causes
+from tests.unit.test_decide import knode, pod, view
 
 pytestmark = pytest.mark.slurm
 
@@ -31,29 +31,11 @@ DIRECT = Policy(
 
 def _view(slurm: SlurmNode, health: dict[str, CheckResult]) -> NodeView:
     """n1's view with its pod Ready for an hour on a Ready K8s node."""
-    pod = Pod(
-        name=PodName("n1"),
-        namespace="slonk",
-        uid="u1",
-        resource_version="1",
-        node_name=KubeNodeName("kn-1"),
-        phase=PodPhase.RUNNING,
-        ready=True,
-    )
-    kube = Node(
-        name=KubeNodeName("kn-1"),
-        uid="k1",
-        resource_version="1",
-        unschedulable=False,
-        conditions=(NodeCondition(type="Ready", status="True"),),
-    )
-    return NodeView(
+    return view(
         node=NodeName("n1"),
-        now=10_000.0,
         slurm=slurm,
-        pod=pod,
-        kube_node=kube,
-        pod_ready_since=10_000.0 - 3600,
+        pod=pod(name="n1", on="kn-1"),
+        kube_node=knode(name="kn-1"),
         health=health,
     )
 

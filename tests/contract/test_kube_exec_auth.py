@@ -107,8 +107,7 @@ async def test_exec_plugin_token_lists_nodes_and_reads_a_configmap(
         {"metadata": {"name": "cm"}, "data": {"k": "v"}},
     )
     path = exec_kubeconfig(kube, tmp_path, {"token": admin_sa_token})
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         assert await _who_am_i(transport) == f"system:serviceaccount:{namespace}:operator"
         nodes = await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         assert nodes["kind"] == "NodeList"
@@ -119,8 +118,6 @@ async def test_exec_plugin_token_lists_nodes_and_reads_a_configmap(
         )
         assert cm["data"] == {"k": "v"}
         assert runs(tmp_path) == 1
-    finally:
-        await transport.close()
 
 
 async def test_a_rejected_token_runs_the_plugin_again_and_retries_once(
@@ -128,15 +125,12 @@ async def test_a_rejected_token_runs_the_plugin_again_and_retries_once(
 ) -> None:
     """401 for the plugin's first token: the plugin runs again and the request succeeds."""
     path = exec_kubeconfig(kube, tmp_path, {"token": "revoked"}, {"token": admin_sa_token})
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         nodes = await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         assert nodes["kind"] == "NodeList"
         assert runs(tmp_path) == 2
         await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         assert runs(tmp_path) == 2
-    finally:
-        await transport.close()
 
 
 async def test_a_token_still_rejected_after_the_retry_is_terminal(
@@ -144,13 +138,10 @@ async def test_a_token_still_rejected_after_the_retry_is_terminal(
 ) -> None:
     """The request is retried once, not forever: a second 401 is the usual TerminalError."""
     path = exec_kubeconfig(kube, tmp_path, {"token": "revoked"})
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         with pytest.raises(TerminalError, match="401"):
             await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         assert runs(tmp_path) == 2
-    finally:
-        await transport.close()
 
 
 async def test_exec_plugin_client_certificate_authenticates(
@@ -160,12 +151,9 @@ async def test_exec_plugin_client_certificate_authenticates(
     crt, key = _client_cert(kube, tmp_path, "slonkd-exec-cert-user")
     status = {"clientCertificateData": crt.read_text(), "clientKeyData": key.read_text()}
     path = exec_kubeconfig(kube, tmp_path / "plugin", status)
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         assert await _who_am_i(transport) == "slonkd-exec-cert-user"
         await transport.request(GET_NODES, "GET", "/api/v1/nodes")  # system:masters may
-    finally:
-        await transport.close()
 
 
 def test_slonkd_pause_with_an_exec_kubeconfig(

@@ -9,6 +9,7 @@ import pytest
 from slonkd.adapters.kube.informer import EventType, Informer, InformerSettings
 from slonkd.adapters.kube.sources import agent_informers, node_source, pod_source
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.kube_objects import Pod
 from slonkd.testing.kube import KubeCluster
 from tests.contract.kube_helpers import pending_pod, recorder, running, until
 
@@ -21,11 +22,16 @@ def _pods_path(ns: str) -> str:
     return f"/api/v1/namespaces/{ns}/pods"
 
 
+def _workers(transport: KubeTransport, ns: str) -> Informer[Pod]:
+    """An informer of the ``app=w`` pods of ``ns``, with quick retries and pages of two."""
+    return Informer(transport, pod_source(ns, label_selector="app=w"), FAST)
+
+
 async def test_watch_delivers_create_update_delete_in_order(
     kube: KubeCluster, kube_transport: KubeTransport, namespace: str
 ) -> None:
     """A pod's creation, label change and deletion arrive as ADDED, MODIFIED, DELETED in order."""
-    informer = Informer(kube_transport, pod_source(namespace, label_selector="app=w"), FAST)
+    informer = _workers(kube_transport, namespace)
     events = recorder(informer)
     async with running(informer):
         assert len(informer) == 0
@@ -60,7 +66,7 @@ async def test_paged_list_fills_the_cache_with_every_object(
     """A list in pages of two brings all five pods into the cache before synced is set."""
     for i in range(5):
         kube.api.request("POST", _pods_path(namespace), pending_pod(f"p{i}"))
-    informer = Informer(kube_transport, pod_source(namespace, label_selector="app=w"), FAST)
+    informer = _workers(kube_transport, namespace)
     async with running(informer):
         assert sorted(p.name for p in informer.items().values()) == [f"p{i}" for i in range(5)]
         assert all(p.phase == "Pending" and not p.ready for p in informer.items().values())
@@ -70,7 +76,7 @@ async def test_watch_resumes_after_the_apiserver_is_killed_and_restarted(
     kube: KubeCluster, kube_transport: KubeTransport, namespace: str
 ) -> None:
     """After SIGKILL and restart of the apiserver the cache keeps following the server."""
-    informer = Informer(kube_transport, pod_source(namespace, label_selector="app=w"), FAST)
+    informer = _workers(kube_transport, namespace)
     events = recorder(informer)
     async with running(informer):
         kube.api.request("POST", _pods_path(namespace), pending_pod("before"))
@@ -103,7 +109,7 @@ async def test_410_after_compaction_relists_and_reports_deletions_made_in_the_ga
     """A watch resumed at a compacted resourceVersion relists: the gap's delete becomes an event."""
     for name in ("keep", "doomed"):
         kube.api.request("POST", _pods_path(namespace), pending_pod(name))
-    informer = Informer(kube_transport, pod_source(namespace, label_selector="app=w"), FAST)
+    informer = _workers(kube_transport, namespace)
     events = recorder(informer)
     async with running(informer):
         assert len(informer) == 2

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,10 @@ class Candidate:
         """The lines of one event kind, in order."""
         return [e for e in list(self.lines) if e["event"] == name]
 
+    def wait_printed(self, name: str) -> None:
+        """Wait up to 30 s for this candidate's first line of event kind ``name``."""
+        wait_for(f"{self.identity}: {name}", lambda: bool(self.events(name)), timeout_s=30)
+
     def stop(self) -> None:
         """SIGKILL (works on a stopped process too) and reap."""
         if self.proc.poll() is None:
@@ -103,16 +107,16 @@ def test_two_electors_one_leader_and_failover_with_higher_token(
 ) -> None:
     """Of two candidates one leads; SIGKILL it and the other leads in time with a higher token."""
     a = candidates("a")
-    wait_for("a leads", lambda: bool(a.events("leading")), timeout_s=30)
+    a.wait_printed("leading")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     time.sleep(DURATION_S + 1)
     assert not b.events("leading"), "two leaders at once"
     assert _lease(kube, namespace)["spec"]["holderIdentity"] == "a"
     token_a = a.events("leading")[0]["token"]
     killed = time.monotonic()
     a.stop()
-    wait_for("b leads", lambda: bool(b.events("leading")), timeout_s=30)
+    b.wait_printed("leading")
     took = b.events("leading")[0]["t"] - killed
     assert took <= DURATION_S + 2 * RETRY_S * 1.2 + 1.0
     assert b.events("leading")[0]["token"] > token_a
@@ -130,15 +134,15 @@ def test_a_deleted_lease_keeps_the_fencing_token_above_the_state(
     restart at 0, or every state write is refused as if from an old leader, forever.
     """
     a = candidates("a")
-    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    a.wait_printed("wrote")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     a.stop()
-    wait_for("b writes", lambda: bool(b.events("wrote")), timeout_s=30)
+    b.wait_printed("wrote")
     before = b.events("wrote")[-1]["token"]
     assert before >= 1
     c = candidates("c")  # the pair again: b leads, c stands by
-    wait_for("c runs", lambda: bool(c.events("started")), timeout_s=30)
+    c.wait_printed("started")
     kube.api.request(
         "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/coordinator"
     )
@@ -167,14 +171,14 @@ def test_leader_paused_past_its_lease_is_invalid_before_any_write(
 ) -> None:
     """A leader SIGSTOPped past its lease wakes up invalid: no write after the pause."""
     a = candidates("a")
-    wait_for("a writes", lambda: bool(a.events("wrote")), timeout_s=30)
+    a.wait_printed("wrote")
     b = candidates("b")
-    wait_for("b runs", lambda: bool(b.events("started")), timeout_s=30)
+    b.wait_printed("started")
     time.sleep(1.0)
     stopped = time.monotonic()
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
-        wait_for("b leads", lambda: bool(b.events("wrote")), timeout_s=30)
+        b.wait_printed("wrote")
         time.sleep(0.5)
         resumed = time.monotonic()
     finally:
@@ -238,18 +242,7 @@ async def test_elector_in_process_is_valid_only_while_leading(
     kube_transport: KubeTransport, namespace: str
 ) -> None:
     """An elector is invalid before it leads, valid with a token while leading, and releases."""
-    elector = LeaderElector(
-        kube_transport,
-        LeaseSettings(
-            name="solo",
-            namespace=namespace,
-            identity="solo-1",
-            lease_duration_s=3,
-            renew_deadline_s=2,
-            retry_period_s=0.5,
-            safety_margin_s=0.5,
-        ),
-    )
+    elector = _solo(kube_transport, namespace, "solo")
     assert not elector.is_valid()
     seen: list[int] = []
     leading = asyncio.Event()
@@ -289,6 +282,19 @@ def _solo(transport: KubeTransport, namespace: str, name: str) -> LeaderElector:
     )
 
 
+@contextlib.asynccontextmanager
+async def _campaigning(
+    elector: LeaderElector, work: Callable[[int], Coroutine[Any, Any, None]]
+) -> AsyncIterator[None]:
+    """``elector`` campaigns (``work`` for each term) during the block; then it is cancelled."""
+    task = asyncio.create_task(elector.run(work))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 class _Leading:
     """Runs an elector whose work records its start and its cancellation."""
 
@@ -307,16 +313,21 @@ class _Leading:
             self.stopped.set()
             raise
 
+    @contextlib.asynccontextmanager
+    async def leads(self) -> AsyncIterator[None]:
+        """Campaign during the block, whose body starts once the work has (within 10 s)."""
+        async with _campaigning(self.elector, self.work):
+            async with asyncio.timeout(10):
+                await self.started.wait()
+            yield
+
 
 async def test_leader_whose_lease_is_taken_stops_at_once(
     kube: KubeCluster, kube_transport: KubeTransport, namespace: str
 ) -> None:
     """When another holder appears in the Lease, the leader's work is cancelled within a retry."""
     leading = _Leading(_solo(kube_transport, namespace, "taken"))
-    task = asyncio.create_task(leading.elector.run(leading.work))
-    try:
-        async with asyncio.timeout(10):
-            await leading.started.wait()
+    async with leading.leads():
         path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/taken"
         kube.api.request(
             "PATCH",
@@ -330,9 +341,6 @@ async def test_leader_whose_lease_is_taken_stops_at_once(
         assert not leading.elector.is_valid()
         assert leading.elector.token is None
         assert leading.cancelled_at - taken <= RETRY_S * 2 + 0.5
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_leader_that_cannot_renew_stops_before_its_lease_runs_out(
@@ -340,10 +348,7 @@ async def test_leader_that_cannot_renew_stops_before_its_lease_runs_out(
 ) -> None:
     """With the apiserver gone, the leader turns invalid and stops before others may take over."""
     leading = _Leading(_solo(kube_transport, namespace, "cut-off"))
-    task = asyncio.create_task(leading.elector.run(leading.work))
-    try:
-        async with asyncio.timeout(10):
-            await leading.started.wait()
+    async with leading.leads():
         await asyncio.sleep(RETRY_S * 2)  # a renewal or two went through
         try:
             kube.kill_apiserver()
@@ -355,9 +360,6 @@ async def test_leader_that_cannot_renew_stops_before_its_lease_runs_out(
             assert leading.cancelled_at - cut < DURATION_S
         finally:
             kube.start_apiserver()  # in this thread: the harness's children die with theirs
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_leader_fenced_by_a_newer_token_leads_again_above_it(
@@ -393,8 +395,7 @@ async def test_a_leader_fenced_by_a_newer_token_leads_again_above_it(
             wrote.append(token)
             await asyncio.sleep(0.1)
 
-    task = asyncio.create_task(elector.run(work))
-    try:
+    async with _campaigning(elector, work):
         await until("a first write", lambda: bool(wrote), timeout_s=10)
         assert wrote[-1] == 0
         await StateStore(kube_transport, namespace, "slonkd-state").update(10, lambda s: s)
@@ -406,9 +407,6 @@ async def test_a_leader_fenced_by_a_newer_token_leads_again_above_it(
             "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/stepup"
         )
         assert lease["spec"]["leaseTransitions"] == 11
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_candidate_knows_how_long_the_api_has_been_silent(
@@ -423,28 +421,20 @@ async def test_a_candidate_knows_how_long_the_api_has_been_silent(
     server = f"https://127.0.0.1:{free_ports(1)[0]}"
     dead = KubeTransport(replace(kube_transport.endpoint, server=server), timeout_s=1.0)
     nowhere = _Leading(_solo(dead, namespace, "nowhere"))
-    task = asyncio.create_task(nowhere.elector.run(nowhere.work))
     try:
-        await asyncio.sleep(RETRY_S * 6)
-        assert nowhere.elector.api_silent_s() is None
-        assert not nowhere.started.is_set()
+        async with _campaigning(nowhere.elector, nowhere.work):
+            await asyncio.sleep(RETRY_S * 6)
+            assert nowhere.elector.api_silent_s() is None
+            assert not nowhere.started.is_set()
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         await dead.close()
     leading = _Leading(_solo(kube_transport, namespace, "heard"))
     assert leading.elector.api_silent_s() is None
-    task = asyncio.create_task(leading.elector.run(leading.work))
-    try:
-        async with asyncio.timeout(10):
-            await leading.started.wait()
+    async with leading.leads():
         await asyncio.sleep(RETRY_S * 2)  # renewals keep answering
         silent = leading.elector.api_silent_s()
         assert silent is not None
         assert silent <= RETRY_S + 0.5
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_term_whose_work_ends_gives_the_lease_up_and_campaigns_again(
@@ -467,14 +457,10 @@ async def test_a_term_whose_work_ends_gives_the_lease_up_and_campaigns_again(
             again.set()
             await asyncio.sleep(3600)
 
-    task = asyncio.create_task(elector.run(work))
-    try:
+    async with _campaigning(elector, work):
         async with asyncio.timeout(DURATION_S * 4):
             await again.wait()
         assert tokens[1] > tokens[0]
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_leader_stopped_then_released_hands_the_lease_over_at_once(
@@ -502,19 +488,10 @@ async def test_a_leader_stopped_then_released_hands_the_lease_over_at_once(
         )
 
     old = _Leading(candidate("handover-old"))
-    task = asyncio.create_task(old.elector.run(old.work))
-    async with asyncio.timeout(10):
-        await old.started.wait()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    async with old.leads():
+        pass  # its work started: SIGTERM cancels the campaign first
     await old.elector.release()
     new = _Leading(candidate("handover-new"))
     began = time.monotonic()
-    successor = asyncio.create_task(new.elector.run(new.work))
-    try:
-        async with asyncio.timeout(10):  # well under the lease's 30 s
-            await new.started.wait()
+    async with new.leads():  # within 10 s: well under the lease's 30 s
         assert time.monotonic() - began <= RETRY_S * 2 + 1
-    finally:
-        successor.cancel()
-        await asyncio.gather(successor, return_exceptions=True)

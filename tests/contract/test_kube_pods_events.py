@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -13,63 +12,35 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import wait_for
-from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
-from tests.contract.kube_helpers import pending_pod
+from tests.contract.kube_helpers import (
+    allow_one_disruption,
+    pending_pod,
+    pods_of,
+    two_workers_under_a_pdb,
+)
 
 pytestmark = pytest.mark.kube
-
-
-def _pods(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
-    return list(kube.api.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"])
 
 
 async def test_eviction_is_refused_under_a_pdb_then_allowed(
     kube: KubeCluster, kube_transport: KubeTransport, namespace: str, unique: Callable[[str], str]
 ) -> None:
     """Eviction answers REFUSED while a PDB forbids it and CHANGED once the PDB allows it."""
-    label = {"slonk.dev/test": namespace}
-    kube.add_fake_nodes([unique("ev-a"), unique("ev-b")], labels=label)
-    sts = worker_statefulset("w", replicas=2, node_selector=label, standin=False)
-    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
-    wait_for(
-        "2 pods Running",
-        lambda: sum(p["status"].get("phase") == "Running" for p in _pods(kube, namespace)) == 2,
-        timeout_s=60,
-    )
-    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
-    pdb = pod_disruption_budget("w", selector={"slonk.dev/pool": "w"}, min_available=2)
-    kube.api.request("POST", pdb_path, pdb)
-    wait_for(
-        "PDB observed",
-        lambda: (
-            kube.api.request("GET", f"{pdb_path}/w").get("status", {}).get("currentHealthy") == 2
-        ),
-        timeout_s=30,
-    )
+    pdb = two_workers_under_a_pdb(kube, namespace, [unique("ev-a"), unique("ev-b")])
     writer = PodWriter(kube_transport)
-    pod = next(p for p in _pods(kube, namespace) if p["metadata"]["name"] == "w-0")
+    pod = next(p for p in pods_of(kube, namespace) if p["metadata"]["name"] == "w-0")
     uid = pod["metadata"]["uid"]
     refused = await writer.evict(namespace, "w-0", uid=uid)
     assert refused.outcome is ChangeOutcome.REFUSED
     assert "disruption budget" in refused.detail
-    kube.api.request(
-        "PATCH",
-        f"{pdb_path}/w",
-        {"spec": {"minAvailable": 1}},
-        content_type="application/merge-patch+json",
-    )
-    wait_for(
-        "PDB allows one",
-        lambda: kube.api.request("GET", f"{pdb_path}/w")["status"].get("disruptionsAllowed") == 1,
-        timeout_s=30,
-    )
+    allow_one_disruption(kube, pdb)
     assert (await writer.evict(namespace, "w-0", uid=uid)).outcome is ChangeOutcome.CHANGED
     # The StatefulSet brings w-0 back with a new uid: the old decision must not hit it.
     wait_for(
         "w-0 replaced",
         lambda: any(
             p["metadata"]["name"] == "w-0" and p["metadata"]["uid"] != uid
-            for p in _pods(kube, namespace)
+            for p in pods_of(kube, namespace)
         ),
         timeout_s=30,
     )

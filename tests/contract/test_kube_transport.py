@@ -37,26 +37,20 @@ async def test_unreachable_apiserver_is_a_transient_error(
     )
     path = tmp_path / "dead.kubeconfig"
     path.write_text(config)
-    transport = await KubeTransport.from_kubeconfig(path, timeout_s=2)
-    try:
+    async with await KubeTransport.from_kubeconfig(path, timeout_s=2) as transport:
         with pytest.raises(KubeUnavailable) as caught:
             await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         assert isinstance(caught.value, TransientError)
         assert caught.value.__cause__ is not None
-    finally:
-        await transport.close()
 
 
 async def test_rejected_token_is_terminal(kube: KubeCluster, tmp_path: Path) -> None:
     """A token the apiserver does not know (401) is a TerminalError, not retried."""
     path = tmp_path / "bad.kubeconfig"
     path.write_text(kube.kubeconfig_for("not-a-token", user="nobody"))
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         with pytest.raises(TerminalError, match="401"):
             await transport.request(GET_NODES, "GET", "/api/v1/nodes")
-    finally:
-        await transport.close()
 
 
 async def test_missing_object_is_not_found_and_writes_carry_slonkds_field_manager(
@@ -134,12 +128,9 @@ async def test_client_certificate_authenticates(
     config["users"] = [{"name": "me", "user": user}]
     path = tmp_path / "cert.kubeconfig"
     path.write_text(json.dumps(config))
-    transport = await KubeTransport.from_kubeconfig(path)
-    try:
+    async with await KubeTransport.from_kubeconfig(path) as transport:
         assert await _who_am_i(transport) == "slonkd-cert-user"
         await transport.request(GET_NODES, "GET", "/api/v1/nodes")  # system:masters may
-    finally:
-        await transport.close()
 
 
 async def test_in_cluster_token_is_read_again_as_it_rotates(
@@ -151,16 +142,13 @@ async def test_in_cluster_token_is_read_again_as_it_rotates(
     token.write_text(kube.admin_token + "\n")
     port = kube.server.rsplit(":", 1)[1]
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
-    transport = KubeTransport(in_cluster_endpoint(env, tmp_path), token_refresh_s=0)
-    try:
+    async with KubeTransport(in_cluster_endpoint(env, tmp_path), token_refresh_s=0) as transport:
         assert await _who_am_i(transport) == "admin"
         token.write_text("rotated-to-an-unknown-token\n")
         with pytest.raises(TerminalError, match="401"):
             await transport.request(GET_NODES, "GET", "/api/v1/nodes")
         token.write_text(kube.admin_token + "\n")
         assert await _who_am_i(transport) == "admin"
-    finally:
-        await transport.close()
 
 
 async def test_wrong_ca_fails_verification_as_a_transient_error(
@@ -174,9 +162,6 @@ async def test_wrong_ca_fails_verification_as_a_transient_error(
     cluster["certificate-authority"] = str(other)
     path = tmp_path / "wrong-ca.kubeconfig"
     path.write_text(json.dumps(config))
-    transport = await KubeTransport.from_kubeconfig(path, timeout_s=5)
-    try:
+    async with await KubeTransport.from_kubeconfig(path, timeout_s=5) as transport:
         with pytest.raises(KubeUnavailable, match="certificate verify failed"):
             await transport.request(GET_NODES, "GET", "/api/v1/nodes")
-    finally:
-        await transport.close()

@@ -13,49 +13,48 @@ import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.decide import decide
-from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
+from slonkd.core.kube_objects import KubeNodeName, Node
 from slonkd.core.plan import Kind, NodeView, Policy, Writer
 from slonkd.core.reasons import Cause
-from slonkd.core.slurm_node import NodeName
+from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.testing.slurm import SlurmCluster
+from tests.unit.test_decide import pod
 
 pytestmark = pytest.mark.slurm
 
 
-def _pod(*, terminating: bool) -> Pod:
-    return Pod(
-        name=PodName("n1"),
-        namespace="slonk",
-        uid="u1",
-        resource_version="1",
-        node_name=KubeNodeName("kn-1"),
-        phase=PodPhase.RUNNING,
-        ready=True,
-        deletion_timestamp="2026-12-01T00:00:00Z" if terminating else None,
+def _view(slurm: SlurmNode, *, now: float, terminating: bool, ready_for_s: float) -> NodeView:
+    """``slurm``'s view at ``now``: pod n1 on kn-1 (no conditions), Ready ``ready_for_s`` long."""
+    return NodeView(
+        node=NodeName(slurm.name),
+        now=now,
+        slurm=slurm,
+        pod=pod(name="n1", on="kn-1", terminating=terminating),
+        kube_node=Node(
+            name=KubeNodeName("kn-1"), uid="k1", resource_version="1", unschedulable=False
+        ),
+        pod_ready_since=now - ready_for_s,
     )
 
 
-def _kube() -> Node:
-    return Node(name=KubeNodeName("kn-1"), uid="k1", resource_version="1", unschedulable=False)
+async def _resumed(
+    backend: ScontrolBackend, cluster: SlurmCluster, node: str, state: str, reason: str
+) -> SlurmNode:
+    """``node`` as read back after an operator set ``state`` with ``reason``, then resumed it."""
+    cluster.run("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
+    cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
+    (read,) = await backend.read_nodes([node])
+    return read
 
 
 async def test_pod_deletion_after_operator_drain_and_resume_drains(
     backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """Operator drains n1 and resumes it; its pod is deleted: slonkd drains n1 again."""
-    cluster.run("scontrol", "update", "nodename=n1", "state=drain", "reason=maintenance by alice")
-    cluster.run("scontrol", "update", "nodename=n1", "state=resume")
-    (node,) = await backend.read_nodes(["n1"])
+    node = await _resumed(backend, cluster, "n1", "drain", "maintenance by alice")
     assert not node.held
     assert node.live_reason == ""
-    view = NodeView(
-        node=NodeName("n1"),
-        now=time.time(),
-        slurm=node,
-        pod=_pod(terminating=True),
-        kube_node=_kube(),
-        pod_ready_since=time.time() - 3600,
-    )
+    view = _view(node, now=time.time(), terminating=True, ready_for_s=3600)
     plan = decide(view, Policy())
     drains = [a for a in plan.for_writer(Writer.AGENT) if a.kind is Kind.DRAIN]
     assert [str(a.cause) for a in drains] == ["pod-terminating"]
@@ -70,17 +69,8 @@ async def test_leftover_failure_text_after_resume_is_no_failure(
     backend: ScontrolBackend, cluster: SlurmCluster
 ) -> None:
     """SLURM's failure reason, then an operator's resume: the node is healthy, no marks."""
-    cluster.run("scontrol", "update", "nodename=n2", "state=fail", "reason=Kill task failed")
-    cluster.run("scontrol", "update", "nodename=n2", "state=resume")
-    (node,) = await backend.read_nodes(["n2"])
-    view = NodeView(
-        node=NodeName("n2"),
-        now=time.time() + 3600,
-        slurm=node,
-        pod=_pod(terminating=False),
-        kube_node=_kube(),
-        pod_ready_since=time.time() - 7200,
-    )
+    node = await _resumed(backend, cluster, "n2", "fail", "Kill task failed")
+    view = _view(node, now=time.time() + 3600, terminating=False, ready_for_s=3 * 3600)
     plan = decide(view, Policy())
     assert plan.failure is None, (node.reason, plan.notes)
     assert plan.actions == ()

@@ -14,11 +14,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.toolchain import ensure_tools
+from tests.unit.test_chart_render import helm
+
+__all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = CHART_DIR / "files" / "prometheus-rules.yaml"
@@ -66,12 +67,6 @@ def test_every_alert_names_a_runbook_section_that_exists() -> None:
         assert path == "docs/operations.md", alert["alert"]
         assert anchor in anchors, (alert["alert"], anchor)
         assert alert["alert"] in OPERATIONS.read_text(), f"{alert['alert']} not in the runbook"
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """The pinned helm with a private home, no cluster."""
-    return Helm(binary=ensure_tools().helm, home=tmp_path_factory.mktemp("helm"))
 
 
 def test_the_chart_ships_the_same_rules_as_a_prometheusrule_when_asked(helm: Helm) -> None:

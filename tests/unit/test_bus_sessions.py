@@ -9,6 +9,8 @@ them from values); a bad one is a one-line ValueError naming the variable.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from slonkd.cli.bus_env import agent_bus_settings, coordinator_bus_settings, credential_settings
@@ -44,6 +46,18 @@ def test_an_agents_session_lasts_at_most_an_hour(env: dict[str, str]) -> None:
     assert 60 <= bus.session_expiry_s <= 3600
 
 
+def credential_limits(
+    env: Mapping[str, str],
+) -> tuple[float, int, float, int, int, float, int, int]:
+    """The eight limits of the credential API read from ``env``, in the variables' order."""
+    s = credential_settings(env)
+    assert s is not None
+    return (
+        s.source_rate, s.source_burst, s.global_rate, s.global_burst, s.per_pod_limit,
+        s.per_pod_window_s, s.max_concurrent_reviews, s.max_body_bytes,
+    )  # fmt: skip
+
+
 def test_the_credential_limits_are_read_from_the_environment() -> None:
     """Every ``SLONKD_CREDENTIALS_*`` limit reaches the issuer's settings."""
     env = {
@@ -57,13 +71,7 @@ def test_the_credential_limits_are_read_from_the_environment() -> None:
         "SLONKD_CREDENTIALS_MAX_CONCURRENT_REVIEWS": "3",
         "SLONKD_CREDENTIALS_MAX_BODY_BYTES": "0",
     }
-    s = credential_settings(env)
-    assert s is not None
-    got = (
-        s.source_rate, s.source_burst, s.global_rate, s.global_burst, s.per_pod_limit,
-        s.per_pod_window_s, s.max_concurrent_reviews, s.max_body_bytes,
-    )  # fmt: skip
-    assert got == (0.25, 4, 5.0, 20, 2, 30.0, 3, 0)
+    assert credential_limits(env) == (0.25, 4, 5.0, 20, 2, 30.0, 3, 0)
     default = credential_settings(ADMIN)
     assert default is not None
     assert (default.source_rate, default.global_burst) == (0.5, 50)

@@ -49,6 +49,15 @@ def _container(sts: Obj, name: str, *, init: bool = False) -> Obj:
     return found[0]
 
 
+def _headless(objs: list[Obj], name: str, container: str) -> tuple[Obj, Obj, Obj]:
+    """StatefulSet ``name``, the headless Service of that name it is served by, its container."""
+    sts = one(objs, "StatefulSet", name)
+    svc = one(objs, "Service", name)
+    assert sts["spec"]["serviceName"] == name
+    assert svc["spec"]["clusterIP"] == "None"
+    return sts, svc, _container(sts, container)
+
+
 def _pod_spec(objs: list[Obj], sts: str) -> Obj:
     spec: Obj = one(objs, "StatefulSet", sts)["spec"]["template"]["spec"]
     return spec
@@ -82,11 +91,7 @@ def test_enabled_runs_slurmdbd_on_the_charts_mariadb(helm: Helm) -> None:
     assert conf["AccountingStorageHost"] == "rel-slurmdbd-0.rel-slurmdbd.hpc.svc.cluster.local"
     assert conf["JobAcctGatherType"] == "jobacct_gather/linux"
 
-    dbd = one(objs, "StatefulSet", "rel-slurmdbd")
-    dbd_svc = one(objs, "Service", "rel-slurmdbd")
-    assert dbd["spec"]["serviceName"] == "rel-slurmdbd"
-    assert dbd_svc["spec"]["clusterIP"] == "None"
-    main = _container(dbd, "slurmdbd")
+    dbd, dbd_svc, main = _headless(objs, "rel-slurmdbd", "slurmdbd")
     assert main["args"][-2:] == ["slurmdbd", "-D"]
     port = main["ports"][0]["containerPort"]
     assert port == dbd_svc["spec"]["ports"][0]["port"] == int(conf["AccountingStoragePort"])
@@ -102,11 +107,7 @@ def test_enabled_runs_slurmdbd_on_the_charts_mariadb(helm: Helm) -> None:
     assert dbd_conf["StorageType"] == "accounting_storage/mysql"
     assert dbd_conf["StorageHost"] == "rel-mariadb-0.rel-mariadb.hpc.svc.cluster.local"
 
-    db = one(objs, "StatefulSet", "rel-mariadb")
-    db_svc = one(objs, "Service", "rel-mariadb")
-    assert db["spec"]["serviceName"] == "rel-mariadb"
-    assert db_svc["spec"]["clusterIP"] == "None"
-    mariadb = _container(db, "mariadb")
+    db, _, mariadb = _headless(objs, "rel-mariadb", "mariadb")
     assert mariadb["ports"][0]["containerPort"] == int(dbd_conf["StoragePort"])
     env = {e["name"]: e.get("value") for e in mariadb["env"]}
     assert env["MARIADB_DATABASE"] == dbd_conf["StorageLoc"]

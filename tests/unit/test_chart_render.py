@@ -1005,7 +1005,7 @@ def test_credential_limits_from_values_reach_the_coordinators_settings(
     helm: Helm, tmp_path: Path
 ) -> None:
     """``coordinator.credentials`` values load, through the pod's env, into the issuer's limits."""
-    from slonkd.cli.bus_env import credential_settings
+    from tests.unit.test_bus_sessions import credential_limits
 
     limits = {
         "sourceRate": 0.2, "sourceBurst": 3, "globalRate": 7, "globalBurst": 30,
@@ -1014,13 +1014,7 @@ def test_credential_limits_from_values_reach_the_coordinators_settings(
     objs = render(helm, set_json=(f"coordinator.credentials={json.dumps(limits)}",))
     pod = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]["spec"]
     (coord,) = pod["containers"]
-    s = credential_settings(_container_env(coord, tmp_path))
-    assert s is not None
-    got = (
-        s.source_rate, s.source_burst, s.global_rate, s.global_burst, s.per_pod_limit,
-        s.per_pod_window_s, s.max_concurrent_reviews, s.max_body_bytes,
-    )  # fmt: skip
-    assert got == (0.2, 3, 7.0, 30, 2, 90.0, 4, 0)
+    assert credential_limits(_container_env(coord, tmp_path)) == (0.2, 3, 7.0, 30, 2, 90.0, 4, 0)
     bad = helm.template("rel", set_json=('coordinator.credentials={"sourceBurst":0}',), check=False)
     assert bad.returncode != 0
     assert "sourceBurst" in bad.stderr

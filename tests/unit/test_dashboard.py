@@ -14,12 +14,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from slonkd.testing.dashboard import DASHBOARD, METRIC_NAME, load, queries
 from slonkd.testing.helm import Helm
-from slonkd.testing.toolchain import ensure_tools
+from tests.unit.test_chart_render import helm
+
+__all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = ("_total", "_bucket", "_count", "_sum")
@@ -82,12 +83,6 @@ def test_every_metric_a_panel_names_is_one_slonkd_exports() -> None:
         if not any(f'"{n}"' in source for n in (base, name)) and f'("{sdiag}",' not in source:
             missing.append(name)
     assert not missing, missing
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """The pinned helm with a private home, no cluster."""
-    return Helm(binary=ensure_tools().helm, home=tmp_path_factory.mktemp("helm"))
 
 
 def test_the_chart_ships_the_dashboard_for_grafanas_sidecar_when_asked(helm: Helm) -> None:

@@ -46,15 +46,20 @@ def slurm(state: str = "IDLE", reason: str = "", causes: tuple[str, ...] = ()) -
 
 
 def pod(
-    *, ready: bool = True, terminating: bool = False, phase: PodPhase = PodPhase.RUNNING
+    *,
+    ready: bool = True,
+    terminating: bool = False,
+    phase: PodPhase = PodPhase.RUNNING,
+    name: str = "w-0",
+    on: str = "kn-0",
 ) -> Pod:
-    """Worker pod w-0 on K8s node kn-0."""
+    """Worker pod ``name`` (w-0) on K8s node ``on`` (kn-0)."""
     return Pod(
-        name=PodName("w-0"),
+        name=PodName(name),
         namespace="slonk",
         uid="u1",
         resource_version="1",
-        node_name=KubeNodeName("kn-0"),
+        node_name=KubeNodeName(on),
         phase=phase,
         ready=ready,
         deletion_timestamp="2026-11-30T00:00:00Z" if terminating else None,
@@ -71,8 +76,9 @@ def knode(
     healthy: bool | None = None,
     deleting: bool = False,
     added: tuple[Taint, ...] | None = None,
+    name: str = "kn-0",
 ) -> Node:
-    """K8s node kn-0 with the given marks.
+    """K8s node ``name`` (kn-0) with the given marks.
 
     ``added``: the taints slonkd's record lists (None: every ``slonk.dev/`` one in ``taints``).
     """
@@ -86,7 +92,7 @@ def knode(
     if record is not None:
         annotations[TAINTS_BY_ANNOTATION] = record
     return Node(
-        name=KubeNodeName("kn-0"),
+        name=KubeNodeName(name),
         uid="n1",
         resource_version="1",
         unschedulable=cordoned,

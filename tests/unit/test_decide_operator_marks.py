@@ -7,18 +7,15 @@ from dataclasses import replace
 from slonkd.core.decide import decide
 from slonkd.core.kube_actions import FAILURE_TAINT, MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_objects import (
-    SLURM_HEALTHY,
     TAINTS_BY_ANNOTATION,
-    KubeNodeName,
     Node,
-    NodeCondition,
     Taint,
     TaintEffect,
     decode_taint_record,
     encode_taint_record,
 )
 from slonkd.core.plan import Kind, Remediations
-from tests.unit.test_decide import POLICY, slurm, view
+from tests.unit.test_decide import POLICY, knode, slurm, view
 
 OPERATORS = (
     Taint(key=MANUAL_TAINT, effect=TaintEffect.NO_SCHEDULE, value="psu-swap"),
@@ -28,17 +25,7 @@ OPERATORS = (
 
 def operator_marked(*, healthy: bool | None = None) -> Node:
     """K8s node kn-0 with ``slonk.dev/`` taints a person put there (slonkd recorded none)."""
-    conditions = [NodeCondition(type="Ready", status="True")]
-    if healthy is not None:
-        conditions.append(NodeCondition(type=SLURM_HEALTHY, status="True" if healthy else "False"))
-    return Node(
-        name=KubeNodeName("kn-0"),
-        uid="n1",
-        resource_version="1",
-        unschedulable=False,
-        taints=OPERATORS,
-        conditions=tuple(conditions),
-    )
+    return knode(taints=OPERATORS, added=(), healthy=healthy)
 
 
 def test_an_operators_slonk_taints_stay_on_a_healthy_node() -> None:

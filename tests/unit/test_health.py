@@ -209,22 +209,21 @@ def test_nic_carrier_flaps_and_down_links() -> None:
     assert node_health.judge_carrier({}, before, interfaces=["eth0"]).cause == "nic-missing"
 
 
+def _x16_link(width: int, speed: str) -> node_health.PcieLink:
+    """A x16, 32 GT/s link that runs at ``width`` lanes and ``speed``."""
+    return node_health.PcieLink(
+        address="0000:18:00.0",
+        current_width=width,
+        max_width=16,
+        current_speed=speed,
+        max_speed="32.0 GT/s PCIe",
+    )
+
+
 def test_pcie_width_fails_but_speed_only_warns() -> None:
     """A narrower link fails; a slower one (GPUs downclock when idle) only warns."""
-    narrow = node_health.PcieLink(
-        address="0000:18:00.0",
-        current_width=8,
-        max_width=16,
-        current_speed="32.0 GT/s PCIe",
-        max_speed="32.0 GT/s PCIe",
-    )
-    slow = node_health.PcieLink(
-        address="0000:18:00.0",
-        current_width=16,
-        max_width=16,
-        current_speed="2.5 GT/s PCIe",
-        max_speed="32.0 GT/s PCIe",
-    )
+    narrow = _x16_link(8, "32.0 GT/s PCIe")
+    slow = _x16_link(16, "2.5 GT/s PCIe")
     assert node_health.judge_pcie([narrow]).cause == "pcie-width-degraded"
     assert node_health.judge_pcie([slow]).verdict is Verdict.WARN
 

@@ -278,9 +278,13 @@ def test_slonkd_check_runs_the_gpu_checks(stubs: Stubs, tmp_path: Path) -> None:
         "fabric",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [*argv, "-o", "json"], capture_output=True, text=True, timeout=60, check=False, env=env
-    )
+
+    def check(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*argv, *args], capture_output=True, text=True, timeout=60, check=False, env=env
+        )
+
+    proc = check("-o", "json")
     doc = json.loads(proc.stdout)
     assert {r["check"]: r["verdict"] for r in doc["results"]} == {
         "dcgm-diag": "ok",
@@ -289,44 +293,19 @@ def test_slonkd_check_runs_the_gpu_checks(stubs: Stubs, tmp_path: Path) -> None:
     }
     assert proc.returncode == 0
     stubs.put("q.out", "nvidia-smi-q/fabric-not-started.handwritten.txt")
-    proc = subprocess.run(
-        [*argv, "--prolog"], capture_output=True, text=True, timeout=60, check=False, env=env
-    )
+    proc = check("--prolog")
     assert proc.returncode == 1
     assert "fabric: fabric-not-started" in proc.stderr
     stubs.put("dcgmi.out", "dcgmi/diag-r1-row-remap-fail.handwritten.json")
     stubs.put("q.out", "nvidia-smi-q/fabric-completed.handwritten.txt")
-    proc = subprocess.run(  # a prolog skips the slow dcgmi diag unless asked for it
-        [*argv, "--prolog"], capture_output=True, text=True, timeout=60, check=False, env=env
-    )
+    proc = check("--prolog")  # a prolog skips the slow dcgmi diag unless asked for it
     assert (proc.returncode, proc.stderr) == (0, "")
-    proc = subprocess.run(
-        [*argv, "--prolog", "--dcgm"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    proc = check("--prolog", "--dcgm")
     assert proc.returncode == 1
     assert "dcgm-diag: dcgm-page-retirement-row-remap" in proc.stderr
     stubs.put("q.out", "nvidia-smi-q/fabric-completed.handwritten.txt")
-    proc = subprocess.run(
-        [*argv, "--no-dcgm", "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    proc = check("--no-dcgm", "-o", "json")
     assert "dcgm-diag" not in {r["check"] for r in json.loads(proc.stdout)["results"]}
-    proc = subprocess.run(
-        [*argv, "--nvlink-links", "-3"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    proc = check("--nvlink-links", "-3")
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "slonkd check: nvlink_links must be between 0 and 64\n"

@@ -136,19 +136,19 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
         time.sleep(0.2)
         return probe
 
-    watch = SlurmWatch(
-        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
-        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
-    )  # fmt: skip
-    await _run_for(watch, 0.15)
-    assert watch.backend == "scontrol"
+    def watch() -> SlurmWatch:
+        return SlurmWatch(
+            reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+            probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    early = watch()
+    await _run_for(early, 0.15)
+    assert early.backend == "scontrol"
     assert reads.reads >= 3
-    watch = SlurmWatch(
-        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
-        probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
-    )  # fmt: skip
-    await _run_for(watch, 0.5)
-    assert watch.backend == "libslurm"
+    later = watch()
+    await _run_for(later, 0.5)
+    assert later.backend == "libslurm"
     assert probe.sent
 
 
