@@ -20,6 +20,7 @@ resume, due during the outage, fell into it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -35,14 +36,18 @@ import pytest
 from bench.soak import Soak, Step
 from bench.soak_check import Mark, Timeline
 from bench.soak_fleet import SoakFleet
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
+from slonkd.core.slurm_plan import SkipReason
 from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, slurmd_host_pid
-from tests.contract.conftest import conf_arg
+from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm
 
 NODE = "n1"
 REASON = "ops: maintenance ticket 25"
+CAUSE = Cause(name="health", detail="gpu-xid-79")
 
 
 def _scontrol_state(cluster: SlurmCluster, node: str) -> str:
@@ -75,17 +80,25 @@ def _job_on(cluster: SlurmCluster, node: str, seconds: int) -> str:
     return job
 
 
-def _drain_then_stop(cluster: SlurmCluster, *, job_ends: bool) -> str:
+def _drain_then_stop(
+    cluster: SlurmCluster, *, job_ends: bool, backend: ScontrolBackend | None = None
+) -> str:
     """A job on NODE, the operator's drain (DRAINING), then slurmctld stopped as the soak does.
 
-    ``job_ends``: the job finishes before the stop (the node is DRAINED then). Returns the
-    job; the caller starts slurmctld again (with NODE's slurmd frozen).
+    ``job_ends``: the job finishes before the stop (the node is DRAINED then). ``backend``:
+    slonkd's drain through it (for :data:`CAUSE`) instead of the operator's. Returns the job;
+    the caller starts slurmctld again (with NODE's slurmd frozen).
     """
     job = _job_on(cluster, NODE, 6 if job_ends else 600)
-    cluster.run("scontrol", "update", f"nodename={NODE}", "state=drain", f"reason={REASON}")
-    assert _sinfo(cluster, NODE) == ("draining", REASON)
+    if backend is None:
+        cluster.run("scontrol", "update", f"nodename={NODE}", "state=drain", f"reason={REASON}")
+    else:
+        assert asyncio.run(backend.drain([NODE], CAUSE)).changed == (NODE,)
+    reason = _sinfo(cluster, NODE)[1]
+    assert _sinfo(cluster, NODE) == ("draining", reason)
+    assert (reason == REASON) == (backend is None)
     if job_ends:
-        wait_for("drained", lambda: _sinfo(cluster, NODE) == ("drained", REASON), timeout_s=40)
+        wait_for("drained", lambda: _sinfo(cluster, NODE) == ("drained", reason), timeout_s=40)
     # What SlurmCluster.stop_slurmctld() (the soak's call) sends, to see how it ended.
     how = cluster.control({"op": "stop_slurmctld", "grace_s": 10.0})["how"]
     assert how == "terminated", "slurmctld needed a SIGKILL: it may not have saved its state"
@@ -190,3 +203,34 @@ def test_the_soaks_undrain_counts_a_refused_resume_that_slurm_applied(
     assert outcome == "done"
     assert NODE not in soak.marks.slurm
     assert '"kind": "resume_refused_but_applied"' in (tmp_path / "timeline.jsonl").read_text()
+
+
+def test_slonkds_own_release_in_that_window_is_done_and_holds_nothing_after(
+    cluster: SlurmCluster,
+) -> None:
+    """slonkd releasing its own drain before the node registers: reported done, rightly.
+
+    The adapter's resume meets the same refusal ("Invalid node state specified") that clears
+    DRAIN; it reads the node again and judges by what it shows: ``changed``, not a failure
+    to retry or an audit record that says "failed" for a release SLURM made. Once slurmd
+    registers the node is idle and slonkd's read finds no hold (24.11 leaves the reason
+    text on the idle node: it holds nothing and belongs to nobody).
+    """
+    backend = ScontrolBackend(settings_for(cluster))
+    _drain_then_stop(cluster, job_ends=True, backend=backend)
+    with _slurmd_frozen(cluster, NODE):
+        cluster.start_slurmctld()
+        assert _scontrol_state(cluster, NODE).split("+")[:2] == ["UNKNOWN", "DRAIN"]
+        result = asyncio.run(backend.resume([NODE], CAUSE))
+        assert result.changed == (NODE,), result
+        assert result.skipped == ()
+        assert "DRAIN" not in _scontrol_state(cluster, NODE).split("+")
+    assert "DRAIN" not in _registered(cluster, NODE).split("+")
+    assert _sinfo(cluster, NODE)[0] == "idle"
+    node = asyncio.run(backend.read_node(NODE))
+    assert node is not None
+    assert node.live_reason == ""
+    assert reason_owner(node.live_reason) is ReasonOwner.NONE
+    again = asyncio.run(backend.resume([NODE], CAUSE))
+    assert again.changed == ()
+    assert [s.why for s in again.skipped] == [SkipReason.NOT_HELD]
