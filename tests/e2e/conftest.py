@@ -23,7 +23,7 @@ import pytest
 from slonkd.testing.daemon import Coordinators, Daemon, read_json_log
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import free_ports, wait_for
+from slonkd.testing.procs import HarnessError, free_ports, tail, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 from slonkd.testing.workloads import worker_statefulset
@@ -79,7 +79,10 @@ class AgentProcess:
 
     env: dict[str, str]
     log: Path
-    daemon: Daemon | None = None
+    daemon: Daemon = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.daemon = Daemon(role="agent", env=self.env, log=self.log)
 
     def start(self) -> None:
         """Start the agent and wait until its caches synced.
@@ -92,17 +95,15 @@ class AgentProcess:
             self.env.setdefault("SLONKD_METRICS_ADDRESS", "127.0.0.1")
         ready = Path(self.env["SLONKD_READY_FILE"])
         ready.unlink(missing_ok=True)
-        self.daemon = Daemon(role="agent", env=self.env, log=self.log).start()
+        self.daemon.start()
         wait_for("agent synced", ready.exists, timeout_s=30, alive=self.daemon.exited)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop (SIGTERM, then the task dump and SIGKILL) or kill the agent; reap it."""
-        if self.daemon is not None:
-            if sig == signal.SIGKILL:
-                self.daemon.kill()
-            else:
-                self.daemon.stop()
-        self.daemon = None
+        """Stop (SIGTERM; past its grace the task dump, SIGKILL and a failure) or kill it."""
+        if sig == signal.SIGKILL:
+            self.daemon.kill()
+        elif not self.daemon.stop():
+            raise HarnessError(f"agent ignored SIGTERM, its tasks:\n{tail(self.log, 6000)}")
 
     @property
     def http_url(self) -> str:
@@ -111,8 +112,7 @@ class AgentProcess:
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The agent's JSON log lines, or only those of event ``name``."""
-        lines = read_json_log(self.log)
-        return lines if name is None else [e for e in lines if e.get("event") == name]
+        return self.daemon.events(name)
 
     def actions(self) -> list[dict[str, Any]]:
         """Its ``agent.mirror_applied`` lines."""
