@@ -173,6 +173,10 @@ class Coordinators:
     """
 
     root: Path
+    python_args: Sequence[str] = ()
+    """Arguments to each candidate's interpreter (e.g. cProfile's, for a benchmark)."""
+    grace_s: float = STOP_GRACE_S
+    """How long :meth:`stop` gives each candidate after SIGTERM."""
     started: list[Daemon] = field(default_factory=list)
 
     def start(
@@ -193,7 +197,12 @@ class Coordinators:
             path = self.root / f"{identity}.json"
             path.write_text(json.dumps(config))
             full["SLONKD_CONFIG"] = str(path)
-        daemon = Daemon(role="coordinator", env=full, log=log or self.root / f"{identity}.log")
+        daemon = Daemon(
+            role="coordinator",
+            env=full,
+            log=log or self.root / f"{identity}.log",
+            python_args=self.python_args,
+        )
         self.started.append(daemon)
         return daemon.start(until=until, timeout_s=timeout_s)
 
@@ -202,12 +211,12 @@ class Coordinators:
 
     def stop(self) -> None:
         """Stop every candidate (newest first); fail when one ignored SIGTERM (with its log)."""
-        stuck = [d for d in reversed(self.started) if not d.stop()]
+        stuck = [d for d in reversed(self.started) if not d.stop(grace_s=self.grace_s)]
         if stuck:
             logs = "\n".join(f"--- {d.log}\n{tail(d.log, 6000)}" for d in stuck)
             raise HarnessError(
                 f"coordinators {[d.env['POD_NAME'] for d in stuck]} ignored SIGTERM"
-                f" for {STOP_GRACE_S:.0f} s:\n{logs}"
+                f" for {self.grace_s:g} s:\n{logs}"
             )
 
     def __enter__(self) -> Coordinators:

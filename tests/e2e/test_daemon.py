@@ -7,13 +7,14 @@ No service is needed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from slonkd.testing.daemon import Daemon
+from slonkd.testing.daemon import Coordinators, Daemon
 from slonkd.testing.procs import HarnessError
 
 CHILD = """
@@ -29,7 +30,8 @@ signal.signal(signal.SIGUSR1, lambda *_: say("child.dump"))
 if os.environ["CHILD_MODE"] == "crash":
     print("Traceback: boom", flush=True)
     sys.exit(3)
-say("child.ready", pid=os.getpid())
+say("child.ready", pid=os.getpid(), argv=sys.argv[1:], pod=os.environ.get("POD_NAME"),
+    config=os.environ.get("SLONKD_CONFIG"))
 while True:
     time.sleep(0.05)
 """
@@ -80,3 +82,24 @@ def test_an_exit_before_the_event_fails_at_once_with_the_log(tmp_path: Path) -> 
     """A child that dies before its event fails start() with its status and log tail."""
     with pytest.raises(HarnessError, match=r"exited with 3(.|\n)*Traceback: boom"):
         _child(tmp_path, "crash").start(until="child.ready", timeout_s=20)
+
+
+def test_the_coordinator_factory_starts_candidates_and_fails_on_one_that_ignores_sigterm(
+    tmp_path: Path,
+) -> None:
+    """Coordinators: POD_NAME and a written config per candidate; stop() names a stuck one."""
+    group = Coordinators(root=tmp_path, python_args=("-c", CHILD), grace_s=0.5)
+    polite = group.start({**os.environ, "CHILD_MODE": "polite"}, config={"resync_s": 1},
+                         until="child.ready")  # fmt: skip
+    stubborn = group.start({**os.environ, "CHILD_MODE": "stubborn"}, identity="coordinator-1",
+                           config=tmp_path / "mine.json", until="child.ready")  # fmt: skip
+    (ready,) = polite.events("child.ready")
+    assert ready["argv"] == ["-m", "slonkd.cli.main", "coordinator"]
+    assert ready["pod"] == "coordinator-0"
+    assert json.loads(Path(ready["config"]).read_text()) == {"resync_s": 1}
+    assert stubborn.events("child.ready")[0]["config"] == str(tmp_path / "mine.json")
+    assert polite.log != stubborn.log
+    with pytest.raises(HarnessError, match=r"\['coordinator-1'\] ignored SIGTERM(.|\n)*child.dump"):
+        group.stop()
+    assert not polite.running
+    assert not stubborn.running
