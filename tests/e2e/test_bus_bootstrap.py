@@ -28,7 +28,7 @@ from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd.testing.daemon import Coordinators, coordinator_env
 from slonkd.testing.mosquitto import Mosquitto
 from slonkd.testing.procs import free_ports, wait_for
-from tests.e2e.conftest import Workers, read_json_log
+from tests.e2e.conftest import Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -164,7 +164,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         )
 
         def republished() -> bool:
-            lines = read_json_log(agent.log)
+            lines = agent.events()
             at = next(i for i, e in enumerate(lines) if e.get("event") == "agent.command_obeyed")
             return any(e.get("event") == "agent.status_published" for e in lines[at:])
 

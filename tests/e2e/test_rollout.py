@@ -54,10 +54,9 @@ class Rollout:
     env: dict[str, str] = field(default_factory=dict)
     """The coordinators' environment."""
 
-    @property
-    def log(self) -> Path:
-        """The first coordinator's log."""
-        return self.coordinators[0].log
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The first coordinator's JSON log lines, or only those of event ``name``."""
+        return self.coordinators[0].events(name)
 
     def start_coordinator(self, identity: str) -> Daemon:
         """Start a coordinator candidate; return once it leads and its rollout watches."""
@@ -289,19 +288,18 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     # every SLURM node back in service, with no reason left behind
     reasons = r.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout.split()
     assert sorted(reasons) == sorted(f"{n}|none" for n in NAMES), reasons
-    events = read_json_log(r.log)
-    evicted = [e["pod"] for e in events if e.get("event") == "kube.evict"]
+    evicted = [e["pod"] for e in r.events("kube.evict")]
     assert sorted(evicted) == sorted(NAMES), evicted
 
     def progress_lines() -> list[dict[str, Any]]:  # what `slonkd status` shows, as it changed
-        return [e for e in read_json_log(r.log) if e.get("event") == "rollout.progress"]
+        return r.events("rollout.progress")
 
     wait_for("rollout reports complete", lambda: progress_lines()[-1]["complete"], timeout_s=10)
     progress = progress_lines()
     assert progress[-1]["updated"] == len(NAMES)
     assert progress[-1]["statefulsets"]["r"]["updated"] == len(NAMES)
     assert any(p["in_progress"] == {"r-1": "draining"} for p in progress), progress
-    requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
+    requeued = r.events("slurm.jobs_requeued")
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
     # every write of the rollout is in the audit log with its cause (one line per node), and
     # its SLURM changes are counted on /metrics like the coordinator's others
@@ -399,7 +397,7 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
     assert checkpoints[0] > 0, lines()
 
     # the coordinator left the requeue to the hook and never requeued the job unsignalled
-    events = read_json_log(r.log)
+    events = r.events()
     left = [e for e in events if e.get("event") == "rollout.requeue_left_to_prestop"]
     assert any(int(job_id) in [int(j) for j in e["jobs"]] for e in left), left
     assert not any(
@@ -453,10 +451,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
     )
 
     def blocked() -> bool:
-        return any(
-            e.get("event") == "rollout.blocked" and e.get("node") == "r-0"
-            for e in read_json_log(r.log)
-        )
+        return any(e.get("node") == "r-0" for e in r.events("rollout.blocked"))
 
     wait_for("rollout blocked on r-0", blocked, timeout_s=30)
     held_until = time.monotonic() + 4  # several rollout passes (poll 0.5 s)
@@ -554,10 +549,7 @@ def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None
     )
 
     def refused() -> bool:
-        return any(
-            e.get("event") == "kube.evict" and e.get("outcome") == "refused"
-            for e in read_json_log(r.log)
-        )
+        return any(e.get("outcome") == "refused" for e in r.events("kube.evict"))
 
     wait_for("eviction refused by the PDB", refused, timeout_s=30)
     pods = {p["metadata"]["name"]: p for p in r.pods()}
@@ -633,7 +625,7 @@ def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
         stop.set()
         watcher.join(timeout=10)
     assert not touched, sorted(set(touched))
-    events = read_json_log(r.log)
+    events = r.events()
     assert any(e.get("event") == "rollout.held" and e.get("node") == "r-1" for e in events)
     progress = [e for e in events if e.get("event") == "rollout.progress"][-1]
     assert "on hold" in progress["held"]["r-1"], progress
@@ -645,5 +637,5 @@ def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
 
     r.kube.kubectl("label", "node", held_node, "slonk.dev/hold-")  # the operator is done
     wait_for("r-1 replaced once the hold is lifted", lambda: new("r-1"), timeout_s=120)
-    events = read_json_log(r.log)
+    events = r.events()
     assert any(e.get("event") == "rollout.hold_lifted" and e.get("node") == "r-1" for e in events)
