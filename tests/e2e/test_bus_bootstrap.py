@@ -120,7 +120,12 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         )
         coordinator = coordinators.start(env, config=config, timeout_s=60)  # leads, synced
         base = f"http://127.0.0.1:{api_port}"
-        assert _get_status(f"{base}/v1/status") == 200
+        wait_for(  # its status answers once a first pass is done
+            "the coordinator's first pass",
+            lambda: _get_status(f"{base}/v1/status") == 200,
+            timeout_s=60,
+            alive=coordinator.exited,
+        )
 
         pod = w.kube.api.request("GET", f"/api/v1/namespaces/{w.namespace}/pods/w-0")
         token = w.kube.create_token(

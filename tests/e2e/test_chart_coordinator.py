@@ -193,7 +193,14 @@ def deployed(
         coordinator = coordinators.start(  # the chart's coordinator leads, synced
             env, identity="coordinator-a", config=tmp_path / "config.json", timeout_s=60
         )
-        yield Deployed(kube, namespace, slurm, config, coordinator, f"http://127.0.0.1:{port}")
+        d = Deployed(kube, namespace, slurm, config, coordinator, f"http://127.0.0.1:{port}")
+        wait_for(  # its status answers once a first pass is done
+            "the chart's coordinator's first pass",
+            lambda: d.get("/v1/status")[0] == 200,
+            timeout_s=60,
+            alive=coordinator.exited,
+        )
+        yield d
     finally:
         coordinators.stop()
         if copier is not None:
