@@ -42,6 +42,7 @@ from slonkd.core.decide import decide
 from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.log_events import AGENT_SYNCED
 from slonkd.core.messages import (
     AgentStatus,
     Channel,
@@ -331,7 +332,7 @@ class Agent:
             await self.pods.synced.wait()
             if self.s.ready_file:
                 await asyncio.to_thread(Path(self.s.ready_file).write_text, "ready\n")
-            log.info("agent.synced", node=self.s.slurm_node, pod=self.s.pod_name)
+            log.info(AGENT_SYNCED, node=self.s.slurm_node, pod=self.s.pod_name)
 
         log.info(
             "agent.started",

@@ -9,10 +9,8 @@ process per pod, each started with the environment the chart's downward API woul
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from slonkd.testing.daemon import Coordinators, Daemon, read_json_log
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
+from slonkd.testing.procs import HarnessError, free_ports, tail, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
 from slonkd.testing.workloads import worker_statefulset
@@ -44,15 +43,7 @@ PRESTOP = [
 ]
 
 
-def read_json_log(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a slonkd log file (other lines, e.g. tracebacks, are skipped)."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+__all__ = ["read_json_log"]  # tests import it from here
 
 
 def marked_unhealthy(node: Mapping[str, Any]) -> bool:
@@ -84,11 +75,14 @@ def set_unschedulable(kube: KubeCluster, nodes: Sequence[str], *, on: bool = Tru
 
 @dataclass(slots=True)
 class AgentProcess:
-    """One ``slonkd agent`` process with its JSON log."""
+    """One ``slonkd agent`` process with its JSON log (kept across restarts)."""
 
     env: dict[str, str]
     log: Path
-    proc: subprocess.Popen[bytes] | None = None
+    daemon: Daemon = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.daemon = Daemon(role="agent", env=self.env, log=self.log)
 
     def start(self) -> None:
         """Start the agent and wait until its caches synced.
@@ -101,42 +95,28 @@ class AgentProcess:
             self.env.setdefault("SLONKD_METRICS_ADDRESS", "127.0.0.1")
         ready = Path(self.env["SLONKD_READY_FILE"])
         ready.unlink(missing_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "agent"],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        wait_for(
-            "agent synced",
-            ready.exists,
-            timeout_s=30,
-            alive=lambda: (
-                None if self.proc and self.proc.poll() is None else self.log.read_text()[-2000:]
-            ),
-        )
+        self.daemon.start()
+        wait_for("agent synced", ready.exists, timeout_s=30, alive=self.daemon.exited)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop (or kill) the agent and reap it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=15)
-        self.proc = None
+        """Stop (SIGTERM; past its grace the task dump, SIGKILL and a failure) or kill it."""
+        if sig == signal.SIGKILL:
+            self.daemon.kill()
+        elif not self.daemon.stop():
+            raise HarnessError(f"agent ignored SIGTERM, its tasks:\n{tail(self.log, 6000)}")
 
     @property
     def http_url(self) -> str:
         """Where its /healthz, /readyz and /metrics are served (after :meth:`start`)."""
         return f"http://127.0.0.1:{self.env['SLONKD_METRICS_PORT']}"
 
-    def events(self) -> list[dict[str, Any]]:
-        """The agent's log lines that are JSON."""
-        return read_json_log(self.log)
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The agent's JSON log lines, or only those of event ``name``."""
+        return self.daemon.events(name)
 
     def actions(self) -> list[dict[str, Any]]:
         """Its ``agent.mirror_applied`` lines."""
-        return [e for e in self.events() if e.get("event") == "agent.mirror_applied"]
+        return self.events("agent.mirror_applied")
 
 
 @dataclass(slots=True)
@@ -292,3 +272,15 @@ def workers(
         for agent in w.agents.values():
             agent.stop()
         standin.stop()
+
+
+@pytest.fixture
+def coordinators(tmp_path: Path) -> Iterator[Coordinators]:
+    """The test's ``slonkd coordinator`` candidates (logs in tmp_path); stopped at the end.
+
+    A fixture that starts other processes for them stops them itself (``stop()``) where its
+    order matters; whatever is still running is stopped here, and one that ignored SIGTERM
+    fails the test with its task dump.
+    """
+    with Coordinators(root=tmp_path) as group:
+        yield group

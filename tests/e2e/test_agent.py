@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from slonkd.core.log_events import AGENT_SYNCED
 from slonkd.testing.procs import wait_for
 from tests.e2e.conftest import Workers
 
@@ -147,7 +148,7 @@ def test_agent_killed_and_restarted_converges_without_duplicates(workers: Worker
     agent.start()
     wait_for(
         "a reconcile ran",
-        lambda: any(e.get("event") == "agent.synced" for e in agent.events()[-20:]),
+        lambda: any(e.get("event") == AGENT_SYNCED for e in agent.events()[-20:]),
         timeout_s=10,
     )
     assert len(agent.actions()) == before  # nothing new to do: the drain is already there

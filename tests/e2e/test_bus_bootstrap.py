@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,9 +25,10 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.testing.daemon import Coordinators, coordinator_env
 from slonkd.testing.mosquitto import Mosquitto
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
-from tests.e2e.conftest import Workers, read_json_log
+from slonkd.testing.procs import free_ports, wait_for
+from tests.e2e.conftest import Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -93,12 +93,8 @@ def _admin(broker: Mosquitto) -> DynSecAdmin:
     )
 
 
-def _events(path: Path, event: str) -> list[dict[str, Any]]:
-    return [e for e in read_json_log(path) if e.get("event") == event]
-
-
 def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
-    workers: Workers, session_root: Path, tmp_path: Path
+    workers: Workers, session_root: Path, tmp_path: Path, coordinators: Coordinators
 ) -> None:
     """A pod token gets the agent connected; a recheck is obeyed once, the status republished."""
     w = workers
@@ -106,38 +102,29 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         Path(tempfile.mkdtemp(prefix="e2e-dynsec-", dir=session_root)), dynamic_security=True
     )
     broker.start()
-    coordinator: subprocess.Popen[bytes] | None = None
     try:
         asyncio.run(_admin(broker).issue("lab", "w-gone"))  # no pod w-gone: swept at leader start
         api_port = free_ports(1)[0]
         config = tmp_path / "coordinator.json"
         config.write_text(json.dumps({"api_host": "0.0.0.0", "api_port": api_port, "resync_s": 1}))  # noqa: S104 - the test reaches it from outside loopback too
         mqtt = {"SLONKD_MQTT_HOST": broker.host, "SLONKD_MQTT_PORT": str(broker.port)}
-        coordinator_env = {
-            **os.environ,
+        env = coordinator_env(
+            namespace=w.namespace,
+            kubeconfig=w.kube.kubeconfig,
+            slurm_conf=w.slurm.conf,
             **mqtt,
-            "POD_NAMESPACE": w.namespace,
-            "POD_NAME": "coordinator-0",
-            "KUBECONFIG": str(w.kube.kubeconfig),
-            "SLURM_CONF": str(w.slurm.conf),
-            "SLONKD_CONFIG": str(config),
-            "SLONKD_AGENT_SERVICE_ACCOUNT": f"system:serviceaccount:{w.namespace}:default",
-            "SLONKD_MQTT_ADMIN_USERNAME": broker.admin_user,
-            "SLONKD_MQTT_ADMIN_PASSWORD": broker.admin_password,
-            "SLONKD_TOKEN_AUDIENCE": AUDIENCE,
-        }
-        coordinator_log = tmp_path / "coordinator.log"
-        with coordinator_log.open("ab") as out:
-            coordinator = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env=coordinator_env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
+            SLONKD_AGENT_SERVICE_ACCOUNT=f"system:serviceaccount:{w.namespace}:default",
+            SLONKD_MQTT_ADMIN_USERNAME=broker.admin_user,
+            SLONKD_MQTT_ADMIN_PASSWORD=broker.admin_password,
+            SLONKD_TOKEN_AUDIENCE=AUDIENCE,
+        )
+        coordinator = coordinators.start(env, config=config, timeout_s=60)  # leads, synced
         base = f"http://127.0.0.1:{api_port}"
-        wait_for(
-            "the coordinator leads", lambda: _get_status(f"{base}/v1/status") == 200, timeout_s=60
+        wait_for(  # its status answers once a first pass is done
+            "the coordinator's first pass",
+            lambda: _get_status(f"{base}/v1/status") == 200,
+            timeout_s=60,
+            alive=coordinator.exited,
         )
 
         pod = w.kube.api.request("GET", f"/api/v1/namespaces/{w.namespace}/pods/w-0")
@@ -156,17 +143,15 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
             }
         )
         agent.start()
-        wait_for(
-            "the agent connected", lambda: bool(_events(agent.log, "bus.connected")), timeout_s=30
-        )
-        issued = _events(coordinator_log, "bus.credentials_issued")
+        wait_for("the agent connected", lambda: bool(agent.events("bus.connected")), timeout_s=30)
+        issued = coordinator.events("bus.credentials_issued")
         assert [e["node"] for e in issued] == ["w-0"]
         wait_for(
             "the leader's token seen",
-            lambda: bool(_events(agent.log, "agent.leader_seen")),
+            lambda: bool(agent.events("agent.leader_seen")),
             timeout_s=30,
         )
-        leader_token = _events(agent.log, "agent.leader_seen")[-1]["fencing_token"]
+        leader_token = agent.events("agent.leader_seen")[-1]["fencing_token"]
 
         sent = subprocess.run(  # the operator's command, from "inside the coordinator's pod"
             [sys.executable, "-m", "slonkd.cli.main", "recheck", "w-0", "--url", base],
@@ -178,19 +163,18 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         wait_for(
             "the recheck obeyed",
             lambda: any(
-                e.get("command_id") == body["id"]
-                for e in _events(agent.log, "agent.command_obeyed")
+                e.get("command_id") == body["id"] for e in agent.events("agent.command_obeyed")
             ),
             timeout_s=30,
         )
 
         def republished() -> bool:
-            lines = read_json_log(agent.log)
+            lines = agent.events()
             at = next(i for i, e in enumerate(lines) if e.get("event") == "agent.command_obeyed")
             return any(e.get("event") == "agent.status_published" for e in lines[at:])
 
         wait_for("the status republished after the recheck", republished, timeout_s=30)
-        assert len(_events(agent.log, "agent.command_obeyed")) == 1
+        assert len(agent.events("agent.command_obeyed")) == 1
         assert _post(f"{base}/v1/nodes/nobody/recheck")[0] == 404
         unknown = subprocess.run(
             [sys.executable, "-m", "slonkd.cli.main", "recheck", "nobody", "--url", base],
@@ -209,7 +193,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         asyncio.run(_admin(broker).revoke("w-0"))
         wait_for(
             "the agent reconnected",
-            lambda: len(_events(agent.log, "bus.connected")) >= 2,
+            lambda: len(agent.events("bus.connected")) >= 2,
             timeout_s=30,
         )
 
@@ -217,11 +201,11 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
             return bool(_retained_status(broker, "w-0").get("online"))
 
         wait_for("the retained status online again", online, timeout_s=30)
-        assert len(_events(agent.log, "bus.bootstrap_done")) == 2
-        assert len(_events(agent.log, "bus.connected")) == 2  # the replay kicked nobody
+        assert len(agent.events("bus.bootstrap_done")) == 2
+        assert len(agent.events("bus.connected")) == 2  # the replay kicked nobody
         # The leader swept the client left by a pod that was gone before it started.
         assert "agent-w-gone" not in asyncio.run(_admin(broker).clients())
-        for path in (agent.log, coordinator_log):
+        for path in (agent.log, coordinator.log):
             text = path.read_text()
             assert token not in text
             assert '"password"' not in text
@@ -230,14 +214,11 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         coordinator_topic = "slonk/v1/lab/coordinator/status"
         assert _retained(broker, coordinator_topic).get("online") is True
         coordinator.kill()
-        coordinator.wait(timeout=15)
         wait_for(
             "the coordinator's will (offline)",
             lambda: _retained(broker, coordinator_topic).get("online") is False,
             timeout_s=30,
         )
     finally:
-        if coordinator is not None:
-            coordinator.terminate()
-            coordinator.wait(timeout=15)
+        coordinators.stop()  # before its broker
         broker.stop()

@@ -30,12 +30,12 @@ import pytest
 import yaml
 
 from slonkd.core.topology import leaf_membership
+from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
 from slonkd.testing.helm import CHART_DIR, Helm
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
+from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from tests.e2e.conftest import read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -74,7 +74,7 @@ class Deployed:
     ns: str
     slurm: SlurmCluster
     config: dict[str, Any]
-    log: Path
+    coordinator: Daemon
     url: str
 
     def get(self, path: str) -> tuple[int, Any]:
@@ -90,7 +90,7 @@ class Deployed:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The coordinator's log lines of one event."""
-        return [e for e in read_json_log(self.log) if e.get("event") == name]
+        return self.coordinator.events(name)
 
 
 def _render(helm: Helm, ns: str, test_label: dict[str, str]) -> tuple[str, dict[str, Any]]:
@@ -144,7 +144,11 @@ def _by_namespace(manifests: str) -> tuple[str, str]:
 
 @pytest.fixture
 def deployed(
-    kube: KubeCluster, namespace: str, session_root: Path, tmp_path: Path
+    kube: KubeCluster,
+    namespace: str,
+    session_root: Path,
+    tmp_path: Path,
+    coordinators: Coordinators,
 ) -> Iterator[Deployed]:
     """The chart's objects applied, SLURM from the seed, the coordinator running."""
     assert kube.tools is not None
@@ -166,7 +170,6 @@ def deployed(
     (root / "etc").mkdir(parents=True)
     slurm.topology_conf.write_text(files["seed"])
     copier: ConfigMapCopy | None = None
-    proc: subprocess.Popen[bytes] | None = None
     try:
         slurm.start()
         slurm.wait_idle(NODES)
@@ -184,37 +187,22 @@ def deployed(
         cm = f"/api/v1/namespaces/{namespace}/configmaps/{config['topology']['configmap']}"
         copier = ConfigMapCopy(kube, cm, slurm.topology_conf)
         copier.start()
-        log = tmp_path / "coordinator.log"
-        env = {
-            **os.environ,
-            "POD_NAMESPACE": namespace,
-            "POD_NAME": "coordinator-a",
-            "KUBECONFIG": str(kubeconfig),
-            "SLURM_CONF": str(slurm.conf),
-            "SLONKD_CONFIG": str(tmp_path / "config.json"),
-        }
+        env = coordinator_env(namespace=namespace, kubeconfig=kubeconfig, slurm_conf=slurm.conf)
         for key in [k for k in env if k.startswith("SLONKD_MQTT")]:
             del env[key]
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        d = Deployed(kube, namespace, slurm, config, log, f"http://127.0.0.1:{port}")
-        wait_for(
-            "the chart's coordinator leads",
+        coordinator = coordinators.start(  # the chart's coordinator leads, synced
+            env, identity="coordinator-a", config=tmp_path / "config.json", timeout_s=60
+        )
+        d = Deployed(kube, namespace, slurm, config, coordinator, f"http://127.0.0.1:{port}")
+        wait_for(  # its status answers once a first pass is done
+            "the chart's coordinator's first pass",
             lambda: d.get("/v1/status")[0] == 200,
             timeout_s=60,
-            alive=lambda: None if proc is None or proc.poll() is None else log.read_text()[-3000:],
+            alive=coordinator.exited,
         )
         yield d
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=15)
+        coordinators.stop()
         if copier is not None:
             copier.stopped.set()
             copier.join(timeout=5)
@@ -286,7 +274,7 @@ def test_the_chart_config_runs_the_real_coordinator(deployed: Deployed) -> None:
     # an HTTP 403 anywhere in a log line but its timestamp (whose digits can read "403")
     forbidden = [
         e
-        for e in read_json_log(d.log)
+        for e in d.coordinator.events()
         if re.search(
             r"(?<![\d.])403(?![\d.])", json.dumps({k: v for k, v in e.items() if k != "timestamp"})
         )

@@ -21,13 +21,18 @@ from typing import Any
 
 import pytest
 
+from slonkd.core.log_events import (
+    COORDINATOR_API_LISTENING,
+    COORDINATOR_LEADING,
+    COORDINATOR_SYNCED,
+)
+from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
 from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
+from slonkd.testing.procs import HarnessError, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import (
     marked_unhealthy,
-    read_json_log,
     set_unschedulable,
     slurm_of_release,
 )
@@ -46,14 +51,28 @@ class Fleet:
     slurm: SlurmCluster
     namespace: str
     kube_nodes: list[str]
-    log: Path
     env: dict[str, str]
     audit: Path
-    procs: list[subprocess.Popen[bytes]]
+    coordinators: Coordinators
+    """The first is the fleet's; tests start standbys."""
+
+    @property
+    def first(self) -> Daemon:
+        """The coordinator the fleet started with."""
+        return self.coordinators[0]
+
+    @property
+    def log(self) -> Path:
+        """The first coordinator's log."""
+        return self.first.log
+
+    def standby(self, identity: str) -> Daemon:
+        """Start another candidate (it leads only when the lease is free)."""
+        return self.coordinators.start(self.env, identity=identity, until=None)
 
     def api_url(self) -> str:
         """The leader's status API (its port is chosen at start and logged)."""
-        ports = [e["port"] for e in self.events() if e.get("event") == "coordinator.api_listening"]
+        ports = [e["port"] for e in self.events(COORDINATOR_API_LISTENING)]
         return f"http://127.0.0.1:{ports[-1]}"
 
     def slonkd(self, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -84,9 +103,9 @@ class Fleet:
         """K8s nodes of the fleet that are cordoned."""
         return {n for n in self.kube_nodes if self.knode(n)["spec"].get("unschedulable")}
 
-    def events(self) -> list[dict[str, Any]]:
-        """The coordinator's JSON log lines."""
-        return read_json_log(self.log)
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The first coordinator's JSON log lines, or only those of event ``name``."""
+        return self.first.events(name)
 
     def pods_on(self, kube_node: str) -> list[str]:
         """Names of the live pods on ``kube_node``."""
@@ -154,7 +173,8 @@ def fleet(
     fleet_slurm: tuple[SlurmCluster, dict[str, str]],
     tmp_path: Path,
     coordinator_config: dict[str, Any],
-) -> Iterator[Fleet]:
+    coordinators: Coordinators,
+) -> Fleet:
     """20 worker pods on 10 kwok nodes, 20 idle slurmd, one coordinator with fast timings."""
     slurm, clients = fleet_slurm
     label = {"slonk.dev/test": namespace}
@@ -188,58 +208,23 @@ def fleet(
     config.write_text(
         json.dumps({"audit_path": str(tmp_path / "audit.jsonl"), **coordinator_config})
     )
-    env = {
-        **os.environ,
-        "POD_NAMESPACE": namespace,
-        "POD_NAME": "coordinator-0",
-        "KUBECONFIG": str(kube.kubeconfig),
-        "SLURM_CONF": str(slurm.conf),
-        "SLONKD_CONFIG": str(config),
+    env = coordinator_env(
+        namespace=namespace,
+        kubeconfig=kube.kubeconfig,
+        slurm_conf=slurm.conf,
+        SLONKD_CONFIG=str(config),
         **clients,
-    }
-    log = tmp_path / "coordinator.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-    f = Fleet(
+    )
+    coordinators.start(env)  # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
+    return Fleet(
         kube=kube,
         slurm=slurm,
         namespace=namespace,
         kube_nodes=kube_nodes,
-        log=log,
         env=env,
         audit=tmp_path / "audit.jsonl",
-        procs=[proc],
+        coordinators=coordinators,
     )
-    try:
-        wait_for(
-            "coordinator synced",
-            lambda: any(e.get("event") == "coordinator.synced" for e in f.events()),
-            timeout_s=30,
-            alive=lambda: None if proc.poll() is None else log.read_text()[-2000:],
-        )
-        yield f
-    finally:
-        stuck = []
-        for p in f.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.send_signal(signal.SIGUSR1)  # its asyncio tasks, to its log
-                    time.sleep(1)
-                    p.kill()
-                    p.wait(timeout=15)
-                    stuck.append(p.pid)
-        if stuck:
-            logs = "".join(path.read_text()[-6000:] for path in tmp_path.glob("*.log"))
-            raise AssertionError(f"coordinators {stuck} ignored SIGTERM for 15 s:\n{logs}")
 
 
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:
@@ -256,7 +241,7 @@ def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> Non
     wait_for("their SLURM nodes drained", drained, timeout_s=20)
     others = [n for n, r in fleet.reasons().items() if n not in affected]
     assert all(fleet.reasons()[n] == "none" for n in others)
-    drains = [e for e in fleet.events() if e.get("event") == "slurm.nodes_drain"]
+    drains = fleet.events("slurm.nodes_drain")
     placement = {n: fleet.pods_on(n) for n in fleet.kube_nodes}
     assert sorted(n for e in drains for n in e["nodes"]) == affected, placement
     assert len(drains) <= 3  # bulk: all of them in at most 3 hostlist updates
@@ -330,9 +315,7 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
         passes = json.loads(resp.read())["passes"]
     assert passes["slurm_poll_backend"] == "libslurm", passes
     assert passes["slurm_change_polls"] > 0, passes
-    wait_for(
-        "evicted", lambda: any(e.get("event") == "kube.evict" for e in fleet.events()), timeout_s=20
-    )
+    wait_for("evicted", lambda: bool(fleet.events("kube.evict")), timeout_s=20)
     events = (
         fleet.kube.api.request("GET", "/api/v1/namespaces/default/events")["items"]
         + fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")["items"]
@@ -348,9 +331,9 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
         timeout_s=30,
     )
     time.sleep(4)
-    evictions = [e for e in fleet.events() if e.get("event") == "kube.evict"]
+    evictions = fleet.events("kube.evict")
     assert len(evictions) == 1
-    cordons = [e for e in fleet.events() if e.get("event") == "kube.cordon"]
+    cordons = fleet.events("kube.cordon")
     assert {e["kube_node"] for e in cordons} == {kube_node}
     assert fleet.reasons()[victim] == "Kill task failed"  # SLURM's reason: slonkd never clears it
     # every action is in the audit log with its cause and fencing token
@@ -377,22 +360,9 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     assert fleet.slonkd("explain", "no-such-node").returncode == 1
 
 
-def _spawn_coordinator(fleet: Fleet, identity: str, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-            env={**fleet.env, "POD_NAME": identity},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-    fleet.procs.append(proc)
-    return proc
-
-
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "max_out": 3, "mass_percent": 100}])
 def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
-    fleet: Fleet, tmp_path: Path
+    fleet: Fleet,
 ) -> None:
     """6 of 20 nodes fail at once: at most the budget (3) is marked, the breaker opens and stays.
 
@@ -403,11 +373,11 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     fleet.fail(failing)
     wait_for("breaker open", lambda: fleet.state().get("breakerOpen") == "true", timeout_s=20)
     time.sleep(3)  # a few more passes
-    marked = {e["node"] for e in fleet.events() if e.get("event") == "kube.cordon"}
+    marked = {e["node"] for e in fleet.events("kube.cordon")}
     assert 1 <= len(marked) <= 3, marked
     assert len(fleet.cordoned()) <= 3
     assert "exhausted" in fleet.state()["breakerReason"]
-    assert any(e.get("event") == "budget.breaker_opened" for e in fleet.events())
+    assert fleet.events("budget.breaker_opened")
     events = fleet.kube.api.request("GET", f"/api/v1/namespaces/{fleet.namespace}/events")
     assert any(e.get("reason") == "BreakerOpen" for e in events["items"])
     with urllib.request.urlopen(f"{fleet.api_url()}/metrics", timeout=10) as response:  # noqa: S310
@@ -418,19 +388,13 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     )
     cordoned_before = fleet.cordoned()
     # failover: a second candidate takes over after the leader is SIGKILLed
-    second_log = tmp_path / "coordinator-1.log"
-    _spawn_coordinator(fleet, "coordinator-1", second_log)
-    fleet.procs[0].kill()
-    wait_for(
-        "second leads",
-        lambda: any(e.get("event") == "coordinator.synced" for e in read_json_log(second_log)),
-        timeout_s=40,
-    )
+    second = fleet.standby("coordinator-1")
+    fleet.first.kill()
+    second.wait(COORDINATOR_SYNCED, timeout_s=40)
     time.sleep(4)
-    second = read_json_log(second_log)
-    assert not [e for e in second if e.get("event") in ("kube.cordon", "kube.evict")]
-    assert any(e.get("event") == "budget.refused" for e in second), [
-        (e.get("event"), e.get("node"), e.get("error")) for e in second
+    assert not second.events("kube.cordon") + second.events("kube.evict")
+    assert second.events("budget.refused"), [
+        (e.get("event"), e.get("node"), e.get("error")) for e in second.events()
     ]
     assert fleet.cordoned() == cordoned_before
     assert fleet.state()["breakerOpen"] == "true"
@@ -444,7 +408,7 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     rest = set(failing) - marked
 
     def rest_handled() -> bool:
-        evicted = {e["node"] for e in read_json_log(second_log) if e.get("event") == "kube.evict"}
+        evicted = {e["node"] for e in second.events("kube.evict")}
         return bool(evicted & rest) and len(fleet.cordoned()) <= 3
 
     wait_for("held-back failures handled after the reset", rest_handled, timeout_s=30)
@@ -496,7 +460,7 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
     assert fleet.reasons()["w-6"] == "Kill task failed"
 
     def passes() -> int:
-        return sum(1 for e in fleet.events() if e.get("event") == "coordinator.pass")
+        return len(fleet.events("coordinator.pass"))
 
     seen = passes()
     wait_for("three more passes", lambda: passes() >= seen + 3, timeout_s=30)
@@ -518,26 +482,25 @@ def _audited(fleet: Fleet, action: str) -> list[str]:
 
 
 def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
-    fleet: Fleet, tmp_path: Path
+    fleet: Fleet,
 ) -> None:
     """A standby never acts; the leader SIGKILLed in a bulk drain: the standby finishes it.
 
     No node is drained twice (the audit log of both has one drain a node at most).
     """
-    second_log = tmp_path / "coordinator-1.log"
-    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    second = fleet.standby("coordinator-1")
     time.sleep(4)
-    assert not [e for e in read_json_log(second_log) if e.get("event") == "coordinator.leading"]
+    assert not second.events(COORDINATOR_LEADING)
     cordoned = fleet.kube_nodes[:5]
     affected = sorted(p for n in cordoned for p in fleet.pods_on(n))
     set_unschedulable(fleet.kube, cordoned)
-    fleet.procs[0].kill()  # the leader dies while (or before) it drains them
+    fleet.first.kill()  # the leader dies while (or before) it drains them
     wait_for(
         "all drained by one of them",
         lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in affected),
         timeout_s=45,
     )
-    assert any(e.get("event") == "coordinator.leading" for e in read_json_log(second_log))
+    assert second.events(COORDINATOR_LEADING)
     time.sleep(3)
     drains = _audited(fleet, "drain")
     assert sorted(set(drains)) == sorted(set(drains) & set(affected))
@@ -550,20 +513,14 @@ def test_two_coordinators_one_acts_and_a_sigkill_mid_bulk_converges_once(
     )
 
 
-def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path: Path) -> None:
+def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet) -> None:
     """SIGSTOP the leader past its lease; the standby leads; SIGCONT: the old one writes nothing."""
-    second_log = tmp_path / "coordinator-1.log"
-    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    second = fleet.standby("coordinator-1")
     time.sleep(2)
-    first = fleet.procs[0]
-    first.send_signal(signal.SIGSTOP)
+    fleet.first.signal(signal.SIGSTOP)
     stopped_at = len(fleet.log.read_text().splitlines())
     try:
-        wait_for(
-            "standby leads",
-            lambda: any(e.get("event") == "coordinator.synced" for e in read_json_log(second_log)),
-            timeout_s=40,
-        )
+        second.wait(COORDINATOR_SYNCED, timeout_s=40)
         target = fleet.kube_nodes[6]
         affected = fleet.pods_on(target)
         set_unschedulable(fleet.kube, [target])
@@ -573,7 +530,7 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
             timeout_s=20,
         )
     finally:
-        first.send_signal(signal.SIGCONT)
+        fleet.first.signal(signal.SIGCONT)
     time.sleep(5)  # the old leader wakes, finds its lease gone and stops
     set_unschedulable(fleet.kube, [target], on=False)
     wait_for("resumed", lambda: all(fleet.reasons()[n] == "none" for n in affected), timeout_s=20)
@@ -588,27 +545,24 @@ def test_a_sigstopped_leader_writes_nothing_when_it_wakes(fleet: Fleet, tmp_path
     assert not writes, writes
 
 
-def _leading(log: Path) -> list[int]:
+def _leading(coordinator: Daemon) -> list[int]:
     """The fencing tokens of the terms a coordinator led, in order."""
-    return [
-        e["fencing_token"] for e in read_json_log(log) if e.get("event") == "coordinator.leading"
-    ]
+    return [e["fencing_token"] for e in coordinator.events(COORDINATOR_LEADING)]
 
 
 def test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going(
-    fleet: Fleet, tmp_path: Path
+    fleet: Fleet,
 ) -> None:
     """Delete the Lease under a leader and its standby: the next term still writes the state.
 
     A failover first raises the token (and the state's) to 1; the recreated Lease's term must
     be above it, or every state write (remediation, breaker) is refused as an old leader's.
     """
-    second_log = tmp_path / "coordinator-1.log"
-    _spawn_coordinator(fleet, "coordinator-1", second_log)
+    second = fleet.standby("coordinator-1")
     time.sleep(2)
-    fleet.procs[0].kill()
-    wait_for("the standby leads", lambda: bool(_leading(second_log)), timeout_s=40)
-    first_token = _leading(second_log)[0]
+    fleet.first.kill()
+    wait_for("the standby leads", lambda: bool(_leading(second)), timeout_s=40)
+    first_token = _leading(second)[0]
     assert first_token >= 1
     fleet.fail(["w-3"])
     wait_for(
@@ -617,8 +571,7 @@ def test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going(
         timeout_s=30,
     )
     assert fleet.state()["fencingToken"] == str(first_token)
-    third_log = tmp_path / "coordinator-2.log"
-    _spawn_coordinator(fleet, "coordinator-2", third_log)  # a running pair again
+    third = fleet.standby("coordinator-2")  # a running pair again
     time.sleep(2)
     fleet.kube.api.request(
         "DELETE",
@@ -626,7 +579,7 @@ def test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going(
     )
     wait_for(
         "a term after the deletion",
-        lambda: len(_leading(second_log)) + len(_leading(third_log)) >= 2,
+        lambda: len(_leading(second)) + len(_leading(third)) >= 2,
         timeout_s=40,
     )
     victim = next(
@@ -669,12 +622,12 @@ def test_a_corrupt_state_pauses_the_coordinator_until_state_reset(fleet: Fleet) 
     )
 
     def corrupt_logged() -> list[dict[str, Any]]:
-        return [e for e in fleet.events() if e.get("event") == "coordinator.state_corrupt"]
+        return fleet.events("coordinator.state_corrupt")
 
     wait_for("the corruption is logged", lambda: bool(corrupt_logged()), timeout_s=20)
     fleet.fail(["w-2"])
     time.sleep(4)  # several passes (resync 1 s)
-    assert fleet.procs[0].poll() is None, fleet.log.read_text()[-2000:]
+    assert fleet.first.exited() is None, fleet.first.exited()
     assert not fleet.cordoned()
     assert len(corrupt_logged()) == 1  # once per distinct error, not every pass
     shown = fleet.slonkd("status", "-o", "json")
@@ -696,7 +649,7 @@ def test_a_corrupt_state_pauses_the_coordinator_until_state_reset(fleet: Fleet) 
     assert json.loads(reset.stdout.splitlines()[0])["discarded"] == corrupt
     assert fleet.state()["fencingToken"] == "0"
     wait_for("w-2 marked after the reset", lambda: len(fleet.cordoned()) == 1, timeout_s=30)
-    assert any(e.get("event") == "coordinator.state_readable" for e in fleet.events())
+    assert fleet.events("coordinator.state_readable")
 
 
 def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None:
@@ -718,7 +671,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
             timeout_s=60,
         )
     except HarnessError:
-        fleet.procs[0].send_signal(signal.SIGUSR1)
+        fleet.first.signal(signal.SIGUSR1)
         time.sleep(1)
         raise AssertionError(fleet.log.read_text()[-12000:]) from None
     fleet.slurm.stop_slurmctld()
@@ -733,7 +686,7 @@ def test_apiserver_and_slurmctld_restarts_mid_run_converge(fleet: Fleet) -> None
         lambda: all(fleet.reasons()[n].startswith("slonkd:k8s-cordoned") for n in drained_second),
         timeout_s=60,
     )
-    assert fleet.procs[0].poll() is None  # it rode both out
+    assert fleet.first.running  # it rode both out
     set_unschedulable(fleet.kube, [first, second], on=False)
     wait_for(
         "resumed",
@@ -772,7 +725,7 @@ def test_a_second_failure_on_the_same_k8s_node_requests_a_reboot(fleet: Fleet) -
     wait_for("reboot requested", reboot_requested, timeout_s=20)
     node = fleet.knode(kube_node)
     assert "attempt 2" in node["metadata"]["annotations"]["slonk.dev/reboot-requested"]
-    evictions = [e for e in fleet.events() if e.get("event") == "kube.evict"]
+    evictions = fleet.events("kube.evict")
     assert [e["node"] for e in evictions] == [first]  # the second one was not restarted
     remediation = json.loads(fleet.state()["remediation"])
     assert remediation[kube_node]["attempts"] == 2
@@ -852,7 +805,7 @@ def test_node_deletion_held_by_a_finalizer_never_kills_a_job(fleet: Fleet) -> No
         time.sleep(3)  # several passes
         assert job_state() == "RUNNING"
         assert not down(busy)
-        assert not [e for e in fleet.events() if e.get("event") == "slurm.jobs_requeued"]
+        assert not fleet.events("slurm.jobs_requeued")
         fleet.slurm.run("scancel", job)
         wait_for("busy one down", lambda: down(busy), timeout_s=30)
     finally:
@@ -905,4 +858,4 @@ def test_a_reset_takes_standing_failures_within_the_budget(fleet: Fleet) -> None
     time.sleep(4)  # several passes
     assert fleet.state()["breakerOpen"] == "false", fleet.state()["breakerReason"]
     assert 1 <= len(fleet.cordoned()) <= 2  # two pods share a K8s node: one or two nodes
-    assert any(e.get("event") == "budget.reset_seen" for e in fleet.events())
+    assert fleet.events("budget.reset_seen")

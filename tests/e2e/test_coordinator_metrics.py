@@ -9,8 +9,6 @@ fleet family is read back from the leader's /metrics with the values the scene i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,10 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
-from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
+from slonkd.core.log_events import COORDINATOR_LEADING
+from slonkd.testing.procs import HarnessError, wait_for
 from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
 from tests.e2e import test_coordinator
-from tests.e2e.conftest import read_json_log, set_unschedulable
+from tests.e2e.conftest import set_unschedulable
 from tests.e2e.test_coordinator import BASE_CONFIG, PODS, Fleet
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -215,26 +214,12 @@ def test_the_fleet_metrics_cost_slurmctld_only_their_sdiag(fleet: Fleet, tmp_pat
     ))  # fmt: skip
     time.sleep(3)  # past its first pass, as the exporter-off window below
     on = rpcs_at_rest(fleet.slurm)
-    fleet.procs[0].terminate()
-    fleet.procs[0].wait(timeout=30)
+    assert fleet.first.stop(grace_s=30), fleet.first.exited()
     config = tmp_path / "coordinator-off.json"
     config.write_text(json.dumps({**AT_REST, "fleet_metrics": False}))
-    with fleet.log.open("ab") as out:
-        fleet.procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env={**fleet.env, "SLONKD_CONFIG": str(config)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        )
-
-    def leading_again() -> bool:
-        leading = [e for e in read_json_log(fleet.log) if e.get("event") == "coordinator.leading"]
-        return len(leading) >= 2
-
-    wait_for("the exporter-off coordinator leading", leading_again, timeout_s=60)
+    fleet.coordinators.start(  # the exporter-off coordinator, on the same log
+        fleet.env, config=config, log=fleet.log, until=COORDINATOR_LEADING, timeout_s=60
+    )
     time.sleep(3)  # its first pass
     assert not any(name.startswith("slonkd_fleet_") for name, _ in scrape(fleet))
     off = rpcs_at_rest(fleet.slurm)

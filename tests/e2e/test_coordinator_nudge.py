@@ -14,8 +14,6 @@ nothing; restarted with the setting off, it clears exactly its own.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,12 +26,13 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.slurm.triggers import Trigger, parse_strigger_get
+from slonkd.core.log_events import COORDINATOR_SYNCED
+from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -50,18 +49,19 @@ class NudgeFleet:
     kube: KubeCluster
     slurm: SlurmCluster
     namespace: str
-    log: Path
-    start: Callable[[], subprocess.Popen[bytes]]
-    """Start (or restart, after stop()) the coordinator process."""
-    procs: list[subprocess.Popen[bytes]]
+    coordinator: Daemon
     foreign: list[Trigger]
     """The operator's triggers, set before the coordinator first started."""
     config: Path
     """The coordinator's SLONKD_CONFIG (read at each start)."""
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        """The coordinator's JSON log lines of event ``name``."""
-        return [e for e in read_json_log(self.log) if e.get("event") == name]
+        """The coordinator's JSON log lines of event ``name`` (all its runs)."""
+        return self.coordinator.events(name)
+
+    def start(self) -> None:
+        """Restart the coordinator (after stop()); return once it is synced again."""
+        self.coordinator.start(until=COORDINATOR_SYNCED)
 
     def triggers(self) -> list[Trigger]:
         """Every trigger slurmctld holds."""
@@ -69,9 +69,7 @@ class NudgeFleet:
 
     def stop(self) -> None:
         """SIGTERM the running coordinator and wait for it."""
-        proc = self.procs.pop()
-        proc.terminate()
-        proc.wait(timeout=15)
+        assert self.coordinator.stop(), self.coordinator.exited()
 
     def kube_node_of(self, pod: str) -> str:
         """The K8s node a pod runs on."""
@@ -92,6 +90,7 @@ def nudge_fleet(
     session_root: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    coordinators: Coordinators,
 ) -> Iterator[NudgeFleet]:
     """Mosquitto, SLURM (its triggers nudge over MQTT), two pods, a slow-resync coordinator."""
     broker = Mosquitto(
@@ -102,7 +101,6 @@ def nudge_fleet(
         },
     )
     broker.start()
-    procs: list[subprocess.Popen[bytes]] = []
     try:
         # slurmctld runs its triggers with its own environment: it starts with these.
         ctld_env = {
@@ -159,50 +157,27 @@ def nudge_fleet(
                 }
             )
         )
-        env = {
-            **os.environ,
-            "POD_NAMESPACE": namespace,
-            "POD_NAME": "coordinator-0",
-            "KUBECONFIG": str(kube.kubeconfig),
-            "SLURM_CONF": str(slurm.conf),
-            "SLONKD_CONFIG": str(config),
-            "SLONKD_MQTT_HOST": broker.host,
-            "SLONKD_MQTT_PORT": str(broker.port),
-            "SLONKD_MQTT_USER": "coordinator",
-            "SLONKD_MQTT_PASSWORD": "coord-pw",
-        }
-        log = tmp_path / "coordinator.log"
-        log.touch()
-
-        def start() -> subprocess.Popen[bytes]:
-            synced = len(fleet.events("coordinator.synced"))
-            with log.open("ab") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            procs.append(proc)
-            wait_for(
-                "coordinator synced",
-                lambda: len(fleet.events("coordinator.synced")) > synced,
-                timeout_s=30,
-                alive=lambda: None if proc.poll() is None else log.read_text()[-2000:],
-            )
-            return proc
-
-        fleet = NudgeFleet(
-            kube=kube, slurm=slurm, namespace=namespace, log=log, start=start, procs=procs,
-            foreign=parse_strigger_get(slurm.run("strigger", "--get").stdout), config=config,
-        )  # fmt: skip
-        start()
-        yield fleet
+        env = coordinator_env(
+            namespace=namespace,
+            kubeconfig=kube.kubeconfig,
+            slurm_conf=slurm.conf,
+            SLONKD_MQTT_HOST=broker.host,
+            SLONKD_MQTT_PORT=str(broker.port),
+            SLONKD_MQTT_USER="coordinator",
+            SLONKD_MQTT_PASSWORD="coord-pw",
+        )
+        foreign = parse_strigger_get(slurm.run("strigger", "--get").stdout)
+        coordinator = coordinators.start(env, config=config)  # read again at each start
+        yield NudgeFleet(
+            kube=kube,
+            slurm=slurm,
+            namespace=namespace,
+            coordinator=coordinator,
+            foreign=foreign,
+            config=config,
+        )
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=15)
+        coordinators.stop()  # before its broker
         broker.stop()
 
 

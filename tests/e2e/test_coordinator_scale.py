@@ -8,22 +8,21 @@ a K8s node and a SLURM node are counted the same.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slonkd.core.log_events import COORDINATOR_SYNCED
+from slonkd.testing.daemon import Coordinators, coordinator_env
 from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log, set_unschedulable
+from tests.e2e.conftest import set_unschedulable
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -51,13 +50,12 @@ class BigFleet:
     placement: dict[str, str]
     """SLURM node (pod) -> K8s node."""
     env: dict[str, str]
-    logs: list[Path]
-    procs: list[subprocess.Popen[bytes]]
-    root: Path
+    coordinators: Coordinators
+    """The first is the fleet's; a test starts a standby."""
 
-    def events(self, i: int = 0) -> list[dict[str, Any]]:
-        """JSON log lines of coordinator ``i``."""
-        return read_json_log(self.logs[i])
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The first coordinator's log lines of event ``name``."""
+        return self.coordinators[0].events(name)
 
     def reasons(self) -> dict[str, str]:
         """``{slurm node: reason}`` (``none`` when there is none)."""
@@ -90,21 +88,6 @@ class BigFleet:
         path = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
         return dict(self.kube.api.request("GET", path).get("data") or {})
 
-    def spawn(self, identity: str) -> int:
-        """Start a coordinator candidate; its index in logs/procs."""
-        log = self.root / f"{identity}.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env={**self.env, "POD_NAME": identity},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        self.logs.append(log)
-        self.procs.append(proc)
-        return len(self.procs) - 1
-
 
 @pytest.fixture
 def big_config() -> dict[str, Any]:
@@ -120,7 +103,8 @@ def big_fleet(
     slurm_factory: Callable[..., SlurmCluster],
     tmp_path: Path,
     big_config: dict[str, Any],
-) -> Iterator[BigFleet]:
+    coordinators: Coordinators,
+) -> BigFleet:
     """100 pods, one per kwok node, 2 real slurmd and 98 declared SLURM nodes; a coordinator."""
     slurm = slurm_factory(
         SlurmLayout(nodes=("w-0",), extra_prefix="w-", extra_nodes=PODS - 1, slurmd_timeout_s=3600)
@@ -153,36 +137,21 @@ def big_fleet(
     time.sleep(2)  # Ready for longer than failure_grace_s
     config = tmp_path / "coordinator.json"
     config.write_text(json.dumps(big_config))
-    env = {
-        **os.environ,
-        "POD_NAMESPACE": namespace,
-        "KUBECONFIG": str(kube.kubeconfig),
-        "SLURM_CONF": str(slurm.conf),
-        "SLONKD_CONFIG": str(config),
-    }
-    fleet = BigFleet(
+    env = coordinator_env(
+        namespace=namespace,
+        kubeconfig=kube.kubeconfig,
+        slurm_conf=slurm.conf,
+        SLONKD_CONFIG=str(config),
+    )
+    coordinators.start(env, timeout_s=60)  # until it is synced; stopped at the end
+    return BigFleet(
         kube=kube,
         slurm=slurm,
         namespace=namespace,
         placement=placement,
         env=env,
-        logs=[],
-        procs=[],
-        root=tmp_path,
+        coordinators=coordinators,
     )
-    fleet.spawn("coordinator-0")
-    try:
-        wait_for(
-            "coordinator synced",
-            lambda: any(e.get("event") == "coordinator.synced" for e in fleet.events()),
-            timeout_s=60,
-        )
-        yield fleet
-    finally:
-        for proc in fleet.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=15)
 
 
 @pytest.mark.parametrize(
@@ -202,12 +171,12 @@ def test_cordon_50_k8s_nodes_drains_50_slurm_nodes_in_few_bulk_calls(big_fleet: 
     wait_for("50 drained", drained, timeout_s=60)
     reasons = f.reasons()
     assert all(reasons[p] == "none" for p in pods if p not in chosen)
-    drains = [e for e in f.events() if e.get("event") == "slurm.nodes_drain"]
+    drains = f.events("slurm.nodes_drain")
     assert sorted(n for e in drains for n in e["nodes"]) == sorted(chosen)
     assert sum(e["calls"] for e in drains) <= 6, drains  # a few bulk calls, not 50
     set_unschedulable(f.kube, [f.placement[p] for p in chosen], on=False)
     wait_for("resumed", lambda: all(f.reasons()[p] == "none" for p in chosen), timeout_s=60)
-    resumes = [e for e in f.events() if e.get("event") == "slurm.nodes_release"]
+    resumes = f.events("slurm.nodes_release")
     assert sum(e["calls"] for e in resumes) <= 6, resumes
 
 
@@ -238,16 +207,12 @@ def test_same_cause_on_30_of_100_opens_the_breaker_and_a_failover_keeps_it(
     assert 1 <= len(f.cordoned()) <= 5
     assert f.tainted() <= f.cordoned(), f.tainted() - f.cordoned()
     before = f.cordoned()
-    second = f.spawn("coordinator-1")
-    f.procs[0].kill()
-    wait_for(
-        "second leads",
-        lambda: any(e.get("event") == "coordinator.synced" for e in f.events(second)),
-        timeout_s=40,
-    )
+    second = f.coordinators.start(f.env, identity="coordinator-1", until=None)
+    f.coordinators[0].kill()
+    second.wait(COORDINATOR_SYNCED, timeout_s=40)  # it leads
     time.sleep(5)
     assert f.cordoned() == before
     assert f.tainted() <= before
     assert f.state()["breakerOpen"] == "true"
-    assert not [e for e in f.events(second) if e.get("event") == "kube.cordon"]
-    assert any(e.get("event") == "budget.refused" for e in f.events(second))
+    assert not second.events("kube.cordon")
+    assert second.events("budget.refused")

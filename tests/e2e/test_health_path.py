@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,13 +25,14 @@ from typing import Any
 import pytest
 
 from slonkd.core.kube_actions import REBOOT_TAINT
+from slonkd.testing.daemon import Coordinators, Daemon
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
+from slonkd.testing.procs import free_ports, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout, control
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy, read_json_log
+from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -107,7 +106,7 @@ class HealthFleet:
     namespace: str
     kube_nodes: list[str]
     agents: dict[str, AgentProcess]
-    coordinator_log: Path
+    coordinator: Daemon
     mount_root: Path
     """w-0 checks the mount ``mount_root/sw/proc``; ``sw`` is a symlink to ``/`` (so the
     path is /proc, a responsive mount point) until a test points it elsewhere."""
@@ -138,9 +137,9 @@ class HealthFleet:
         """The node's state as ``sinfo -N -o %T`` prints it (``idle``, ``drained`` ...)."""
         return self.slurm.node_states().get(node, "")
 
-    def coordinator_events(self) -> list[dict[str, Any]]:
-        """The coordinator's JSON log lines."""
-        return read_json_log(self.coordinator_log)
+    def coordinator_events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The coordinator's JSON log lines, or only those of event ``name``."""
+        return self.coordinator.events(name)
 
     def kube_node_of(self, pod: str) -> str:
         """The K8s node a pod runs on."""
@@ -192,6 +191,7 @@ def health_fleet(
     slurm_factory: Callable[..., SlurmCluster],
     session_root: Path,
     tmp_path: Path,
+    coordinators: Coordinators,
 ) -> Iterator[HealthFleet]:
     """Workers w-0..w-3 on four kwok nodes with agents, mosquitto and a coordinator.
 
@@ -225,7 +225,6 @@ def health_fleet(
     (mount_root / "sw").symlink_to("/")
     standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
     standin.start()
-    procs: list[subprocess.Popen[bytes]] = []
     agents: dict[str, AgentProcess] = {}
     gates = {n: PortGate() for n in NAMES} if options.gated else {}
     try:
@@ -300,43 +299,22 @@ def health_fleet(
         )
         env = {
             **base,
-            "POD_NAME": "coordinator-0",
-            "SLONKD_CONFIG": str(config),
             "SLONKD_MQTT_USER": "coordinator",
             "SLONKD_MQTT_PASSWORD": "coordinator-pw",
         }
-        log = tmp_path / "coordinator.log"
-        with log.open("ab") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            )
-        fleet = HealthFleet(
+        yield HealthFleet(
             kube=kube,
             slurm=slurm,
             namespace=namespace,
             kube_nodes=kube_nodes,
             agents=agents,
-            coordinator_log=log,
+            coordinator=coordinators.start(env, config=config),  # until synced
             mount_root=mount_root,
             audit=tmp_path / "audit.jsonl",
             gates=gates,
         )
-        wait_for(
-            "coordinator synced",
-            lambda: any(e.get("event") == "coordinator.synced" for e in fleet.coordinator_events()),
-            timeout_s=30,
-        )
-        yield fleet
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=15)
+        coordinators.stop()
         for agent in agents.values():
             agent.stop()
         standin.stop()
@@ -360,16 +338,16 @@ def test_failing_check_drains_cordons_and_evicts_once(health_fleet: HealthFleet)
         return marked_unhealthy(f.knode(kube_node))
 
     wait_for("K8s node marked unhealthy", marked, timeout_s=30)
-    drains = [e for e in f.coordinator_events() if e.get("event") == "slurm.nodes_drain"]
+    drains = f.coordinator_events("slurm.nodes_drain")
     assert any(e["cause"] == "health:slurmd-dead" and "w-0" in e["nodes"] for e in drains)
     wait_for(
         "evicted once",
-        lambda: any(e.get("event") == "kube.evict" for e in f.coordinator_events()),
+        lambda: bool(f.coordinator_events("kube.evict")),
         timeout_s=30,
     )
     time.sleep(3)
-    assert len([e for e in f.coordinator_events() if e.get("event") == "kube.evict"]) == 1
-    others = [e for e in f.coordinator_events() if e.get("event") == "kube.cordon"]
+    assert len(f.coordinator_events("kube.evict")) == 1
+    others = f.coordinator_events("kube.cordon")
     assert {e["kube_node"] for e in others} == {kube_node}
 
 
@@ -383,7 +361,7 @@ def test_same_failure_on_many_nodes_suspects_the_check(health_fleet: HealthFleet
         f.slurm.control({"op": "kill_slurmd", "node": name})
     wait_for(
         "cause suspected",
-        lambda: any(e.get("event") == "health.cause_suspected" for e in f.coordinator_events()),
+        lambda: bool(f.coordinator_events("health.cause_suspected")),
         timeout_s=30,
     )
     time.sleep(2)

@@ -63,7 +63,7 @@ def _wait_ended(f: Fleet, job: int) -> None:
 
 
 def _seen_failed(f: Fleet) -> set[int]:
-    return {e["job"] for e in f.events() if e.get("event") == "job_blame.job_failed"}
+    return {e["job"] for e in f.events("job_blame.job_failed")}
 
 
 def _events(f: Fleet, kube_node: str) -> list[dict[str, Any]]:
@@ -130,7 +130,7 @@ def test_a_node_failing_jobs_with_different_partners_is_drained_its_partners_not
     audit = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
     drains = [a for a in audit if a["action"] == "drain" and a["cause"] == "job-failures"]
     assert [a["node"] for a in drains] == [BAD], drains
-    blamed = [e for e in fleet.events() if e.get("event") == "job_blame.node_blamed"]
+    blamed = fleet.events("job_blame.node_blamed")
     assert [e["node"] for e in blamed] == [BAD]
     assert blamed[0]["partners"] == PARTNERS
 
@@ -138,12 +138,12 @@ def test_a_node_failing_jobs_with_different_partners_is_drained_its_partners_not
     fleet.slurm.run("scontrol", "update", f"nodename={BAD}", "state=resume")
     wait_for(
         "the resume seen",
-        lambda: any(e.get("event") == "job_blame.node_resumed" for e in fleet.events()),
+        lambda: bool(fleet.events("job_blame.node_resumed")),
         timeout_s=20,
     )
     time.sleep(4)
     assert fleet.slurm.node_states()[BAD] == "idle"  # not drained again for the same jobs
     reason = fleet.reasons()[BAD]
     assert reason == "none" or reason.startswith("slonkd:job-failures")  # 24.11 keeps the text
-    drains = [e for e in fleet.events() if e.get("event") == "slurm.nodes_drain"]
+    drains = fleet.events("slurm.nodes_drain")
     assert [e["nodes"] for e in drains] == [[BAD]], drains

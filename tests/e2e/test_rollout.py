@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -25,10 +23,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
 from slonkd.core.rollout import REVISION_LABEL
+from slonkd.testing.daemon import Coordinators, Daemon
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, wait_for
+from slonkd.testing.procs import wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
@@ -37,7 +37,6 @@ from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
 NAMES = ("r-0", "r-1", "r-2")
-EVENT_API = "coordinator.api_listening"
 KILLED = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
 
 
@@ -48,11 +47,20 @@ class Rollout:
     kube: KubeCluster
     slurm: SlurmCluster
     namespace: str
-    log: Path
     audit: Path
+    coordinators: Coordinators
+    """The first is the fleet's leader; a test starts the next."""
     agents: list[AgentProcess] = field(default_factory=list)
-    coordinators: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    start_coordinator: Callable[[str, Path], subprocess.Popen[bytes]] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """The coordinators' environment."""
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The first coordinator's JSON log lines, or only those of event ``name``."""
+        return self.coordinators[0].events(name)
+
+    def start_coordinator(self, identity: str) -> Daemon:
+        """Start a coordinator candidate; return once it leads and its rollout watches."""
+        return self.coordinators.start(self.env, identity=identity, until=ROLLOUT_WATCHING)
 
     def pods(self) -> list[dict[str, Any]]:
         """The worker pods."""
@@ -79,7 +87,7 @@ class Rollout:
 
     def transitions(self) -> dict[tuple[str, str], float]:
         """The leader's ``slonkd_transitions_total``: (action, cause) -> count."""
-        ports = [e["port"] for e in read_json_log(self.log) if e.get("event") == EVENT_API]
+        ports = [e["port"] for e in self.coordinators[0].events(COORDINATOR_API_LISTENING)]
         url = f"http://127.0.0.1:{ports[-1]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:
             text = answer.read().decode()
@@ -111,6 +119,7 @@ def rollout(
     unique: Callable[[str], str],
     slurm_factory: Callable[..., SlurmCluster],
     tmp_path: Path,
+    coordinators: Coordinators,
 ) -> Iterator[Rollout]:
     """3 workers of an OnDelete StatefulSet with agents, preStop and a coordinator.
 
@@ -136,8 +145,8 @@ def rollout(
         kube=kube,
         slurm=slurm,
         namespace=namespace,
-        log=tmp_path / "coordinator.log",
         audit=tmp_path / "audit.jsonl",
+        coordinators=coordinators,
     )
     try:
         sts = worker_statefulset(
@@ -196,32 +205,11 @@ def rollout(
             )
         )
 
-        def start(identity: str, log: Path) -> subprocess.Popen[bytes]:
-            """Start a coordinator candidate; return once it leads and its rollout watches."""
-            with log.open("ab") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                    env={**base, "POD_NAME": identity, "SLONKD_CONFIG": str(config)},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            r.coordinators.append(proc)
-            wait_for(
-                f"{identity}: rollout watching",
-                lambda: any(e.get("event") == "rollout.watching" for e in read_json_log(log)),
-                timeout_s=30,
-                alive=lambda: None if proc.poll() is None else log.read_text()[-2000:],
-            )
-            return proc
-
-        r.start_coordinator = start
-        start("coordinator-0", r.log)
+        r.env = {**base, "SLONKD_CONFIG": str(config)}
+        r.start_coordinator("coordinator-0")
         yield r
     finally:
-        for proc in r.coordinators:
-            proc.terminate()
-            proc.wait(timeout=15)
+        coordinators.stop()
         for agent in r.agents:
             agent.stop()
         standin.stop()
@@ -300,19 +288,18 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     # every SLURM node back in service, with no reason left behind
     reasons = r.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout.split()
     assert sorted(reasons) == sorted(f"{n}|none" for n in NAMES), reasons
-    events = read_json_log(r.log)
-    evicted = [e["pod"] for e in events if e.get("event") == "kube.evict"]
+    evicted = [e["pod"] for e in r.events("kube.evict")]
     assert sorted(evicted) == sorted(NAMES), evicted
 
     def progress_lines() -> list[dict[str, Any]]:  # what `slonkd status` shows, as it changed
-        return [e for e in read_json_log(r.log) if e.get("event") == "rollout.progress"]
+        return r.events("rollout.progress")
 
     wait_for("rollout reports complete", lambda: progress_lines()[-1]["complete"], timeout_s=10)
     progress = progress_lines()
     assert progress[-1]["updated"] == len(NAMES)
     assert progress[-1]["statefulsets"]["r"]["updated"] == len(NAMES)
     assert any(p["in_progress"] == {"r-1": "draining"} for p in progress), progress
-    requeued = [e for e in events if e.get("event") == "slurm.jobs_requeued"]
+    requeued = r.events("slurm.jobs_requeued")
     assert any(e["node"] == first_node and int(job_id) in e["jobs"] for e in requeued), requeued
     # every write of the rollout is in the audit log with its cause (one line per node), and
     # its SLURM changes are counted on /metrics like the coordinator's others
@@ -410,7 +397,7 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
     assert checkpoints[0] > 0, lines()
 
     # the coordinator left the requeue to the hook and never requeued the job unsignalled
-    events = read_json_log(r.log)
+    events = r.events()
     left = [e for e in events if e.get("event") == "rollout.requeue_left_to_prestop"]
     assert any(int(job_id) in [int(j) for j in e["jobs"]] for e in left), left
     assert not any(
@@ -464,10 +451,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
     )
 
     def blocked() -> bool:
-        return any(
-            e.get("event") == "rollout.blocked" and e.get("node") == "r-0"
-            for e in read_json_log(r.log)
-        )
+        return any(e.get("node") == "r-0" for e in r.events("rollout.blocked"))
 
     wait_for("rollout blocked on r-0", blocked, timeout_s=30)
     held_until = time.monotonic() + 4  # several rollout passes (poll 0.5 s)
@@ -494,12 +478,9 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
     wait_for("rollout done after the job ended", all_new, timeout_s=120)
 
 
-def test_a_new_leader_carries_on_a_rollout_from_slurms_state(
-    rollout: Rollout, tmp_path: Path
-) -> None:
+def test_a_new_leader_carries_on_a_rollout_from_slurms_state(rollout: Rollout) -> None:
     """The leader dies mid-rollout (SIGKILL); the next one finds the drained node and goes on."""
     r = rollout
-    assert r.start_coordinator is not None
     job_id = r.slurm.run(
         "sbatch",
         "--parsable",
@@ -520,15 +501,10 @@ def test_a_new_leader_carries_on_a_rollout_from_slurms_state(
     )
     wait_for("r-0 drained for the rollout", lambda: r.out_of_service() == {"r-0"}, timeout_s=30)
     r.coordinators[0].kill()  # no lease release, no clean-up: the state is SLURM's alone
-    r.coordinators[0].wait(timeout=10)
-    new_log = tmp_path / "coordinator-1.log"
-    r.start_coordinator("coordinator-1", new_log)  # leads once the dead one's lease expired
+    new = r.start_coordinator("coordinator-1")  # leads once the dead one's lease expired
 
     def blocked() -> bool:
-        return any(
-            e.get("event") == "rollout.blocked" and e.get("node") == "r-0"
-            for e in read_json_log(new_log)
-        )
+        return any(e.get("node") == "r-0" for e in new.events("rollout.blocked"))
 
     wait_for("new leader holds r-0 for the job", blocked, timeout_s=30)
     assert r.job(job_id)["JobState"] == "RUNNING"
@@ -546,7 +522,7 @@ def test_a_new_leader_carries_on_a_rollout_from_slurms_state(
         )
 
     wait_for("rollout finished by the new leader", all_new, timeout_s=120)
-    evicted = [e["pod"] for e in read_json_log(new_log) if e.get("event") == "kube.evict"]
+    evicted = [e["pod"] for e in new.events("kube.evict")]
     assert sorted(evicted) == list(NAMES), evicted  # r-0 included: carried on, not restarted
 
 
@@ -573,10 +549,7 @@ def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None
     )
 
     def refused() -> bool:
-        return any(
-            e.get("event") == "kube.evict" and e.get("outcome") == "refused"
-            for e in read_json_log(r.log)
-        )
+        return any(e.get("outcome") == "refused" for e in r.events("kube.evict"))
 
     wait_for("eviction refused by the PDB", refused, timeout_s=30)
     pods = {p["metadata"]["name"]: p for p in r.pods()}
@@ -652,7 +625,7 @@ def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
         stop.set()
         watcher.join(timeout=10)
     assert not touched, sorted(set(touched))
-    events = read_json_log(r.log)
+    events = r.events()
     assert any(e.get("event") == "rollout.held" and e.get("node") == "r-1" for e in events)
     progress = [e for e in events if e.get("event") == "rollout.progress"][-1]
     assert "on hold" in progress["held"]["r-1"], progress
@@ -664,5 +637,5 @@ def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
 
     r.kube.kubectl("label", "node", held_node, "slonk.dev/hold-")  # the operator is done
     wait_for("r-1 replaced once the hold is lifted", lambda: new("r-1"), timeout_s=120)
-    events = read_json_log(r.log)
+    events = r.events()
     assert any(e.get("event") == "rollout.hold_lifted" and e.get("node") == "r-1" for e in events)

@@ -10,26 +10,23 @@ pod that moves to another K8s node moves its SLURM node.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slonkd.core.topology import leaf_membership, stamped_hash
+from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import HarnessError, die_with_parent, wait_for
+from slonkd.testing.procs import HarnessError, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.workloads import worker_statefulset
-from tests.e2e.conftest import read_json_log
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -92,13 +89,12 @@ class Topo:
     slurm: SlurmCluster
     namespace: str
     kube_nodes: list[str]
-    log: Path
-    pids: list[int] = field(default_factory=list)
-    """The coordinator's pid (to ask it for its tasks when a wait fails)."""
+    coordinator: Daemon | None = None
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """The coordinator's log lines of one event."""
-        return [e for e in read_json_log(self.log) if e.get("event") == name]
+        assert self.coordinator is not None
+        return self.coordinator.events(name)
 
     def shown(self) -> dict[str, str]:
         """``{SLURM node: leaf switch}`` as slurmctld runs it."""
@@ -134,6 +130,7 @@ def topo(
     unique: Callable[[str], str],
     slurm_factory: Callable[..., SlurmCluster],
     tmp_path: Path,
+    coordinators: Coordinators,
 ) -> Iterator[Topo]:
     """4 worker pods on 2 labelled kwok nodes, a tree-topology slurmctld, a coordinator."""
     names = tuple(f"w-{i}" for i in range(PODS))
@@ -158,8 +155,7 @@ def topo(
         }
     ]
     kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
-    log = tmp_path / "coordinator.log"
-    t = Topo(kube=kube, slurm=slurm, namespace=namespace, kube_nodes=kube_nodes, log=log)
+    t = Topo(kube=kube, slurm=slurm, namespace=namespace, kube_nodes=kube_nodes)
     wait_for("4 pods placed", lambda: len(t.placement()) == PODS, timeout_s=90)
     config = tmp_path / "coordinator.json"
     config.write_text(
@@ -183,36 +179,14 @@ def topo(
             }
         )
     )
-    env = {
-        **os.environ,
-        "POD_NAMESPACE": namespace,
-        "POD_NAME": "coordinator-0",
-        "KUBECONFIG": str(kube.kubeconfig),
-        "SLURM_CONF": str(slurm.conf),
-        "SLONKD_CONFIG": str(config),
-    }
+    env = coordinator_env(namespace=namespace, kubeconfig=kube.kubeconfig, slurm_conf=slurm.conf)
     sync = ConfigMapSync(kube, namespace, slurm.topology_conf)
     sync.start()
-    with t.log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-    t.pids.append(proc.pid)
     try:
-        wait_for(
-            "coordinator synced",
-            lambda: bool(t.events("coordinator.synced")),
-            timeout_s=30,
-            alive=lambda: None if proc.poll() is None else t.log.read_text()[-2000:],
-        )
+        t.coordinator = coordinators.start(env, config=config)
         yield t
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        coordinators.stop()
         sync.stopped.set()
         sync.join(timeout=5)
 
@@ -245,9 +219,10 @@ def test_labels_render_reconfigure_and_only_on_change(topo: Topo) -> None:
     try:
         wait_for("second reconfigure", _reconfigures(topo, 2), timeout_s=40)
     except HarnessError:
-        os.kill(topo.pids[0], signal.SIGUSR1)  # the coordinator's asyncio tasks, to its log
+        assert topo.coordinator is not None
+        topo.coordinator.signal(signal.SIGUSR1)  # its asyncio tasks, to its log
         time.sleep(1)
-        raise AssertionError(topo.log.read_text()[-15000:]) from None
+        raise AssertionError(topo.coordinator.log.read_text()[-15000:]) from None
     assert topo.shown() == topo.expected(leaves)
 
     # a label the topology does not read: rendered again, same file, no reconfigure

@@ -19,6 +19,11 @@ from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import SlonkdError, TransientError
+from slonkd.core.log_events import (
+    COORDINATOR_API_LISTENING,
+    COORDINATOR_LEADING,
+    COORDINATOR_SYNCED,
+)
 from slonkd.runtime.coordinating.reconciling import Coordinator
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinator_api import CoordinatorAPI
@@ -39,7 +44,7 @@ class _NotLeading(Exception):
 
 async def lead(c: Coordinator, token: int) -> None:
     """The leader's work: run the informers, then reconcile on events and on resync."""
-    log.info("coordinator.leading", identity=c.s.identity, fencing_token=token)
+    log.info(COORDINATOR_LEADING, identity=c.s.identity, fencing_token=token)
     try:
         await _lead(c)
     except* _NotLeading:
@@ -67,7 +72,7 @@ async def _lead(c: Coordinator) -> None:
         await c.nodes.synced.wait()
         await c.pods.synced.wait()
         c.first_pass_ms["lists_ms"] = round((time.monotonic() - c.began) * 1000, 1)
-        log.info("coordinator.synced", nodes=len(c.nodes), pods=len(c.pods))
+        log.info(COORDINATOR_SYNCED, nodes=len(c.nodes), pods=len(c.pods))
         if c.reaper is not None:
             group.create_task(c.reaper.run())  # sweeps first: the leader-start sweep
         if c.watch is not None:
@@ -137,7 +142,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
             s.credentials, transport, s.namespace, s.cluster, s.pod_selector
         )
     await api.start(s.api_host, s.api_port, tls=s.api_tls)
-    log.info("coordinator.api_listening", host=s.api_host, port=api.port, tls=bool(s.api_tls))
+    log.info(COORDINATOR_API_LISTENING, host=s.api_host, port=api.port, tls=bool(s.api_tls))
     stop = stop_on_signals()
 
     async def term(token: int) -> None:

@@ -44,6 +44,7 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import BudgetPolicy, budget_group
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.log_events import ROLLOUT_WATCHING
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.rollout import (
@@ -147,7 +148,7 @@ class RolloutController:
             group.create_task(self.statefulsets.run())
             await self.statefulsets.synced.wait()
             await self.pods.synced.wait()
-            log.info("rollout.watching", statefulsets=len(self.statefulsets))
+            log.info(ROLLOUT_WATCHING, statefulsets=len(self.statefulsets))
             while True:
                 self._dirty.clear()
                 busy = False

@@ -1,0 +1,30 @@
+"""Names of the log events that mark a process's milestones, shared by the product and its tests.
+
+The e2e harness starts a daemon and waits until one of these appears in its JSON log;
+operators' dashboards and alerts select on the same names. A name here is an interface:
+never rename one, add a new one instead.
+
+Two families are composed from the action's kind where the coordinator writes
+(:mod:`slonkd.runtime.coordinating.executing`): ``kube.<kind>`` for a K8s write, dashes as
+underscores (``kube.cordon``, ``kube.set_condition``), and ``slurm.nodes_<kind>`` for a bulk
+SLURM write (``slurm.nodes_drain``, ``slurm.nodes_release``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+COORDINATOR_LEADING: Final = "coordinator.leading"
+"""This candidate won the lease (``identity``, ``fencing_token``)."""
+
+COORDINATOR_SYNCED: Final = "coordinator.synced"
+"""The leader's node and pod caches are listed; its passes start now."""
+
+COORDINATOR_API_LISTENING: Final = "coordinator.api_listening"
+"""The leader's status API is up (``host``, ``port``, ``tls``)."""
+
+ROLLOUT_WATCHING: Final = "rollout.watching"
+"""The leader's rollout loop watches the worker StatefulSets."""
+
+AGENT_SYNCED: Final = "agent.synced"
+"""An agent's caches are listed and its node mirrored once."""
