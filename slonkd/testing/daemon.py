@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from slonkd.core.log_events import COORDINATOR_SYNCED
+from slonkd.testing.chart_logs import json_lines
 from slonkd.testing.procs import HarnessError, spawn, tail, wait_for
 
 STOP_GRACE_S = 15.0
@@ -37,17 +38,7 @@ DUMP_S = 1.0
 
 def read_json_log(path: Path) -> list[dict[str, Any]]:
     """The JSON lines of a slonkd log file (other lines, e.g. tracebacks, are skipped)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    return json_lines(path.read_text(errors="replace")) if path.exists() else []
 
 
 @dataclass(slots=True, kw_only=True)
