@@ -607,7 +607,8 @@ def judge_resources(soak: Soak, *, minutes: float) -> None:
     """I6 against issue 18's bounds.
 
     Log lines per minute of each process during a slurmctld outage (any run), and the RSS
-    slope per role (runs of 30 minutes or more: shorter ones measure the warm-up).
+    trend per role (runs of 30 minutes or more; a role none of whose processes lived 15
+    minutes past its warm-up has no trend, None in the result: not measured, not passed).
     """
     for per_process in soak.outage_per_process:
         for name, per_min in per_process.items():
@@ -617,8 +618,12 @@ def judge_resources(soak: Soak, *, minutes: float) -> None:
     if minutes >= 30:
         rss, _ = soak.checker.slopes()
         for role, slope in rss.items():
-            if slope > MAX_RSS_SLOPE_MB_PER_H:
+            if slope is not None and slope > MAX_RSS_SLOPE_MB_PER_H:
                 soak.checker.violate("I6", ("rss", role), what="RSS grows", mb_per_h=slope)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -721,10 +726,11 @@ def main(argv: list[str] | None = None) -> int:
         "nodes_not_converged": sum(v is None for v in final.values()),
         "recovery_max_s": {k: round(max(v), 3) for k, v in sorted(checker.recovery.items())},
         "recovery_p50_s": round(statistics.median(recovery), 3) if recovery else None,
-        "rss_slope_mb_per_h": {k: round(v, 2) for k, v in rss.items()},
-        "fd_slope_per_h": round(fds, 2),
+        "rss_slope_mb_per_h": {k: _round(v) for k, v in rss.items()},
+        "rss_longest_process_min": checker.longest_lives_min(),
+        "fd_slope_per_h": _round(fds),
         "asyncio_tasks_max": {k: int(v) for k, v in tasks_max.items()},
-        "asyncio_tasks_slope_per_h": {k: round(v, 2) for k, v in tasks_slope.items()},
+        "asyncio_tasks_slope_per_h": {k: _round(v) for k, v in tasks_slope.items()},
         "log_lines_per_min_outage_max": max(soak.outage_lines, default=None),
     }
     timeline.write("result", **result)

@@ -187,6 +187,30 @@ def _slope_per_h(samples: list[tuple[float, float]]) -> float:
     return 0.0 if den == 0 else sum((t - mt) * (v - mv) for t, v in samples) / den * 3600
 
 
+WARM_UP_S = 120.0
+"""A process's first two minutes (imports, caches, its first lists, a leader's first passes)."""
+MIN_TREND_S = 900.0
+"""A trend is read over at least 15 minutes of one process after its warm-up; a shorter span
+measures the warm-up (a leader the soak SIGKILLs every few minutes never gets that far)."""
+
+
+def _trend(samples: list[tuple[float, float]]) -> float | None:
+    """The per-hour slope of one process's samples after :data:`WARM_UP_S`, or None.
+
+    None when what is left spans less than :data:`MIN_TREND_S`.
+    """
+    if not samples:
+        return None
+    warm = [s for s in samples if s[0] >= samples[0][0] + WARM_UP_S]
+    if len(warm) < 3 or warm[-1][0] - warm[0][0] < MIN_TREND_S:
+        return None
+    return _slope_per_h(warm)
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
 @dataclass(slots=True)
 class Checker:
     """Runs :meth:`check_once` every second on its own thread (see the module doc)."""
@@ -663,25 +687,33 @@ class Checker:
                 if line.startswith("slonkd_asyncio_tasks "):
                     self.task_samples.setdefault(key, []).append((now, float(line.split()[1])))
 
-    def task_figures(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Most live tasks seen, and the largest slope (tasks/h) after warm-up, per role."""
+    def task_figures(self) -> tuple[dict[str, float], dict[str, float | None]]:
+        """Most live tasks seen, and the largest trend (tasks/h, :func:`_trend`), per role."""
         most: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
-        slope: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
+        slope: dict[str, float | None] = {"coordinator": None, "agent": None}
         for (_, role), samples in self.task_samples.items():
             most[role] = max(most[role], max(v for _, v in samples))
-            warm = [s for s in samples if s[0] >= samples[0][0] + 60]
-            slope[role] = max(slope[role], _slope_per_h(warm))
+            slope[role] = _larger(slope[role], _trend(samples))
         return most, slope
 
-    def slopes(self) -> tuple[dict[str, float], float]:
-        """Largest RSS slope (MB/h) per role, and largest fd slope (per h), after warm-up."""
-        rss: dict[str, float] = {"coordinator": 0.0, "agent": 0.0}
-        fds = 0.0
+    def slopes(self) -> tuple[dict[str, float | None], float | None]:
+        """Largest RSS trend (MB/h) per role and largest fd trend (per h), see :func:`_trend`.
+
+        None where no process of the role lived long enough to show one.
+        """
+        rss: dict[str, float | None] = {"coordinator": None, "agent": None}
+        fds: float | None = None
         for (_, role), samples in self.proc_samples.items():
-            warm = [s for s in samples if s[0] >= samples[0][0] + 30]
-            rss[role] = max(rss[role], _slope_per_h([(t, r) for t, r, _ in warm]))
-            fds = max(fds, _slope_per_h([(t, f) for t, _, f in warm]))
+            rss[role] = _larger(rss[role], _trend([(t, r) for t, r, _ in samples]))
+            fds = _larger(fds, _trend([(t, f) for t, _, f in samples]))
         return rss, fds
+
+    def longest_lives_min(self) -> dict[str, float]:
+        """Per role, the longest any one process was sampled (minutes)."""
+        out = {"coordinator": 0.0, "agent": 0.0}
+        for (_, role), samples in self.proc_samples.items():
+            out[role] = max(out[role], (samples[-1][0] - samples[0][0]) / 60)
+        return {k: round(v, 1) for k, v in out.items()}
 
     def log_lines(self) -> dict[str, int]:
         """Lines each slonkd log has gained since the previous call."""

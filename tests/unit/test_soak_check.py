@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
+from bench import soak_check
 from bench.soak_check import Checker, Mark, Marks, SlurmView, Timeline, carries, parse_sinfo
 from bench.soak_fleet import SoakFleet
 
@@ -113,3 +116,22 @@ def test_a_mark_is_carried_only_with_its_reason_and_an_out_state() -> None:
         "w-1": ("drained", "ops: x", "root"),
         "w-2": ("idle", "", "Unknown"),
     }
+
+
+def test_a_resource_trend_is_read_past_the_warm_up_over_fifteen_minutes_or_not_at_all() -> None:
+    """RSS that grows while a process warms up is no leak; a steady climb after it is.
+
+    The 60-minute soak reported 264 MB/h for the coordinator from leaders it SIGKILLs every
+    few minutes (none lived 8 minutes): their warm-up, not a trend. A process seen for less
+    than 15 minutes past its first two has no trend (None: not measured).
+    """
+    minute = 60.0
+    warming = [(t * minute, 40.0 + min(t, 3) * 4) for t in range(0, 9)]  # 8 min, +12 MB early
+    assert soak_check._trend(warming) is None
+    settled = [(t * minute, 40.0 + min(t, 2) * 5) for t in range(0, 40)]  # flat after 2 min
+    assert soak_check._trend(settled) == pytest.approx(0.0, abs=0.01)
+    leaking = [(t * minute, 50.0 + t * 0.1) for t in range(0, 40)]  # 6 MB/h throughout
+    assert soak_check._trend(leaking) == pytest.approx(6.0, rel=0.01)
+    assert soak_check._larger(None, 2.0) == 2.0
+    assert soak_check._larger(3.0, None) == 3.0
+    assert soak_check._larger(None, None) is None
