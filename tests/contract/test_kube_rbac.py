@@ -271,6 +271,11 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         async def work(token: int) -> None:
             got.append(token)
             leading.set()
+            # Lead until cancelled: a work that returns ends the term, and the campaign's
+            # own give-up (GET, PUT) raced the release below; its PUT, cancelled mid-flight by
+            # the task.cancel(), reached the apiserver unrecorded ("rules no call uses:
+            # update leases" in a full run).
+            await asyncio.Event().wait()
 
         task = asyncio.create_task(elector.run(work))
         try:
