@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.soak import FAULTS, UNDO, schedule
+from bench.soak import FAULTS, LEADER_FAULTS, UNDO, schedule
 
 NAMES = [f"w-{i}" for i in range(4)] + [f"d-{i}" for i in range(16)]
 KUBE_NODES = [f"k{i}" for i in range(12)]
@@ -39,3 +39,21 @@ def test_every_undo_comes_after_its_step_on_the_same_target() -> None:
         assert UNDO[done.kind] == undo.kind
         assert done.target == undo.target
         assert done.at < undo.at
+
+
+def test_an_hour_keeps_its_middle_half_free_of_faults_that_end_the_leader() -> None:
+    """A run of 45 minutes or more lets one coordinator lead through its middle half.
+
+    So that coordinator's memory trend is measured over 30 minutes; the other faults go on,
+    and the first and last quarters still end leaders of every kind. Shorter runs keep their
+    schedule as it was (every fault kind in five minutes, test above).
+    """
+    for seed in (1, 1802, 2024):
+        steps = schedule(seed, seconds=3600, names=NAMES, kube_nodes=KUBE_NODES)
+        middle = [s for s in steps if 900 <= s.at < 2700 and s.kind in FAULTS]
+        assert middle, seed
+        assert not {s.kind for s in middle} & LEADER_FAULTS, seed
+        outer = {s.kind for s in steps if (s.at < 900 or s.at >= 2700) and s.kind in FAULTS}
+        assert outer >= LEADER_FAULTS, seed
+    short = schedule(5, seconds=2000, names=NAMES, kube_nodes=KUBE_NODES)
+    assert {s.kind for s in short if 500 <= s.at < 1500} & LEADER_FAULTS
