@@ -245,9 +245,11 @@ class Soak:
                 m.in_flight.add(target)
                 del m.slurm[target]
             try:
-                last = self.checker.last  # the checker's read of at most a second ago
-                seen = (last.slurm or {}).get(target) if last else None
-                before = seen[:2] if seen else None
+                # SLURM's own answer just before the resume, not the checker's last read: that
+                # one can predate the drain (seed 2026: a drain queued through a slurmctld outage
+                # was applied 0.23 s before its undo, and a refused-yet-applied resume read
+                # as slonkd taking an operator's drain away, a false I1)
+                before = self.slurm_node(target)
                 if self.scontrol(f"nodename={target}", "state=resume"):
                     return "done"
                 # SLURM can refuse a resume and apply it: a node not registered again since
