@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -242,14 +242,29 @@ def str_list_field(obj: Mapping[str, Any], key: str) -> list[str]:
     return value
 
 
+def reason_user_field(raw: Mapping[str, Any]) -> str | None:
+    """``reason_set_by_user`` of a JSON node: a string, None when null, or ParseError."""
+    user = raw.get("reason_set_by_user")
+    if user is not None and not isinstance(user, str):
+        raise ParseError("reason_set_by_user is not a string")
+    return user
+
+
+def json_nodes(
+    text: str, command: str, parse_node: Callable[[object], SlurmNode]
+) -> list[SlurmNode]:
+    """Every element of ``nodes`` in ``command``'s JSON, each by ``parse_node``, none twice."""
+    nodes = [parse_node(n) for n in json_list(text, "nodes", command)]
+    check_unique(nodes)
+    return nodes
+
+
 def parse_sinfo_json_node(raw: object) -> SlurmNode:
     """One element of ``nodes`` in ``sinfo --json`` (openapi v0.0.38)."""
     if not isinstance(raw, dict):
         raise ParseError("node entry is not an object")
     changed = int_field(raw.get("reason_changed_at"), "reason_changed_at")
-    user = raw.get("reason_set_by_user")
-    if user is not None and not isinstance(user, str):
-        raise ParseError("reason_set_by_user is not a string")
+    user = reason_user_field(raw)
     return SlurmNode(
         name=node_name(raw.get("name")),
         state=cached_state(str_field(raw, "state"), tuple(str_list_field(raw, "state_flags"))),
@@ -268,9 +283,7 @@ def parse_sinfo_json_node(raw: object) -> SlurmNode:
 
 def parse_sinfo_json(text: str) -> list[SlurmNode]:
     """All nodes of ``sinfo --json`` (22.05 always prints every node: filter yourself)."""
-    nodes = [parse_sinfo_json_node(n) for n in json_list(text, "nodes", "sinfo --json")]
-    check_unique(nodes)
-    return nodes
+    return json_nodes(text, "sinfo --json", parse_sinfo_json_node)
 
 
 def expand_hostlist(text: str) -> tuple[NodeName, ...]:
