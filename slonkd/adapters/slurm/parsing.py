@@ -11,6 +11,11 @@
 
 Anything of the wrong shape raises :class:`slonkd.core.errors.ParseError`; nothing here
 ever returns a node whose state or reason it had to guess.
+
+The readers the other parsers share start here too: JSON fields and node lists
+(:mod:`slonkd.adapters.slurm.parsing_v42`), and the checked lines and ``squeue`` arguments
+of the one-line-a-record reads (:mod:`slonkd.adapters.slurm.parsing_jobs`,
+:mod:`slonkd.adapters.slurm.parsing_finished`, :mod:`slonkd.adapters.slurm.parsing_cas`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +36,8 @@ from slonkd.core.slurm_job import JobId, JobState, SlurmJob
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+MAX_LINES_CHARS = 64 * 1024 * 1024
+"""Largest output of a read of ``|``-separated lines (:func:`output_lines`)."""
 _FREE_TEXT_KEYS = ("Reason", "Comment", "Extra")
 _FREE_MARKER = re.compile(r" (Reason|Comment|Extra)=")
 _HEAD_FIELD = re.compile(
@@ -84,6 +91,34 @@ def cached_state(base: str, flags: tuple[str, ...]) -> NodeState:
 def _check_size(data: str) -> None:
     if len(data) > MAX_OUTPUT_BYTES:
         raise ParseError(f"output of {len(data)} bytes is over the limit")
+
+
+def output_lines(text: str, command: str) -> list[str]:
+    """The lines of ``command``'s output (each without its newline), or ParseError.
+
+    An output over :data:`MAX_LINES_CHARS`, or one whose last line has no newline (cut
+    off), is refused whole. The one-line-a-record reads (running jobs, finished jobs, the
+    compare-and-set read) start here.
+    """
+    if len(text) > MAX_LINES_CHARS:
+        raise ParseError(f"{command} output of {len(text)} characters is over the limit")
+    if text and not text.endswith("\n"):
+        raise ParseError(f"{command} output does not end with a newline: cut off?")
+    return text.split("\n")[:-1]
+
+
+def squeue_args(states: Iterable[JobState], output_format: str) -> tuple[str, ...]:
+    """``squeue`` arguments listing every job (hidden partitions too) in ``states``.
+
+    No header line; ``output_format`` (``--format=...`` or ``--Format=...``) says what of
+    each job is printed.
+    """
+    return (
+        "--all",
+        "--noheader",
+        "--states=" + ",".join(s.value for s in states),
+        output_format,
+    )
 
 
 def node_name(raw: object) -> NodeName:
@@ -242,14 +277,29 @@ def str_list_field(obj: Mapping[str, Any], key: str) -> list[str]:
     return value
 
 
+def reason_user_field(raw: Mapping[str, Any]) -> str | None:
+    """``reason_set_by_user`` of a JSON node: a string, None when null, or ParseError."""
+    user = raw.get("reason_set_by_user")
+    if user is not None and not isinstance(user, str):
+        raise ParseError("reason_set_by_user is not a string")
+    return user
+
+
+def json_nodes(
+    text: str, command: str, parse_node: Callable[[object], SlurmNode]
+) -> list[SlurmNode]:
+    """Every element of ``nodes`` in ``command``'s JSON, each by ``parse_node``, none twice."""
+    nodes = [parse_node(n) for n in json_list(text, "nodes", command)]
+    check_unique(nodes)
+    return nodes
+
+
 def parse_sinfo_json_node(raw: object) -> SlurmNode:
     """One element of ``nodes`` in ``sinfo --json`` (openapi v0.0.38)."""
     if not isinstance(raw, dict):
         raise ParseError("node entry is not an object")
     changed = int_field(raw.get("reason_changed_at"), "reason_changed_at")
-    user = raw.get("reason_set_by_user")
-    if user is not None and not isinstance(user, str):
-        raise ParseError("reason_set_by_user is not a string")
+    user = reason_user_field(raw)
     return SlurmNode(
         name=node_name(raw.get("name")),
         state=cached_state(str_field(raw, "state"), tuple(str_list_field(raw, "state_flags"))),
@@ -268,9 +318,7 @@ def parse_sinfo_json_node(raw: object) -> SlurmNode:
 
 def parse_sinfo_json(text: str) -> list[SlurmNode]:
     """All nodes of ``sinfo --json`` (22.05 always prints every node: filter yourself)."""
-    nodes = [parse_sinfo_json_node(n) for n in json_list(text, "nodes", "sinfo --json")]
-    check_unique(nodes)
-    return nodes
+    return json_nodes(text, "sinfo --json", parse_sinfo_json_node)
 
 
 def expand_hostlist(text: str) -> tuple[NodeName, ...]:

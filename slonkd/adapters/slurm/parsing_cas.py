@@ -29,8 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from slonkd.adapters.slurm.parsing import AmbiguousOutput, cached_state, node_name
-from slonkd.core.errors import ParseError
+from slonkd.adapters.slurm.parsing import AmbiguousOutput, cached_state, node_name, output_lines
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.slurm_node import NodeName, SlurmNode
 
@@ -38,7 +37,6 @@ CAS_FIELDS = ("NodeList", "StateComplete", "Timestamp", "User", "Extra", "Reason
 CAS_FORMAT = ",".join(f"{f}:0|" for f in CAS_FIELDS[:-1]) + f",{CAS_FIELDS[-1]}:0"
 """``sinfo -O``: width 0 (never padded nor cut), ``|`` between fields, the reason last."""
 
-MAX_OUTPUT_CHARS = 64 * 1024 * 1024
 _HEAD = re.compile(
     r"(?P<name>[^|]+)\|(?P<state>[a-z_]+(?:\+[a-z_]+)*)\|"
     r"(?P<time>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}|Unknown)\|"
@@ -97,14 +95,11 @@ def _line(line: str) -> SlurmNode | NodeName:
 
 def parse_cas_read(text: str, names: Iterable[str]) -> CasRead:
     """The nodes ``names`` from ``sinfo -N -h -n ... -O CAS_FORMAT`` output."""
-    if len(text) > MAX_OUTPUT_CHARS:
-        raise ParseError(f"sinfo output of {len(text)} characters is over the limit")
-    if text and not text.endswith("\n"):
-        raise ParseError("sinfo output does not end with a newline: cut off?")
+    lines = output_lines(text, "sinfo")
     wanted = {NodeName(n) for n in names}
     nodes: dict[NodeName, SlurmNode] = {}
     unsure: set[NodeName] = set()
-    for line in text.split("\n")[:-1]:
+    for line in lines:
         got = _line(line)
         if isinstance(got, str):
             unsure.add(got)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slonkd.adapters.slurm.parsing import expand_hostlist
+from slonkd.adapters.slurm.parsing import expand_hostlist, output_lines, squeue_args
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
@@ -37,17 +37,14 @@ FINISHED_STATES = (
 )
 """Ended job states read: the failures, and every other end (successes are evidence too)."""
 
-SQUEUE_FINISHED_ARGS = (
-    "--all",
-    "--noheader",
-    "--states=" + ",".join(s.value for s in FINISHED_STATES),
+SQUEUE_FINISHED_ARGS = squeue_args(
+    FINISHED_STATES,
     # ``type:|``: width 0 (squeue neither pads nor cuts; any width would cut longer values)
     # and the suffix ``|``
     "--Format=" + ",".join(f"{f}:|" for f in ("JobID", "State", "exit_code", "NodeList")),
 )
 """``squeue`` arguments of the finished-jobs read: id, state, exit code and nodes, nothing else."""
 
-MAX_OUTPUT_CHARS = 64 * 1024 * 1024
 _JOB_ID = re.compile(r"[0-9]{1,12}")
 _STATE = re.compile(r"[A-Z_]{1,32}")
 _EXIT = re.compile(r"(?P<code>[0-9]{1,3}):(?P<signal>[0-9]{1,3})|(?P<status>[0-9]{1,5})")
@@ -81,13 +78,9 @@ def _exit_code(text: str) -> int | None:
 
 def parse_finished_jobs(text: str) -> list[FinishedJob]:
     """Ended jobs from ``squeue`` with :data:`SQUEUE_FINISHED_ARGS`, in the order listed."""
-    if len(text) > MAX_OUTPUT_CHARS:
-        raise ParseError(f"squeue output of {len(text)} characters is over the limit")
-    if text and not text.endswith("\n"):
-        raise ParseError("squeue output does not end with a newline: cut off?")
     jobs: list[FinishedJob] = []
     seen: set[int] = set()
-    for line in text.split("\n")[:-1]:
+    for line in output_lines(text, "squeue"):
         parts = line.split("|")
         if len(parts) != 5 or parts[4].strip():
             raise ParseError(f"not a squeue id|state|exit|nodes| line: {line[:80]!r}")

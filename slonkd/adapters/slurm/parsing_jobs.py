@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from slonkd.adapters.slurm.parsing import expand_hostlist
+from slonkd.adapters.slurm.parsing import expand_hostlist, output_lines, squeue_args
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import JobState
 from slonkd.core.slurm_node import NodeName
@@ -26,27 +26,17 @@ ON_NODE_STATES = (
 )
 """Job states in which a job holds resources on its nodes (``SlurmJob.on_node``)."""
 
-SQUEUE_JOBS_ARGS = (
-    "--all",
-    "--noheader",
-    "--states=" + ",".join(s.value for s in ON_NODE_STATES),
-    "--format=%T|%N",
-)
+SQUEUE_JOBS_ARGS = squeue_args(ON_NODE_STATES, "--format=%T|%N")
 """``squeue`` arguments of the count read: state and node list of each job, nothing else."""
 
-MAX_OUTPUT_CHARS = 64 * 1024 * 1024
 _LINE = re.compile(r"(?P<state>[A-Z_]+)\|(?P<nodes>[A-Za-z0-9._,\[\]-]*)")
 _WANTED = frozenset(ON_NODE_STATES)
 
 
 def parse_running_jobs(text: str) -> dict[NodeName, int]:
     """Jobs per node from ``squeue`` with :data:`SQUEUE_JOBS_ARGS`; nodes without jobs absent."""
-    if len(text) > MAX_OUTPUT_CHARS:
-        raise ParseError(f"squeue output of {len(text)} characters is over the limit")
-    if text and not text.endswith("\n"):
-        raise ParseError("squeue output does not end with a newline: cut off?")
     counts: Counter[NodeName] = Counter()
-    for line in text.split("\n")[:-1]:
+    for line in output_lines(text, "squeue"):
         match = _LINE.fullmatch(line)
         if match is None:
             raise ParseError(f"not a squeue state|nodes line: {line[:80]!r}")

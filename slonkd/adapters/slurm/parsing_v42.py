@@ -15,11 +15,12 @@ from typing import Any
 
 from slonkd.adapters.slurm.parsing import (
     cached_state,
-    check_unique,
     expand_hostlist,
     int_field,
     json_list,
+    json_nodes,
     node_name,
+    reason_user_field,
     str_field,
     str_list_field,
 )
@@ -48,9 +49,7 @@ def parse_scontrol_json_node(raw: object) -> SlurmNode:
     if not tokens:
         raise ParseError("node without a state")
     changed = _number(raw.get("reason_changed_at"), "reason_changed_at")
-    user = raw.get("reason_set_by_user")
-    if user is not None and not isinstance(user, str):
-        raise ParseError("reason_set_by_user is not a string")
+    user = reason_user_field(raw)
     reason = str_field(raw, "reason")
     # 24.11 names a setter even when there is no reason; the text format does not.
     return SlurmNode(
@@ -71,9 +70,7 @@ def parse_scontrol_json_node(raw: object) -> SlurmNode:
 
 def parse_scontrol_json(text: str) -> list[SlurmNode]:
     """All nodes of ``scontrol show node [NODES] --json`` (24.11)."""
-    nodes = [parse_scontrol_json_node(n) for n in json_list(text, "nodes", "scontrol --json")]
-    check_unique(nodes)
-    return nodes
+    return json_nodes(text, "scontrol --json", parse_scontrol_json_node)
 
 
 def _job(raw: Mapping[str, Any]) -> SlurmJob:
