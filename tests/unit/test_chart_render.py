@@ -508,6 +508,20 @@ def test_a_checkpoint_signal_makes_rollouts_leave_the_requeue_to_the_prestop_hoo
     )
     assert rollout(on).requeue_in_prestop is True
     assert rollout(render(helm)).requeue_in_prestop is False
+    pool_only = render(
+        helm,
+        set_json=(TWO_POOLS.replace('{"windowSeconds":600}', '{"signal":"B:USR1"}'),),
+    )
+    assert rollout(pool_only).requeue_in_prestop is True  # one pool's signal is enough
+    all_off = render(
+        helm,
+        set_json=(
+            'workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":60}',
+            'pools=[{"name":"cpu","replicas":1,"gpus":0,"cpus":32,"realMemoryMB":1000,'
+            '"checkpoint":{"signal":""}}]',
+        ),
+    )
+    assert rollout(all_off).requeue_in_prestop is False  # no pool signals: the rollout requeues
 
 
 def test_the_prestop_hook_reports_to_its_agent_on_loopback(helm: Helm) -> None:
@@ -532,6 +546,90 @@ def test_the_prestop_hook_reports_to_its_agent_on_loopback(helm: Helm) -> None:
     assert report_url(render(helm)) is None
 
 
+TWO_POOLS = (
+    'pools=[{"name":"a100","replicas":1,"gpus":8,"cpus":32,"realMemoryMB":1000,'
+    '"terminationGracePeriodSeconds":900,"checkpoint":{"windowSeconds":600}},'
+    '{"name":"cpu","replicas":1,"gpus":0,"cpus":32,"realMemoryMB":1000}]'
+)
+
+
+def _pool_prestop(objs: list[Obj], pool: str) -> list[str]:
+    sts = one(objs, "StatefulSet", f"rel-{pool}")
+    (slurmd,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
+    return [str(a) for a in slurmd["lifecycle"]["preStop"]["exec"]["command"]]
+
+
+def _flag(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+def test_a_pools_own_checkpoint_window_reaches_that_pools_hook_and_no_other(helm: Helm) -> None:
+    """pools[].checkpoint overrides workers.prestop.checkpoint key by key, for that pool alone.
+
+    A pool (one SLURM partition) with long checkpoints gets its own window and the
+    release-wide signal; the other pool keeps the release-wide window.
+    """
+    objs = render(
+        helm,
+        set_json=(
+            'workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":60}',
+            TWO_POOLS,
+        ),
+    )
+    a100, cpu = _pool_prestop(objs, "a100"), _pool_prestop(objs, "cpu")
+    assert (_flag(a100, "--checkpoint-signal"), _flag(a100, "--checkpoint-window")) == (
+        "B:USR1",
+        "600",
+    )
+    assert (_flag(cpu, "--checkpoint-signal"), _flag(cpu, "--checkpoint-window")) == (
+        "B:USR1",
+        "60",
+    )
+
+
+def test_a_pool_may_turn_the_checkpoint_off_or_on_for_itself(helm: Helm) -> None:
+    """An empty pool signal turns the release's checkpoint off there; a pool signal turns it on.
+
+    A pool without a checkpoint gets neither the flags nor the agent's report URL.
+    """
+
+    def report_url(objs: list[Obj], pool: str) -> str | None:
+        sts = one(objs, "StatefulSet", f"rel-{pool}")
+        (slurmd,) = [
+            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"
+        ]
+        return {e["name"]: e.get("value") for e in slurmd.get("env", [])}.get(
+            "SLONKD_PRESTOP_REPORT_URL"
+        )
+
+    off_here = render(
+        helm,
+        set_json=(
+            'workers.prestop.checkpoint={"signal":"B:USR1","windowSeconds":60}',
+            TWO_POOLS.replace('{"windowSeconds":600}', '{"signal":""}'),
+        ),
+    )
+    assert "--checkpoint-signal" not in _pool_prestop(off_here, "a100")
+    assert report_url(off_here, "a100") is None
+    assert _flag(_pool_prestop(off_here, "cpu"), "--checkpoint-signal") == "B:USR1"
+    assert report_url(off_here, "cpu") is not None
+
+    on_here = render(
+        helm,
+        set_json=(
+            TWO_POOLS.replace('{"windowSeconds":600}', '{"signal":"B:USR2","windowSeconds":300}'),
+        ),
+    )
+    a100 = _pool_prestop(on_here, "a100")
+    assert (_flag(a100, "--checkpoint-signal"), _flag(a100, "--checkpoint-window")) == (
+        "B:USR2",
+        "300",
+    )
+    assert report_url(on_here, "a100") is not None
+    assert "--checkpoint-signal" not in _pool_prestop(on_here, "cpu")
+    assert report_url(on_here, "cpu") is None
+
+
 def _slurmd_prestop(objs: list[Obj]) -> list[str]:
     sts = next(o for o in objs if o["kind"] == "StatefulSet" and "slurmd" in str(o["metadata"]))
     (slurmd,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
@@ -551,6 +649,30 @@ BREAKING = {
             '"checkpoint":{"signal":"B:USR1","windowSeconds":30}}}'
         ],
         "must be longer than workers.prestop.checkpoint.windowSeconds (30) plus",
+    ),
+    "pool grace shorter than its own checkpoint window plus margin": (
+        [
+            'workers={"terminationGracePeriodSeconds":600,"prestop":{"marginSeconds":30,'
+            '"checkpoint":{"signal":"B:USR1","windowSeconds":60}}}',
+            TWO_POOLS.replace('"windowSeconds":600', '"windowSeconds":870'),
+        ],
+        "pools[a100]: terminationGracePeriodSeconds (900) must be longer than"
+        " pools[a100].checkpoint.windowSeconds (870) plus workers.prestop.marginSeconds (30)",
+    ),
+    "pool grace shorter than the release's checkpoint window plus margin": (
+        [
+            'workers={"terminationGracePeriodSeconds":600,"prestop":{"marginSeconds":30,'
+            '"checkpoint":{"windowSeconds":60}}}',
+            TWO_POOLS.replace(
+                '900,"checkpoint":{"windowSeconds":600}', '80,"checkpoint":{"signal":"B:USR2"}'
+            ),
+        ],
+        "pools[a100]: terminationGracePeriodSeconds (80) must be longer than"
+        " workers.prestop.checkpoint.windowSeconds (60) plus workers.prestop.marginSeconds (30)",
+    ),
+    "pool checkpoint signal that would kill": (
+        [TWO_POOLS.replace('{"windowSeconds":600}', '{"signal":"B:KILL"}')],
+        "/pools/0/checkpoint/signal",
     ),
     "checkpoint signal that would kill": (
         ['workers={"prestop":{"marginSeconds":30,"checkpoint":{"signal":"B:KILL"}}}'],

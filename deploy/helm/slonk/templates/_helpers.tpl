@@ -53,6 +53,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- .pool.terminationGracePeriodSeconds | default .root.Values.workers.terminationGracePeriodSeconds | int -}}
 {{- end -}}
 
+{{/* A pool's checkpoint before requeue as JSON {signal, windowSeconds, windowFrom}: the pool's
+own pools[].checkpoint keys over workers.prestop.checkpoint, key by key (a key the pool sets
+wins even when empty: signal "" turns the release's checkpoint off for that pool);
+windowFrom names the value the window came from, for messages. {root, pool}. */}}
+{{- define "slonk.poolCheckpoint" -}}
+{{- $rel := .root.Values.workers.prestop.checkpoint | default dict -}}
+{{- $own := .pool.checkpoint | default dict -}}
+{{- $signal := ternary $own.signal $rel.signal (hasKey $own "signal") -}}
+{{- $window := ternary $own.windowSeconds $rel.windowSeconds (hasKey $own "windowSeconds") -}}
+{{- $from := ternary (printf "pools[%s].checkpoint.windowSeconds" .pool.name) "workers.prestop.checkpoint.windowSeconds" (hasKey $own "windowSeconds") -}}
+{{- toJson (dict "signal" ($signal | default "") "windowSeconds" (int ($window | default 0)) "windowFrom" $from) -}}
+{{- end -}}
+
 {{- define "slonk.imagePullSecrets" -}}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
@@ -265,8 +278,16 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "poll_s" $jb.pollSeconds) -}}
 {{- end -}}
 {{- /* Checkpoint before requeue: a rollout leaves the requeue to the preStop hook, which
-signals the jobs first (the coordinator cannot see which batch shells trap the signal). */ -}}
-{{- if and .Values.workers.prestop.enabled (.Values.workers.prestop.checkpoint | default dict).signal -}}
+signals the jobs first (the coordinator cannot see which batch shells trap the signal). The
+setting is the coordinator's, one for all pools: on when any pool has a signal (a pool
+without one then has its hook requeue the jobs, unsignalled, at the end of its grace). */ -}}
+{{- $anyCheckpoint := false -}}
+{{- range $pool := .Values.pools -}}
+{{- if (include "slonk.poolCheckpoint" (dict "root" $ "pool" $pool) | fromJson).signal -}}
+{{- $anyCheckpoint = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.workers.prestop.enabled $anyCheckpoint -}}
 {{- $_ := set $doc "rollout" (dict "requeue_in_prestop" true) -}}
 {{- end -}}
 {{- /* Every other key of the file, as `slonkd config schema coordinator --chart` lists them:

@@ -30,9 +30,9 @@
 {{- if le $grace $margin -}}
 {{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than workers.prestop.marginSeconds (%d): slonkd prestop needs the margin to requeue jobs and mark the node DOWN before the kubelet kills slurmd" $pool.name $grace $margin) -}}
 {{- end -}}
-{{- $ckpt := $.Values.workers.prestop.checkpoint | default dict -}}
+{{- $ckpt := include "slonk.poolCheckpoint" (dict "root" $ "pool" $pool) | fromJson -}}
 {{- if and $ckpt.signal (le $grace (add $margin (int $ckpt.windowSeconds))) -}}
-{{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than workers.prestop.checkpoint.windowSeconds (%d) plus workers.prestop.marginSeconds (%d): the job needs the whole window to checkpoint before slonkd prestop requeues it" $pool.name $grace (int $ckpt.windowSeconds) $margin) -}}
+{{- fail (printf "pools[%s]: terminationGracePeriodSeconds (%d) must be longer than %s (%d) plus workers.prestop.marginSeconds (%d): the job needs the whole window to checkpoint before slonkd prestop requeues it" $pool.name $grace $ckpt.windowFrom (int $ckpt.windowSeconds) $margin) -}}
 {{- end -}}
 {{- end -}}
 {{- $pc := .Values.priorityClasses -}}
