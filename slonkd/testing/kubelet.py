@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing import procs
-from slonkd.testing.kube import STANDIN_LABEL, KubeCluster
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kube_kwok import STANDIN_LABEL
 from slonkd.testing.kubeapi import ApiError, KubeApi
 from slonkd.testing.slurm import SlurmCluster, control, slurmd_host_pid
 

@@ -61,7 +61,8 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing import procs
-from slonkd.testing.kube import KubeCluster, sign_client_cert
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kube_pki import sign_client_cert
 from slonkd.testing.kubeapi import ApiError
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.realnode_images import NodeImages, ensure_node_images

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slonkd.testing.kube import STANDIN_LABEL
+from slonkd.testing.kube_kwok import STANDIN_LABEL
 
 WORKER_IMAGE = "slonk/slurm:dev"
 """Never pulled: kwok nodes run no containers."""
