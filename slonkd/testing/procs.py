@@ -178,3 +178,13 @@ def exited(proc: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]
 def tail(path: Path, limit: int = 2000) -> str:
     """Last ``limit`` characters of a log file, for error messages."""
     return path.read_text(errors="replace")[-limit:] if path.exists() else "(no log)"
+
+
+def output(argv: Sequence[str], *, check: bool = True, timeout_s: float = 60.0) -> str:
+    """Run a short command (argv, no shell) and return its stdout; raise on failure if ``check``."""
+    proc = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if check and proc.returncode != 0:
+        raise HarnessError(f"{' '.join(argv)} failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
+    return proc.stdout
