@@ -34,7 +34,8 @@ from slonkd.testing import procs
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kube_kwok import STANDIN_LABEL
 from slonkd.testing.kubeapi import ApiError, KubeApi
-from slonkd.testing.slurm import SlurmCluster, control, slurmd_host_pid
+from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm_control import control, slurmd_host_pid
 
 MIN_KILL_GRACE_S = 2.0
 """After preStop, a kubelet still gives containers at least this long before SIGKILL."""

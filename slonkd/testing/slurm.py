@@ -11,6 +11,13 @@ MariaDB and a slurmdbd start in the same namespace before slurmctld (see
 
 Optionally thousands of extra nodes are declared without a slurmd (they stay ``unknown*``
 but accept ``scontrol update``): scale tests use them.
+
+This module owns the layout and the handle: preparing the cluster's directory, starting the
+supervisor, and the requests and clients tests use. Neighbours: :mod:`slonkd.testing.slurm_conf`
+(slurm.conf and the RebootProgram), :mod:`slonkd.testing.slurm_control` (the supervisor's
+socket and slurmd PIDs from any process), :mod:`slonkd.testing.slurm_supervisor` (the
+namespace's init), :mod:`slonkd.testing.slurm_chroot` (the same cluster of another release,
+run inside a root).
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +37,8 @@ from typing import Any
 
 from slonkd.testing import accounting, procs
 from slonkd.testing.procs import HarnessError
+from slonkd.testing.slurm_conf import REBOOT_PROGRAM, render_slurm_conf
+from slonkd.testing.slurm_control import control, slurmd_host_pid
 
 CLIENT_TIMEOUT_S = 30.0
 
@@ -331,7 +339,7 @@ class SlurmCluster:
         )
         self._choose_ports()
         reboot = root / "bin" / "reboot"
-        reboot.write_text(_REBOOT_PROGRAM.format(socket=self.socket_path))
+        reboot.write_text(REBOOT_PROGRAM.format(socket=self.socket_path))
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
         self.conf.write_text(render_slurm_conf(self))
@@ -364,130 +372,4 @@ class SlurmCluster:
         return path
 
 
-def control(sock_path: Path, request: dict[str, Any], *, timeout_s: float = 60.0) -> dict[str, Any]:
-    """One request/reply on a supervisor's control socket (usable from any process)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout_s)
-        sock.connect(str(sock_path))
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    reply: dict[str, Any] = json.loads(data)
-    if not reply.get("ok"):
-        raise HarnessError(f"supervisor refused {request}: {reply.get('error')}")
-    return reply
-
-
-def short_hostname() -> str:
-    """The machine's short hostname: slurmctld insists SlurmctldHost is exactly this."""
-    return socket.gethostname().split(".")[0]
-
-
-_REBOOT_PROGRAM = """#!/bin/sh
-# The harness's RebootProgram: slurmd runs it for ``scontrol reboot``. It logs the request and
-# asks the supervisor to restart this node's slurmd (found as the ancestor started with -N):
-# the node registers anew, as after a real reboot.
-echo "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"
-pid=$PPID
-while :; do  # slurmd is PID 1 of its own PID namespace
-    node=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;q}}')
-    [ -n "$node" ] || [ "$pid" -le 1 ] && break
-    pid=$(awk '{{print $4}}' /proc/$pid/stat)
-done
-[ -n "$node" ] || exit 0
-exec python3 -c 'import json, socket, sys
-s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1])
-s.sendall(json.dumps({{"op": "reboot_slurmd", "node": sys.argv[2]}}).encode() + b"\\n")
-s.recv(4096)' "{socket}" "$node"
-"""
-
-
-def render_slurm_conf(cluster: SlurmCluster) -> str:
-    """slurm.conf for ``cluster``: every path under its root, every port its own."""
-    d = cluster.root
-    lay = cluster.layout
-    host = short_hostname()
-    lines = [
-        "ClusterName=lab",
-        f"SlurmctldHost={host}(127.0.0.1)",
-        f"SlurmctldPort={cluster.ctld_port}",
-        f"SlurmdPort={cluster.slurmd_port}",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={d}/munge/munge.sock,cred_expire={lay.cred_expire_s}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={d}/state",
-        f"SlurmdSpoolDir={d}/spool/%n",
-        f"SlurmctldPidFile={d}/run/slurmctld.pid",
-        f"SlurmdPidFile={d}/run/slurmd-%n.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log",
-        f"SlurmdLogFile={d}/log/slurmd-%n.log",
-        f"PlugStackConfig={d}/etc/plugstack.conf",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        *(
-            accounting.slurm_conf_lines(d, cluster.accounting_ports)
-            if cluster.accounting_ports is not None
-            else ["AccountingStorageType=accounting_storage/none"]
-        ),
-        "JobCompType=jobcomp/none",
-        "MpiDefault=none",
-        "SwitchType=switch/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "ReturnToService=1",
-        f"SlurmdTimeout={lay.slurmd_timeout_s}",
-        "MessageTimeout=10",
-        "KillWait=5",
-        "MailProg=/bin/true",
-        f"RebootProgram={d}/bin/reboot",
-        "ResumeTimeout=60",
-    ]
-    features = ",".join(lay.features)
-    common = f"CPUs={lay.cpus} RealMemory={lay.real_memory_mb} Feature={features} State=UNKNOWN"
-    for i, node in enumerate(lay.nodes):
-        lines.append(
-            f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 "
-            f"Port={cluster.slurmd_port + i} {common}"
-        )
-    if lay.extra_nodes:
-        last = lay.extra_first + lay.extra_nodes - 1
-        lines.append(
-            f"NodeName={lay.extra_prefix}[{lay.extra_first}-{last}]"
-            f" NodeHostname={host} NodeAddr=127.0.0.1 {common}"
-        )
-    if lay.topology_plugin:
-        lines.append(f"TopologyPlugin={lay.topology_plugin}")
-    lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
-
-
-def slurmd_host_pid(conf: str | Path, node: str) -> int | None:
-    """The host PID of the slurmd of ``node`` started with ``conf``, None if none runs.
-
-    What a container runtime knows of a container's init: the harness enters that slurmd's
-    PID and mount namespaces to run a pod's preStop command "in the container", so the hook
-    sees the job processes as in a real slurmd pod.
-    """
-    want_conf, want_node = str(conf).encode(), node.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            argv
-            and argv[0].endswith(b"slurmd")
-            and want_node in argv
-            and any(want_conf in a for a in argv)
-        ):
-            return int(entry.name)
-    return None
+__all__ = ["CLIENT_TIMEOUT_S", "SCALE_SLURMD_TIMEOUT_S", "SlurmCluster", "SlurmLayout"]

@@ -27,7 +27,8 @@ from typing import Any
 
 from slonkd.testing import procs
 from slonkd.testing.procs import HarnessError
-from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout, render_slurm_conf
+from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_conf import render_slurm_conf
 from slonkd.testing.slurm_root import ensure_accounting, ensure_slurm_root
 
 SLURM_CLIENTS = (
