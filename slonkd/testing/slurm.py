@@ -135,13 +135,7 @@ class SlurmCluster:
 
     def start(self, *, timeout_s: float = 60.0) -> None:
         """Write the config, start every daemon and wait until all slurmd nodes are idle."""
-        for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
-            if shutil.which(tool) is None:
-                raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
-        if self.layout.accounting:
-            for tool in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db"):
-                if shutil.which(tool) is None:
-                    raise HarnessError(f"{tool} not found: install slurmdbd mariadb-server")
+        self._check_programs()
         begun = time.monotonic()
         spec = self._prepare()
         log = self.root / "log" / "supervisor.log"
@@ -154,8 +148,7 @@ class SlurmCluster:
                 "--kill-child=SIGKILL",
                 sys.executable,
                 "-m",
-                "slonkd.testing.slurm_supervisor",
-                str(spec),
+                *self._supervisor_args(spec),
             ],
             log=log,
             stdin=subprocess.PIPE,
@@ -253,8 +246,8 @@ class SlurmCluster:
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a SLURM client (``scontrol``, ``sinfo``, ``sbatch`` ...) against this cluster."""
         proc = subprocess.run(
-            list(argv),
-            env=self.env,
+            [*self._client_wrapper, *argv],
+            env=self._client_env,
             capture_output=True,
             text=True,
             timeout=CLIENT_TIMEOUT_S,
@@ -318,7 +311,56 @@ class SlurmCluster:
             client_prefix=client_prefix,
         )
 
+    # -- what the chroot cluster (slurm_chroot) does differently ---------------------------
+
+    def _check_programs(self) -> None:
+        """Fail early when the host lacks a program the cluster runs."""
+        for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
+            if shutil.which(tool) is None:
+                raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
+        if self.layout.accounting:
+            for tool in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db"):
+                if shutil.which(tool) is None:
+                    raise HarnessError(f"{tool} not found: install slurmdbd mariadb-server")
+
+    def _supervisor_args(self, spec: Path) -> list[str]:
+        """The supervisor's module and arguments (after ``python -m``)."""
+        return ["slonkd.testing.slurm_supervisor", str(spec)]
+
+    @property
+    def _client_wrapper(self) -> tuple[str, ...]:
+        """argv before a SLURM client's: none, the host's clients run as they are."""
+        return ()
+
+    @property
+    def _client_env(self) -> dict[str, str] | None:
+        """The clients' environment: :attr:`env` (``SLURM_CONF``)."""
+        return self.env
+
+    def _seen(self, path: Path) -> str:
+        """``path`` as the daemons see it (the same path on the host)."""
+        return str(path)
+
+    def _daemon_prefix(self) -> list[str]:
+        """argv before munged's, slurmctld's and slurmdbd's: none on the host."""
+        return []
+
+    def _slurmd_argv(self, conf: str) -> list[str]:
+        """slurmd's argv with slurm.conf ``conf``."""
+        return ["slurmd", "-D", "-f", conf]
+
+    def _reboot_program(self) -> str:
+        """The RebootProgram: it asks the supervisor to restart the node's slurmd."""
+        return REBOOT_PROGRAM.format(socket=self.socket_path)
+
+    def _render_conf(self) -> str:
+        """The text of slurm.conf."""
+        return render_slurm_conf(self)
+
+    # -- the cluster's directory -------------------------------------------------------------
+
     def _prepare(self) -> Path:
+        """Write the directory, munge key, config and RebootProgram; return the spec's path."""
         root = self.root
         for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
             (root / sub).mkdir(parents=True, exist_ok=True)
@@ -333,43 +375,45 @@ class SlurmCluster:
             )
             key.chmod(0o600)
         n = len(self.layout.nodes)
-        self.ctld_port = procs.free_ports(1)[0] if not self.ctld_port else self.ctld_port
-        self.slurmd_port = (
-            procs.free_port_range(max(n, 1)) if not self.slurmd_port else self.slurmd_port
-        )
+        self.ctld_port = self.ctld_port or procs.free_ports(1)[0]
+        self.slurmd_port = self.slurmd_port or procs.free_port_range(max(n, 1))
         self._choose_ports()
         reboot = root / "bin" / "reboot"
-        reboot.write_text(REBOOT_PROGRAM.format(socket=self.socket_path))
+        reboot.write_text(self._reboot_program())
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
-        self.conf.write_text(render_slurm_conf(self))
+        self.conf.write_text(self._render_conf())
         self._initial_topology()
+        seen, prefix = self._seen, self._daemon_prefix()
         munge_socket = root / "munge" / "munge.sock"
         spec: dict[str, Any] = {
             "root": str(root),
-            "slurm_conf": str(self.conf),
+            "slurm_conf": seen(self.conf),
             "socket": str(self.socket_path),
             "munge_socket": str(munge_socket),
             "nodes": list(self.layout.nodes),
             "autostart": list(self.layout.nodes) if self.layout.autostart else [],
             "munged_argv": [
+                *prefix,
                 "munged",
                 "-F",
                 "--force",
-                f"--socket={munge_socket}",
-                f"--key-file={key}",
-                f"--pid-file={root / 'run' / 'munged.pid'}",
-                f"--log-file={root / 'log' / 'munged.log'}",
-                f"--seed-file={root / 'munge' / 'munge.seed'}",
+                f"--socket={seen(munge_socket)}",
+                f"--key-file={seen(key)}",
+                f"--pid-file={seen(root / 'run' / 'munged.pid')}",
+                f"--log-file={seen(root / 'log' / 'munged.log')}",
+                f"--seed-file={seen(root / 'munge' / 'munge.seed')}",
             ],
-            "slurmctld_argv": ["slurmctld", "-D", "-f", str(self.conf)],
-            "slurmd_argv": ["slurmd", "-D", "-f", str(self.conf)],
+            "slurmctld_argv": [*prefix, "slurmctld", "-D", "-f", seen(self.conf)],
+            "slurmd_argv": self._slurmd_argv(seen(self.conf)),
         }
         if self.layout.accounting:
-            spec["accounting"] = self._accounting_spec(inner_root=root)
+            spec["accounting"] = self._accounting_spec(
+                inner_root=Path(seen(root)), client_prefix=tuple(prefix)
+            )
         path = root / "run" / "spec.json"
         path.write_text(json.dumps(spec, indent=2))
         return path
 
 
-__all__ = ["CLIENT_TIMEOUT_S", "SCALE_SLURMD_TIMEOUT_S", "SlurmCluster", "SlurmLayout"]
+__all__ = ["SCALE_SLURMD_TIMEOUT_S", "SlurmCluster", "SlurmLayout"]
