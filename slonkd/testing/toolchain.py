@@ -164,40 +164,37 @@ def _build_kube(out: Path, cmds: Sequence[str] = KUBE_CONTROL_PLANE) -> None:
     _finish(out, started, f"{', '.join(cmds)} {version}")
 
 
-def _build_etcd(out: Path) -> None:
-    version = versions.ETCD
-    work = out.parent / f".build-etcd-{version}"
+def _build_go_command(out: Path, *, name: str, pkg: str, version: str, ldflags: str) -> None:
+    """The Go command ``pkg`` at ``version``, built in a scratch module as ``out/name``."""
+    work = out.parent / f".build-{name}-{version}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.monotonic()
-    _run(["go", "mod", "init", "slonkd.local/etcdbuild"], cwd=work)
-    pkg = "go.etcd.io/etcd/server/v3"
+    _run(["go", "mod", "init", f"slonkd.local/{name}build"], cwd=work)
     _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
     _run(["go", "mod", "tidy"], cwd=work)
     out.mkdir(parents=True, exist_ok=True)
-    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pkg], cwd=work)
+    _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), pkg], cwd=work)
     shutil.rmtree(work, ignore_errors=True)
-    _finish(out, started, f"etcd {version}")
+    _finish(out, started, f"{name} {version}")
+
+
+def _build_etcd(out: Path) -> None:
+    _build_go_command(
+        out, name="etcd", pkg="go.etcd.io/etcd/server/v3", version=versions.ETCD, ldflags="-s -w"
+    )
 
 
 def _build_coredns(out: Path) -> None:
     """CoreDNS in a scratch module (its default plugin set includes ``kubernetes``)."""
     version = versions.COREDNS
-    work = out.parent / f".build-coredns-{version}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    started = time.monotonic()
-    _run(["go", "mod", "init", "slonkd.local/corednsbuild"], cwd=work)
-    pkg = "github.com/coredns/coredns"
-    _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
-    _run(["go", "mod", "tidy"], cwd=work)
-    out.mkdir(parents=True, exist_ok=True)
-    ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=v{version}"
-    _run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "coredns"), pkg], cwd=work
+    _build_go_command(
+        out,
+        name="coredns",
+        pkg="github.com/coredns/coredns",
+        version=version,
+        ldflags=f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=v{version}",
     )
-    shutil.rmtree(work, ignore_errors=True)
-    _finish(out, started, f"coredns {version}")
 
 
 def _go_install(out: Path, module_cmd: str, version: str, what: str, ldflags: str = "") -> None:
