@@ -7,7 +7,10 @@ recipe described in docs/architecture.md ("The test harness"). Each tool lands i
 warm start builds nothing. A cold build takes about 13 minutes on 2 cores (plus the kubelet's
 and CoreDNS's, see :func:`ensure_node_tools`) and prints every step with its duration.
 
-This module only builds; starting the services is ``slonkd.testing.kube``'s job.
+This module only builds; starting the services is ``slonkd.testing.kube``'s job. It also
+says where the harness's caches live (:func:`user_cache`, :func:`cache_lock`), for
+:mod:`slonkd.testing.realnode_images`, :mod:`slonkd.testing.slurm_root` and
+:mod:`slonkd.testing.chart_images` too.
 
 Run ``python -m slonkd.testing.toolchain`` to build everything ahead of time.
 """
@@ -58,12 +61,17 @@ class NodeTools:
     coredns: Path
 
 
-def cache_root() -> Path:
-    """Where built tools live, keyed by version below it."""
-    override = os.environ.get("SLONKD_TOOLS_CACHE")
+def user_cache(name: str, override_env: str) -> Path:
+    """A cache of the harness: ``$HOME/.cache/slonkd/<name>``, or what ``override_env`` names."""
+    override = os.environ.get(override_env)
     if override:
         return Path(override)
-    return Path.home() / ".cache" / "slonkd" / "tools"
+    return Path.home() / ".cache" / "slonkd" / name
+
+
+def cache_root() -> Path:
+    """Where built tools live, keyed by version below it."""
+    return user_cache("tools", "SLONKD_TOOLS_CACHE")
 
 
 def _log(message: str) -> None:
