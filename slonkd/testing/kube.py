@@ -48,7 +48,7 @@ class _Service:
 
 
 @dataclass(slots=True)
-class KubeCluster:
+class KubeCluster(procs.StartStop):
     """Handle on a running control plane; use as a context manager or start()/stop()."""
 
     root: Path
@@ -114,13 +114,6 @@ class KubeCluster:
         return self.tools
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> KubeCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout_s: float = 120.0) -> None:
         """Build/find the binaries, then start etcd, apiserver, kcm, scheduler and kwok."""

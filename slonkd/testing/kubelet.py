@@ -194,7 +194,7 @@ def _env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
 
 
 @dataclass(slots=True)
-class KubeletStandIn:
+class KubeletStandIn(procs.StartStop):
     """Starts and stops the stand-in process for one namespace."""
 
     kube: KubeCluster
@@ -214,13 +214,6 @@ class KubeletStandIn:
         if not self.journal.exists():
             return []
         return [json.loads(x) for x in self.journal.read_text().splitlines() if x.strip()]
-
-    def __enter__(self) -> KubeletStandIn:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the stand-in and wait until its watch runs."""

@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -23,6 +24,27 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class HarnessError(RuntimeError):
     """A real service could not be started, reached or stopped."""
+
+
+class StartStop:
+    """A harness service used with ``with``: entering calls :meth:`start`, leaving :meth:`stop`."""
+
+    __slots__ = ()
+
+    def start(self) -> None:
+        """Start the service (each service says how)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the service (each service says how)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def die_with_parent() -> None:

@@ -80,7 +80,7 @@ _CMD_TIMEOUT_S = 60.0
 
 
 @dataclass(slots=True)
-class RealNode:
+class RealNode(procs.StartStop):
     """A kubelet + containerd node registered with ``cluster``; use as context or start/stop."""
 
     root: Path
@@ -159,13 +159,6 @@ class RealNode:
         return procs.output(argv, check=check, timeout_s=timeout_s)
 
     # -- lifecycle -----------------------------------------------------------------------------
-
-    def __enter__(self) -> RealNode:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout_s: float = 120.0) -> None:
         """Build/find tools and images, set up the network, start everything, wait Ready."""

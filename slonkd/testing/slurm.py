@@ -85,7 +85,7 @@ class SlurmLayout:
 
 
 @dataclass(slots=True)
-class SlurmCluster:
+class SlurmCluster(procs.StartStop):
     """Handle on a running cluster; use as a context manager or call start()/stop()."""
 
     root: Path
@@ -125,13 +125,6 @@ class SlurmCluster:
         ]
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> SlurmCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout_s: float = 60.0) -> None:
         """Write the config, start every daemon and wait until all slurmd nodes are idle."""
