@@ -49,7 +49,8 @@ from typing import Any
 from bench.kube import bound_pod
 from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.testing.kube import KubeCluster, fake_node_body
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kube_kwok import fake_node_body
 from slonkd.testing.procs import die_with_parent, wait_for
 from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 

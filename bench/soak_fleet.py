@@ -31,7 +31,7 @@ from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.sandbox_agents import AgentKeeper
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd.testing.workloads import prestop_command, worker_statefulset
 
 NAMESPACE = "soak"
 _T = TypeVar("_T")
@@ -60,8 +60,7 @@ AGENT_HYSTERESIS = {"fail_n": 2, "window_m": 3, "clear_k": 2}
 
 
 def _prestop_argv() -> list[str]:
-    return [sys.executable, "-m", "slonkd.cli.main", "prestop", "--grace", str(GRACE_S),
-            "--margin", "4", "--poll", "0.5"]  # fmt: skip
+    return prestop_command(GRACE_S, 4)
 
 
 @dataclass(slots=True)

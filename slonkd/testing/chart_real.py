@@ -42,7 +42,8 @@ from slonkd.testing.chart_volumes import claim_volumes
 from slonkd.testing.helm import CHART_DIR, Helm, value_args
 from slonkd.testing.kube import KubeCluster
 from slonkd.testing.procs import HarnessError, wait_for
-from slonkd.testing.realnode import API_HOST, API_PORT, RealNode
+from slonkd.testing.realnode import RealNode
+from slonkd.testing.realnode_config import API_HOST, API_PORT
 
 RELEASE = "rel"
 POOL = "cpu"

@@ -11,6 +11,12 @@ as in a real cluster. Nothing listens anywhere but 127.0.0.1.
 Fake nodes are plain Node objects with the annotation ``kwok.x-k8s.io/node: fake``. Pods of
 such nodes become Running and Ready at once; a deleted pod vanishes at once too, unless it
 carries the label ``slonk.dev/kubelet: standin`` (see :mod:`slonkd.testing.kubelet`).
+
+This module owns the handle: starting, waiting for, stopping and restarting the processes, and
+the helpers tests call on a running cluster. Neighbours: :mod:`slonkd.testing.kube_components`
+(the components' command lines), :mod:`slonkd.testing.kube_kwok` (kwok and its fake nodes),
+:mod:`slonkd.testing.kube_pki` (certificates, tokens, kubeconfigs),
+:mod:`slonkd.testing.kubeapi` (the REST client of :attr:`KubeCluster.api`).
 """
 
 from __future__ import annotations
@@ -25,17 +31,13 @@ import time
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slonkd.testing import procs
-from slonkd.testing.kubeapi import ApiError, KubeApi
+from slonkd.testing import kube_components, kube_kwok, kube_pki, procs
+from slonkd.testing.kubeapi import KubeApi
 from slonkd.testing.procs import HarnessError
 from slonkd.testing.toolchain import Tools, ensure_tools
-
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-STANDIN_LABEL = "slonk.dev/kubelet"
 
 
 @dataclass(slots=True)
@@ -46,7 +48,7 @@ class _Service:
 
 
 @dataclass(slots=True)
-class KubeCluster:
+class KubeCluster(procs.StartStop):
     """Handle on a running control plane; use as a context manager or start()/stop()."""
 
     root: Path
@@ -112,13 +114,6 @@ class KubeCluster:
         return self.tools
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> KubeCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout_s: float = 120.0) -> None:
         """Build/find the binaries, then start etcd, apiserver, kcm, scheduler and kwok."""
@@ -188,22 +183,7 @@ class KubeCluster:
     def start_etcd(self, *, timeout_s: float = 60.0) -> None:
         """Start etcd on its data dir (kept across restarts)."""
         client = f"http://127.0.0.1:{self.ports['etcd']}"
-        peer = f"http://127.0.0.1:{self.ports['etcd_peer']}"
-        svc = self._spawn(
-            "etcd",
-            [
-                str(self._tools.etcd),
-                "--name=n0",
-                f"--data-dir={self.root / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=n0={peer}",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
-        )
+        svc = self._spawn("etcd", kube_components.etcd_argv(self._tools, self.root, self.ports))
 
         def healthy() -> bool:
             with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:  # noqa: S310
@@ -213,36 +193,8 @@ class KubeCluster:
 
     def start_apiserver(self, *, timeout_s: float = 60.0) -> None:
         """Start kube-apiserver and wait for /readyz."""
-        pki = self.root / "pki"
         svc = self._spawn(
-            "apiserver",
-            [
-                str(self._tools.kube_apiserver),
-                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.ports['apiserver']}",
-                f"--cert-dir={pki}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                f"--token-auth-file={self.root / 'tokens.csv'}",
-                # how it reaches a real kubelet (logs, exec; see realnode.py): by IP, never
-                # by a DNS lookup of the node's name on the machine's resolver
-                "--kubelet-preferred-address-types=InternalIP",
-                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
-                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
-                "--authorization-mode=RBAC",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--endpoint-reconciler-type=none",
-                "--allow-privileged=true",
-                "--enable-priority-and-fairness=false",
-                "--profiling=false",
-                "--v=1",
-            ],
+            "apiserver", kube_components.apiserver_argv(self._tools, self.root, self.ports)
         )
         api = self.api
 
@@ -274,69 +226,34 @@ class KubeCluster:
         procs.wait_for(name, healthy, timeout_s=timeout_s, alive=procs.exited(svc.proc, svc.log))
 
     def _start_kcm(self, *, timeout_s: float) -> None:
-        pki = self.root / "pki"
         self._spawn(
             "kcm",
-            [
-                str(self._tools.kube_controller_manager),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.ports['kcm']}",
-                f"--cert-dir={self.root / 'kcm-pki'}",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                "--use-service-account-credentials=false",
-                f"--node-monitor-grace-period={self.node_monitor_grace_period}",
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
-                "--v=1",
-            ],
+            kube_components.kcm_argv(
+                self._tools,
+                self.root,
+                self.ports,
+                kubeconfig=self.kubeconfig,
+                node_monitor_grace_period=self.node_monitor_grace_period,
+            ),
         )
         self._component_health("kcm", self.ports["kcm"], timeout_s)
 
     def _start_scheduler(self, *, timeout_s: float) -> None:
         self._spawn(
             "scheduler",
-            [
-                str(self._tools.kube_scheduler),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.ports['scheduler']}",
-                f"--cert-dir={self.root / 'scheduler-pki'}",
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-                "--v=1",
-            ],
+            kube_components.scheduler_argv(
+                self._tools, self.root, self.ports, kubeconfig=self.kubeconfig
+            ),
         )
         self._component_health("scheduler", self.ports["scheduler"], timeout_s)
 
     def _start_kwok(self) -> None:
-        stages = self.root / "kwok-stages.yaml"
-        docs = []
-        stage_dir = resources.files("slonkd.testing").joinpath("stages")
-        for res in sorted(stage_dir.iterdir(), key=lambda r: r.name):
-            if res.name.endswith(".yaml"):
-                docs.append(res.read_text())
-        stages.write_text("\n---\n".join(docs))
+        stages = kube_kwok.write_stages(self.root / "kwok-stages.yaml")
         svc = self._spawn(
             "kwok",
-            [
-                str(self._tools.kwok),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--config={stages}",
-                "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-                "--node-ip=127.0.0.1",
-                f"--node-port={self.ports['kwok_node']}",
-                f"--server-address=127.0.0.1:{self.ports['kwok_server']}",
-                "--node-lease-duration-seconds=40",
-                "--v=INFO",
-            ],
+            kube_kwok.kwok_argv(
+                self._tools, kubeconfig=self.kubeconfig, stages=stages, ports=self.ports
+            ),
         )
 
         def serving() -> bool:
@@ -349,81 +266,9 @@ class KubeCluster:
     # -- pki and kubeconfig -----------------------------------------------------------------
 
     def _pki(self) -> None:
-        pki = self.root / "pki"
-        pki.mkdir(parents=True, exist_ok=True)
-        tokens = self.root / "tokens.csv"
         if not self.admin_token:
             self.admin_token = secrets.token_hex(24)
-        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
-        tokens.chmod(0o600)
-        if (pki / "apiserver.crt").exists():
-            return
-
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-        openssl(
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-            "-out",
-            str(pki / "sa.key"),
-        )
-        openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-        openssl(
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "3650",
-            "-subj",
-            "/CN=slonkd-harness-ca",
-            "-keyout",
-            str(pki / "ca.key"),
-            "-out",
-            str(pki / "ca.crt"),
-        )
-        ext = pki / "san.ext"
-        ext.write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
-            "extendedKeyUsage=serverAuth\n"
-        )
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=kube-apiserver",
-            "-keyout",
-            str(pki / "apiserver.key"),
-            "-out",
-            str(pki / "apiserver.csr"),
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(pki / "apiserver.csr"),
-            "-CA",
-            str(pki / "ca.crt"),
-            "-CAkey",
-            str(pki / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "3650",
-            "-extfile",
-            str(ext),
-            "-out",
-            str(pki / "apiserver.crt"),
-        )
-        sign_client_cert(
-            pki, pki / "kubelet-client", cn="kube-apiserver-kubelet-client", org="system:masters"
-        )
+        kube_pki.write_pki(self.root, self.admin_token)
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(self.kubeconfig_for(self.admin_token, user="admin"))
@@ -431,26 +276,9 @@ class KubeCluster:
 
     def kubeconfig_for(self, token: str, *, user: str, namespace: str = "default") -> str:
         """A kubeconfig (JSON, which is YAML) that authenticates with ``token``."""
-        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "harness",
-                    "cluster": {"server": self.server, "certificate-authority-data": ca},
-                }
-            ],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [
-                {
-                    "name": "harness",
-                    "context": {"cluster": "harness", "user": user, "namespace": namespace},
-                }
-            ],
-            "current-context": "harness",
-        }
-        return json.dumps(config, indent=2)
+        return kube_pki.token_kubeconfig(
+            self.server, self.ca_file, token, user=user, namespace=namespace
+        )
 
     # -- helpers for tests ------------------------------------------------------------------
 
@@ -485,7 +313,7 @@ class KubeCluster:
         """Create kwok-managed Node objects; optionally wait until all are Ready."""
         created = []
         for name in names:
-            body = fake_node_body(name, labels=labels, capacity=capacity)
+            body = kube_kwok.fake_node_body(name, labels=labels, capacity=capacity)
             self.api.request("POST", "/api/v1/nodes", body)
             created.append(name)
         if wait_ready_s is not None:
@@ -560,43 +388,4 @@ class KubeCluster:
             return json.load(resp)
 
 
-def sign_client_cert(pki: Path, out: Path, *, cn: str, org: str) -> None:
-    """Write ``out``.key/.crt: a client certificate (user ``cn``, group ``org``) of the CA."""
-    key, csr, crt = (out.with_suffix(s) for s in (".key", ".csr", ".crt"))
-    ext = out.with_suffix(".ext")
-    ext.write_text("extendedKeyUsage=clientAuth\n")
-    ca, ca_key = str(pki / "ca.crt"), str(pki / "ca.key")
-    request = ["req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/O={org}/CN={cn}"]
-    sign = ["x509", "-req", "-in", str(csr), "-CA", ca, "-CAkey", ca_key, "-CAcreateserial"]
-    for args in (
-        [*request, "-keyout", str(key), "-out", str(csr)],
-        [*sign, "-days", "3650", "-extfile", str(ext), "-out", str(crt)],
-    ):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-    key.chmod(0o600)
-
-
-def fake_node_body(
-    name: str, *, labels: Mapping[str, str] | None = None, capacity: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """A Node object that kwok manages (annotation ``kwok.x-k8s.io/node: fake``)."""
-    cap = dict(capacity or {"cpu": "32", "memory": "256Gi", "pods": "110"})
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "type": "kwok",
-                **(labels or {}),
-            },
-        },
-        "spec": {},
-        "status": {"capacity": cap, "allocatable": cap},
-    }
-
-
-__all__ = ["STANDIN_LABEL", "ApiError", "KubeCluster", "fake_node_body", "sign_client_cert"]
+__all__ = ["KubeCluster"]

@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing import procs
-from slonkd.testing.kube import STANDIN_LABEL, KubeCluster
+from slonkd.testing.kube import KubeCluster
+from slonkd.testing.kube_kwok import STANDIN_LABEL
 from slonkd.testing.kubeapi import ApiError, KubeApi
-from slonkd.testing.slurm import SlurmCluster, control, slurmd_host_pid
+from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm_control import control, slurmd_host_pid
 
 MIN_KILL_GRACE_S = 2.0
 """After preStop, a kubelet still gives containers at least this long before SIGKILL."""
@@ -192,7 +194,7 @@ def _env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
 
 
 @dataclass(slots=True)
-class KubeletStandIn:
+class KubeletStandIn(procs.StartStop):
     """Starts and stops the stand-in process for one namespace."""
 
     kube: KubeCluster
@@ -212,13 +214,6 @@ class KubeletStandIn:
         if not self.journal.exists():
             return []
         return [json.loads(x) for x in self.journal.read_text().splitlines() if x.strip()]
-
-    def __enter__(self) -> KubeletStandIn:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the stand-in and wait until its watch runs."""

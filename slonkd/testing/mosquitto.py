@@ -51,7 +51,7 @@ leader's recheck) and the leader's status (the commands' token floor)."""
 
 
 @dataclass(slots=True)
-class Mosquitto:
+class Mosquitto(procs.StartStop):
     """Handle on a running broker; use as a context manager or call start()/stop()."""
 
     root: Path
@@ -77,13 +77,6 @@ class Mosquitto:
     def log(self) -> Path:
         """The broker's log file."""
         return self.root / "mosquitto.log"
-
-    def __enter__(self) -> Mosquitto:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout_s: float = 20.0) -> None:
         """Write the config (first start only) and start the broker; wait for its port."""

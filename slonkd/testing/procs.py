@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -23,6 +24,27 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class HarnessError(RuntimeError):
     """A real service could not be started, reached or stopped."""
+
+
+class StartStop:
+    """A harness service used with ``with``: entering calls :meth:`start`, leaving :meth:`stop`."""
+
+    __slots__ = ()
+
+    def start(self) -> None:
+        """Start the service (each service says how)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the service (each service says how)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def die_with_parent() -> None:
@@ -178,3 +200,13 @@ def exited(proc: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]
 def tail(path: Path, limit: int = 2000) -> str:
     """Last ``limit`` characters of a log file, for error messages."""
     return path.read_text(errors="replace")[-limit:] if path.exists() else "(no log)"
+
+
+def output(argv: Sequence[str], *, check: bool = True, timeout_s: float = 60.0) -> str:
+    """Run a short command (argv, no shell) and return its stdout; raise on failure if ``check``."""
+    proc = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if check and proc.returncode != 0:
+        raise HarnessError(f"{' '.join(argv)} failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
+    return proc.stdout

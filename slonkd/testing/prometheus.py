@@ -38,7 +38,7 @@ def binary() -> Path | None:
 
 
 @dataclass(slots=True)
-class Prometheus:
+class Prometheus(procs.StartStop):
     """Handle on a running Prometheus; use as a context manager or call start()/stop()."""
 
     root: Path
@@ -57,13 +57,6 @@ class Prometheus:
     def log(self) -> Path:
         """Prometheus's own log."""
         return self.root / "prometheus.log"
-
-    def __enter__(self) -> Prometheus:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _config(self) -> dict[str, Any]:
         interval = f"{max(1, round(self.scrape_interval_s * 1000))}ms"

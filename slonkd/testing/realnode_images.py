@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing.procs import HarnessError
+from slonkd.testing.toolchain import user_cache
 
 BUSYBOX = Path("/bin/busybox")
 _PAUSE_CMD = ["/bin/sleep", "2147483647"]
@@ -37,10 +38,7 @@ class NodeImages:
 
 def images_cache() -> Path:
     """Where built archives live."""
-    override = os.environ.get("SLONKD_IMAGES_CACHE")
-    if override:
-        return Path(override)
-    return Path.home() / ".cache" / "slonkd" / "images"
+    return user_cache("images", "SLONKD_IMAGES_CACHE")
 
 
 def ensure_node_images() -> NodeImages:

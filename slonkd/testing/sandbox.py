@@ -34,7 +34,7 @@ from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.sandbox_agents import AgentKeeper
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd.testing.workloads import prestop_command, worker_statefulset
 
 NAMESPACE = "slonk"
 POOL = "worker"
@@ -131,18 +131,7 @@ def write_state(root: Path, state: dict[str, Any]) -> None:
 
 
 def _prestop_argv() -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "slonkd.cli.main",
-        "prestop",
-        "--grace",
-        str(GRACE_S),
-        "--margin",
-        str(MARGIN_S),
-        "--poll",
-        "0.5",
-    ]
+    return prestop_command(GRACE_S, MARGIN_S)
 
 
 def run_sandbox(

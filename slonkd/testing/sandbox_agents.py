@@ -30,7 +30,7 @@ class _Agent:
     proc: subprocess.Popen[bytes]
 
 
-class AgentKeeper:
+class AgentKeeper(procs.StartStop):
     """Keeps one ``slonkd agent`` per live worker pod of ``namespace`` (see module doc)."""
 
     def __init__(
@@ -55,13 +55,6 @@ class AgentKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    def __enter__(self) -> AgentKeeper:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the keeper thread (and, through it, the agents)."""

@@ -85,6 +85,40 @@ def scene_pod_deleted(sb: Sandbox) -> None:
     _say(f"    ok  job {job} never FAILED/CANCELLED/NODE_FAIL: {sorted(watch.seen[job])}")
 
 
+def marked(sb: Sandbox, kube_node: str) -> bool:
+    """Whether slonkd's marks are on ``kube_node``: cordoned, tainted, SlurmHealthy=False."""
+    node = sb.knode(kube_node)
+    taints = {t["key"] for t in node["spec"].get("taints") or []}
+    conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
+    return (
+        bool(node["spec"].get("unschedulable"))
+        and FAILURE_TAINT in taints
+        and conds.get("SlurmHealthy") == "False"
+    )
+
+
+def check_reason_left(sb: Sandbox, name: str) -> None:
+    """Check that SLURM's own reason on ``name`` stands: slonkd never clears it."""
+    check(
+        sb,
+        f"SLURM's own reason on {name} left as it is ({FAILURE_REASON!r})",
+        lambda: sb.node(name).get("Reason") == FAILURE_REASON,
+        5,
+    )
+
+
+def lift_marks(sb: Sandbox, kube_node: str) -> None:
+    """The operator's uncordon: unschedulable off, slonkd's taint and annotation removed."""
+    taints = [
+        t for t in sb.knode(kube_node)["spec"].get("taints") or [] if t["key"] != FAILURE_TAINT
+    ]
+    patch = {
+        "metadata": {"annotations": {CORDONED_BY: None}},
+        "spec": {"unschedulable": False, "taints": taints or None},
+    }
+    sb.api.request("PATCH", f"/api/v1/nodes/{kube_node}", patch, content_type=MERGE)
+
+
 def scene_slurm_failure(sb: Sandbox) -> None:
     """SLURM's own failure on a settled pod: the K8s node is cordoned, tainted, marked."""
     name = sb.state["workers"][1]
@@ -112,20 +146,10 @@ def scene_slurm_failure(sb: Sandbox) -> None:
         show=True,
     )
 
-    def marked() -> bool:
-        node = sb.knode(kube_node)
-        taints = {t["key"] for t in node["spec"].get("taints") or []}
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
-        return (
-            bool(node["spec"].get("unschedulable"))
-            and FAILURE_TAINT in taints
-            and conds.get("SlurmHealthy") == "False"
-        )
-
     check(
         sb,
         f"K8s node {kube_node} cordoned, tainted slonk.dev/unhealthy, SlurmHealthy=False",
-        marked,
+        lambda: marked(sb, kube_node),
         30,
     )
     check(
@@ -137,16 +161,57 @@ def scene_slurm_failure(sb: Sandbox) -> None:
         ),
         90,
     )
-    check(
-        sb,
-        f"SLURM's own reason on {name} left as it is ({FAILURE_REASON!r})",
-        lambda: sb.node(name).get("Reason") == FAILURE_REASON,
-        5,
-    )
+    check_reason_left(sb, name)
     _say("    the operator looks at it, decides the node is fine, and resumes it:")
     sb.slurm("scontrol", "update", f"nodename={name}", "state=resume", show=True)
     check(sb, f"SLURM node {name} back in service", lambda: sb.in_service(name), 30)
     _say(f"    K8s node {kube_node} stays cordoned for the operator: kubectl uncordon {kube_node}")
+
+
+def watch_rollout(
+    sb: Sandbox, workers: list[str], new: str, jobs: list[str], *, timeout_s: float
+) -> JobWatch:
+    """Wait until every worker pod is on revision ``new`` and every SLURM node in service.
+
+    Shows each worker as it is replaced; fails if a job of ``jobs`` was killed or more than one
+    SLURM node was out at once. Returns the watch (which nodes each job ran on).
+    """
+
+    def updated() -> list[str]:
+        return [
+            n
+            for n in workers
+            if (p := sb.pod(n)) is not None
+            and p["metadata"]["labels"].get("controller-revision-hash") == new
+            and sb.pod_ready(n)
+        ]
+
+    with JobWatch(sb, jobs) as watch:
+        shown: set[str] = set()
+        began = time.monotonic()
+
+        def progress() -> bool:
+            done = updated()
+            for n in sorted(set(done) - shown):
+                shown.add(n)
+                _say(
+                    f"        {n} replaced ({len(shown)}/{len(workers)},"
+                    f" {time.monotonic() - began:.0f} s)"
+                )
+            return len(done) == len(workers) and all(sb.in_service(n) for n in workers)
+
+        check(
+            sb,
+            f"every worker pod on revision {new}, every SLURM node back in service",
+            progress,
+            timeout_s,
+        )
+    if watch.killed():
+        raise DemoFailed(f"a job was killed: {watch.killed()}")
+    if watch.most_out > 1:
+        raise DemoFailed(f"{watch.most_out} SLURM nodes were out at once (the rollout allows 1)")
+    _say("    ok  never more than one SLURM node out at a time")
+    return watch
 
 
 def scene_rollout(sb: Sandbox) -> None:
@@ -176,41 +241,7 @@ def scene_rollout(sb: Sandbox) -> None:
     wait("new revision", lambda: sb.sts()["status"].get("updateRevision", old) != old, 15)
     new = sb.sts()["status"]["updateRevision"]
     sb.record["rollout"]["new_revision"] = new
-
-    def updated() -> list[str]:
-        return [
-            n
-            for n in workers
-            if (p := sb.pod(n)) is not None
-            and p["metadata"]["labels"].get("controller-revision-hash") == new
-            and sb.pod_ready(n)
-        ]
-
-    with JobWatch(sb, jobs) as watch:
-        shown: set[str] = set()
-        began = time.monotonic()
-
-        def progress() -> bool:
-            done = updated()
-            for n in sorted(set(done) - shown):
-                shown.add(n)
-                _say(
-                    f"        {n} replaced ({len(shown)}/{len(workers)},"
-                    f" {time.monotonic() - began:.0f} s)"
-                )
-            return len(done) == len(workers) and all(sb.in_service(n) for n in workers)
-
-        check(
-            sb,
-            f"every worker pod on revision {new}, every SLURM node back in service",
-            progress,
-            90 * len(workers),
-        )
-    if watch.killed():
-        raise DemoFailed(f"a job was killed: {watch.killed()}")
-    if watch.most_out > 1:
-        raise DemoFailed(f"{watch.most_out} SLURM nodes were out at once (the rollout allows 1)")
-    _say("    ok  never more than one SLURM node out at a time")
+    watch = watch_rollout(sb, workers, new, jobs, timeout_s=90 * len(workers))
     restarts = int(sb.job(job)["Restarts"])
     if restarts < 1:
         raise DemoFailed(f"job {job} on {on} was not requeued by the rollout")
@@ -280,14 +311,7 @@ def reset_previous(sb: Sandbox, previous: dict[str, Any]) -> None:
     kube_node = previous.get("slurm_failure", {}).get("kube_node")
     if kube_node and sb.knode(kube_node)["spec"].get("unschedulable"):
         _say(f"(a previous demo left K8s node {kube_node} cordoned: uncordoning it)")
-        taints = [
-            t for t in sb.knode(kube_node)["spec"].get("taints") or [] if t["key"] != FAILURE_TAINT
-        ]
-        patch = {
-            "metadata": {"annotations": {CORDONED_BY: None}},
-            "spec": {"unschedulable": False, "taints": taints or None},
-        }
-        sb.api.request("PATCH", f"/api/v1/nodes/{kube_node}", patch, content_type=MERGE)
+        lift_marks(sb, kube_node)
 
 
 SCENES = (scene_pod_deleted, scene_slurm_failure, scene_rollout, scene_operator_drain)

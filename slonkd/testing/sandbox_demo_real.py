@@ -28,44 +28,28 @@ from pathlib import Path
 from typing import Any
 
 from slonkd.testing.helm import Helm
-from slonkd.testing.sandbox_access import DemoFailed, JobWatch, Sandbox, check, wait
+from slonkd.testing.sandbox_access import DemoFailed, Sandbox, check, wait
 from slonkd.testing.sandbox_access import say as _say
 from slonkd.testing.sandbox_demo import (
-    CORDONED_BY,
     FAILURE_REASON,
     FAILURE_TAINT,
-    MERGE,
     _ready_since,
+    check_reason_left,
+    lift_marks,
+    marked,
     scene_operator_drain,
     scene_pod_deleted,
+    watch_rollout,
 )
 
 ROLLOUT_SETTING = "agent.health.checks.fast_period_s"
 ROLLOUT_JOB_S = 40
 
 
-def _marked(sb: Sandbox, kube_node: str) -> bool:
-    node = sb.knode(kube_node)
-    taints = {t["key"] for t in node["spec"].get("taints") or []}
-    conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
-    return (
-        bool(node["spec"].get("unschedulable"))
-        and FAILURE_TAINT in taints
-        and conds.get("SlurmHealthy") == "False"
-    )
-
-
 def uncordon(sb: Sandbox, kube_node: str) -> None:
     """The operator's uncordon: unschedulable off, slonkd's taint and annotation removed."""
     _say(f"    $ kubectl uncordon {kube_node}; kubectl taint node {kube_node} {FAILURE_TAINT}-")
-    taints = [
-        t for t in sb.knode(kube_node)["spec"].get("taints") or [] if t["key"] != FAILURE_TAINT
-    ]
-    patch = {
-        "metadata": {"annotations": {CORDONED_BY: None}},
-        "spec": {"unschedulable": False, "taints": taints or None},
-    }
-    sb.api.request("PATCH", f"/api/v1/nodes/{kube_node}", patch, content_type=MERGE)
+    lift_marks(sb, kube_node)
 
 
 def scene_slurm_failure_real(sb: Sandbox) -> None:
@@ -96,15 +80,15 @@ def scene_slurm_failure_real(sb: Sandbox) -> None:
             if p is not None:
                 uids[w].add(str(p["metadata"]["uid"]))
 
-    def marked() -> bool:
+    def seen_marked() -> bool:
         seen()
-        return _marked(sb, kube_node)
+        return marked(sb, kube_node)
 
     check(
         sb,
         f"K8s node {kube_node} (the only one) cordoned, tainted {FAILURE_TAINT},"
         " SlurmHealthy=False",
-        marked,
+        seen_marked,
         30,
     )
     marked_at = time.monotonic()
@@ -125,12 +109,7 @@ def scene_slurm_failure_real(sb: Sandbox) -> None:
             " failure stood: a healthy sibling SLURM node undid them"
         )
     _say(f"    ok  the marks held for 20 s (a healthy sibling on {kube_node} keeps them)")
-    check(
-        sb,
-        f"SLURM's own reason on {name} left as it is ({FAILURE_REASON!r})",
-        lambda: sb.node(name).get("Reason") == FAILURE_REASON,
-        5,
-    )
+    check_reason_left(sb, name)
     _say("    the operator looks at it, decides the node is fine, resumes it and uncordons:")
     sb.slurm("scontrol", "update", f"nodename={name}", "state=resume", show=True)
     if sb.knode(kube_node)["spec"].get("unschedulable"):
@@ -200,40 +179,7 @@ def scene_rollout_real(sb: Sandbox) -> None:
     new = sb.sts()["status"]["updateRevision"]
     sb.record["rollout"]["new_revision"] = new
 
-    def updated() -> list[str]:
-        return [
-            n
-            for n in workers
-            if (p := sb.pod(n)) is not None
-            and p["metadata"]["labels"].get("controller-revision-hash") == new
-            and sb.pod_ready(n)
-        ]
-
-    with JobWatch(sb, [job]) as watch:
-        shown: set[str] = set()
-        began = time.monotonic()
-
-        def progress() -> bool:
-            done = updated()
-            for n in sorted(set(done) - shown):
-                shown.add(n)
-                _say(
-                    f"        {n} replaced ({len(shown)}/{len(workers)},"
-                    f" {time.monotonic() - began:.0f} s)"
-                )
-            return len(done) == len(workers) and all(sb.in_service(n) for n in workers)
-
-        check(
-            sb,
-            f"every worker pod on revision {new}, every SLURM node back in service",
-            progress,
-            60 * len(workers) + ROLLOUT_JOB_S,
-        )
-    if watch.killed():
-        raise DemoFailed(f"a job was killed: {watch.killed()}")
-    if watch.most_out > 1:
-        raise DemoFailed(f"{watch.most_out} SLURM nodes were out at once (the rollout allows 1)")
-    _say("    ok  never more than one SLURM node out at a time")
+    watch = watch_rollout(sb, workers, new, [job], timeout_s=60 * len(workers) + ROLLOUT_JOB_S)
     fields = sb.job(job)
     if fields.get("JobState") != "COMPLETED" or fields.get("Restarts") != "0":
         raise DemoFailed(f"job {job} on {on} was not left to complete: {fields.get('JobState')}")

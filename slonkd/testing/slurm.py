@@ -11,6 +11,13 @@ MariaDB and a slurmdbd start in the same namespace before slurmctld (see
 
 Optionally thousands of extra nodes are declared without a slurmd (they stay ``unknown*``
 but accept ``scontrol update``): scale tests use them.
+
+This module owns the layout and the handle: preparing the cluster's directory, starting the
+supervisor, and the requests and clients tests use. Neighbours: :mod:`slonkd.testing.slurm_conf`
+(slurm.conf and the RebootProgram), :mod:`slonkd.testing.slurm_control` (the supervisor's
+socket and slurmd PIDs from any process), :mod:`slonkd.testing.slurm_supervisor` (the
+namespace's init), :mod:`slonkd.testing.slurm_chroot` (the same cluster of another release,
+run inside a root).
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +37,8 @@ from typing import Any
 
 from slonkd.testing import accounting, procs
 from slonkd.testing.procs import HarnessError
+from slonkd.testing.slurm_conf import REBOOT_PROGRAM, render_slurm_conf
+from slonkd.testing.slurm_control import control, slurmd_host_pid
 
 CLIENT_TIMEOUT_S = 30.0
 
@@ -77,7 +85,7 @@ class SlurmLayout:
 
 
 @dataclass(slots=True)
-class SlurmCluster:
+class SlurmCluster(procs.StartStop):
     """Handle on a running cluster; use as a context manager or call start()/stop()."""
 
     root: Path
@@ -118,22 +126,9 @@ class SlurmCluster:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> SlurmCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self, *, timeout_s: float = 60.0) -> None:
         """Write the config, start every daemon and wait until all slurmd nodes are idle."""
-        for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
-            if shutil.which(tool) is None:
-                raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
-        if self.layout.accounting:
-            for tool in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db"):
-                if shutil.which(tool) is None:
-                    raise HarnessError(f"{tool} not found: install slurmdbd mariadb-server")
+        self._check_programs()
         begun = time.monotonic()
         spec = self._prepare()
         log = self.root / "log" / "supervisor.log"
@@ -146,8 +141,7 @@ class SlurmCluster:
                 "--kill-child=SIGKILL",
                 sys.executable,
                 "-m",
-                "slonkd.testing.slurm_supervisor",
-                str(spec),
+                *self._supervisor_args(spec),
             ],
             log=log,
             stdin=subprocess.PIPE,
@@ -245,8 +239,8 @@ class SlurmCluster:
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a SLURM client (``scontrol``, ``sinfo``, ``sbatch`` ...) against this cluster."""
         proc = subprocess.run(
-            list(argv),
-            env=self.env,
+            [*self._client_wrapper, *argv],
+            env=self._client_env,
             capture_output=True,
             text=True,
             timeout=CLIENT_TIMEOUT_S,
@@ -310,7 +304,56 @@ class SlurmCluster:
             client_prefix=client_prefix,
         )
 
+    # -- what the chroot cluster (slurm_chroot) does differently ---------------------------
+
+    def _check_programs(self) -> None:
+        """Fail early when the host lacks a program the cluster runs."""
+        for tool in ("slurmctld", "slurmd", "scontrol", "munged", "mungekey", "unshare"):
+            if shutil.which(tool) is None:
+                raise HarnessError(f"{tool} not found: install slurmctld slurmd slurm-client munge")
+        if self.layout.accounting:
+            for tool in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db"):
+                if shutil.which(tool) is None:
+                    raise HarnessError(f"{tool} not found: install slurmdbd mariadb-server")
+
+    def _supervisor_args(self, spec: Path) -> list[str]:
+        """The supervisor's module and arguments (after ``python -m``)."""
+        return ["slonkd.testing.slurm_supervisor", str(spec)]
+
+    @property
+    def _client_wrapper(self) -> tuple[str, ...]:
+        """argv before a SLURM client's: none, the host's clients run as they are."""
+        return ()
+
+    @property
+    def _client_env(self) -> dict[str, str] | None:
+        """The clients' environment: :attr:`env` (``SLURM_CONF``)."""
+        return self.env
+
+    def _seen(self, path: Path) -> str:
+        """``path`` as the daemons see it (the same path on the host)."""
+        return str(path)
+
+    def _daemon_prefix(self) -> list[str]:
+        """argv before munged's, slurmctld's and slurmdbd's: none on the host."""
+        return []
+
+    def _slurmd_argv(self, conf: str) -> list[str]:
+        """slurmd's argv with slurm.conf ``conf``."""
+        return ["slurmd", "-D", "-f", conf]
+
+    def _reboot_program(self) -> str:
+        """The RebootProgram: it asks the supervisor to restart the node's slurmd."""
+        return REBOOT_PROGRAM.format(socket=self.socket_path)
+
+    def _render_conf(self) -> str:
+        """The text of slurm.conf."""
+        return render_slurm_conf(self)
+
+    # -- the cluster's directory -------------------------------------------------------------
+
     def _prepare(self) -> Path:
+        """Write the directory, munge key, config and RebootProgram; return the spec's path."""
         root = self.root
         for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
             (root / sub).mkdir(parents=True, exist_ok=True)
@@ -325,169 +368,45 @@ class SlurmCluster:
             )
             key.chmod(0o600)
         n = len(self.layout.nodes)
-        self.ctld_port = procs.free_ports(1)[0] if not self.ctld_port else self.ctld_port
-        self.slurmd_port = (
-            procs.free_port_range(max(n, 1)) if not self.slurmd_port else self.slurmd_port
-        )
+        self.ctld_port = self.ctld_port or procs.free_ports(1)[0]
+        self.slurmd_port = self.slurmd_port or procs.free_port_range(max(n, 1))
         self._choose_ports()
         reboot = root / "bin" / "reboot"
-        reboot.write_text(_REBOOT_PROGRAM.format(socket=self.socket_path))
+        reboot.write_text(self._reboot_program())
         reboot.chmod(0o755)
         (root / "etc" / "plugstack.conf").write_text("")
-        self.conf.write_text(render_slurm_conf(self))
+        self.conf.write_text(self._render_conf())
         self._initial_topology()
+        seen, prefix = self._seen, self._daemon_prefix()
         munge_socket = root / "munge" / "munge.sock"
         spec: dict[str, Any] = {
             "root": str(root),
-            "slurm_conf": str(self.conf),
+            "slurm_conf": seen(self.conf),
             "socket": str(self.socket_path),
             "munge_socket": str(munge_socket),
             "nodes": list(self.layout.nodes),
             "autostart": list(self.layout.nodes) if self.layout.autostart else [],
             "munged_argv": [
+                *prefix,
                 "munged",
                 "-F",
                 "--force",
-                f"--socket={munge_socket}",
-                f"--key-file={key}",
-                f"--pid-file={root / 'run' / 'munged.pid'}",
-                f"--log-file={root / 'log' / 'munged.log'}",
-                f"--seed-file={root / 'munge' / 'munge.seed'}",
+                f"--socket={seen(munge_socket)}",
+                f"--key-file={seen(key)}",
+                f"--pid-file={seen(root / 'run' / 'munged.pid')}",
+                f"--log-file={seen(root / 'log' / 'munged.log')}",
+                f"--seed-file={seen(root / 'munge' / 'munge.seed')}",
             ],
-            "slurmctld_argv": ["slurmctld", "-D", "-f", str(self.conf)],
-            "slurmd_argv": ["slurmd", "-D", "-f", str(self.conf)],
+            "slurmctld_argv": [*prefix, "slurmctld", "-D", "-f", seen(self.conf)],
+            "slurmd_argv": self._slurmd_argv(seen(self.conf)),
         }
         if self.layout.accounting:
-            spec["accounting"] = self._accounting_spec(inner_root=root)
+            spec["accounting"] = self._accounting_spec(
+                inner_root=Path(seen(root)), client_prefix=tuple(prefix)
+            )
         path = root / "run" / "spec.json"
         path.write_text(json.dumps(spec, indent=2))
         return path
 
 
-def control(sock_path: Path, request: dict[str, Any], *, timeout_s: float = 60.0) -> dict[str, Any]:
-    """One request/reply on a supervisor's control socket (usable from any process)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout_s)
-        sock.connect(str(sock_path))
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    reply: dict[str, Any] = json.loads(data)
-    if not reply.get("ok"):
-        raise HarnessError(f"supervisor refused {request}: {reply.get('error')}")
-    return reply
-
-
-def short_hostname() -> str:
-    """The machine's short hostname: slurmctld insists SlurmctldHost is exactly this."""
-    return socket.gethostname().split(".")[0]
-
-
-_REBOOT_PROGRAM = """#!/bin/sh
-# The harness's RebootProgram: slurmd runs it for ``scontrol reboot``. It logs the request and
-# asks the supervisor to restart this node's slurmd (found as the ancestor started with -N):
-# the node registers anew, as after a real reboot.
-echo "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"
-pid=$PPID
-while :; do  # slurmd is PID 1 of its own PID namespace
-    node=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;q}}')
-    [ -n "$node" ] || [ "$pid" -le 1 ] && break
-    pid=$(awk '{{print $4}}' /proc/$pid/stat)
-done
-[ -n "$node" ] || exit 0
-exec python3 -c 'import json, socket, sys
-s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(sys.argv[1])
-s.sendall(json.dumps({{"op": "reboot_slurmd", "node": sys.argv[2]}}).encode() + b"\\n")
-s.recv(4096)' "{socket}" "$node"
-"""
-
-
-def render_slurm_conf(cluster: SlurmCluster) -> str:
-    """slurm.conf for ``cluster``: every path under its root, every port its own."""
-    d = cluster.root
-    lay = cluster.layout
-    host = short_hostname()
-    lines = [
-        "ClusterName=lab",
-        f"SlurmctldHost={host}(127.0.0.1)",
-        f"SlurmctldPort={cluster.ctld_port}",
-        f"SlurmdPort={cluster.slurmd_port}",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={d}/munge/munge.sock,cred_expire={lay.cred_expire_s}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={d}/state",
-        f"SlurmdSpoolDir={d}/spool/%n",
-        f"SlurmctldPidFile={d}/run/slurmctld.pid",
-        f"SlurmdPidFile={d}/run/slurmd-%n.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log",
-        f"SlurmdLogFile={d}/log/slurmd-%n.log",
-        f"PlugStackConfig={d}/etc/plugstack.conf",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        *(
-            accounting.slurm_conf_lines(d, cluster.accounting_ports)
-            if cluster.accounting_ports is not None
-            else ["AccountingStorageType=accounting_storage/none"]
-        ),
-        "JobCompType=jobcomp/none",
-        "MpiDefault=none",
-        "SwitchType=switch/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "ReturnToService=1",
-        f"SlurmdTimeout={lay.slurmd_timeout_s}",
-        "MessageTimeout=10",
-        "KillWait=5",
-        "MailProg=/bin/true",
-        f"RebootProgram={d}/bin/reboot",
-        "ResumeTimeout=60",
-    ]
-    features = ",".join(lay.features)
-    common = f"CPUs={lay.cpus} RealMemory={lay.real_memory_mb} Feature={features} State=UNKNOWN"
-    for i, node in enumerate(lay.nodes):
-        lines.append(
-            f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 "
-            f"Port={cluster.slurmd_port + i} {common}"
-        )
-    if lay.extra_nodes:
-        last = lay.extra_first + lay.extra_nodes - 1
-        lines.append(
-            f"NodeName={lay.extra_prefix}[{lay.extra_first}-{last}]"
-            f" NodeHostname={host} NodeAddr=127.0.0.1 {common}"
-        )
-    if lay.topology_plugin:
-        lines.append(f"TopologyPlugin={lay.topology_plugin}")
-    lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
-
-
-def slurmd_host_pid(conf: str | Path, node: str) -> int | None:
-    """The host PID of the slurmd of ``node`` started with ``conf``, None if none runs.
-
-    What a container runtime knows of a container's init: the harness enters that slurmd's
-    PID and mount namespaces to run a pod's preStop command "in the container", so the hook
-    sees the job processes as in a real slurmd pod.
-    """
-    want_conf, want_node = str(conf).encode(), node.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            argv
-            and argv[0].endswith(b"slurmd")
-            and want_node in argv
-            and any(want_conf in a for a in argv)
-        ):
-            return int(entry.name)
-    return None
+__all__ = ["SCALE_SLURMD_TIMEOUT_S", "SlurmCluster", "SlurmLayout"]

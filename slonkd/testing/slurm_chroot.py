@@ -8,26 +8,27 @@ is dropped) and a ``cgroup.conf`` with ``CgroupPlugin=disabled`` (slurmd refuses
 without cgroups otherwise). Clients for the adapter: :attr:`client_prefix`. With
 accounting, slurmdbd runs in the root (added to it by ``slurm_root.ensure_accounting``) and
 its MariaDB on the host, with its datadir in the cluster's directory.
+
+This module owns only what differs: the handle's hooks (how daemons and clients are run, the
+paths they see, the config's differences) and the root's cluster directory; the rest is
+:class:`~slonkd.testing.slurm.SlurmCluster`'s. Neighbours: :mod:`slonkd.testing.slurm_root`
+(builds the root), :mod:`slonkd.testing.slurm_chroot_supervisor` (the namespace's init, which
+mounts /proc, /dev and /sys into the root), :mod:`slonkd.testing.slurm_conf` (slurm.conf).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from slonkd.testing import procs
-from slonkd.testing.procs import HarnessError
-from slonkd.testing.slurm import CLIENT_TIMEOUT_S, SlurmCluster, SlurmLayout, render_slurm_conf
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_conf import render_slurm_conf
 from slonkd.testing.slurm_root import ensure_accounting, ensure_slurm_root
 
 SLURM_CLIENTS = (
@@ -94,100 +95,56 @@ class ChrootSlurmCluster(SlurmCluster):
             shim.chmod(0o755)
         return directory
 
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a SLURM client of the root's release against this cluster."""
-        proc = subprocess.run(
-            [*self.client_prefix, *argv],
-            capture_output=True,
-            text=True,
-            timeout=CLIENT_TIMEOUT_S,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise HarnessError(
-                f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-1000:]}"
-            )
-        return proc
+    # -- hooks of SlurmCluster -----------------------------------------------------------------
 
-    def start(self, *, timeout_s: float = 60.0) -> None:
-        """Write the config, start the daemons in the root, wait until the nodes are idle."""
-        begun = time.monotonic()
-        spec = self._prepare_chroot()
-        log = self.root / "log" / "supervisor.log"
-        self._supervisor = procs.spawn(
-            [
-                "unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL",
-                sys.executable, "-m", "slonkd.testing.slurm_chroot_supervisor",
-                str(self.fsroot), str(spec),
-            ],
-            log=log,
-            stdin=subprocess.PIPE,
-        )  # fmt: skip
-        alive = procs.exited(self._supervisor, log)
-        procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
-        procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
-        if self.layout.autostart:
-            # 20 slurmd of a 24.11 root once took more than 60 s on 2 cores
-            idle_s = max(timeout_s, 5.0 * len(self.layout.nodes))
-            self.wait_idle(self.layout.nodes, timeout_s=idle_s)
-        self.started_s = time.monotonic() - begun
+    def _check_programs(self) -> None:
+        """Nothing to check on the host: the daemons and clients are the root's."""
 
-    def _prepare_chroot(self) -> Path:
-        root = self.root
-        for sub in ("etc", "state", "spool", "run", "log", "munge", "bin"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        (root / "munge").chmod(0o755)
+    def _supervisor_args(self, spec: Path) -> list[str]:
+        """The chroot supervisor (it mounts /proc, /dev and /sys into the root first)."""
+        return ["slonkd.testing.slurm_chroot_supervisor", str(self.fsroot), str(spec)]
+
+    @property
+    def _client_wrapper(self) -> tuple[str, ...]:
+        """The root's clients: :attr:`client_prefix`."""
+        return self.client_prefix
+
+    @property
+    def _client_env(self) -> dict[str, str] | None:
+        """The caller's environment (:attr:`client_prefix` sets ``SLURM_CONF``)."""
+        return None
+
+    def _seen(self, path: Path) -> str:
+        """``path`` as the daemons in the root see it."""
+        return self.inner(path)
+
+    def _daemon_prefix(self) -> list[str]:
+        """``chroot FSROOT``."""
+        return ["chroot", str(self.fsroot)]
+
+    def _slurmd_argv(self, conf: str) -> list[str]:
+        """In the slurmd's own PID namespace, with the root's /proc its own (see _SLURMD_PROC)."""
+        return ["sh", "-c", _SLURMD_PROC, str(self.fsroot), "slurmd", "-D", "-f", conf]
+
+    def _reboot_program(self) -> str:
+        """A RebootProgram that only logs the request."""
+        return '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
+
+    def _render_conf(self) -> str:
+        """slurm.conf with the root's paths, without ``switch/none`` (24.11 has no such plugin)."""
+        view = dataclasses.replace(self, root=Path(self.inner(self.root)))
+        return render_slurm_conf(view).replace("SwitchType=switch/none\n", "")
+
+    def _prepare(self) -> Path:
+        """The cluster's directory as SlurmCluster writes it, plus /etc/hosts and cgroup.conf.
+
+        The root gets the host's /etc/hosts; ``cgroup.conf`` says ``CgroupPlugin=disabled``
+        (slurmd refuses to start without cgroups otherwise).
+        """
+        spec = SlurmCluster._prepare(self)
         shutil.copyfile("/etc/hosts", self.fsroot / "etc" / "hosts")
-        key = root / "munge" / "munge.key"
-        if not key.exists():
-            subprocess.run(
-                ["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True
-            )
-            key.chmod(0o600)
-        n = len(self.layout.nodes)
-        self.ctld_port = self.ctld_port or procs.free_ports(1)[0]
-        self.slurmd_port = self.slurmd_port or procs.free_port_range(max(n, 1))
-        self._choose_ports()
-        reboot = root / "bin" / "reboot"
-        reboot.write_text(
-            '#!/bin/sh\necho "reboot requested: $*" >> "$(dirname "$0")/../log/reboot.log"\n'
-        )
-        reboot.chmod(0o755)
-        (root / "etc" / "plugstack.conf").write_text("")
-        (root / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
-        view = dataclasses.replace(self, root=Path(self.inner(root)))
-        conf = render_slurm_conf(view).replace("SwitchType=switch/none\n", "")
-        self.conf.write_text(conf)
-        self._initial_topology()
-        inner = self.inner
-        chroot = ["chroot", str(self.fsroot)]
-        munge_socket = root / "munge" / "munge.sock"
-        spec: dict[str, Any] = {
-            "root": str(root),
-            "slurm_conf": inner(self.conf),
-            "socket": str(self.socket_path),
-            "munge_socket": str(munge_socket),
-            "nodes": list(self.layout.nodes),
-            "autostart": list(self.layout.nodes) if self.layout.autostart else [],
-            "munged_argv": [
-                *chroot, "munged", "-F", "--force", f"--socket={inner(munge_socket)}",
-                f"--key-file={inner(key)}", f"--pid-file={inner(root / 'run' / 'munged.pid')}",
-                f"--log-file={inner(root / 'log' / 'munged.log')}",
-                f"--seed-file={inner(root / 'munge' / 'munge.seed')}",
-            ],
-            "slurmctld_argv": [*chroot, "slurmctld", "-D", "-f", inner(self.conf)],
-            # in the slurmd's own PID namespace (see _SLURMD_PROC)
-            "slurmd_argv": [
-                "sh", "-c", _SLURMD_PROC, str(self.fsroot), "slurmd", "-D", "-f", inner(self.conf),
-            ],
-        }  # fmt: skip
-        if self.layout.accounting:
-            spec["accounting"] = self._accounting_spec(
-                inner_root=Path(inner(root)), client_prefix=tuple(chroot)
-            )
-        path = root / "run" / "spec.json"
-        path.write_text(json.dumps(spec, indent=2))
-        return path
+        (self.root / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+        return spec
 
     def stop(self) -> None:
         """Stop the cluster and remove its directory from the cached root.

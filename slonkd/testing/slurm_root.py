@@ -14,12 +14,13 @@ runs from building it at once. Nothing here touches the host's own SLURM.
 from __future__ import annotations
 
 import fcntl
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from slonkd.testing.toolchain import user_cache
 
 SUITES = {"24.11": "trixie"}
 """SLURM release -> the Debian suite that ships it."""
@@ -35,10 +36,7 @@ _ACCOUNTING_MARKER = ".slonkd-accounting"
 
 def root_cache() -> Path:
     """Where roots are cached (``SLONKD_ROOT_CACHE`` overrides)."""
-    override = os.environ.get("SLONKD_ROOT_CACHE")
-    if override:
-        return Path(override)
-    return Path.home() / ".cache" / "slonkd" / "slurm-root"
+    return user_cache("slurm-root", "SLONKD_ROOT_CACHE")
 
 
 def configured_mirror() -> str:

@@ -7,7 +7,10 @@ recipe described in docs/architecture.md ("The test harness"). Each tool lands i
 warm start builds nothing. A cold build takes about 13 minutes on 2 cores (plus the kubelet's
 and CoreDNS's, see :func:`ensure_node_tools`) and prints every step with its duration.
 
-This module only builds; starting the services is ``slonkd.testing.kube``'s job.
+This module only builds; starting the services is ``slonkd.testing.kube``'s job. It also
+says where the harness's caches live (:func:`user_cache`, :func:`cache_lock`), for
+:mod:`slonkd.testing.realnode_images`, :mod:`slonkd.testing.slurm_root` and
+:mod:`slonkd.testing.chart_images` too.
 
 Run ``python -m slonkd.testing.toolchain`` to build everything ahead of time.
 """
@@ -58,12 +61,17 @@ class NodeTools:
     coredns: Path
 
 
-def cache_root() -> Path:
-    """Where built tools live, keyed by version below it."""
-    override = os.environ.get("SLONKD_TOOLS_CACHE")
+def user_cache(name: str, override_env: str) -> Path:
+    """A cache of the harness: ``$HOME/.cache/slonkd/<name>``, or what ``override_env`` names."""
+    override = os.environ.get(override_env)
     if override:
         return Path(override)
-    return Path.home() / ".cache" / "slonkd" / "tools"
+    return Path.home() / ".cache" / "slonkd" / name
+
+
+def cache_root() -> Path:
+    """Where built tools live, keyed by version below it."""
+    return user_cache("tools", "SLONKD_TOOLS_CACHE")
 
 
 def _log(message: str) -> None:
@@ -164,40 +172,37 @@ def _build_kube(out: Path, cmds: Sequence[str] = KUBE_CONTROL_PLANE) -> None:
     _finish(out, started, f"{', '.join(cmds)} {version}")
 
 
-def _build_etcd(out: Path) -> None:
-    version = versions.ETCD
-    work = out.parent / f".build-etcd-{version}"
+def _build_go_command(out: Path, *, name: str, pkg: str, version: str, ldflags: str) -> None:
+    """The Go command ``pkg`` at ``version``, built in a scratch module as ``out/name``."""
+    work = out.parent / f".build-{name}-{version}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.monotonic()
-    _run(["go", "mod", "init", "slonkd.local/etcdbuild"], cwd=work)
-    pkg = "go.etcd.io/etcd/server/v3"
+    _run(["go", "mod", "init", f"slonkd.local/{name}build"], cwd=work)
     _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
     _run(["go", "mod", "tidy"], cwd=work)
     out.mkdir(parents=True, exist_ok=True)
-    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), pkg], cwd=work)
+    _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), pkg], cwd=work)
     shutil.rmtree(work, ignore_errors=True)
-    _finish(out, started, f"etcd {version}")
+    _finish(out, started, f"{name} {version}")
+
+
+def _build_etcd(out: Path) -> None:
+    _build_go_command(
+        out, name="etcd", pkg="go.etcd.io/etcd/server/v3", version=versions.ETCD, ldflags="-s -w"
+    )
 
 
 def _build_coredns(out: Path) -> None:
     """CoreDNS in a scratch module (its default plugin set includes ``kubernetes``)."""
     version = versions.COREDNS
-    work = out.parent / f".build-coredns-{version}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    started = time.monotonic()
-    _run(["go", "mod", "init", "slonkd.local/corednsbuild"], cwd=work)
-    pkg = "github.com/coredns/coredns"
-    _run(["go", "mod", "edit", f"-require={pkg}@v{version}", f"-tool={pkg}"], cwd=work)
-    _run(["go", "mod", "tidy"], cwd=work)
-    out.mkdir(parents=True, exist_ok=True)
-    ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=v{version}"
-    _run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / "coredns"), pkg], cwd=work
+    _build_go_command(
+        out,
+        name="coredns",
+        pkg="github.com/coredns/coredns",
+        version=version,
+        ldflags=f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=v{version}",
     )
-    shutil.rmtree(work, ignore_errors=True)
-    _finish(out, started, f"coredns {version}")
 
 
 def _go_install(out: Path, module_cmd: str, version: str, what: str, ldflags: str = "") -> None:

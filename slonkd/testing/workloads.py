@@ -6,13 +6,30 @@ benchmarks describe the same workers the same way.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slonkd.testing.kube import STANDIN_LABEL
+from slonkd.testing.kube_kwok import STANDIN_LABEL
 
 WORKER_IMAGE = "slonk/slurm:dev"
 """Never pulled: kwok nodes run no containers."""
+
+
+def prestop_command(grace_s: float, margin_s: float, *, poll_s: float = 0.5) -> list[str]:
+    """A worker's preStop hook: this interpreter's ``slonkd prestop`` with its grace and margin."""
+    return [
+        sys.executable,
+        "-m",
+        "slonkd.cli.main",
+        "prestop",
+        "--grace",
+        str(grace_s),
+        "--margin",
+        str(margin_s),
+        "--poll",
+        str(poll_s),
+    ]
 
 
 def worker_statefulset(

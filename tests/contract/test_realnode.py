@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing import procs
+from slonkd.testing import procs, realnode_host
 from slonkd.testing.kubeapi import ApiError
 from slonkd.testing.realnode import RealNode
 
@@ -160,7 +160,7 @@ def test_a_pods_container_runs_and_its_log_is_readable(real_node: RealNode, ns: 
     assert f"{real_node.cgroup_root}/kubepods" in text, text
     # and the node's pods weigh against the host's processes as a machine of their own would
     # (one default weight for them all made every drain seconds slow on a busy host)
-    cpu = next(h for h in real_node._hierarchies() if (h / "cpu.shares").exists())
+    cpu = next(h for h in realnode_host.cgroup_hierarchies() if (h / "cpu.shares").exists())
     shares = (cpu / real_node.cgroup_root.lstrip("/") / "cpu.shares").read_text().strip()
     assert int(shares) == 1024 * (os.cpu_count() or 1), shares
 

@@ -40,7 +40,8 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_plan import SkipReason
 from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, slurmd_host_pid
+from slonkd.testing.slurm import SlurmCluster
+from slonkd.testing.slurm_control import slurmd_host_pid
 from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm

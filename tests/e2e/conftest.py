@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,21 +25,10 @@ from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.procs import HarnessError, free_ports, tail, wait_for
 from slonkd.testing.slurm import SlurmCluster, SlurmLayout
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
-from slonkd.testing.workloads import worker_statefulset
+from slonkd.testing.workloads import prestop_command, worker_statefulset
 
 GRACE_S = 12
-PRESTOP = [
-    sys.executable,
-    "-m",
-    "slonkd.cli.main",
-    "prestop",
-    "--grace",
-    str(GRACE_S),
-    "--margin",
-    "4",
-    "--poll",
-    "0.5",
-]
+PRESTOP = prestop_command(GRACE_S, 4)
 
 
 __all__ = ["read_json_log"]  # tests import it from here

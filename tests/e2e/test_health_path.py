@@ -30,7 +30,8 @@ from slonkd.testing.kube import KubeCluster
 from slonkd.testing.kubelet import KubeletStandIn
 from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout, control
+from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd.testing.slurm_control import control
 from slonkd.testing.workloads import worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
 
