@@ -21,8 +21,9 @@ import pytest
 import slonkd
 from slonkd.runtime.requeue_report import report_url
 from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, slurmd_host_pid
+from slonkd.testing.slurm import SlurmCluster
 from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd.testing.slurm_control import slurmd_host_pid
 from tests.contract.conftest import conf_arg
 
 pytestmark = pytest.mark.slurm
