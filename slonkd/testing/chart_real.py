@@ -10,7 +10,8 @@ unprivileged user with an SSH key in the shared home. Nothing in the release is 
 
 Users: ``tests/e2e/test_chart_real.py``, ``bench/real_node.py`` and ``slonkd sandbox up
 --real`` (:mod:`slonkd.testing.sandbox_real`). Reading the release's logs with their CRI
-time stamps lives next door in :mod:`slonkd.testing.chart_logs`.
+time stamps lives next door in :mod:`slonkd.testing.chart_logs`; reading its broker's retained
+messages and where the agents' credentials come from, in :mod:`slonkd.testing.chart_bus`.
 
 No request ever goes to a ClusterIP: no kube-proxy runs here, so pods reach the API by the
 node's address (``kubernetesService``) and each other through headless Services and CoreDNS.

@@ -14,10 +14,12 @@ machine's CPUs, 1 GiB per SLURM node) and where pods reach the API by name
 A user (the site's directory service, played by ``useradd`` on the login and controller
 pods) has a home on a third ``local`` volume behind ``home.existingClaim``; the harness
 reaches the login pod's sshd from inside the node's network namespace (a pod address, never
-off the machine) with a key in that home. The tests run in order on the one release: the
-preStop requeue, the agent's log, the same deletion with ``workers.prestop.enabled: false``
-(after slonkd's rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM
-failure that cordons the only node. About 8 minutes with the images cached.
+off the machine) with a key in that home; it reads the broker's retained messages the same
+way (:mod:`slonkd.testing.chart_bus`), as the chart's dynsec admin. The tests run in order on
+the one release: the agents' credentials and retained status, the preStop requeue, the
+agent's log, the same deletion with ``workers.prestop.enabled: false`` (after slonkd's
+rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM failure that
+cordons the only node. About 8 minutes with the images cached.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ from typing import Any
 
 import pytest
 
+from slonkd.core.messages import AgentStatus, Channel, decode, node_topic
+from slonkd.testing.chart_bus import (
+    container,
+    env_value,
+    projected_token,
+    retained,
+    secret_sources,
+)
 from slonkd.testing.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
 from slonkd.testing.chart_real import (
     BAD_STATES,
@@ -49,6 +59,9 @@ from slonkd.testing.procs import HarnessError, wait_for
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1200)]
 
 WORKERS = workers(2)
+CLUSTER = "slonk"
+"""The chart's default ``clusterName``: the agents' topics are ``slonk/v1/slonk/...``."""
+AGENT = "slonkd-agent"
 GRACE_S = 24
 MARGIN_S = 8
 FAILURE_GRACE_S = 10
@@ -127,13 +140,34 @@ def test_one_coordinator_leads_through_the_lease_and_the_standby_is_ready(
 
 
 def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Release) -> None:
-    """Each agent sidecar logged bus.bootstrap_done: /v1/credentials took its projected token."""
+    """Each agent sidecar logged bus.bootstrap_done: /v1/credentials took its projected token.
+
+    No password file: no Secret and no static MQTT credential reaches the slonkd-agent
+    container (env, envFrom, mounted volumes; this release has no TLS CA either), and its
+    SLONKD_TOKEN_FILE is a projected ServiceAccount token for the audience the coordinators
+    review agent tokens for.
+    """
+    coords = deployed.pods(**{"app.kubernetes.io/component": "coordinator"})
+    audiences = {env_value(container(p, "coordinator"), "SLONKD_TOKEN_AUDIENCE") for p in coords}
+    assert len(coords) == 2
+    assert len(audiences) == 1, audiences
+    assert None not in audiences, audiences
+    pods = deployed.pods(**{"app.kubernetes.io/component": "slurmd"})
+    assert sorted(p["metadata"]["name"] for p in pods) == list(WORKERS)
+    for spec in pods:
+        name = spec["metadata"]["name"]
+        assert secret_sources(spec, AGENT) == [], name
+        token_file = env_value(container(spec, AGENT), "SLONKD_TOKEN_FILE")
+        assert token_file, name
+        token = projected_token(spec, AGENT, token_file)
+        assert token is not None, (name, token_file, spec["spec"]["volumes"])
+        assert token.get("audience") in audiences, (name, token)
     for pod in WORKERS:
 
         def bootstrapped(pod: str = pod) -> list[Obj]:
             return [
                 e
-                for e in json_lines(deployed.logs(pod, "slonkd-agent"))
+                for e in json_lines(deployed.logs(pod, AGENT))
                 if e.get("event") == "bus.bootstrap_done"
             ]
 
@@ -142,11 +176,45 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Rel
         except HarnessError:
             pytest.fail(
                 f"{pod}: no bus.bootstrap_done\n"
-                + "\n".join(deployed.logs(pod, "slonkd-agent").splitlines()[-20:])
+                + "\n".join(deployed.logs(pod, AGENT).splitlines()[-20:])
             )
         done = bootstrapped()
-        assert done[0]["cluster"] == "slonk"
+        assert done[0]["cluster"] == CLUSTER
         assert done[0]["username"]
+
+
+def test_every_agents_retained_status_is_on_the_broker(deployed: Release) -> None:
+    """The chart's broker retains each agent's status: online, naming its node, pod and K8s node.
+
+    Read from the node's network namespace as the chart's dynsec admin. Only the agent's own
+    client (issued by the coordinator) may publish on its status topic, and its will says
+    offline: an online status there is the agent's, connected with those credentials. Its
+    ``at`` is past the pod's creation, so no message the broker kept from before counts.
+    Control: a worker that does not exist has nothing retained (the read is not vacuous).
+    """
+    for pod in deployed.pods(**{"app.kubernetes.io/component": "slurmd"}):
+        name = pod["metadata"]["name"]
+        topic = node_topic(CLUSTER, name, Channel.STATUS)
+        seen: list[bytes] = []
+
+        def held(topic: str = str(topic), seen: list[bytes] = seen) -> bool:
+            seen.append(retained(deployed, topic))
+            return bool(seen[-1])
+
+        try:
+            wait_for(f"{name}'s retained status", held, timeout_s=60, interval_s=1)
+        except HarnessError:
+            pytest.fail(
+                f"{topic}: nothing retained\n"
+                + "\n".join(deployed.logs(name, AGENT).splitlines()[-20:])
+            )
+        status = decode(topic, seen[-1])
+        assert isinstance(status, AgentStatus), status
+        assert status.online, status
+        assert (status.node, status.pod, status.kube_node) == (name, name, deployed.node.name)
+        assert status.at >= cri_time(pod["metadata"]["creationTimestamp"]), status
+    ghost = workers(len(WORKERS) + 1)[-1]
+    assert retained(deployed, str(node_topic(CLUSTER, ghost, Channel.STATUS))) == b""
 
 
 def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
