@@ -35,13 +35,22 @@ async def test_eviction_is_refused_under_a_pdb_then_allowed(
     assert "disruption budget" in refused.detail
     allow_one_disruption(kube, pdb)
     assert (await writer.evict(namespace, "w-0", uid=uid)).outcome is ChangeOutcome.CHANGED
-    # The StatefulSet brings w-0 back with a new uid: the old decision must not hit it.
+    # The StatefulSet brings w-0 back with a new uid: the old decision must not hit it. The
+    # apiserver judges the PDB before the uid precondition, so wait until the new pod runs and
+    # the PDB allows a disruption again (until then a stale eviction is REFUSED, and retried).
     wait_for(
-        "w-0 replaced",
+        "w-0 replaced and Running",
         lambda: any(
-            p["metadata"]["name"] == "w-0" and p["metadata"]["uid"] != uid
+            p["metadata"]["name"] == "w-0"
+            and p["metadata"]["uid"] != uid
+            and p.get("status", {}).get("phase") == "Running"
             for p in pods_of(kube, namespace)
         ),
+        timeout_s=30,
+    )
+    wait_for(
+        "PDB allows a disruption",
+        lambda: kube.api.request("GET", pdb).get("status", {}).get("disruptionsAllowed", 0) >= 1,
         timeout_s=30,
     )
     assert (await writer.evict(namespace, "w-0", uid=uid)).outcome is ChangeOutcome.GONE
