@@ -91,6 +91,10 @@ class AgentSettings:
     """The K8s node the pod runs on (``NODE_NAME``)."""
     slurm_node: str
     """The SLURM node the pod is (``SLONKD_SLURM_NODE``; default: the pod's name)."""
+    pod_uid: str = ""
+    """This agent's pod incarnation (``POD_UID``). A pod of the same name with another uid is
+    its successor: this agent never acts for it (it sees its own pod as gone). Empty: any
+    pod of that name is its own."""
     kubeconfig: str | None = None
     """A kubeconfig path; None means the pod's in-cluster ServiceAccount."""
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
@@ -178,6 +182,7 @@ class Agent:
             )
         self.actions = 0
         self._last_notes: tuple[str, ...] = ()
+        self._replaced = False
         self.nodes.add_handler(self._on_event)
         self.pods.add_handler(self._on_event)
         self._worker: asyncio.Task[None] | None = None
@@ -263,7 +268,21 @@ class Agent:
         self.queue.add(self.s.slurm_node)
 
     def _pod(self) -> Pod | None:
-        return self.pods.get(f"{self.s.namespace}/{self.s.pod_name}")
+        """The agent's own pod; None once it is gone or replaced by its successor."""
+        pod = self.pods.get(f"{self.s.namespace}/{self.s.pod_name}")
+        if pod is None or not self.s.pod_uid or pod.uid == self.s.pod_uid:
+            return pod
+        if not self._replaced:
+            self._replaced = True
+            log.info(
+                "agent.pod_replaced",
+                node=self.s.slurm_node,
+                pod=self.s.pod_name,
+                uid=self.s.pod_uid,
+                successor_uid=pod.uid,
+                note="the successor's own agent acts for it; this one leaves the node as it is",
+            )
+        return None
 
     async def reconcile(self, key: str, rid: str) -> float | None:
         """Read a fresh view of ``key``, decide, execute the agent's actions."""
@@ -356,12 +375,12 @@ class Agent:
                     group.create_task(mark_ready(), name="ready")
                     if self.bus is not None:
                         group.create_task(self.bus.run(), name="bus")
-                        group.create_task(self.publish_status(), name="first-status")
+                        group.create_task(
+                            republish_on_reconnect(self.bus, self.publish_status),
+                            name="status-on-connect",
+                        )
                     if self.commands is not None:
                         group.create_task(self.commands.run(), name="commands")
-                        group.create_task(
-                            republish_on_reconnect(self.commands.bus, self.publish_status)
-                        )
                     if self.health is not None:
                         group.create_task(self.health.run(), name="health")
                     group.create_task(stopper(), name="stopper")

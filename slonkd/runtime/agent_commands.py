@@ -69,8 +69,13 @@ def agent_bus(
 
 
 async def republish_on_reconnect(bus: Bus, publish: Callable[[], Awaitable[None]]) -> None:
-    """Publish the status again after every reconnect (a kick or a rotation fires the will)."""
-    seen = 1  # the first connection's status is the agent's first publish
+    """Publish the status on every connection, the first one too.
+
+    Each reconnect: a kick or a rotation fires the will. The first is not taken for granted:
+    an agent whose bootstrap waits on its coordinator connects long after its first publish
+    gave up.
+    """
+    seen = 0
     while True:
         seen = await bus.next_connect(seen)
         await publish()

@@ -5,8 +5,9 @@ outlives slurmd while the pod terminates, and goes away with the pod; the pod's 
 incarnation (perhaps on another K8s node) gets a new agent. kwok runs no containers, so this
 thread plays that part for the sandbox: it polls the worker pods and keeps exactly one local
 agent process per scheduled pod uid, started with the environment the chart's downward API
-would give it (``POD_NAME``, ``POD_NAMESPACE``, ``NODE_NAME``), and stops it once that pod
-is gone. Each agent logs (JSON lines) to ``<logs>/agent-<pod>.log``.
+would give it (``POD_NAME``, ``POD_UID``, ``POD_NAMESPACE``, ``NODE_NAME``), and stops it once
+that pod is gone (bound to the uid, it never acts for the pod's successor meanwhile). Each
+agent logs (JSON lines) to ``<logs>/agent-<pod>.log``.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class AgentKeeper(procs.StartStop):
             **self.env,
             **self.env_for(pod),
             "POD_NAME": pod,
+            "POD_UID": uid,
             "POD_NAMESPACE": self.namespace,
             "NODE_NAME": node,
         }

@@ -249,6 +249,32 @@ async def test_the_agent_republishes_its_status_after_a_reconnect(bench: Bench) 
             await until("the status online again", lambda: retained_online(bench, topic))
 
 
+async def test_the_agent_publishes_its_status_on_its_first_connection_too(bench: Bench) -> None:
+    """An agent whose first connection comes late publishes its status once it connects.
+
+    Not only after a reconnect: its coordinator may not be resolvable yet (issue 14). The
+    agent's own first publish gives up after 10 s without a connection; found on the real
+    node, where the chart's broker never held the status of an agent that bootstrapped late.
+    """
+    creds = bench.agents["n1"]
+    topic = node_topic(CLUSTER, "n1", Channel.STATUS)
+    settings = bench.settings(creds.username, creds.password, "slonkd-agent-n1")
+    bus = agent_bus(
+        settings, cluster=CLUSTER, node="n1", will=(topic, AgentStatus(node="n1", online=False))
+    )
+    published: list[int] = []
+
+    async def publish() -> None:
+        await bus.publish(topic, AgentStatus(node="n1", online=True), retain=True)
+        published.append(bus.connects)
+
+    async with in_task(republish_on_reconnect(bus, publish)):
+        assert not retained_online(bench, topic)
+        async with running(bus, connect_s=20):
+            await until("the status online", lambda: retained_online(bench, topic))
+            assert published == [1]
+
+
 def retained_online(bench: Bench, topic: object) -> bool:
     """Whether the broker's retained status on ``topic`` says online (read as the admin)."""
     out = subprocess.run(

@@ -31,10 +31,12 @@ from typing import Any
 
 import pytest
 
+from slonkd.core.messages import AgentStatus, Channel, decode, node_topic
 from slonkd.testing.chart_bus import (
     container,
     env_value,
     projected_token,
+    retained,
     secret_sources,
 )
 from slonkd.testing.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
@@ -179,6 +181,40 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Rel
         done = bootstrapped()
         assert done[0]["cluster"] == CLUSTER
         assert done[0]["username"]
+
+
+def test_every_agents_retained_status_is_on_the_broker(deployed: Release) -> None:
+    """The chart's broker retains each agent's status: online, naming its node, pod and K8s node.
+
+    Read from the node's network namespace as the chart's dynsec admin. Only the agent's own
+    client (issued by the coordinator) may publish on its status topic, and its will says
+    offline: an online status there is the agent's, connected with those credentials. Its
+    ``at`` is past the pod's creation, so no message the broker kept from before counts.
+    Control: a worker that does not exist has nothing retained (the read is not vacuous).
+    """
+    for pod in deployed.pods(**{"app.kubernetes.io/component": "slurmd"}):
+        name = pod["metadata"]["name"]
+        topic = node_topic(CLUSTER, name, Channel.STATUS)
+        seen: list[bytes] = []
+
+        def held(topic: str = str(topic), seen: list[bytes] = seen) -> bool:
+            seen.append(retained(deployed, topic))
+            return bool(seen[-1])
+
+        try:
+            wait_for(f"{name}'s retained status", held, timeout_s=60, interval_s=1)
+        except HarnessError:
+            pytest.fail(
+                f"{topic}: nothing retained\n"
+                + "\n".join(deployed.logs(name, AGENT).splitlines()[-20:])
+            )
+        status = decode(topic, seen[-1])
+        assert isinstance(status, AgentStatus), status
+        assert status.online, status
+        assert (status.node, status.pod, status.kube_node) == (name, name, deployed.node.name)
+        assert status.at >= cri_time(pod["metadata"]["creationTimestamp"]), status
+    ghost = workers(len(WORKERS) + 1)[-1]
+    assert retained(deployed, str(node_topic(CLUSTER, ghost, Channel.STATUS))) == b""
 
 
 def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(

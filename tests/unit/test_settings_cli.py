@@ -150,6 +150,29 @@ def test_good_settings_still_load(tmp_path: Path) -> None:
     assert tuple(a.health.mounts) == ("/home",)
 
 
+@pytest.mark.parametrize("uid", ["w-0", "0d7e1b2c-9f1a-4c3b-8e2d", "$(id)", "x" * 300])
+def test_the_agent_refuses_a_pod_uid_that_is_no_kubernetes_uid(tmp_path: Path, uid: str) -> None:
+    """``POD_UID`` (downward API ``metadata.uid``) binds the agent to its pod: a UUID or nothing."""
+    env = {
+        "POD_NAME": "w-0",
+        "POD_NAMESPACE": "ns",
+        "NODE_NAME": "n1",
+        "POD_UID": uid,
+        "SLONKD_METRICS_PORT": "0",
+    }
+    _assert_refused(*_run(tmp_path, "agent", {}, env), "POD_UID")
+
+
+def test_the_agent_is_bound_to_its_pod_uid_only_when_given_one() -> None:
+    """The chart gives ``POD_UID``; without it (a hand-run agent) any pod of the name is its own."""
+    from slonkd.cli import agent
+
+    env = {"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "NODE_NAME": "n1"}
+    uid = "0d7e1b2c-9f1a-4c3b-8e2d-5a6b7c8d9e0f"
+    assert agent.load_settings({**env, "POD_UID": uid}).pod_uid == uid
+    assert agent.load_settings(env).pod_uid == ""
+
+
 @pytest.mark.parametrize("port", ["99999", "0", "-1"])
 def test_the_agent_refuses_an_mqtt_port_out_of_range(tmp_path: Path, port: str) -> None:
     """``SLONKD_MQTT_PORT`` outside 1-65535 exits 2 naming it, not at the first connect."""
