@@ -47,3 +47,10 @@ def test_sanitised_free_text_with_a_quote_still_takes_argv() -> None:
     """sanitise_text turns " into ': still outside the primed set, so argv carries it."""
     reason = format_reason(Cause.parse("pod-terminating"), sanitise_text('it is "done"'))
     assert line_of(["nodename=n1", "state=drain", f"reason={reason}"]) is None
+
+
+def test_a_line_too_long_for_scontrols_buffer_takes_argv() -> None:
+    """A hostlist of 600 single nodes: far past the line limit, so argv (no silent no-op)."""
+    many = ",".join(f"n{i}" for i in range(600))
+    assert line_of([f"nodename={many}", "state=resume"]) is None
+    assert line_of(["nodename=n[1-600]", "state=resume"]) is not None

@@ -31,6 +31,9 @@ from slonkd.core.errors import TerminalError, TransientError
 
 SAFE_VALUE = re.compile(r"[A-Za-z0-9:._,/@+()\[\]%#-]{1,8192}")
 """Values that mean the same to scontrol's line parser as in an argv (one word)."""
+MAX_LINE = 2000
+"""Longest line sent: scontrol built without readline reads 4,096 bytes, and a longer line
+reads as end of input, a silent exit 0 with nothing done. A long hostlist takes argv."""
 SAFE_REASON = re.compile(r"[A-Za-z0-9 :._,/@+()%#-]{1,1024}")
 """A reason, sent double-quoted: scontrol takes the quotes off a reason (not off a state)."""
 
@@ -49,7 +52,8 @@ def line_of(args: Sequence[str]) -> str | None:
             words.append(arg)
         else:
             return None
-    return "update " + " ".join(words) + "\n" if words else None
+    line = "update " + " ".join(words) + "\n"
+    return line if words and len(line) <= MAX_LINE else None
 
 
 class PrimedScontrol:
