@@ -53,9 +53,10 @@ from slonkd.core.messages import (
     health_key,
     node_topic,
 )
-from slonkd.core.plan import Kind, NodeView, Policy, Writer
+from slonkd.core.plan import NodeView, Policy, Writer
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.agent_apply import apply_action
 from slonkd.runtime.agent_commands import (
     CommandListener,
     agent_bus,
@@ -309,34 +310,8 @@ class Agent:
                 bound.info("agent.left_alone" if "left alone" in note else "agent.note", note=note)
             self._last_notes = plan.notes
         for action in plan.for_writer(Writer.AGENT):
-            began = time.monotonic()
-            if action.kind is Kind.DRAIN:
-                result = await self.backend.drain([key], action.cause, "pod is terminating")
-            elif action.kind is Kind.RELEASE:
-                result = await self.backend.resume([key], action.cause)
-            else:  # decide() gives the agent nothing else; refuse loudly rather than guess
-                bound.error(
-                    "agent.unexpected_action", action=action.kind.value, cause=str(action.cause)
-                )
-                continue
-            after = await self.backend.read_node(key)
-            self.actions += 1
-            self.metrics.applied(
-                action.kind.value,
-                action.cause.name,
-                changed=key in result.changed,
-                skipped=[s.why.value for s in result.skipped],
-            )
-            bound.info(
-                "agent.mirror_applied",
-                action=action.kind.value,
-                cause=str(action.cause),
-                changed=key in result.changed,
-                skipped=[f"{s.why.value}: {s.detail[:80]}" for s in result.skipped],
-                state_before=str(slurm.state) if slurm else None,
-                state_after=str(after.state) if after else None,
-                duration_ms=round((time.monotonic() - began) * 1000, 1),
-            )
+            if await apply_action(self.backend, self.metrics, key, action, slurm, bound):
+                self.actions += 1
         return self.s.resync_s
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -1,0 +1,83 @@
+"""The agent's one write to SLURM and its record: the drain or release, then its log line.
+
+:class:`~slonkd.runtime.agent.Agent` decides (``decide()`` of :mod:`slonkd.core.decide`) and
+hands each of its actions here. The write goes through the SLURM backend
+(:mod:`slonkd.adapters.slurm.scontrol`, a compare-and-set read then the update), then the
+node is read once more so that the line ``agent.mirror_applied`` carries the state before and
+after, and :class:`~slonkd.runtime.metrics.Metrics` counts it.
+
+A write that reached SLURM is recorded even when what follows it fails or is cancelled (a
+SIGTERM while the agent's pod goes away): the line then says the state after is unknown.
+A write cancelled while in flight may or may not have reached slurmctld (the update line can
+already be on scontrol's stdin): ``agent.mirror_interrupted`` says so, with the action and
+its cause, before the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.core.plan import Action, Kind
+from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.metrics import Metrics
+
+
+async def apply_action(
+    backend: SlurmBackend,
+    metrics: Metrics,
+    key: str,
+    action: Action,
+    before: SlurmNode | None,
+    bound: Any,
+) -> bool:
+    """Write ``action`` (a drain or a release of node ``key``) and record it; False: not ours.
+
+    ``bound`` is the reconcile's bound structlog logger.
+    """
+    began = time.monotonic()
+    if action.kind not in (Kind.DRAIN, Kind.RELEASE):
+        # decide() gives the agent nothing else; refuse loudly rather than guess
+        bound.error("agent.unexpected_action", action=action.kind.value, cause=str(action.cause))
+        return False
+    result = await _write(backend, key, action, bound)
+    after: SlurmNode | None = None
+    try:
+        after = await backend.read_node(key)
+    finally:  # the write is in SLURM: recorded even when the read fails or is cancelled
+        metrics.applied(
+            action.kind.value,
+            action.cause.name,
+            changed=key in result.changed,
+            skipped=[s.why.value for s in result.skipped],
+        )
+        bound.info(
+            "agent.mirror_applied",
+            action=action.kind.value,
+            cause=str(action.cause),
+            changed=key in result.changed,
+            skipped=[f"{s.why.value}: {s.detail[:80]}" for s in result.skipped],
+            state_before=str(before.state) if before else None,
+            state_after=str(after.state) if after else None,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+        )
+    return True
+
+
+async def _write(backend: SlurmBackend, key: str, action: Action, bound: Any) -> UpdateResult:
+    """The drain or release; a cancellation while it is in flight is logged, then goes on."""
+    try:
+        if action.kind is Kind.DRAIN:
+            return await backend.drain([key], action.cause, "pod is terminating")
+        return await backend.resume([key], action.cause)
+    except asyncio.CancelledError:
+        bound.warning(
+            "agent.mirror_interrupted",
+            action=action.kind.value,
+            cause=str(action.cause),
+            note="stopped while the write was in flight: SLURM may hold it",
+        )
+        raise
