@@ -31,11 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import die_with_parent, free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 
 PODS = 10
 ROUNDS = 5

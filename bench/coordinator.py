@@ -49,10 +49,10 @@ from typing import Any
 from bench.kube import bound_pod
 from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kube_kwok import fake_node_body
-from slonkd.testing.procs import die_with_parent, wait_for
-from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube_kwok import fake_node_body
+from slonkd_sandbox.procs import die_with_parent, wait_for
+from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)

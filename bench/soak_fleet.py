@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.soak_relay import Relays
-from slonkd.testing import procs
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
-from slonkd.testing.procs import HarnessError
-from slonkd.testing.sandbox_agents import AgentKeeper
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox import procs
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
+from slonkd_sandbox.procs import HarnessError
+from slonkd_sandbox.sandbox_agents import AgentKeeper
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import prestop_command, worker_statefulset
 
 NAMESPACE = "soak"
 _T = TypeVar("_T")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slonkd.core.log_events import AGENT_SYNCED
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.procs import wait_for
 from tests.e2e.conftest import Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]

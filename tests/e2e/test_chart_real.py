@@ -32,15 +32,15 @@ from typing import Any
 import pytest
 
 from slonkd.core.messages import AgentStatus, Channel, decode, node_topic
-from slonkd.testing.chart_bus import (
+from slonkd_sandbox.chart_bus import (
     container,
     env_value,
     projected_token,
     retained,
     secret_sources,
 )
-from slonkd.testing.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
-from slonkd.testing.chart_real import (
+from slonkd_sandbox.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
+from slonkd_sandbox.chart_real import (
     BAD_STATES,
     CONTROLLER,
     POOL,
@@ -51,7 +51,7 @@ from slonkd.testing.chart_real import (
     ready,
     workers,
 )
-from slonkd.testing.procs import HarnessError, wait_for
+from slonkd_sandbox.procs import HarnessError, wait_for
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
 # builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the
