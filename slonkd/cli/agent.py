@@ -44,8 +44,9 @@ EXIT_BAD_SETTINGS = 2
 _UID = re.compile(r"[0-9A-Fa-f]{8}(-?[0-9A-Fa-f]{4}){3}-?[0-9A-Fa-f]{12}")
 """A pod's ``metadata.uid`` (RFC 4122, as the apiserver makes them)."""
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "bootstrap"})
-"""AgentSettings' fields that come from the environment, never from the config file."""
+NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "bootstrap", "pod_uid"})
+"""AgentSettings' fields that come from the environment, never from the config file (a
+file cannot know the pod's uid)."""
 POLICY_KEYS = ("failure_grace_s", "unready_grace_s")
 """The file's flat keys of :class:`~slonkd.core.decide.Policy`'s fields."""
 ENV = {
@@ -53,7 +54,6 @@ ENV = {
     "namespace": "POD_NAMESPACE",
     "kube_node": "NODE_NAME",
     "slurm_node": "SLONKD_SLURM_NODE",
-    "pod_uid": "POD_UID",
     "kubeconfig": "KUBECONFIG",
     "cluster": "SLONKD_CLUSTER",
     "resync_s": "SLONKD_RESYNC_S",
@@ -103,8 +103,9 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
             raise ValueError(f"{what} is not set (the chart passes it through the downward API)")
         if not _NAME.fullmatch(str(values[key])):
             raise ValueError(f"{what}={str(values[key])[:60]!r} is not a valid Kubernetes name")
-    if values["pod_uid"] and not _UID.fullmatch(str(values["pod_uid"])):
-        raise ValueError(f"POD_UID={str(values['pod_uid'])[:60]!r} is not a Kubernetes uid")
+    pod_uid = env.get("POD_UID", "")
+    if pod_uid and not _UID.fullmatch(pod_uid):
+        raise ValueError(f"POD_UID={pod_uid[:60]!r} is not a Kubernetes uid")
     slurm_node = str(values["slurm_node"] or values["pod_name"])
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", slurm_node):
         raise ValueError(f"SLURM node name {slurm_node[:60]!r} is not valid")
@@ -123,7 +124,7 @@ def load_settings(env: Mapping[str, str]) -> AgentSettings:
         bus=bus,
         bootstrap=bootstrap,
         pod_name=str(values["pod_name"]),
-        pod_uid=str(values["pod_uid"]),
+        pod_uid=pod_uid,
         namespace=str(values["namespace"]),
         kube_node=str(values["kube_node"]),
         slurm_node=slurm_node,

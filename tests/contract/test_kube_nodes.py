@@ -27,6 +27,7 @@ from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.slurm_node import NodeName
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.procs import wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -276,6 +277,19 @@ async def test_kubectl_cordon_of_a_node_slonkd_cordoned_leaves_no_trace(
     """
     writer = NodeWriter(kube_transport)
     assert (await writer.cordon(node, cause="health")).outcome is ChangeOutcome.CHANGED
+
+    def settled() -> bool:
+        # The fresh node's other writers first: kwok (status) and the node controller, whose
+        # unschedulable taint follows slonkd's cordon. A manager first seen between the two
+        # reads below is theirs, not kubectl's (the full run of 2026-12-02 caught one).
+        got = _get(kube, node)
+        managers = {e["manager"] for e in got["metadata"]["managedFields"]}
+        taints = {t["key"] for t in got["spec"].get("taints", [])}
+        return {"kwok", "kube-controller-manager"} <= managers and (
+            "node.kubernetes.io/unschedulable" in taints
+        )
+
+    wait_for("kwok and the node controller wrote the node", settled, timeout_s=30)
     before = _get(kube, node)
     out = kube.kubectl("cordon", node).stdout
     assert "already cordoned" in out, out

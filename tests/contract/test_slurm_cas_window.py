@@ -35,7 +35,8 @@ def many(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
 async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmCluster) -> None:
     """An operator drains a node while slonkd's resume is between chunks: it stays drained."""
     names = many.extra_node_names[::2]  # x1,x3,...: no hostlist range collapses them
-    backend = ScontrolBackend(settings_for(many, max_hostlist_chars=64))
+    # every write through the runner, where the operator is injected (no primed scontrol)
+    backend = ScontrolBackend(settings_for(many, max_hostlist_chars=64, primed_writes=False))
     drained = await backend.drain(names, K8S, "cordoned")
     assert set(drained.changed) == set(names)
     victim = names[-1]  # written in the last chunk

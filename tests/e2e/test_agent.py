@@ -5,12 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from slonkd.core.log_events import AGENT_SYNCED
 from slonkd_sandbox.procs import wait_for
-from tests.e2e.conftest import Workers
+from tests.e2e.conftest import AgentProcess, Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -156,6 +157,60 @@ def test_agent_killed_and_restarted_converges_without_duplicates(workers: Worker
     workers.wait_recreated("w-0", uid)
     wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
     assert [a["action"] for a in agent.actions()[before:]] == ["release"]
+
+
+@pytest.mark.prestop(GATED)
+def test_an_agent_bound_to_its_pod_never_acts_for_the_pods_successor(workers: Workers) -> None:
+    """With ``POD_UID`` (the chart's downward API) the agent leaves its pod's successor alone.
+
+    Found by the soak (issue 18, t = 2,476 s): an agent still running when its pod's successor
+    was already Ready (the sandbox's stand-in; on a real kubelet a force-deleted pod) released
+    "its" drain for the successor, 57 ms after the drain had overwritten an operator's. Here
+    the old agent sees the successor Ready and must keep the drain; the successor's own agent
+    releases it. Unbound (no ``POD_UID``), the same agent releases: the test above.
+    """
+    first = workers.agents.pop("w-0")
+    first.stop()
+    uid = str((workers.pod("w-0") or {})["metadata"]["uid"])
+
+    def agent_for(pod_uid: str, tag: str) -> AgentProcess:
+        env = {
+            **first.env,
+            "POD_UID": pod_uid,
+            "SLONKD_READY_FILE": f"{first.env['SLONKD_READY_FILE']}-{tag}",
+        }
+        env.pop("SLONKD_METRICS_PORT", None)
+        agent = AgentProcess(env=env, log=first.log.with_name(f"agent-w-0-{tag}.log"))
+        agent.start()
+        workers.agents[f"w-0-{tag}"] = agent
+        return agent
+
+    old = agent_for(uid, "old")
+    workers.delete_pod("w-0")
+    wait_for(
+        "agent drained w-0",
+        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"),
+        timeout_s=10,
+    )
+    (workers.standin.root.parent / "open").write_text("")
+    workers.wait_recreated("w-0", uid)
+
+    def successor_ready() -> bool:
+        conditions = (workers.pod("w-0") or {}).get("status", {}).get("conditions", [])
+        return {"type": "Ready", "status": "True"} in [
+            {"type": c.get("type"), "status": c.get("status")} for c in conditions
+        ]
+
+    wait_for("the successor Ready", successor_ready, timeout_s=20)
+    successor = workers.pod("w-0") or {}
+    time.sleep(5)  # two resyncs (SLONKD_RESYNC_S=2): an unbound agent releases within ms
+    assert [a["action"] for a in old.actions()] == ["drain"]
+    assert old.events("agent.pod_replaced")
+    assert "Reason=slonkd:pod-terminating" in workers.show("w-0")
+    new = agent_for(str(successor["metadata"]["uid"]), "new")
+    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    assert [a["action"] for a in new.actions()] == ["release"]
+    assert [a["action"] for a in old.actions()] == ["drain"]
 
 
 def test_bad_settings_exit_2_with_one_line() -> None:

@@ -2,7 +2,7 @@
 
 One ``helm install`` of ``deploy/helm/slonk`` for the module, on a :class:`RealNode`
 (containerd, runc, kubelet, CoreDNS) with a control plane of its own. The images are
-``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd.testing.chart_images`) and
+``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd_sandbox.chart_images`) and
 selected by ``ci/local-images-values.yaml`` (``imagePullPolicy: Never``). Nothing is replaced:
 slurmctld, slurmd, munged, mosquitto, the coordinators and the agent sidecars are the
 images' own processes; names resolve through CoreDNS and headless Services; the two
@@ -15,7 +15,7 @@ A user (the site's directory service, played by ``useradd`` on the login and con
 pods) has a home on a third ``local`` volume behind ``home.existingClaim``; the harness
 reaches the login pod's sshd from inside the node's network namespace (a pod address, never
 off the machine) with a key in that home; it reads the broker's retained messages the same
-way (:mod:`slonkd.testing.chart_bus`), as the chart's dynsec admin. The tests run in order on
+way (:mod:`slonkd_sandbox.chart_bus`), as the chart's dynsec admin. The tests run in order on
 the one release: the agents' credentials and retained status, the preStop requeue, the
 agent's log, the same deletion with ``workers.prestop.enabled: false`` (after slonkd's
 rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM failure that

@@ -770,7 +770,7 @@ def test_values_that_break_a_rule_fail_with_a_clear_message(helm: Helm, case: st
 FIELD_VALUES = {
     "metadata.name": "rel-h100-0",
     "metadata.namespace": "hpc",
-    "metadata.uid": "0000-1111",
+    "metadata.uid": "0d7e1b2c-9f1a-4c3b-8e2d-5a6b7c8d9e0f",
     "spec.nodeName": "gpu-node-a",
 }
 

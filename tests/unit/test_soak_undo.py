@@ -6,6 +6,8 @@ Neighbours: tests/unit/test_soak_schedule.py (the schedule), tests/unit/test_soa
 
 from __future__ import annotations
 
+import queue
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,3 +57,33 @@ def test_a_refused_resume_that_left_the_drain_keeps_the_mark(tmp_path: Path) -> 
     step = Step(id=591, at=1288.52, kind="op_undrain", target="d-11", undo_of=590)
     assert soak.do_workload(step) == "failed: scontrol failed, kept"
     assert soak.marks.slurm["d-11"].event == 590
+
+
+def test_an_operators_command_that_times_out_is_recorded_and_the_next_one_runs(
+    tmp_path: Path,
+) -> None:
+    """A ``slonkd pause`` that outlives its 60 s is a timed-out event; the queue goes on.
+
+    It killed the ops thread of a soak on a machine at load 60 (2026-12-02), and with it every
+    later pause, unpause and budget reset of the run.
+    """
+    soak = _soak(tmp_path, [])
+    ran: list[tuple[str, ...]] = []
+
+    def cli(*argv: str) -> int:
+        ran.append(argv)
+        if argv[0] == "pause":
+            raise subprocess.TimeoutExpired(["slonkd", *argv], 60)
+        return 0
+
+    soak.slonkd_cli = cli  # type: ignore[method-assign]
+    soak.workload = 0
+    soak.ops = queue.Queue()
+    soak.ops.put((Step(id=74, at=1.0, kind="pause", target=""), ["pause", "--reason", "soak-74"]))
+    soak.ops.put((Step(id=75, at=2.0, kind="unpause", target=""), ["unpause"]))
+    soak.ops.put(None)
+    soak.run_ops()
+    assert ran == [("pause", "--reason", "soak-74"), ("unpause",)]
+    assert soak.workload == 1
+    timeline = (tmp_path / "timeline.jsonl").read_text()
+    assert "timed out" in timeline

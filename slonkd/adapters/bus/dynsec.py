@@ -167,6 +167,14 @@ def nudge_role(cluster: str, username: str) -> dict[str, Any]:
     }
 
 
+def _answers(responses: list[Any], tag: str) -> bool:
+    """Whether ``responses`` answer the batch tagged ``tag`` (see ``DynSecAdmin._call``)."""
+    return any(
+        isinstance(r, dict) and str(r.get("correlationData", "")).startswith(f"{tag}-")
+        for r in responses
+    )
+
+
 class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
@@ -193,7 +201,15 @@ class DynSecAdmin:
         self._lock = asyncio.Lock()
 
     async def _call(self, commands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Send one batch of commands and return the broker's responses, in order."""
+        """Send one batch of commands and return the broker's responses, in order.
+
+        Every admin connection gets every answer on the one response topic: another admin's
+        batch answered meanwhile (the leader ensuring its own client while its reaper
+        sweeps) is not ours. Each command carries a ``correlationData`` that dynsec echoes;
+        only the answer that carries this batch's is taken.
+        """
+        tag = secrets.token_hex(8)
+        tagged = [{**c, "correlationData": f"{tag}-{i}"} for i, c in enumerate(commands)]
         async with self._lock:
             try:
                 async with (
@@ -201,14 +217,12 @@ class DynSecAdmin:
                     aiomqtt.Client(**self._args, protocol=aiomqtt.ProtocolVersion.V5) as client,  # type: ignore[arg-type]
                 ):
                     await client.subscribe(RESPONSE_TOPIC, qos=1)
-                    await client.publish(
-                        CONTROL_TOPIC, json.dumps({"commands": list(commands)}), qos=1
-                    )
+                    await client.publish(CONTROL_TOPIC, json.dumps({"commands": tagged}), qos=1)
                     async for message in client.messages:
                         if not isinstance(message.payload, bytes):
                             continue
                         responses = json.loads(message.payload).get("responses", [])
-                        if isinstance(responses, list):
+                        if isinstance(responses, list) and _answers(responses, tag):
                             return [r for r in responses if isinstance(r, dict)]
             except TimeoutError as exc:
                 raise TransientError("no answer from the dynamic-security plugin") from exc

@@ -62,6 +62,9 @@ class SlurmSettings:
     retry_total_s: float = 60.0
     max_hostlist_chars: int = 8192
     """Longest compressed hostlist in one ``scontrol update`` (argv stays far below limits)."""
+    primed_writes: bool = True
+    """Start a compare-and-set's ``scontrol`` before its read, so the write follows it at
+    once (``primed.py``); False: every write is a new process."""
 
 
 class NodeNotFoundError(TerminalError):

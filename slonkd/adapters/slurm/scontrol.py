@@ -38,6 +38,7 @@ from slonkd.adapters.slurm.parsing_finished import (
 )
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
+from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
@@ -319,24 +320,30 @@ class ScontrolBackend:
     async def _hold(
         self, names: Sequence[str], how: HoldState, cause: Cause, text: str
     ) -> UpdateResult:
-        before = self.calls
-        nodes = await self.read_for_update(names, hold=True)
-
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_hold(node, how, cause, text)
 
-        plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
-        return await self._apply(plans, before, planner)
+        return await self._read_then_apply(names, planner, hold=True)
 
     async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
-        before = self.calls
-        nodes = await self.read_for_update(names)
-
         def planner(node: SlurmNode) -> Update | Skip:
             return plan_release(node, how, cause)
 
-        plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
-        return await self._apply(plans, before, planner)
+        return await self._read_then_apply(names, planner)
+
+    async def _read_then_apply(
+        self, names: Sequence[str], planner: Planner, *, hold: bool = False
+    ) -> UpdateResult:
+        """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""
+        before = self.calls
+        primed = PrimedScontrol(self.settings)
+        try:
+            await primed.start()
+            nodes = await self.read_for_update(names, hold=hold)
+            plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+            return await self._apply(plans, before, planner, primed)
+        finally:
+            await primed.close()
 
     async def _recheck(
         self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner
@@ -361,7 +368,11 @@ class ScontrolBackend:
         return keep, skipped
 
     async def _apply(
-        self, plans: list[Update | Skip], before: int, replan: Planner | None = None
+        self,
+        plans: list[Update | Skip],
+        before: int,
+        replan: Planner | None = None,
+        primed: PrimedScontrol | None = None,
     ) -> UpdateResult:
         skipped = [p for p in plans if isinstance(p, Skip)]
         groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
@@ -381,8 +392,9 @@ class ScontrolBackend:
                     if not names:
                         continue
                     expr = compress(names)
+                wrote = await self._update(expr, state, reason, extra, primed if first else None)
                 first = False
-                if await self._update(expr, state, reason, extra):
+                if wrote:
                     changed.extend(names)
                 else:
                     unsure.extend(by_name[n] for n in names)
@@ -413,9 +425,10 @@ class ScontrolBackend:
         )
 
     async def _update(
-        self, expr: str, state: str | None, reason: str | None, extra: str | None
-    ) -> bool:
-        """One ``scontrol update``; False when slurmctld refused some of the nodes."""
+        self, expr: str, state: str | None, reason: str | None, extra: str | None,
+        primed: PrimedScontrol | None = None,
+    ) -> bool:  # fmt: skip
+        """One ``scontrol update`` (``primed`` if it can); False when slurmctld refused some."""
         args = [f"nodename={expr}"]
         if state is not None:
             args.append(f"state={state}")
@@ -424,6 +437,13 @@ class ScontrolBackend:
         if extra is not None:
             args.append(f"extra={extra}")
         try:
+            if primed is not None and primed.can_send(args):
+                try:
+                    self.runner.calls += 1
+                    await primed.update(args)
+                    return True
+                except TransientError:
+                    pass  # the argv path below, with the runner's retries
             await self.runner.run("scontrol", "update", *args)
         except (NodeNotFoundError, InvalidNodeStateError):
             return False

@@ -1,0 +1,65 @@
+"""Two dynsec admins at once each get their own answers (real mosquitto 2.0, dynsec).
+
+Every admin connection receives every answer on ``$CONTROL/dynamic-security/v1/response``.
+The full run of 2026-12-02 caught a leader whose reaper's ``listClients`` took the answer to
+the same leader's own ``ensure_client`` batch ("unexpected listClients answer: [{'command':
+'deleteRole' ...") and so never swept a gone pod's client. Neighbours:
+tests/contract/test_bus_dynsec.py (what the issued credentials may do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from slonkd.adapters.bus.dynsec import CONTROL_TOPIC
+from slonkd_sandbox.mosquitto import Mosquitto
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin
+
+pytestmark = pytest.mark.mqtt
+
+
+@pytest.fixture
+async def broker(session_root: Path) -> AsyncIterator[Mosquitto]:
+    """A mosquitto with the dynamic-security plugin and its admin."""
+    b = Mosquitto(Path(tempfile.mkdtemp(prefix="dynsec-ans-", dir=session_root)),
+                  dynamic_security=True)  # fmt: skip
+    await asyncio.to_thread(b.start)
+    try:
+        yield b
+    finally:
+        await asyncio.to_thread(b.stop)
+
+
+async def test_an_admin_takes_only_the_answer_to_its_own_batch(broker: Mosquitto) -> None:
+    """While another admin's batches are answered all along, listClients still gets its list.
+
+    The other admin's answers (getClient of a client that does not exist) arrive on the
+    same topic in between: taking the first answer that came would read one of those.
+    """
+    admin = dynsec_admin(broker)
+    await admin.issue("lab", "n1")
+    stop = asyncio.Event()
+
+    async def other_admin() -> None:
+        async with admin_watcher(broker) as other:
+            while not stop.is_set():
+                batch = [{"command": "getClient", "username": "nobody"}]
+                await other.publish(CONTROL_TOPIC, json.dumps({"commands": batch}), qos=1)
+                await asyncio.sleep(0.002)
+
+    noise = asyncio.create_task(other_admin())
+    try:
+        await asyncio.sleep(0.2)
+        for _ in range(20):
+            assert "agent-n1" in await admin.clients()
+            record = await admin.client("agent-n1")
+            assert record is not None
+    finally:
+        stop.set()
+        await noise
