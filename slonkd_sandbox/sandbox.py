@@ -20,15 +20,15 @@ import secrets
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox import procs
+from slonkd_sandbox.daemon import Daemon
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
@@ -236,29 +236,20 @@ def run_sandbox(
         coordinator_json = root / "coordinator.json"
         coordinator_json.write_text(json.dumps(config, indent=2))
         coordinator_log = logs / "coordinator.log"
-        with coordinator_log.open("ab") as out:
-            coordinator = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env={
-                    **base_env,
-                    "POD_NAMESPACE": NAMESPACE,
-                    "POD_NAME": "coordinator-0",
-                    "SLONKD_CONFIG": str(coordinator_json),
-                    "SLONKD_MQTT_USER": "coordinator",
-                    "SLONKD_MQTT_PASSWORD": passwords["coordinator"],
-                },
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=procs.die_with_parent,
-            )
-        stack.callback(procs.stop, coordinator, grace_s=10.0)
-        procs.wait_for(
-            "coordinator synced",
-            lambda: '"coordinator.synced"' in coordinator_log.read_text(),
-            timeout_s=60,
-            interval_s=0.2,
-            alive=procs.exited(coordinator, coordinator_log),
+        coordinator = Daemon(
+            role="coordinator",
+            env={
+                **base_env,
+                "POD_NAMESPACE": NAMESPACE,
+                "POD_NAME": "coordinator-0",
+                "SLONKD_CONFIG": str(coordinator_json),
+                "SLONKD_MQTT_USER": "coordinator",
+                "SLONKD_MQTT_PASSWORD": passwords["coordinator"],
+            },
+            log=coordinator_log,
         )
+        stack.callback(coordinator.stop, grace_s=10.0)
+        coordinator.start(until=COORDINATOR_SYNCED, timeout_s=60)
         state["coordinator_started_at"] = time.time()
         _say("coordinator leading and synced")
         ready_dir = root / "run"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,13 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slonkd_sandbox import procs
+from slonkd_sandbox.daemon import Daemon
 from slonkd_sandbox.kubeapi import KubeApi
 
 
 @dataclass(slots=True)
 class _Agent:
     uid: str
-    proc: subprocess.Popen[bytes]
+    daemon: Daemon
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The agent's process (kept only once started)."""
+        proc = self.daemon.proc
+        if proc is None:
+            raise procs.HarnessError(f"agent of pod uid {self.uid}: not started")
+        return proc
 
 
 class AgentKeeper(procs.StartStop):
@@ -122,19 +130,11 @@ class AgentKeeper(procs.StartStop):
         }
         log = self.logs / f"agent-{pod}.log"
         self._note({"event": "keeper.agent_start", "pod": pod, "uid": uid, "node": node})
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "agent"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=procs.die_with_parent,
-            )
-        return _Agent(uid=uid, proc=proc)
+        return _Agent(uid=uid, daemon=Daemon(role="agent", env=env, log=log).start())
 
     def _end(self, pod: str, agent: _Agent) -> None:
         self._note({"event": "keeper.agent_stop", "pod": pod, "uid": agent.uid})
-        procs.stop(agent.proc, grace_s=10.0)
+        agent.daemon.stop(grace_s=10.0)
 
     def _note(self, fields: dict[str, object]) -> None:
         with (self.logs / "agent-keeper.log").open("a") as out:
