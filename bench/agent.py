@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,11 +32,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import die_with_parent, free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Daemon
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 
 PODS = 10
 ROUNDS = 5
@@ -102,14 +104,14 @@ class Fleet:
     standin: KubeletStandIn
     names: tuple[str, ...]
     ports: dict[str, int]
-    agents: list[subprocess.Popen[bytes]]
+    agents: list[Daemon]
 
 
 @contextmanager
 def standin_fleet(root: Path) -> Iterator[Fleet]:
     """The fleet started under ``root``, every agent synced; leaving stops it all."""
     names = tuple(f"w-{i}" for i in range(PODS))
-    agents: list[subprocess.Popen[bytes]] = []
+    agents: list[Daemon] = []
     with (
         KubeCluster(root / "kube") as kube,
         SlurmCluster(root / "slurm", SlurmLayout(nodes=names, autostart=False)) as slurm,
@@ -143,16 +145,8 @@ def standin_fleet(root: Path) -> Iterator[Fleet]:
                         "SLONKD_METRICS_ADDRESS": "127.0.0.1",
                         "SLONKD_METRICS_PORT": str(ports[name]),
                     }
-                    with (root / f"agent-{name}.log").open("ab") as out:
-                        agents.append(
-                            subprocess.Popen(
-                                [sys.executable, "-m", "slonkd.cli.main", "agent"],
-                                env=env,
-                                stdout=out,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=die_with_parent,
-                            )
-                        )
+                    agent = Daemon(role="agent", env=env, log=root / f"agent-{name}.log")
+                    agents.append(agent.start())
                 wait_for(
                     "agents synced",
                     lambda: all((root / f"ready-{n}").exists() for n in names),
@@ -168,10 +162,10 @@ def standin_fleet(root: Path) -> Iterator[Fleet]:
                     agents=agents,
                 )
             finally:
+                for agent in agents:  # all at once, then each within its grace
+                    agent.signal(signal.SIGTERM)
                 for agent in agents:
-                    agent.terminate()
-                for agent in agents:
-                    agent.wait(timeout=15)
+                    agent.stop()
 
 
 def drain_round(fleet: Fleet) -> list[float]:

@@ -36,8 +36,8 @@ from slonkd.runtime.agent_commands import CommandListener, agent_bus
 from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto
 
 NS = "bench-bus"
 PODS = 100

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,10 +48,12 @@ from typing import Any
 from bench.kube import bound_pod
 from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kube_kwok import fake_node_body
-from slonkd.testing.procs import die_with_parent, wait_for
-from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd.core.log_events import COORDINATOR_API_LISTENING
+from slonkd_sandbox.daemon import Daemon, coordinator_env
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube_kwok import fake_node_body
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -167,46 +168,37 @@ def _running(kube: KubeCluster, want: int) -> bool:
 
 
 class Coordinator:
-    """A ``slonkd coordinator`` process with its config and log."""
+    """A ``slonkd coordinator`` process (:class:`~slonkd_sandbox.daemon.Daemon`) and its config."""
 
     def __init__(self, root: Path, kube: KubeCluster, slurm: SlurmCluster, **config: Any) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        self.log = root / "coordinator.log"
         conf = root / "coordinator.json"
         conf.write_text(json.dumps({"api_host": "127.0.0.1", "api_port": 0, **config}))
-        env = {
-            **os.environ,
-            "POD_NAMESPACE": NS,
-            "POD_NAME": f"bench-coordinator-{root.name}",
-            "KUBECONFIG": str(kube.kubeconfig),
-            "SLURM_CONF": str(slurm.conf),
-            "SLONKD_CONFIG": str(conf),
-        }
-        with self.log.open("ab") as out:
-            profile = os.environ.get("SLONKD_BENCH_PROFILE_DIR")  # cProfile of the process
-            prefix = ["-m", "cProfile", "-o", f"{profile}/{root.name}.prof"] if profile else []
-            self.proc = subprocess.Popen(
-                [sys.executable, *prefix, "-m", "slonkd.cli.main", "coordinator"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
-        self.port = 0
+        env = coordinator_env(
+            namespace=NS,
+            kubeconfig=kube.kubeconfig,
+            slurm_conf=slurm.conf,
+            POD_NAME=f"bench-coordinator-{root.name}",
+            SLONKD_CONFIG=str(conf),
+        )
+        profile = os.environ.get("SLONKD_BENCH_PROFILE_DIR")  # cProfile of the process
+        self.daemon = Daemon(
+            role="coordinator",
+            env=env,
+            log=root / "coordinator.log",
+            python_args=["-m", "cProfile", "-o", f"{profile}/{root.name}.prof"] if profile else [],
+        )
+        self.log = self.daemon.log
         began = time.monotonic()
-
-        def listening() -> bool:
-            for line in self.log.read_text().splitlines():
-                if '"coordinator.api_listening"' in line:
-                    self.port = json.loads(line)["port"]
-            return self.port != 0
-
-        wait_for("coordinator API", listening, timeout_s=60, alive=self._dead, interval_s=0.05)
+        self.daemon.start(until=COORDINATOR_API_LISTENING, timeout_s=60)
         self.start_s = time.monotonic() - began
         """Process start, imports and the API up (as seen from here, polling its log)."""
+        self.port = int(self.daemon.events(COORDINATOR_API_LISTENING)[-1]["port"])
 
-    def _dead(self) -> str | None:
-        return None if self.proc.poll() is None else self.log.read_text()[-2000:]
+    @property
+    def pid(self) -> int:
+        """The coordinator's process id."""
+        return self.daemon.pid
 
     def status(self) -> dict[str, Any]:
         """The leader's ``/v1/status``."""
@@ -223,9 +215,8 @@ class Coordinator:
             return 0
 
     def stop(self) -> None:
-        """SIGTERM, then wait."""
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        """SIGTERM; one that outlives 30 s dumps its tasks to its log and is killed."""
+        self.daemon.stop(grace_s=30)
 
 
 def _sdiag_client_rpcs(slurm: SlurmCluster) -> tuple[int, int]:
@@ -422,9 +413,9 @@ def scale(
             began = time.monotonic()
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=300, interval_s=0.2)
             first_s = time.monotonic() - began
-            first_cpu_s = _cpu_s(co.proc.pid)
+            first_cpu_s = _cpu_s(co.pid)
             slurm.run("sdiag", "--reset")
-            harness = (slurm.pids(), list(kube.pids().values()), [co.proc.pid])
+            harness = (slurm.pids(), list(kube.pids().values()), [co.pid])
             cpu0 = [tree_cpu_s(pids) for pids in harness]
             rest0 = time.monotonic()
             time.sleep(12)  # two resyncs at rest
@@ -443,7 +434,7 @@ def scale(
                 f"first_pass_{size}_start_s": co.start_s,
                 f"first_pass_{size}_cpu_s": first_cpu_s,
                 f"first_pass_{size}_lease_s": _log_gap_s(
-                    co.log, "coordinator.api_listening", "kube.lease_acquired"
+                    co.log, COORDINATOR_API_LISTENING, "kube.lease_acquired"
                 ),
                 **{
                     f"first_pass_{size}_{k.removesuffix('_ms')}_ms": float(v)
@@ -453,7 +444,7 @@ def scale(
                 f"resync_{size}_slurm_reads": (passes["slurm_reads"] - passes["slurm_polls"])
                 / max(1, passes["count"]),
                 f"reads_per_s_{size}": passes["slurm_reads"] / max(1.0, time.monotonic() - began),
-                f"coordinator_rss_{size}_mb": _rss_mb(co.proc.pid),
+                f"coordinator_rss_{size}_mb": _rss_mb(co.pid),
                 f"nodes_seen_{size}": float(nodes),
                 f"harness_cpu_pct_{size}": 100 * (cpu1[0] - cpu0[0]) / rest_s,
                 f"kube_cpu_pct_{size}": 100 * (cpu1[1] - cpu0[1]) / rest_s,

@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.slurm import SlurmCluster
-from slonkd.testing.toolchain import cache_root, ensure_tools
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.toolchain import cache_root, ensure_tools
 
 RUNS = 3
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 
 NODE = "b-0"
 JOB = """#!/bin/bash

@@ -16,22 +16,21 @@ import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.soak_relay import Relays
-from slonkd.testing import procs
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
-from slonkd.testing.procs import HarnessError
-from slonkd.testing.sandbox_agents import AgentKeeper
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox import procs
+from slonkd_sandbox.daemon import Daemon
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
+from slonkd_sandbox.procs import HarnessError
+from slonkd_sandbox.sandbox_agents import AgentKeeper
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import prestop_command, worker_statefulset
 
 NAMESPACE = "soak"
 _T = TypeVar("_T")
@@ -71,7 +70,8 @@ class CoordinatorSlot:
     port: int
     log: Path
     audit: Path
-    proc: subprocess.Popen[bytes] | None = None
+    daemon: Daemon | None = None
+    """The current process (a respawn replaces it; its log is kept)."""
     stopped: bool = False
     """SIGSTOPped (and not yet continued)."""
 
@@ -83,7 +83,7 @@ class CoordinatorSlot:
     @property
     def pid(self) -> int | None:
         """The live process's pid."""
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+        return self.daemon.pid if self.daemon is not None and self.daemon.running else None
 
 
 @dataclass(slots=True)
@@ -269,7 +269,7 @@ class SoakFleet:
             lambda: any('"coordinator.synced"' in s.log.read_text() for s in self.coordinators),
             timeout_s=120,
             interval_s=0.5,
-            alive=procs.exited(first.proc, first.log) if first.proc else None,
+            alive=first.daemon.exited if first.daemon is not None else None,
         )
         self._start_agents(passwords)
 
@@ -329,27 +329,21 @@ class SoakFleet:
         conf = self.root / f"coordinator-{slot.index}.json"
         conf.write_text(json.dumps(config))
         env = {**self._coordinator_env, "POD_NAME": slot.identity, "SLONKD_CONFIG": str(conf)}
-        with slot.log.open("ab") as out:
-            slot.proc = subprocess.Popen(
-                [sys.executable, "-m", "slonkd.cli.main", "coordinator"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=procs.die_with_parent,
-            )
+        slot.daemon = Daemon(role="coordinator", env=env, log=slot.log).start()
         slot.stopped = False
 
     def signal_coordinator(self, slot: CoordinatorSlot, sig: int) -> None:
         """Send ``sig``; a SIGKILLed process is reaped."""
-        if slot.proc is None or slot.proc.poll() is not None:
+        if slot.daemon is None or not slot.daemon.running:
             return
-        slot.proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            slot.daemon.kill()
+            return
+        slot.daemon.signal(sig)
         if sig == signal.SIGSTOP:
             slot.stopped = True
         elif sig == signal.SIGCONT:
             slot.stopped = False
-        elif sig == signal.SIGKILL:
-            slot.proc.wait(timeout=10)
 
     def leader(self) -> CoordinatorSlot | None:
         """The slot the Lease names (None when the Lease cannot be read or names no slot)."""
@@ -386,10 +380,10 @@ class SoakFleet:
     def stop(self) -> None:
         """Stop the coordinators, then everything else in reverse order."""
         for slot in self.coordinators:
-            if slot.proc is not None and slot.proc.poll() is None:
+            if slot.daemon is not None and slot.daemon.running:
                 if slot.stopped:
-                    slot.proc.send_signal(signal.SIGCONT)
-                procs.stop(slot.proc, grace_s=10)
+                    slot.daemon.signal(signal.SIGCONT)
+                slot.daemon.stop(grace_s=10)
         self.stack.close()
 
 

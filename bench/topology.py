@@ -30,8 +30,8 @@ from slonkd.core.topology import TopologySpec, leaf_membership, render
 from slonkd.runtime.logging import configure_logging
 from slonkd.runtime.topology_settings import TopologySettings
 from slonkd.runtime.topology_sync import TopologyApplier
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 KEYS = ("zone", "spine", "leaf")
 SLURMD_NODES = ("n1", "n2", "n3", "n4")

@@ -135,7 +135,7 @@ done
 [[ "$keys" == *ssh-ed25519* ]] || { log "FAILED: no host key from sshd"; tail -n 20 "$dir/sshd.log" >&2; exit 1; }
 log "OK: sshd serves host keys ($(grep -c . <<<"$keys") key types)"
 
-[[ -x "$HELM" ]] || { log "no helm at $HELM (python -m slonkd.testing.toolchain builds it): chart phase not run"; exit 1; }
+[[ -x "$HELM" ]] || { log "no helm at $HELM (python -m slonkd_sandbox.toolchain builds it): chart phase not run"; exit 1; }
 log "chart: helm template the SLURM config and munge key of release 'sm' in namespace 'smoke'"
 chart="$dir/chart"; mkdir -p "$chart/etc" "$chart/munge"
 ctld_port="$(free_port)"; slurmd_port="$(free_port)"

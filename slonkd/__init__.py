@@ -2,7 +2,7 @@
 
 Layers (enforced by import-linter): :mod:`slonkd.core` (pure decisions and models) <
 :mod:`slonkd.adapters` (all I/O) < :mod:`slonkd.runtime` (queues, loops, wiring) <
-:mod:`slonkd.cli` (entry points). :mod:`slonkd.testing` starts real services for the test
+:mod:`slonkd.cli` (entry points). :mod:`slonkd_sandbox` starts real services for the test
 suite and the sandbox; the product never imports it.
 """
 

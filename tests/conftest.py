@@ -1,4 +1,4 @@
-"""Fixtures that start the real services of :mod:`slonkd.testing`.
+"""Fixtures that start the real services of :mod:`slonkd_sandbox`.
 
 One Kubernetes control plane for the whole session (tests isolate themselves by namespace
 and node names); SLURM clusters and brokers are cheap (about a second) and are started per
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import settings
 
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 
 HARNESS_PREFIX = "slonkd-test-"
 

@@ -1,8 +1,8 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
-Subcommands: ``sandbox``, ``agent``, ``prestop``, ``check``, ``coordinator``, and the
-operator's ``status``, ``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``
-and ``recheck``.
+Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
+``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset`` and ``recheck``; those
+other distributions add (``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from slonkd import __version__
-from slonkd.cli import agent, check, config_cmd, coordinator, ops, prestop, recheck, sandbox
+from slonkd.cli import agent, check, commands, config_cmd, coordinator, ops, prestop, recheck
 from slonkd.runtime.logging import configure_logging
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, commands.Command]]:
     parser = argparse.ArgumentParser(
         prog="slonkd",
         description="Keeps SLURM and Kubernetes in agreement on every node of a GPU cluster.",
     )
     parser.add_argument("--version", action="version", version=f"slonkd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sandbox.add_parser(sub)
+    added = commands.add_parsers(sub)
     agent.add_parser(sub)
     check.add_parser(sub)
     coordinator.add_parser(sub)
@@ -31,15 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     prestop.add_parser(sub)
     ops.add_parsers(sub)
     recheck.add_parser(sub)
-    return parser
+    return parser, added
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``slonkd`` command line; returns the process exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "sandbox":
-        return sandbox.main(args, parser)
+    parser, added = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command in commands.DOCUMENTED and args.command not in added:
+        return commands.absent(args.command)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command in added:
+        return added[args.command].main(args, parser)
     if args.command == "check":
         configure_logging()
         return check.main(args)

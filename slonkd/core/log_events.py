@@ -28,3 +28,7 @@ ROLLOUT_WATCHING: Final = "rollout.watching"
 
 AGENT_SYNCED: Final = "agent.synced"
 """An agent's caches are listed and its node mirrored once."""
+
+AGENT_POD_REPLACED: Final = "agent.pod_replaced"
+"""An agent bound to its pod's uid saw a successor pod of its name: it leaves the node to the
+successor's agent from now on (``uid``, ``successor_uid``)."""

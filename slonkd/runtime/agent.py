@@ -42,7 +42,7 @@ from slonkd.core.decide import decide
 from slonkd.core.errors import ParseError, TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod
-from slonkd.core.log_events import AGENT_SYNCED
+from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
 from slonkd.core.messages import (
     AgentStatus,
     Channel,
@@ -276,7 +276,7 @@ class Agent:
         if not self._replaced:
             self._replaced = True
             log.info(
-                "agent.pod_replaced",
+                AGENT_POD_REPLACED,
                 node=self.s.slurm_node,
                 pod=self.s.pod_name,
                 uid=self.s.pod_uid,

@@ -55,10 +55,13 @@ from slonkd.core.topology import (
     stamped,
     stamped_hash,
 )
-from slonkd.runtime.settle import settle
+from slonkd.runtime.level_loop import Cause, Debounce, run_level_triggered
 from slonkd.runtime.topology_settings import TopologySettings
 
 log = structlog.get_logger("slonkd.topology")
+
+_CAUSES = {Cause.START: "start", Cause.CHANGE: "labels", Cause.RESYNC: "resync"}
+"""The cause a sync logs and publishes, by why the loop ran it."""
 
 DRIFT_SHOWN = 50
 """Most drifting nodes listed by name in :meth:`TopologySync.status` (all are counted)."""
@@ -356,21 +359,22 @@ class TopologySync(TopologyApplier):
         await self.nodes.synced.wait()
         await self.pods.synced.wait()
         log.info("topology.started", plugin=self.s.spec.plugin, configmap=self.s.configmap)
-        cause = "start"
-        while True:
-            self._dirty.clear()
-            try:
-                await self.sync_once(cause=cause)
-                self.state.error = ""
-            except (SlonkdError, OSError) as exc:
-                self.state.error = str(exc)[:300]
-                log.warning("topology.sync_failed", error=self.state.error, cause=cause)
-            cause = "resync"
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.s.resync_s):
-                    await self._dirty.wait()
-                    cause = "labels"
-            await settle(self._dirty, quiet_s=self.s.debounce_s, max_wait_s=self.s.max_delay_s)
+        await run_level_triggered(
+            self._dirty,
+            self._pass,
+            debounce=Debounce(quiet_s=self.s.debounce_s, max_wait_s=self.s.max_delay_s),
+        )
+
+    async def _pass(self, cause: Cause) -> float:
+        """One sync; a failure is kept in the state and retried at the next wake."""
+        why = _CAUSES[cause]
+        try:
+            await self.sync_once(cause=why)
+            self.state.error = ""
+        except (SlonkdError, OSError) as exc:
+            self.state.error = str(exc)[:300]
+            log.warning("topology.sync_failed", error=self.state.error, cause=why)
+        return self.s.resync_s
 
     async def sync_once(self, *, cause: str) -> bool:
         """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""

@@ -12,7 +12,7 @@ import pytest
 
 from slonkd.adapters.bus.client import Bus
 from slonkd.adapters.bus.dynsec import DynSecAdmin
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.mosquitto import Mosquitto
 
 
 @asynccontextmanager

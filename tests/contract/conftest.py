@@ -2,7 +2,7 @@
 
 Every test that takes ``cluster`` (or ``cluster_factory``, ``backend``) runs twice: against
 SLURM 22.05 on the host and against SLURM 24.11 in a debootstrapped trixie root (built
-once and cached, see :mod:`slonkd.testing.slurm_root`).
+once and cached, see :mod:`slonkd_sandbox.slurm_root`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.realnode import RealNode
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.realnode import RealNode
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 SLURM_RELEASES = ("22.05", "24.11")
 

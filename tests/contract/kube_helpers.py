@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 from slonkd.adapters.kube.informer import CacheEvent, Informer
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import wait_for
-from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.workloads import pod_disruption_budget, worker_statefulset
 
 T = TypeVar("T")
 

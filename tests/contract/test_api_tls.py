@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
-from slonkd.testing.tls import make_ca, make_server_cert
+from slonkd_sandbox.tls import make_ca, make_server_cert
 
 NAME = "rel-coordinator.hpc.svc"
 

@@ -27,7 +27,7 @@ from slonkd.core.messages import (
     encode,
     node_topic,
 )
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from tests.contract.bus_helpers import running
 
 pytestmark = pytest.mark.mqtt

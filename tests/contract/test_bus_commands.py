@@ -28,7 +28,7 @@ from slonkd.core.command_gate import RECHECK, Refusal
 from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_topic
 from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import dynsec_admin, in_task, running
 from tests.contract.kube_helpers import until
 

@@ -32,8 +32,8 @@ from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.runtime.agent_commands import agent_bus
 from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import dynsec_admin, in_task, running
 from tests.contract.kube_helpers import pending_pod, until
 

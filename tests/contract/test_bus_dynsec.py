@@ -14,7 +14,7 @@ from slonkd.adapters.bus.dynsec import AgentCredentials, coordinator_role, nudge
 from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import admin_watcher, dynsec_admin
 
 pytestmark = pytest.mark.mqtt

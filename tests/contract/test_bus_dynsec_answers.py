@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.bus.dynsec import CONTROL_TOPIC
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import admin_watcher, dynsec_admin
 
 pytestmark = pytest.mark.mqtt

@@ -22,8 +22,8 @@ from slonkd.adapters.bus.client import Bus, BusSettings, Received, tls_context
 from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, node_topic
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.tls import make_ca, make_server_cert
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running
 
 pytestmark = pytest.mark.mqtt

@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubeapi import ApiError, KubeApi
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubeapi import ApiError, KubeApi
+from slonkd_sandbox.procs import wait_for
 
 pytestmark = pytest.mark.kube
 

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from slonkd.core.topology import TopologySpec, leaf_membership, render, stamped
-from slonkd.testing.helm import Helm
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
-from slonkd.testing.toolchain import ensure_tools
+from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.toolchain import ensure_tools
 
 pytestmark = pytest.mark.slurm
 

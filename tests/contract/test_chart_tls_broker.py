@@ -27,10 +27,10 @@ from slonkd.adapters.bus.client import Bus
 from slonkd.cli.bus_env import agent_bus_settings, credential_settings
 from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.runtime.credentials import dynsec_admin
-from slonkd.testing import procs
-from slonkd.testing.helm import Helm
-from slonkd.testing.mosquitto import DYNSEC_PLUGIN
-from slonkd.testing.tls import make_ca, make_server_cert
+from slonkd_sandbox import procs
+from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.mosquitto import DYNSEC_PLUGIN
+from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running
 from tests.unit.test_chart_render import _container_env, helm, kinds, one, render
 

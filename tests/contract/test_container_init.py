@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.procs import wait_for
 
 INIT = Path(__file__).resolve().parents[2] / "container" / "init" / "slonk-init"
 

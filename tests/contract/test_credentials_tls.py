@@ -25,9 +25,9 @@ from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
 from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings, dynsec_admin
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto
-from slonkd.testing.tls import make_ca, make_server_cert
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto
+from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running
 from tests.contract.kube_helpers import pending_pod
 from tests.contract.test_bus_credentials import AUDIENCE, CLUSTER, WORKER

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing import versions
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import wait_for
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox import versions
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.contract.kube_helpers import allow_one_disruption, pods_of, two_workers_under_a_pdb
 
 pytestmark = pytest.mark.kube

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.procs import wait_for
 
 pytestmark = [pytest.mark.kube, pytest.mark.mqtt, pytest.mark.slurm]
 
@@ -43,8 +43,8 @@ def test_stop_ends_every_kube_and_mosquitto_process() -> None:
 SCRIPT = """
 import sys, tempfile, time
 from pathlib import Path
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 root = Path(sys.argv[1])
 SlurmCluster(root / "slurm", SlurmLayout(nodes=("n1", "n2"))).start()
 Mosquitto(root / "mqtt", users={"u": MqttUser(password="p")}).start()

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from slonkd.testing.mosquitto import Mosquitto
+from slonkd_sandbox.mosquitto import Mosquitto
 
 pytestmark = pytest.mark.mqtt
 

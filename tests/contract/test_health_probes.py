@@ -15,7 +15,7 @@ import pytest
 from slonkd.adapters.health import probes
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.core.health import Verdict
-from slonkd.testing.slurm import SlurmCluster
+from slonkd_sandbox.slurm import SlurmCluster
 
 
 async def test_a_late_command_is_killed_and_reported() -> None:

@@ -2,9 +2,11 @@
 
 ``container/build.sh base slonkd`` makes the Debian base with debootstrap (cached under
 ``~/.cache/slonkd/rootfs``) and the slonkd image from wheels of this tree; the test then runs
-``slonkd --version`` and ``slonkd check -o json`` inside it. The SLURM, login and mosquitto
-images are exercised by ``container/smoke.sh`` (not in CI: minutes more, see
-container/README.md).
+``slonkd --version`` and ``slonkd check -o json`` inside it, and looks for the test harness
+there (``slonkd_sandbox``, a distribution of its own: the image must hold none of it;
+``tests/unit/test_product_wheel.py`` checks the same from the build files, without a
+build). The SLURM, login and mosquitto images are exercised by ``container/smoke.sh`` (not
+in CI: minutes more, see container/README.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,21 @@ import slonkd
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/slonk/slonkd:ci"
 DRIVER = ["--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER", "vfs")]
+# Run by the image's Python: what of the harness it can import or find on disk.
+HARNESS_PROBE = """
+import importlib.metadata as md, importlib.util as u, json, pathlib, slonkd
+site = pathlib.Path(slonkd.__file__).parents[1]
+names = [d.metadata["Name"] for d in md.distributions()]
+files = [p for p in pathlib.Path("/opt").rglob("*") if "sandbox" in p.name]
+print(json.dumps({
+    "slonkd_sandbox": u.find_spec("slonkd_sandbox") is not None,
+    "slonkd.testing": u.find_spec("slonkd.testing") is not None,
+    "commands": sorted(ep.name for ep in md.entry_points(group="slonkd.commands")),
+    "distributions": sorted(n for n in names if "slonkd" in n),
+    "files": sorted(map(str, files + list(pathlib.Path("/opt").rglob("slonkd/testing")))),
+    "site": str(site),
+}))
+"""
 
 
 def _buildah(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -78,3 +95,21 @@ def test_check_in_the_image_reports_json_and_never_ok_for_what_it_cannot_see(
     assert by_check["nvidia-smi"]["evidence"]
     assert by_check["dcgm-diag"]["verdict"] == "unknown"
     assert by_check["disk:/"]["verdict"] in ("ok", "warn", "fail")  # measured in the image
+
+
+def test_the_image_holds_no_harness_module(container: str) -> None:
+    """No slonkd_sandbox (nor the old slonkd.testing) in the image; `slonkd sandbox` says so."""
+    probe = _run(container, "python3", "-c", HARNESS_PROBE)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    found = json.loads(probe.stdout)
+    assert found["site"].startswith("/opt/slonkd/"), found  # the product's venv, probed
+    assert found["distributions"] == ["slonkd"], found
+    assert not found["slonkd_sandbox"], found
+    assert not found["slonkd.testing"], found
+    assert found["commands"] == [], found
+    assert found["files"] == [], found
+    sandbox = _run(container, "slonkd", "sandbox", "up")
+    assert sandbox.returncode == 2, sandbox.stderr
+    assert sandbox.stdout == ""
+    assert len(sandbox.stderr.strip().splitlines()) == 1, sandbox.stderr
+    assert "not installed here" in sandbox.stderr

@@ -22,8 +22,8 @@ from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import free_ports, wait_for
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.procs import free_ports, wait_for
 from tests.contract.kube_helpers import until
 
 pytestmark = pytest.mark.kube

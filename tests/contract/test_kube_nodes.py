@@ -25,9 +25,9 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.slurm_node import NodeName
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.procs import wait_for
 
 pytestmark = pytest.mark.kube
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing import procs
-from slonkd.testing.helm import Helm
-from slonkd.testing.toolchain import ensure_tools
+from slonkd_sandbox import procs
+from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.toolchain import ensure_tools
 from tests.unit.test_chart_render import one, render
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "container" / "mariadb" / "slonk-mariadb"

@@ -1,4 +1,4 @@
-"""Contract of the real node (slonkd.testing.realnode): every test fails on a faked node.
+"""Contract of the real node (slonkd_sandbox.realnode): every test fails on a faked node.
 
 A kwok node or the kubelet stand-in runs no container, has no container log, runs no preStop,
 mounts no projected token and has no DNS; each test below needs the real thing. The network
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing import procs, realnode_host
-from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.realnode import RealNode
+from slonkd_sandbox import procs, realnode_host
+from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.realnode import RealNode
 
 pytestmark = pytest.mark.kube
 

@@ -21,8 +21,8 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus, NodeName
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
-from slonkd.testing.accounting import ACCOUNT
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.accounting import ACCOUNT
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 from tests.unit.test_coordinator_pass import (
     FakeElector,

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 pytestmark = pytest.mark.slurm
 

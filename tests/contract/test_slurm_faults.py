@@ -14,7 +14,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import TransientError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus
-from slonkd.testing.slurm import SlurmCluster
+from slonkd_sandbox.slurm import SlurmCluster
 from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm

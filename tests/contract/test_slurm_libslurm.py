@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slonkd.testing.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 PROBE = Path(__file__).with_name("libslurm_probe.py")
 

@@ -19,9 +19,9 @@ import pytest
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_control import control
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_control import control
 
 pytestmark = pytest.mark.slurm
 

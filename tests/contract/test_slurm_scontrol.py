@@ -15,7 +15,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
 from slonkd.core.slurm_plan import SkipReason, held_causes
-from slonkd.testing.slurm import SlurmCluster
+from slonkd_sandbox.slurm import SlurmCluster
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -17,9 +17,9 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, check_block, leaf_membership, render, stamped
 from slonkd.runtime.topology_settings import TopologySettings
 from slonkd.runtime.topology_sync import TopologyApplier
-from slonkd.testing import procs
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox import procs
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.slurm import SlurmCluster
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.slurm import SlurmCluster
 from tests.e2e.conftest import AgentProcess
 
 CHECKPOINTING_JOB = """#!/bin/bash

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing.daemon import Coordinators, Daemon, read_json_log
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import HarnessError, free_ports, tail, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
-from slonkd.testing.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon, read_json_log
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import HarnessError, free_ports, tail, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.workloads import prestop_command, worker_statefulset
 
 GRACE_S = 12
 PRESTOP = prestop_command(GRACE_S, 4)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from slonkd.core.log_events import AGENT_SYNCED
-from slonkd.testing.procs import wait_for
+from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
+from slonkd_sandbox.procs import wait_for
 from tests.e2e.conftest import AgentProcess, Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -205,7 +205,7 @@ def test_an_agent_bound_to_its_pod_never_acts_for_the_pods_successor(workers: Wo
     successor = workers.pod("w-0") or {}
     time.sleep(5)  # two resyncs (SLONKD_RESYNC_S=2): an unbound agent releases within ms
     assert [a["action"] for a in old.actions()] == ["drain"]
-    assert old.events("agent.pod_replaced")
+    assert old.events(AGENT_POD_REPLACED)
     assert "Reason=slonkd:pod-terminating" in workers.show("w-0")
     new = agent_for(str(successor["metadata"]["uid"]), "new")
     wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)

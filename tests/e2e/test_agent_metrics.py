@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.procs import wait_for
 from tests.e2e.conftest import AgentProcess, Workers
 from tests.e2e.test_agent import GATED
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.bus.dynsec import DynSecAdmin
-from slonkd.testing.daemon import Coordinators, coordinator_env
-from slonkd.testing.mosquitto import Mosquitto
-from slonkd.testing.procs import free_ports, wait_for
+from slonkd_sandbox.daemon import Coordinators, coordinator_env
+from slonkd_sandbox.mosquitto import Mosquitto
+from slonkd_sandbox.procs import free_ports, wait_for
 from tests.e2e.conftest import Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]

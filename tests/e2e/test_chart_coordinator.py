@@ -30,12 +30,12 @@ import pytest
 import yaml
 
 from slonkd.core.topology import leaf_membership
-from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
-from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 

@@ -2,7 +2,7 @@
 
 One ``helm install`` of ``deploy/helm/slonk`` for the module, on a :class:`RealNode`
 (containerd, runc, kubelet, CoreDNS) with a control plane of its own. The images are
-``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd.testing.chart_images`) and
+``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd_sandbox.chart_images`) and
 selected by ``ci/local-images-values.yaml`` (``imagePullPolicy: Never``). Nothing is replaced:
 slurmctld, slurmd, munged, mosquitto, the coordinators and the agent sidecars are the
 images' own processes; names resolve through CoreDNS and headless Services; the two
@@ -15,7 +15,7 @@ A user (the site's directory service, played by ``useradd`` on the login and con
 pods) has a home on a third ``local`` volume behind ``home.existingClaim``; the harness
 reaches the login pod's sshd from inside the node's network namespace (a pod address, never
 off the machine) with a key in that home; it reads the broker's retained messages the same
-way (:mod:`slonkd.testing.chart_bus`), as the chart's dynsec admin. The tests run in order on
+way (:mod:`slonkd_sandbox.chart_bus`), as the chart's dynsec admin. The tests run in order on
 the one release: the agents' credentials and retained status, the preStop requeue, the
 agent's log, the same deletion with ``workers.prestop.enabled: false`` (after slonkd's
 rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM failure that
@@ -32,15 +32,15 @@ from typing import Any
 import pytest
 
 from slonkd.core.messages import AgentStatus, Channel, decode, node_topic
-from slonkd.testing.chart_bus import (
+from slonkd_sandbox.chart_bus import (
     container,
     env_value,
     projected_token,
     retained,
     secret_sources,
 )
-from slonkd.testing.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
-from slonkd.testing.chart_real import (
+from slonkd_sandbox.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
+from slonkd_sandbox.chart_real import (
     BAD_STATES,
     CONTROLLER,
     POOL,
@@ -51,7 +51,7 @@ from slonkd.testing.chart_real import (
     ready,
     workers,
 )
-from slonkd.testing.procs import HarnessError, wait_for
+from slonkd_sandbox.procs import HarnessError, wait_for
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
 # builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the

@@ -26,11 +26,11 @@ from slonkd.core.log_events import (
     COORDINATOR_LEADING,
     COORDINATOR_SYNCED,
 )
-from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import HarnessError, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.procs import HarnessError, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.conftest import (
     marked_unhealthy,
     set_unschedulable,

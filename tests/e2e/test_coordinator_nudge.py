@@ -27,12 +27,12 @@ import pytest
 
 from slonkd.adapters.slurm.triggers import Trigger, parse_strigger_get
 from slonkd.core.log_events import COORDINATOR_SYNCED
-from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.mosquitto import Mosquitto, MqttUser
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 

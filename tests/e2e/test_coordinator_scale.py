@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from slonkd.core.log_events import COORDINATOR_SYNCED
-from slonkd.testing.daemon import Coordinators, coordinator_env
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, coordinator_env
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.conftest import set_unschedulable
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing.daemon import Coordinators, Daemon
-from slonkd.testing.procs import HarnessError
+from slonkd_sandbox.daemon import Coordinators, Daemon
+from slonkd_sandbox.procs import HarnessError
 
 CHILD = """
 import json, os, signal, sys, time

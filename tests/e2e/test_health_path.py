@@ -25,14 +25,14 @@ from typing import Any
 import pytest
 
 from slonkd.core.kube_actions import REBOOT_TAINT
-from slonkd.testing.daemon import Coordinators, Daemon
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
-from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_control import control
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
+from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_control import control
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]

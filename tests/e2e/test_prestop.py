@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from slonkd.runtime.requeue_report import report_url
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
 from tests.e2e.conftest import GRACE_S, PRESTOP
 

@@ -24,13 +24,13 @@ import pytest
 import yaml
 
 from slonkd.runtime.requeue_report import report_url
-from slonkd.testing.helm import Helm
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import free_ports, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.toolchain import ensure_tools
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.toolchain import ensure_tools
+from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 

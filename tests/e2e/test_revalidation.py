@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing.procs import wait_for
+from slonkd_sandbox.procs import wait_for
 from tests.e2e import test_health_path
 from tests.e2e.test_health_path import FleetOptions, HealthFleet
 

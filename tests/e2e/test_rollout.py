@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
 from slonkd.core.rollout import REVISION_LABEL
-from slonkd.testing.daemon import Coordinators, Daemon
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubelet import KubeletStandIn
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import pod_disruption_budget, worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import pod_disruption_budget, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing.dashboard import (
+from slonkd_sandbox.dashboard import (
     FIRST_EVENT_PANELS,
     METRIC_NAME,
     evaluate,
@@ -32,10 +32,10 @@ from slonkd.testing.dashboard import (
     sandbox_targets,
     sandbox_urls,
 )
-from slonkd.testing.kubeapi import KubeApi
-from slonkd.testing.prometheus import Prometheus
-from slonkd.testing.sandbox import commands, descendants, proc_start_time
-from slonkd.testing.sandbox_demo import OPERATOR_REASON
+from slonkd_sandbox.kubeapi import KubeApi
+from slonkd_sandbox.prometheus import Prometheus
+from slonkd_sandbox.sandbox import commands, descendants, proc_start_time
+from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 

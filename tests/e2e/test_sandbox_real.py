@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.testing.kubeapi import KubeApi
-from slonkd.testing.sandbox import descendants, proc_start_time
-from slonkd.testing.sandbox_demo import OPERATOR_REASON
+from slonkd_sandbox.kubeapi import KubeApi
+from slonkd_sandbox.sandbox import descendants, proc_start_time
+from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
 
 pytestmark = [
     pytest.mark.kube,

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from slonkd.core.topology import leaf_membership, stamped_hash
-from slonkd.testing.daemon import Coordinators, Daemon, coordinator_env
-from slonkd.testing.kube import KubeCluster
-from slonkd.testing.kubeapi import ApiError
-from slonkd.testing.procs import HarnessError, wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.workloads import worker_statefulset
+from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.procs import HarnessError, wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import worker_statefulset
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 

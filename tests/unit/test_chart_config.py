@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from slonkd.cli import agent, config_cmd, coordinator
-from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.procs import HarnessError
-from slonkd.testing.toolchain import ensure_tools
+from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.procs import HarnessError
+from slonkd_sandbox.toolchain import ensure_tools
 
 SCHEMA = CHART_DIR / "values.schema.json"
 ALL_ON = (

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.toolchain import ensure_tools
+from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.toolchain import ensure_tools
 
 MULTI_POOL = CHART_DIR / "ci" / "multi-pool-values.yaml"
 LOCAL_IMAGES = CHART_DIR / "ci" / "local-images-values.yaml"

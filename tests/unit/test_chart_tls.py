@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from slonkd.testing.helm import CHART_DIR, Helm
-from slonkd.testing.tls import make_ca, make_server_cert
+from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.unit.test_chart_render import _container_env, helm, kinds, one, render
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from slonkd.cli.main import main
-from slonkd.testing import sandbox, sandbox_ctl
+from slonkd_sandbox import sandbox, sandbox_ctl
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 
 from slonkd.cli.bus_env import agent_bus_settings, coordinator_bus_settings, credential_settings
 from slonkd.cli.config import bus_settings
-from slonkd.testing.tls import make_ca
+from slonkd_sandbox.tls import make_ca
 from tests.unit.test_settings_cli import _assert_refused, _run
 
 AGENT = {"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "NODE_NAME": "n1", "SLONKD_METRICS_PORT": "0"}
@@ -93,7 +93,7 @@ def test_the_agent_refuses_a_bad_bootstrap_ca(tmp_path: Path) -> None:
 def test_the_api_certificate_and_key_load_together(tmp_path: Path) -> None:
     """``SLONKD_API_TLS_CERT_FILE`` and ``_KEY_FILE`` give the coordinator an HTTPS API."""
     from slonkd.cli.coordinator import load_settings
-    from slonkd.testing.tls import make_server_cert
+    from slonkd_sandbox.tls import make_server_cert
 
     server = make_server_cert(make_ca(tmp_path), tmp_path)
     env = {**COORDINATOR, "SLONKD_API_TLS_CERT_FILE": str(server.cert)}
@@ -106,7 +106,7 @@ def test_the_api_certificate_and_key_load_together(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ["cert-only", "key-only", "missing", "key-mismatch"])
 def test_the_coordinator_refuses_a_bad_api_certificate(tmp_path: Path, case: str) -> None:
     """Half a pair, a missing file or a key of another certificate: exit 2, one line naming it."""
-    from slonkd.testing.tls import make_server_cert
+    from slonkd_sandbox.tls import make_server_cert
 
     ca = make_ca(tmp_path)
     one = make_server_cert(ca, tmp_path, "one")

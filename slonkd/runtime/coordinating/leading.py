@@ -28,9 +28,9 @@ from slonkd.runtime.coordinating.reconciling import Coordinator
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinator_api import CoordinatorAPI
 from slonkd.runtime.credentials import credential_issuer
+from slonkd.runtime.level_loop import Debounce, run_level_triggered
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.process import cancel_within, exit_now, stop_on_signals
-from slonkd.runtime.settle import settle
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -84,25 +84,27 @@ async def _lead(c: Coordinator) -> None:
             group.create_task(
                 c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
             )
-        while True:
-            dirty.clear()
-            await c.fast_marks()
-            try:
-                await c.reconcile_all()
-            except FencedError:
-                raise  # a newer token in the state: the elector ends this term
-            except SlonkdError as exc:
-                c.metrics.reconciled(
-                    "retry" if isinstance(exc, TransientError) else "terminal", 0.0
-                )
-                log.warning("coordinator.pass_failed", error=str(exc)[:300])
-            if not c.elector.is_valid():
-                raise _NotLeading  # stop every task of this term, whatever the elector does
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(s.resync_s):
-                    await dirty.wait()
-            await c.fast_marks()  # before the debounce: a failure is marked at once
-            await settle(dirty, quiet_s=s.debounce_s, max_wait_s=s.max_batch_delay_s)
+        await run_level_triggered(
+            dirty,
+            lambda _cause: _pass(c),
+            debounce=Debounce(quiet_s=s.debounce_s, max_wait_s=s.max_batch_delay_s),
+            on_wake=c.fast_marks,  # before the debounce: a failure is marked at once
+        )
+
+
+async def _pass(c: Coordinator) -> float:
+    """Fast marks, then a whole pass; a failed pass is counted and retried at the next wake."""
+    await c.fast_marks()
+    try:
+        await c.reconcile_all()
+    except FencedError:
+        raise  # a newer token in the state: the elector ends this term
+    except SlonkdError as exc:
+        c.metrics.reconciled("retry" if isinstance(exc, TransientError) else "terminal", 0.0)
+        log.warning("coordinator.pass_failed", error=str(exc)[:300])
+    if not c.elector.is_valid():
+        raise _NotLeading  # stop every task of this term, whatever the elector does
+    return c.s.resync_s
 
 
 def api_readiness(silent_s: float | None, limit_s: float) -> tuple[bool, str]:

@@ -28,7 +28,6 @@ progress as a JSON-able dict for ``slonkd status``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -64,6 +63,7 @@ from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.executing import record_update
 from slonkd.runtime.coordinating.replacing import Replacer
 from slonkd.runtime.coordinating.values import slurm_text
+from slonkd.runtime.level_loop import Cause, run_level_triggered
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter
 
@@ -149,18 +149,17 @@ class RolloutController:
             await self.statefulsets.synced.wait()
             await self.pods.synced.wait()
             log.info(ROLLOUT_WATCHING, statefulsets=len(self.statefulsets))
-            while True:
-                self._dirty.clear()
-                busy = False
-                try:
-                    busy = await self.reconcile()
-                except SlonkdError as exc:
-                    busy = True
-                    log.warning("rollout.pass_failed", error=str(exc)[:300])
-                timeout = self.s.poll_s if busy else max(self.s.poll_s, 30.0)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._dirty.wait()
+            await run_level_triggered(self._dirty, self._pass)
+
+    async def _pass(self, _cause: Cause) -> float:
+        """One pass; the next within ``poll_s`` while a rollout is busy (or failed), else 30 s."""
+        busy = False
+        try:
+            busy = await self.reconcile()
+        except SlonkdError as exc:
+            busy = True
+            log.warning("rollout.pass_failed", error=str(exc)[:300])
+        return self.s.poll_s if busy else max(self.s.poll_s, 30.0)
 
     # -- one pass --------------------------------------------------------------------------
 

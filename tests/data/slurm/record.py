@@ -23,9 +23,9 @@ from typing import Any
 
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
-from slonkd.testing.procs import wait_for
-from slonkd.testing.slurm import SlurmCluster, SlurmLayout
-from slonkd.testing.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 HERE = Path(__file__).resolve().parent
 
