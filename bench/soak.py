@@ -229,10 +229,13 @@ class Soak:
                 if kind == "slurm_fail":
                     self.marks.touched(target, kind)
                 state = "drain" if kind == "op_drain" else "fail"
+                began = time.time()
                 if not self.scontrol(f"nodename={target}", f"state={state}", f"reason={reason}"):
                     return "skipped: scontrol failed"
                 with m.lock:
-                    m.slurm[target] = Mark(event=step.id, since=time.time(), reason=reason)
+                    m.slurm[target] = Mark(
+                        event=step.id, since=time.time(), reason=reason, began=began
+                    )
             finally:
                 with m.lock:
                     m.in_flight.discard(target)
@@ -730,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs_completed": checker.jobs_done.get("COMPLETED", 0),
         "jobs_lost_to_injected_faults": sum(checker.jobs_lost.values()),
         "foreign_marks_lost_to_injected_faults": checker.foreign_lost,
+        "foreign_marks_lost_to_slurm_race": checker.foreign_raced,
         "actions_taken": checker.actions,
         "control_plane_restarts": soak.control_plane_restarts,
         "checks": checker.checks,

@@ -90,8 +90,11 @@ class Mark:
 
     event: int
     since: float
+    """When the operator's write had returned (epoch seconds)."""
     reason: str = ""
     key: str = ""
+    began: float = 0.0
+    """When the operator's write was started (epoch seconds; 0: not known)."""
 
 
 @dataclass(slots=True)
@@ -241,6 +244,8 @@ class Checker:
     checks: int = 0
     foreign_lost: int = 0
     """Foreign SLURM marks lost without a write of slonkd's, to an injected slurmctld stop."""
+    foreign_raced: int = 0
+    """Foreign SLURM marks an agent's write overwrote inside its compare-and-set window."""
     gaps: list[float] = field(default_factory=list)
     """Seconds between the starts of consecutive checks (1 s unless the reads are slow)."""
     last: Snapshot | None = None
@@ -417,8 +422,15 @@ class Checker:
             for a in evidence["audit"]
             if float(a.get("ts", 0)) >= mark.since and a.get("action") not in KUBE_ONLY
         ]
-        writes += [a for a in evidence["agent"] if _epoch(a.get("timestamp")) >= mark.since]
+        writes += [a for a in evidence["agent"] if _agent_wrote_after(a, mark)]
         writes += [e for e in self._prestops(node) if float(e["t"]) >= mark.since]
+        if writes and all(_raced(w, mark) for w in writes):
+            self._forget(node, mark)
+            self.foreign_raced += 1
+            self.timeline.write("foreign_mark_raced", node=node, want=mark.reason, got=got,
+                                operator_write=[mark.began, mark.since], slonkd_writes=writes,
+                                **evidence)  # fmt: skip
+            return
         restarts = self.marks.injected_between(["slurmctld"], mark.since, snap.t)
         if writes or not restarts:
             self.violate(
@@ -426,12 +438,15 @@ class Checker:
                 want=mark.reason, got=got, slonkd_writes=writes, **evidence,
             )  # fmt: skip
             return
-        with self.marks.lock:
-            if self.marks.slurm.get(node) is mark:
-                del self.marks.slurm[node]
+        self._forget(node, mark)
         self.foreign_lost += 1
         self.timeline.write("foreign_mark_lost", node=node, want=mark.reason, got=got,
                             causes=restarts, **evidence)  # fmt: skip
+
+    def _forget(self, node: str, mark: Mark) -> None:
+        with self.marks.lock:
+            if self.marks.slurm.get(node) is mark:
+                del self.marks.slurm[node]
 
     def after_slurmctld_restart(
         self,
@@ -735,6 +750,36 @@ KUBE_ONLY = frozenset(
     for k in (Kind.CORDON, Kind.UNCORDON, Kind.TAINT, Kind.UNTAINT, Kind.SET_CONDITION, Kind.EVENT)
 )
 """Audit actions that write only to Kubernetes: they cannot change a SLURM reason (I1)."""
+
+
+def _agent_wrote_after(entry: dict[str, Any], mark: Mark) -> bool:
+    """Whether an agent's logged write may have changed ``mark``: it ended after the mark began.
+
+    A line without ``written_at`` (older agents) counts when it was logged after the mark.
+    """
+    written = entry.get("written_at")
+    if isinstance(written, int | float) and mark.began:
+        return float(written) >= mark.began
+    return _epoch(entry.get("timestamp")) >= mark.since
+
+
+def _raced(write: dict[str, Any], mark: Mark) -> bool:
+    """Whether an agent's write overwrote ``mark`` inside its compare-and-set window.
+
+    SLURM has no conditional update: the agent reads the node (``read_at``), then writes
+    (done by ``written_at``). An operator's write that reached slurmctld in between is
+    overwritten, and nothing slonkd can read tells it happened. That is possible only when
+    the operator's write (``mark.began`` to ``mark.since``) overlaps the agent's window; a
+    write read after the operator's had returned (``read_at > mark.since``) saw the mark,
+    and changing it anyway is slonkd's fault (I1). Coordinator and preStop writes carry no
+    window: they never count as raced.
+    """
+    if write.get("event") != "agent.mirror_applied" or not mark.began:
+        return False
+    read_at, written_at = write.get("read_at"), write.get("written_at")
+    if not isinstance(read_at, int | float) or not isinstance(written_at, int | float):
+        return False
+    return float(read_at) <= mark.since and float(written_at) >= mark.began
 
 
 def _epoch(stamp: object) -> float:

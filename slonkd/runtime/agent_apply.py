@@ -6,6 +6,12 @@ hands each of its actions here. The write goes through the SLURM backend
 node is read once more so that the line ``agent.mirror_applied`` carries the state before and
 after, and :class:`~slonkd.runtime.metrics.Metrics` counts it.
 
+The line also carries ``read_at`` and ``written_at`` (epoch seconds): SLURM has no
+conditional update, so an operator's write that reaches slurmctld between the
+compare-and-set read and the update is overwritten. That window (one slurmctld round trip,
+docs/architecture.md) is in the record, so a lost operator write can be placed inside it or
+shown to lie outside it (the soak's checker, ``bench/soak_check.py``, does exactly that).
+
 A write that reached SLURM is recorded even when what follows it fails or is cancelled (a
 SIGTERM while the agent's pod goes away): the line then says the state after is unknown.
 A write cancelled while in flight may or may not have reached slurmctld (the update line can
@@ -44,6 +50,7 @@ async def apply_action(
         bound.error("agent.unexpected_action", action=action.kind.value, cause=str(action.cause))
         return False
     result = await _write(backend, key, action, bound)
+    written_at = time.time()
     after: SlurmNode | None = None
     try:
         after = await backend.read_node(key)
@@ -63,6 +70,8 @@ async def apply_action(
             state_before=str(before.state) if before else None,
             state_after=str(after.state) if after else None,
             duration_ms=round((time.monotonic() - began) * 1000, 1),
+            read_at=result.read_at,
+            written_at=round(written_at, 3),
         )
     return True
 

@@ -76,3 +76,50 @@ async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmC
     assert "Reason=bad PSU" in shown
     assert "DRAIN" in shown
     assert set(resumed.changed) == set(names) - {victim}
+
+
+async def test_an_operator_drain_inside_one_nodes_window_is_overwritten_and_placed(
+    many: SlurmCluster,
+) -> None:
+    """SLURM has no conditional update: what remains of the race, and how it is placed.
+
+    An operator drains the node after slonkd's compare-and-set read and before its update:
+    slurmctld takes slonkd's update over it (a documented limit, docs/architecture.md). The
+    result's ``read_at`` (the agent logs it with ``written_at``) lies before the operator's
+    write returned, which is how the soak's checker tells this race from slonkd changing a
+    mark it had read (``bench/soak_check.py``). The day SLURM or slonkd closes the window,
+    this test fails and the docs must change with it.
+    """
+    victim = many.extra_node_names[0]
+    backend = ScontrolBackend(settings_for(many))  # primed writes: the agent's path
+    operator: list[float] = []
+
+    class OperatorAfterTheRead:
+        """The real runner; right after slonkd's compare-and-set read, an operator drains."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        @property
+        def calls(self) -> int:
+            return int(self.inner.calls)
+
+        async def run(self, *argv: str, **kw: Any) -> str:
+            out = str(await self.inner.run(*argv, **kw))
+            if argv[0] == "sinfo" and not operator:
+                operator.append(time.time())
+                many.run("scontrol", "update", f"nodename={victim}", "state=drain",
+                         "reason=bad PSU")  # fmt: skip
+                operator.append(time.time())
+            return out
+
+    backend.runner = OperatorAfterTheRead(backend.runner)  # type: ignore[assignment]
+    drained = await backend.drain([victim], K8S, "cordoned")
+    written = time.time()
+    assert len(operator) == 2, "the compare-and-set read did not go through sinfo"
+    assert drained.changed == (victim,)
+    shown = many.run("scontrol", "show", "node", victim).stdout
+    assert "Reason=slonkd:k8s-cordoned" in shown, shown  # the operator's reason is gone
+    assert drained.read_at is not None
+    assert drained.read_at <= operator[1]  # read before the operator's write returned
+    assert written >= operator[0]  # and written after it began: placed in the window

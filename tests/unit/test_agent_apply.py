@@ -8,6 +8,7 @@ Found by the hour's soak (seed 2026, t = 2,476 s): an agent drained its node, wa
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.agent_apply import apply_action
 from slonkd.runtime.metrics import Metrics
 
+READ_AT = 1_796_248_939.5  # the compare-and-set read's epoch time, as the backend reports it
 DRAIN = Action(kind=Kind.DRAIN, writer=Writer.AGENT, cause=Cause(name="pod-terminating"))
 
 
@@ -43,7 +45,7 @@ class Backend:
         if self.write_hangs:
             await asyncio.Event().wait()
         self.wrote.set()
-        return UpdateResult(changed=tuple(NodeName(n) for n in names))
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), read_at=READ_AT)
 
     async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
         """Not used here."""
@@ -92,6 +94,9 @@ async def test_a_write_is_logged_with_the_state_before_and_after() -> None:
     (line,) = [e for e in logs if e["event"] == "agent.mirror_applied"]
     assert (line["action"], line["changed"]) == ("drain", True)
     assert (line["state_before"], line["state_after"]) == ("IDLE", "IDLE+DRAIN")
+    # the compare-and-set window, for placing an operator's write that SLURM let us overwrite
+    assert line["read_at"] == READ_AT
+    assert READ_AT < line["written_at"] <= time.time() + 0.001  # logged to the millisecond
 
 
 async def test_a_write_that_landed_is_logged_when_the_agent_stops_before_its_read() -> None:

@@ -21,6 +21,10 @@ class UpdateResult:
     changed: tuple[NodeName, ...] = ()
     skipped: tuple[Skip, ...] = ()
     calls: int = 0
+    # epoch seconds right before the compare-and-set read went out (None: no such read):
+    # SLURM has no conditional update, so an operator's write that reaches slurmctld between
+    # this read and the update is overwritten; the agent logs this time with its write
+    read_at: float | None = None
 
     def skipped_for(self, why: SkipReason) -> set[NodeName]:
         """Names of the nodes skipped for ``why``."""
