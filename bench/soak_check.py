@@ -774,7 +774,9 @@ def _raced(write: dict[str, Any], mark: Mark) -> bool:
     and changing it anyway is slonkd's fault (I1). Coordinator and preStop writes carry no
     window: they never count as raced.
     """
-    if write.get("event") != "agent.mirror_applied" or not mark.began:
+    if write.get("event") != "agent.mirror_applied" or write.get("changed") is not True:
+        return False  # a skipped write (it read the mark and left it) explains nothing
+    if not mark.began:
         return False
     read_at, written_at = write.get("read_at"), write.get("written_at")
     if not isinstance(read_at, int | float) or not isinstance(written_at, int | float):

@@ -37,11 +37,11 @@ def _checker(tmp_path: Path, agent_lines: list[dict[str, Any]]) -> tuple[Checker
     return Checker(fleet=cast(SoakFleet, fleet), marks=marks, timeline=timeline), mark
 
 
-def _drain(read_at: float, written_at: float) -> dict[str, Any]:
+def _drain(read_at: float, written_at: float, *, changed: bool = True) -> dict[str, Any]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(written_at + 0.05)) + "Z"
     return {
         "event": "agent.mirror_applied", "action": "drain", "cause": "pod-terminating",
-        "changed": True, "state_before": "IDLE", "state_after": "IDLE+DRAIN",
+        "changed": changed, "state_before": "IDLE", "state_after": "IDLE+DRAIN",
         "read_at": read_at, "written_at": written_at, "timestamp": stamp,
     }  # fmt: skip
 
@@ -81,6 +81,14 @@ def test_a_coordinator_write_in_the_same_window_is_a_violation(tmp_path: Path) -
     checker.audit_recent.append(
         {"node": "d-16", "action": "drain", "ts": SINCE + 0.01, "cause": "k8s-cordoned"}
     )
+    _judge(checker, mark)
+    assert checker.foreign_raced == 0
+    assert checker.violations["I1"] == 1
+
+
+def test_a_skipped_agent_write_in_the_window_explains_nothing(tmp_path: Path) -> None:
+    """The agent read the operator's drain and skipped: a later change is not a race, it is I1."""
+    checker, mark = _checker(tmp_path, [_drain(BEGAN + 0.05, BEGAN + 0.09, changed=False)])
     _judge(checker, mark)
     assert checker.foreign_raced == 0
     assert checker.violations["I1"] == 1
