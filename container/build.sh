@@ -115,6 +115,10 @@ wheels() {  # slonkd and its dependencies as wheels, so the images need no packa
     local out="$here/.build/wheels" t0=$SECONDS py
     py="$(python_for_wheels)"
     rm -rf "$out"; mkdir -p "$out"
+    # setuptools stages the package in the tree's build/ and never empties it: a module moved
+    # or deleted since an earlier build rides along into the wheel (slonkd/testing did, after
+    # it moved to slonkd_sandbox). The staging is setuptools' scratch space (git ignores it).
+    rm -rf "$repo/build"
     log "pip wheel slonkd and its dependencies into container/.build/wheels"
     # Reproducible wheel (zip times from the last commit): an unchanged tree gives the same
     # bytes, so buildah's layer cache keeps every step after the COPY.
