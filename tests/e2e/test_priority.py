@@ -27,7 +27,7 @@ from slonkd.runtime.requeue_report import report_url
 from slonkd_sandbox.helm import Helm
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
-from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.toolchain import ensure_tools
 from slonkd_sandbox.workloads import worker_statefulset
@@ -331,7 +331,14 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             def starts() -> list[str]:
                 return [ln for ln in lines() if ln.startswith("start")]
 
-            wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=120)
+            try:
+                wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=120)
+            except HarnessError as gone:  # say where it stopped: job, node, pod, agent
+                node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
+                raise AssertionError(
+                    f"{gone}\njob {_job(slurm, job)}\n{node}\npod {pod('w-0')}\n"
+                    f"stand-in {si.events()[-10:]}\nagent {agent.events()[-30:]}"
+                ) from gone
             assert starts()[0].startswith("start 0 "), starts()
             assert starts()[1] == f"start {saved} restart 1", starts()  # from the checkpoint
             assert _job(slurm, job)[0] not in LOST
