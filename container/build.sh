@@ -117,7 +117,7 @@ wheels() {  # slonkd and its dependencies as wheels, so the images need no packa
     rm -rf "$out"; mkdir -p "$out"
     # setuptools stages the package in the tree's build/ and never empties it: a module moved
     # or deleted since an earlier build rides along into the wheel (slonkd/testing did, after
-    # it moved to slonkd_sandbox). The staging is setuptools' scratch space (git ignores it).
+    # it moved to the harness distribution). The staging is setuptools' scratch space (git ignores it).
     rm -rf "$repo/build"
     log "pip wheel slonkd and its dependencies into container/.build/wheels"
     # Reproducible wheel (zip times from the last commit): an unchanged tree gives the same
