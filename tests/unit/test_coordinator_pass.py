@@ -70,6 +70,7 @@ class FakeSlurm:
         self.nodes = nodes
         self.failing = failing
         self.drained: list[tuple[str, list[str]]] = []
+        self.resumed: list[tuple[str, list[str]]] = []
 
     async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
         """Every node."""
@@ -80,6 +81,11 @@ class FakeSlurm:
         if str(cause) in self.failing:
             raise TransientError(f"scontrol update failed for {cause}")
         self.drained.append((str(cause), list(names)))
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
+
+    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
+        """Release ``cause`` (recorded; the nodes' reasons are left as given)."""
+        self.resumed.append((str(cause), list(names)))
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
 
 
@@ -485,3 +491,31 @@ def test_every_action_kind_has_exactly_one_executor() -> None:
     assert not kube & SLURM_KINDS
     assert kube | SLURM_KINDS == set(Kind)
     assert set(c.executor.slurm_writes) == SLURM_KINDS - {Kind.REQUEUE}  # per node: its own
+
+
+async def test_a_node_the_pass_releases_is_not_out_when_the_budget_weighs_a_cordon() -> None:
+    """The soak's I4 (seed 2026, t = 1,697 s): a cordon admitted on an outage it releases.
+
+    w-0 and w-1 share K8s node kn-0; the pool's budget is one node. An operator drained w-0
+    and had cordoned kn-0, so slonkd drained w-1 after the cordon (k8s-cordoned); then the
+    operator uncordoned kn-0 and w-0's health failed. In the next pass slonkd releases w-1
+    (its cause is gone) and wants kn-0 cordoned for w-0: that cordon takes w-1 out again, on
+    top of w-0, two out against a limit of one. Counting w-1 as already out because of the
+    drain this very pass lifts made the cordon free; it must be refused.
+    """
+    operator = _slurm(0, "IDLE+DRAIN", "ops: maintenance ticket 675")
+    mirrored = _slurm(1, "IDLE+DRAIN", "slonkd:k8s-cordoned")
+    slurm = FakeSlurm([operator, mirrored, *(_slurm(i) for i in range(2, 10))], failing=set())
+    writer = FakeNodeWriter()
+    nodes = [_node(i) for i in range(10) if i != 1]  # kn-1 holds no pod: w-1 is on kn-0
+    c = _coordinator(slurm, writer, nodes, max_out=1, policy=Policy(remediate=False))
+    c.pods._cache["slonk/w-1"] = replace(_pod(1), node_name=KubeNodeName("kn-0"))
+    c.observer.health["w-0"] = (
+        "kn-0",
+        {"mounts": fail("mounts", "mount-missing", Remediation.MANUAL, "/home missing")},
+    )
+    await c.reconcile_all()
+    assert c.snapshot is not None
+    assert "w-0" in c.snapshot.admission.refused, c.snapshot.admission
+    assert ("cordon", "kn-0") not in writer.calls, writer.calls
+    assert slurm.resumed == [("k8s-cordoned", ["w-1"])]  # the release itself goes ahead

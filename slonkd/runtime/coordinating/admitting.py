@@ -24,16 +24,42 @@ from slonkd.core.budget import (
     budget_group,
     out_of_service,
 )
-from slonkd.core.plan import NodeView, Plan, Writer
+from slonkd.core.plan import Kind, NodeView, Plan, Writer
+from slonkd.core.slurm_node import NodeFlag
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 
 log = structlog.get_logger("slonkd.coordinator")
 
+KUBE_LIFTS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
+"""Actions on a K8s node that put back every pod on it (one pod's plan carries them)."""
+
 
 def is_out(view: NodeView) -> bool:
     """Taken out by someone (:func:`slonkd.core.budget.out_of_service`, the rollout's rule too)."""
     return out_of_service(view.slurm, view.kube_node)
+
+
+def stays_out(view: NodeView, lifted: frozenset[Kind]) -> bool:
+    """Out, and still out once the pass's own actions that put nodes back (``lifted``) are done.
+
+    A node the pass releases, uncordons or untaints is weighed as back in service: counted as
+    already out it would make a budgeted action on it look free, and that action would take
+    it out again in the same pass, past the budget. Each lifting action is taken to lift the
+    whole of its side (a release that leaves another cause standing counts the node in
+    service too): the budget then weighs more, never less, than what is out.
+    """
+    slurm = view.slurm
+    if slurm is not None and Kind.RELEASE in lifted:
+        slurm = replace(
+            slurm, state=replace(slurm.state, flags=slurm.state.flags - {NodeFlag.DRAIN})
+        )
+    kube = view.kube_node
+    if kube is not None and Kind.UNCORDON in lifted:
+        kube = replace(kube, unschedulable=False)
+    if kube is not None and Kind.UNTAINT in lifted:
+        kube = replace(kube, taints=())
+    return out_of_service(slurm, kube)
 
 
 class Gate:
@@ -70,10 +96,17 @@ class Gate:
         out: dict[str, set[str]] = defaultdict(set)
         restarting: dict[str, set[str]] = defaultdict(set)
         wanting: set[str] = set()  # K8s nodes a budgeted action takes out
+        lifting: dict[str, set[Kind]] = defaultdict(set)  # K8s node -> what the pass lifts there
+        for view, plan in zip(views, plans, strict=True):
+            if view.kube_node is not None:
+                lifting[view.kube_node.name] |= {a.kind for a in plan.actions} & KUBE_LIFTS
         for view, plan in zip(views, plans, strict=True):
             pool = self._group(view)
             sizes[pool] += 1
-            if is_out(view):
+            lifted = {a.kind for a in plan.for_writer(Writer.COORDINATOR)} & {Kind.RELEASE}
+            if view.kube_node is not None:
+                lifted |= lifting[view.kube_node.name]
+            if stays_out(view, frozenset(lifted)):
                 out[pool].add(view.node)
                 if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
                     restarting[pool].add(view.node)
