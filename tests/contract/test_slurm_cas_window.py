@@ -32,6 +32,22 @@ def many(cluster_factory: Callable[..., SlurmCluster]) -> SlurmCluster:
     return cluster_factory(SlurmLayout(nodes=("n1",), extra_nodes=120))
 
 
+class Wrapped:
+    """The real runner behind a test's wrapper; the backend counts its calls through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def calls(self) -> int:
+        """The runner's count of scontrol calls."""
+        return int(self.inner.calls)
+
+    @calls.setter
+    def calls(self, value: int) -> None:
+        self.inner.calls = value
+
+
 async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmCluster) -> None:
     """An operator drains a node while slonkd's resume is between chunks: it stays drained."""
     names = many.extra_node_names[::2]  # x1,x3,...: no hostlist range collapses them
@@ -42,19 +58,8 @@ async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmC
     victim = names[-1]  # written in the last chunk
     writes: list[float] = []
 
-    class OperatorBetweenChunks:
+    class OperatorBetweenChunks(Wrapped):
         """The real runner; after slonkd's first write, an operator drains ``victim``."""
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        @property
-        def calls(self) -> int:
-            return int(self.inner.calls)
-
-        @calls.setter
-        def calls(self, value: int) -> None:  # the backend counts its batched writes here
-            self.inner.calls = value
 
         async def run(self, *argv: str, **kw: Any) -> str:
             try:  # 22.05 answers "Invalid node state" for resumes it carried out
@@ -98,19 +103,8 @@ async def test_an_operator_drain_inside_one_nodes_window_is_overwritten_and_plac
     backend = ScontrolBackend(settings_for(many))  # primed writes: the agent's path
     operator: list[float] = []
 
-    class OperatorAfterTheRead:
+    class OperatorAfterTheRead(Wrapped):
         """The real runner; right after slonkd's compare-and-set read, an operator drains."""
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        @property
-        def calls(self) -> int:
-            return int(self.inner.calls)
-
-        @calls.setter
-        def calls(self, value: int) -> None:
-            self.inner.calls = value
 
         async def run(self, *argv: str, **kw: Any) -> str:
             out = str(await self.inner.run(*argv, **kw))
