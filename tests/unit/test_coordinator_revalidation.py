@@ -52,13 +52,7 @@ class FakeSender:
 async def test_a_revalidating_node_is_rechecked_recorded_and_released_on_a_pass() -> None:
     """One recheck per due judgement, its id recorded; only a passing answer resumes, once."""
     slurm = FakeSlurm([_slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")], failing=set())
-    resumed: list[tuple[list[str], str]] = []
-
-    async def resume(names: Sequence[str], cause: Cause) -> UpdateResult:
-        resumed.append((list(names), str(cause)))
-        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
-
-    slurm.resume = resume  # type: ignore[attr-defined]
+    resumed = slurm.resumed
     c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
     sender = FakeSender()
     c.commands = cast(CommandSender, sender)
@@ -88,7 +82,7 @@ async def test_a_revalidating_node_is_rechecked_recorded_and_released_on_a_pass(
         command="cmd-00000", kube_node="kn-0", verdicts={"gpu": ok("gpu")}
     )
     await c.reconcile_all()
-    assert resumed == [(["w-0"], "revalidating")]
+    assert resumed == [("revalidating", ["w-0"])]
     assert "w-0" not in c.memory.state.revalidating
 
 
@@ -132,13 +126,7 @@ async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
 
     def leader(sender: FakeSender, store: Any = None) -> Any:
         slurm = FakeSlurm([node], failing=set())
-        resumed: list[str] = []
-
-        async def resume(names: Sequence[str], cause: Cause) -> UpdateResult:
-            resumed.extend(names)
-            return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
-
-        slurm.resume = resume  # type: ignore[attr-defined]
+        resumed = slurm.resumed
         c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
         if store is not None:
             c.memory.store = store
@@ -160,7 +148,7 @@ async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
         command=began.command, kube_node="kn-0", verdicts={"gpu": ok("gpu")}
     )
     await new.reconcile_all()
-    assert resumed == ["w-0"]
+    assert resumed == [("revalidating", ["w-0"])]
     assert "w-0" not in new.memory.state.revalidating
 
 
