@@ -267,17 +267,24 @@ def main() -> int:
     print("supervisor ready", flush=True)
     _done.wait()
     server.shutdown()
-    # The cluster is thrown away: give daemons a moment, then exit; as the namespace's init
-    # exits, the kernel SIGKILLs whatever is left.
+    # The cluster is thrown away: give the controllers a moment to save their state, then
+    # exit; as the namespace's init exits, the kernel SIGKILLs whatever is left (slurmd too).
     with _lock:
         for proc in _procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 0.5
-        for proc in _procs.values():
+        for key, proc in _procs.items():
+            if key.startswith("slurmd-"):
+                continue
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    return 0
+    # Not a normal interpreter exit: the stdin watcher may sit in read(), and finalizing
+    # under it waits on the reader's lock, then aborts ("could not acquire lock for
+    # <stdin>"), over a second per cluster stopped (measured: 1.6 s from shutdown to exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
