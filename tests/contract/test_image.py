@@ -1,11 +1,14 @@
-"""The slonkd container image, built here with buildah and run with ``buildah run``.
+"""The slonkd container image, built with buildah from this tree and run with ``buildah run``.
 
 ``container/build.sh base slonkd`` makes the Debian base with debootstrap (cached under
-``~/.cache/slonkd/rootfs``) and the slonkd image from wheels of this tree; the test then runs
-``slonkd --version`` and ``slonkd check -o json`` inside it, and looks for the test harness
-there (``slonkd_sandbox``, a distribution of its own: the image must hold none of it;
-``tests/unit/test_product_wheel.py`` checks the same from the build files, without a
-build). The SLURM, login and mosquitto images are exercised by ``container/smoke.sh`` (not
+``~/.cache/slonkd/rootfs``) and the slonkd image from wheels of this tree. The test takes
+the image the real node's pods run: :func:`slonkd_sandbox.chart_images.ensure_chart_images`
+builds it with build.sh when this tree's content key has no archive yet (``scripts/bootstrap``
+did so ahead of the tests), so it is the image of exactly these files, built once and not
+again here. It runs ``slonkd --version`` and ``slonkd check -o json`` inside it, and looks
+for the test harness there (``slonkd_sandbox``, a distribution of its own: the image must
+hold none of it; ``tests/unit/test_product_wheel.py`` checks the same from the build files,
+without a build). The SLURM, login and mosquitto images are exercised by ``container/smoke.sh`` (not
 in CI: minutes more, see container/README.md).
 """
 
@@ -16,14 +19,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import slonkd
+from slonkd_sandbox.chart_images import SPECS, ensure_chart_images
+from slonkd_sandbox.procs import HarnessError
 
-REPO = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/slonk/slonkd:ci"
 DRIVER = ["--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER", "vfs")]
 # what `buildah run` itself adds to stderr when the command exits non-zero
 BUILDAH_SAYS = ("subprocess exited with status", "Error: exit status")
@@ -52,25 +54,21 @@ def _buildah(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def container() -> Iterator[str]:
-    """A working container of the freshly built slonkd image."""
-    build = subprocess.run(
-        [str(REPO / "container" / "build.sh"), "base", "slonkd"],
-        env={**os.environ, "TAG": "ci"},
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
-    assert build.returncode == 0, build.stderr[-3000:]
+    """A working container of the slonkd image built from this tree."""
+    try:
+        [image] = ensure_chart_images([s for s in SPECS if s.build_name == "slonkd"])
+    except HarnessError as exc:
+        pytest.fail(str(exc))
     assert shutil.which("buildah"), "build.sh installs buildah; it must be on PATH now"
-    made = _buildah("from", IMAGE)
+    made = _buildah("from", f"oci-archive:{image.archive}")
     assert made.returncode == 0, made.stderr
     name = made.stdout.strip().splitlines()[-1]
+    image_id = _buildah("inspect", "--format", "{{.FromImageID}}", name).stdout.strip()
     try:
         yield name
     finally:
         _buildah("rm", name)
-        _buildah("rmi", IMAGE)
+        _buildah("rmi", image_id or image.ref)
 
 
 def _run(container: str, *argv: str) -> subprocess.CompletedProcess[str]:
