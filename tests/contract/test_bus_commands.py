@@ -11,9 +11,13 @@ cannot hide a redelivery).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -25,6 +29,7 @@ import pytest
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role
 from slonkd.core.command_gate import RECHECK, Refusal
+from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_topic
 from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
@@ -230,7 +235,10 @@ async def test_the_agent_republishes_its_status_after_a_reconnect(bench: Bench) 
     )
 
     async def publish() -> None:
-        await bus.publish(topic, AgentStatus(node="n1", online=True), retain=True)
+        # as Agent.publish_status: a publish whose connection the takeover drops fails;
+        # the next connection publishes again
+        with contextlib.suppress(TransientError):
+            await bus.publish(topic, AgentStatus(node="n1", online=True), retain=True)
 
     async with running(bus, connect_s=20):
         await publish()
@@ -286,3 +294,35 @@ def retained_online(bench: Bench, topic: object) -> bool:
         capture_output=True, text=True, timeout=10, check=False,
     )  # fmt: skip
     return bool(out.stdout.strip()) and bool(json.loads(out.stdout).get("online"))
+
+
+async def test_a_publish_on_a_connection_that_drops_fails_at_once_not_at_its_timeout(
+    bench: Bench,
+) -> None:
+    """A publish whose connection is lost before its PUBACK fails when the loss is seen.
+
+    Before, it waited out its whole timeout on the dead connection (aiomqtt never answers
+    it): the agent's republish after a session takeover came 10 s late, the will's
+    "offline" standing meanwhile (the full suite's failure of the test above). The broker
+    is stopped (no PUBACK can come), then killed (the connection drops).
+    """
+    creds = bench.agents["n1"]
+    topic = node_topic(CLUSTER, "n1", Channel.STATUS)
+    settings = bench.settings(creds.username, creds.password, "slonkd-agent-n1")
+    bus = agent_bus(
+        settings, cluster=CLUSTER, node="n1", will=(topic, AgentStatus(node="n1", online=False))
+    )
+    proc = bench.broker._proc
+    assert proc is not None
+    async with running(bus, connect_s=20):
+        os.kill(proc.pid, signal.SIGSTOP)
+        sent = asyncio.create_task(
+            bus.publish(topic, AgentStatus(node="n1", online=True), timeout_s=20)
+        )
+        await asyncio.sleep(0.3)
+        assert not sent.done()  # no PUBACK from a stopped broker
+        killed = time.monotonic()
+        await asyncio.to_thread(bench.broker.kill)
+        with pytest.raises(TransientError, match="connection"):
+            await asyncio.wait_for(sent, 20)
+        assert time.monotonic() - killed < 5, "the publish waited for its timeout"

@@ -84,6 +84,8 @@ class Bus:
         self._will = will
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
+        self._lost = asyncio.Event()
+        """Set when the current connection ends (a new one gets a new event)."""
         self._inbox: asyncio.Queue[Received] = asyncio.Queue(maxsize=queue_size)
         self.dropped: Counter[str] = Counter()
         """Messages refused at the boundary, by reason (for metrics and tests)."""
@@ -142,6 +144,7 @@ class Bus:
                     self._issued = await self._credentials()
                 async with self._make_client() as client:
                     self._client = client
+                    self._lost = asyncio.Event()
                     for sub in self._subscriptions:
                         granted = await client.subscribe(sub, qos=1)
                         if any(_code(c) >= 0x80 for c in granted):
@@ -177,6 +180,7 @@ class Bus:
             finally:
                 self._connected.clear()
                 self._client = None
+                self._lost.set()  # publishes waiting on that connection fail now
 
     def _accept(self, message: aiomqtt.Message) -> None:
         raw = message.payload
@@ -212,11 +216,26 @@ class Bus:
         """Publish at QoS 1 once connected; TransientError if that cannot happen in time."""
         raw = encode(payload)
         await self.wait_connected(timeout_s)
-        client = self._client
+        client, lost = self._client, self._lost
         if client is None:
             raise TransientError("connection lost before publishing")
+        # aiomqtt never answers a publish whose connection drops before its PUBACK: without
+        # the race against the loss, it waited out its whole timeout (a status republished
+        # after a session takeover came 10 s late).
+        sending = asyncio.ensure_future(
+            client.publish(str(topic), raw, qos=1, retain=retain, timeout=timeout_s)
+        )
+        dropped = asyncio.ensure_future(lost.wait())
         try:
-            await client.publish(str(topic), raw, qos=1, retain=retain, timeout=timeout_s)
+            await asyncio.wait({sending, dropped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dropped.cancel()
+            if not sending.done():
+                sending.cancel()
+        if not sending.done() or sending.cancelled():
+            raise TransientError(f"publish to {topic} failed: the connection was lost")
+        try:
+            sending.result()
         except aiomqtt.MqttError as exc:
             raise TransientError(f"publish to {topic} failed: {exc}") from exc
 
