@@ -122,6 +122,13 @@ class Mosquitto(procs.StartStop):
         """Whether the broker process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The broker's pid (for a test that signals it); HarnessError when it is not running."""
+        if self._proc is None:
+            raise HarnessError("mosquitto is not running")
+        return self._proc.pid
+
     def _accepts(self) -> bool:
         with socket.create_connection((self.host, self.port), timeout=0.5):
             return True
