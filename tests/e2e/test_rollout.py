@@ -75,6 +75,33 @@ class Rollout:
             )
         )
 
+    def restart(self, value: str) -> str:
+        """Patch the pod template (``slonk.dev/restarted``); return the new update revision."""
+        old = self.sts()["status"]["updateRevision"]
+        self.kube.api.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets/r",
+            {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": value}}}}},
+            content_type="application/merge-patch+json",
+        )
+        wait_for(
+            "new update revision",
+            lambda: self.sts().get("status", {}).get("updateRevision") not in (None, old),
+            timeout_s=10,
+        )
+        return str(self.sts()["status"]["updateRevision"])
+
+    def all_on(self, revision: str) -> bool:
+        """Every worker pod on ``revision`` and ready."""
+        pods = self.pods()
+        return len(pods) == len(NAMES) and all(
+            p["metadata"]["labels"].get(REVISION_LABEL) == revision and _ready(p) for p in pods
+        )
+
+    def all_new_and_back(self) -> bool:
+        """Every worker on the newest revision and ready, every SLURM node back in service."""
+        return self.all_on(self.sts()["status"]["updateRevision"]) and not self.out_of_service()
+
     def out_of_service(self) -> set[str]:
         """SLURM nodes drained, draining, down or failed now."""
         text = self.slurm.run("sinfo", "-h", "-N", "-o", "%N|%T").stdout
@@ -224,19 +251,7 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
     first_node = r.job(job_id)["NodeList"]
     old_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in r.pods()}
-    old_revision = r.sts()["status"]["updateRevision"]
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "1"}}}}},
-        content_type="application/merge-patch+json",
-    )
-    wait_for(
-        "new update revision",
-        lambda: r.sts().get("status", {}).get("updateRevision") not in (None, old_revision),
-        timeout_s=10,
-    )
-    new_revision = r.sts()["status"]["updateRevision"]
+    new_revision = r.restart("1")
 
     job_states: set[str] = set()
     most_out = 0
@@ -259,15 +274,7 @@ def test_rollout_replaces_every_pod_one_at_a_time_and_requeues_the_job(rollout: 
     watcher.start()
 
     def all_new_and_resumed() -> bool:
-        pods = r.pods()
-        return (
-            len(pods) == len(NAMES)
-            and all(
-                p["metadata"]["labels"].get(REVISION_LABEL) == new_revision and _ready(p)
-                for p in pods
-            )
-            and not r.out_of_service()
-        )
+        return r.all_on(new_revision) and not r.out_of_service()
 
     try:
         wait_for(
@@ -338,19 +345,7 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
     wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
     wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
     time.sleep(1)
-    old_revision = r.sts()["status"]["updateRevision"]
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "7"}}}}},
-        content_type="application/merge-patch+json",
-    )
-    wait_for(
-        "new update revision",
-        lambda: r.sts().get("status", {}).get("updateRevision") not in (None, old_revision),
-        timeout_s=10,
-    )
-    new_revision = r.sts()["status"]["updateRevision"]
+    new_revision = r.restart("7")
     job_states: set[str] = set()
     stop = threading.Event()
 
@@ -366,14 +361,9 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
         return (work / "log").read_text().splitlines()
 
     def all_new_and_job_back() -> bool:
-        pods = r.pods()
         job = r.job(job_id)
         return (
-            len(pods) == len(NAMES)
-            and all(
-                p["metadata"]["labels"].get(REVISION_LABEL) == new_revision and _ready(p)
-                for p in pods
-            )
+            r.all_on(new_revision)
             and job.get("JobState") == "RUNNING"
             and sum(ln.startswith("start") for ln in lines()) == int(job["Restarts"]) + 1
         )
@@ -443,12 +433,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
     ).stdout.strip()
     wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
     uid = next(p["metadata"]["uid"] for p in r.pods() if p["metadata"]["name"] == "r-0")
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "2"}}}}},
-        content_type="application/merge-patch+json",
-    )
+    r.restart("2")
 
     def blocked() -> bool:
         return any(e.get("node") == "r-0" for e in r.events("rollout.blocked"))
@@ -464,18 +449,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
         time.sleep(0.25)
     r.slurm.run("scancel", job_id)  # the job ends (its owner cancels it): the rollout goes on
 
-    def all_new() -> bool:
-        sts = r.sts()
-        return (
-            all(
-                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
-                and _ready(p)
-                for p in r.pods()
-            )
-            and not r.out_of_service()
-        )
-
-    wait_for("rollout done after the job ended", all_new, timeout_s=120)
+    wait_for("rollout done after the job ended", r.all_new_and_back, timeout_s=120)
 
 
 def test_a_new_leader_carries_on_a_rollout_from_slurms_state(rollout: Rollout) -> None:
@@ -493,12 +467,7 @@ def test_a_new_leader_carries_on_a_rollout_from_slurms_state(rollout: Rollout) -
         "sleep 600",
     ).stdout.strip()
     wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "3"}}}}},
-        content_type="application/merge-patch+json",
-    )
+    r.restart("3")
     wait_for("r-0 drained for the rollout", lambda: r.out_of_service() == {"r-0"}, timeout_s=30)
     r.coordinators[0].kill()  # no lease release, no clean-up: the state is SLURM's alone
     new = r.start_coordinator("coordinator-1")  # leads once the dead one's lease expired
@@ -510,18 +479,7 @@ def test_a_new_leader_carries_on_a_rollout_from_slurms_state(rollout: Rollout) -
     assert r.job(job_id)["JobState"] == "RUNNING"
     r.slurm.run("scancel", job_id)
 
-    def all_new() -> bool:
-        sts = r.sts()
-        return (
-            all(
-                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
-                and _ready(p)
-                for p in r.pods()
-            )
-            and not r.out_of_service()
-        )
-
-    wait_for("rollout finished by the new leader", all_new, timeout_s=120)
+    wait_for("rollout finished by the new leader", r.all_new_and_back, timeout_s=120)
     evicted = [e["pod"] for e in new.events("kube.evict")]
     assert sorted(evicted) == list(NAMES), evicted  # r-0 included: carried on, not restarted
 
@@ -541,12 +499,7 @@ def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None
         timeout_s=30,
     )
     uid = next(p["metadata"]["uid"] for p in r.pods() if p["metadata"]["name"] == "r-0")
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "4"}}}}},
-        content_type="application/merge-patch+json",
-    )
+    r.restart("4")
 
     def refused() -> bool:
         return any(e.get("outcome") == "refused" for e in r.events("kube.evict"))
@@ -558,18 +511,7 @@ def test_the_pools_disruption_budget_holds_the_rollout(rollout: Rollout) -> None
     assert r.out_of_service() == {"r-0"}  # drained and waiting; nothing else taken
     r.kube.api.request("DELETE", f"{pdbs}/r")
 
-    def all_new() -> bool:
-        sts = r.sts()
-        return (
-            all(
-                p["metadata"]["labels"].get(REVISION_LABEL) == sts["status"]["updateRevision"]
-                and _ready(p)
-                for p in r.pods()
-            )
-            and not r.out_of_service()
-        )
-
-    wait_for("rollout done once the budget allows it", all_new, timeout_s=120)
+    wait_for("rollout done once the budget allows it", r.all_new_and_back, timeout_s=120)
 
 
 @pytest.mark.parametrize("rollout", [len(NAMES)], indirect=True)
@@ -585,12 +527,7 @@ def test_a_held_k8s_node_is_left_out_of_the_rollout(rollout: Rollout) -> None:
     assert [n for n, p in pods.items() if p["spec"]["nodeName"] == held_node] == ["r-1"], pods
     uid = pods["r-1"]["metadata"]["uid"]
     r.kube.kubectl("label", "node", held_node, "slonk.dev/hold=disk-swap")
-    r.kube.api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{r.namespace}/statefulsets/r",
-        {"spec": {"template": {"metadata": {"annotations": {"slonk.dev/restarted": "5"}}}}},
-        content_type="application/merge-patch+json",
-    )
+    r.restart("5")
     touched: list[str] = []
     stop = threading.Event()
 
