@@ -76,6 +76,35 @@ def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:
     return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
 
 
+def _pod(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """Pod ``name`` of ``namespace``, or None once it is gone."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    items = kube.api.request("GET", path, params={"fieldSelector": f"metadata.name={name}"})
+    return items["items"][0] if items["items"] else None
+
+
+def _whole_node_worker(
+    kube: KubeCluster,
+    namespace: str,
+    label: dict[str, str],
+    priority_class: str,
+    prestop: list[str],
+) -> None:
+    """Create StatefulSet ``w``: one training worker asking for the whole 2-CPU node."""
+    sts = worker_statefulset(
+        "w",
+        replicas=1,
+        node_selector=label,
+        grace_s=GRACE_S,
+        prestop=prestop,
+        priority_class=priority_class,
+    )
+    sts["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2"}  # the whole node: serving can only get it by preemption
+    }
+    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+
+
 def _serving_pod(name: str, priority_class: str, node_selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -117,22 +146,10 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
     pods = f"/api/v1/namespaces/{namespace}/pods"
 
     def pod(name: str) -> dict[str, Any] | None:
-        items = kube.api.request("GET", pods, params={"fieldSelector": f"metadata.name={name}"})
-        return items["items"][0] if items["items"] else None
+        return _pod(kube, namespace, name)
 
     with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
-        sts = worker_statefulset(
-            "w",
-            replicas=1,
-            node_selector=label,
-            grace_s=GRACE_S,
-            prestop=PRESTOP,
-            priority_class=training["metadata"]["name"],
-        )
-        sts["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-            "requests": {"cpu": "2"}  # the whole node: serving can only get it by preemption
-        }
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        _whole_node_worker(kube, namespace, label, training["metadata"]["name"], PRESTOP)
         slurm.wait_idle(["w-0"], timeout_s=60)
         agent = AgentProcess(
             env={
@@ -263,25 +280,13 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
     ]  # fmt: skip
 
     def pod(name: str) -> dict[str, Any] | None:
-        items = kube.api.request("GET", pods, params={"fieldSelector": f"metadata.name={name}"})
-        return items["items"][0] if items["items"] else None
+        return _pod(kube, namespace, name)
 
     def lines() -> list[str]:
         return (work / "log").read_text().splitlines()
 
     with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
-        sts = worker_statefulset(
-            "w",
-            replicas=1,
-            node_selector=label,
-            grace_s=GRACE_S,
-            prestop=prestop,
-            priority_class=training["metadata"]["name"],
-        )
-        sts["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-            "requests": {"cpu": "2"}  # the whole node: serving can only get it by preemption
-        }
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        _whole_node_worker(kube, namespace, label, training["metadata"]["name"], prestop)
         slurm.wait_idle(["w-0"], timeout_s=60)
         agent = reporting_agent(kube, slurm, namespace, kube_node, agent_port, tmp_path)
         agent.start()
