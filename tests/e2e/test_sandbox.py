@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,38 +35,9 @@ from slonkd_sandbox.kubeapi import KubeApi
 from slonkd_sandbox.prometheus import Prometheus
 from slonkd_sandbox.sandbox import commands, descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
+from tests.e2e.sandbox_cli import processes_naming, slonkd
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
-
-
-def slonkd(*argv: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``slonkd ARGV`` as a user would; its output is kept for the assertion message."""
-    return subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
-def _mentions(pid: int, text: bytes) -> bool:
-    try:
-        proc = Path(f"/proc/{pid}")
-        return text in (proc / "cmdline").read_bytes() or text in (proc / "environ").read_bytes()
-    except OSError:
-        return False
-
-
-def leftovers(root: Path) -> list[int]:
-    """Live processes whose command line or environment names ``root``."""
-    needle = str(root).encode()
-    me = os.getpid()
-    return [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and int(p.name) != me and _mentions(int(p.name), needle)
-    ]
 
 
 @pytest.fixture
@@ -222,7 +192,7 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     alive = [p for p in started if proc_start_time(p["pid"]) == p["start"]]
     assert not alive, alive
     assert proc_start_time(supervisor["pid"]) != supervisor["start"]
-    assert leftovers(root) == []
+    assert processes_naming(root) == []
     again = slonkd("sandbox", "down", "--dir", str(root), timeout_s=60)
     assert again.returncode == 0
 

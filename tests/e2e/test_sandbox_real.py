@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 from slonkd_sandbox.kubeapi import KubeApi
 from slonkd_sandbox.sandbox import descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
+from tests.e2e.sandbox_cli import processes_naming, slonkd
 
 pytestmark = [
     pytest.mark.kube,
@@ -33,34 +33,9 @@ pytestmark = [
 ]
 
 
-def slonkd(*argv: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``slonkd ARGV`` as a user would; its output is kept for the assertion message."""
-    return subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
-def _mentions(pid: int, text: bytes) -> bool:
-    try:
-        proc = Path(f"/proc/{pid}")
-        return text in (proc / "cmdline").read_bytes() or text in (proc / "environ").read_bytes()
-    except OSError:
-        return False
-
-
 def leftovers(root: Path, netns: str) -> list[str]:
     """Live processes naming ``root``, mounts below it, the node's network namespace."""
-    needle = str(root).encode()
-    me = os.getpid()
-    left = [
-        f"process {p.name}"
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and int(p.name) != me and _mentions(int(p.name), needle)
-    ]
+    left = [f"process {pid}" for pid in processes_naming(root)]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     left += [f"mount {m.split()[4]}" for m in mounts if m.split()[4].startswith(f"{root}/")]
     listed = subprocess.run(
