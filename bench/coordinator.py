@@ -5,7 +5,9 @@
    starts when that ``scontrol update`` returns) and stops when the apiserver shows the K8s
    node cordoned and tainted ``slonk.dev/unhealthy``; then the node is resumed and slonkd
    lifts its marks before the next event. Remediation (eviction) is off so the pods stay.
-   Side by side: one raw ``scontrol update`` and one raw ``kubectl``-like PATCH, the floors.
+   The same events twice: with the default poll (scontrol every 0.7 s: cordon_latency_*) and
+   with the libslurm change poll (``change_poll: true``, 5 Hz, scontrol only on a change:
+   change_poll_cordon_latency_*). Side by side: one raw ``scontrol update``, the floor.
 2. slurmctld RPCs per second caused by the coordinator at rest (``sdiag`` over 20 s, no
    other client): every RPC (a ``sinfo`` read is two: node table and partitions), and the
    node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts; side
@@ -324,52 +326,77 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=60)
             # RPC rate at rest, nothing else talking to slurmctld
             rpcs, node_reads = _at_rest(slurm)
-            samples = []
-            for i in range(events):
-                name = names[i % len(names)]
-                knode = f"lat-{name}"
-
-                def marked(knode: str = knode) -> bool:
-                    spec = kube.api.request("GET", f"/api/v1/nodes/{knode}")["spec"]
-                    taints = {t["key"] for t in spec.get("taints", [])}
-                    return bool(spec.get("unschedulable")) and "slonk.dev/unhealthy" in taints
-
-                slurm.run(
-                    "scontrol", "update", f"nodename={name}", "state=fail",
-                    f"reason=Kill task failed {i}",
-                )  # fmt: skip
-                recorded = time.monotonic()
-                wait_for("cordon+taint", marked, timeout_s=30, interval_s=0.01)
-                samples.append(time.monotonic() - recorded)
-                slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
-
-                def lifted(knode: str = knode) -> bool:
-                    return not _marked_any(kube, knode)
-
-                wait_for("marks lifted", lifted, timeout_s=30)
-                # independent failures: the next one does not arrive in the same second as the
-                # passes that lifted this one (those used the second's read budget)
-                time.sleep(1.5 + (i % 7) / 7)
-            raw_update = []
-            for _ in range(10):
-                began = time.monotonic()
-                slurm.run("scontrol", "update", "nodename=w-0", "comment=bench")
-                raw_update.append(time.monotonic() - began)
-            return {
-                "cordon_latency_p50_ms": statistics.median(samples) * 1000,
-                "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
-                "cordon_latency_max_ms": max(samples) * 1000,
-                "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
-                "slurmctld_rpc_per_s": rpcs / 20,
-                "slurmctld_node_reads_per_s": node_reads / 20,
-                "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,
-                "slurmctld_node_reads_per_s_fleet_off": node_reads_off / 20,
-                "events": float(len(samples)),
-            }
+            samples = _cordon_samples(kube, slurm, names, events)
         finally:
             co.stop()
+        # the same events through the libslurm change poll (5 Hz, scontrol only on a change)
+        fast = Coordinator(root / "lat-change", kube, slurm, change_poll=True, **config)
+        try:
+            wait_for(  # libslurm loads beside the scontrol poll, after a canary child
+                "change poll in use",
+                lambda: (
+                    fast.passes() > 0
+                    and fast.status()["passes"]["slurm_poll_backend"] == "libslurm"
+                ),
+                timeout_s=60,
+            )
+            change_samples = _cordon_samples(kube, slurm, names, events)
+        finally:
+            fast.stop()
+        raw_update = []
+        for _ in range(10):
+            began = time.monotonic()
+            slurm.run("scontrol", "update", "nodename=w-0", "comment=bench")
+            raw_update.append(time.monotonic() - began)
+        return {
+            "cordon_latency_p50_ms": statistics.median(samples) * 1000,
+            "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
+            "cordon_latency_max_ms": max(samples) * 1000,
+            "change_poll_cordon_latency_p50_ms": statistics.median(change_samples) * 1000,
+            "change_poll_cordon_latency_p99_ms": _pct(change_samples, 0.99) * 1000,
+            "change_poll_cordon_latency_max_ms": max(change_samples) * 1000,
+            "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
+            "slurmctld_rpc_per_s": rpcs / 20,
+            "slurmctld_node_reads_per_s": node_reads / 20,
+            "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,
+            "slurmctld_node_reads_per_s_fleet_off": node_reads_off / 20,
+            "events": float(len(samples)),
+        }
     finally:
         slurm.stop()
+
+
+def _cordon_samples(
+    kube: KubeCluster, slurm: SlurmCluster, names: list[str], events: int
+) -> list[float]:
+    """Seconds from a SLURM failure (its ``scontrol update`` returned) to cordon + taint."""
+    samples = []
+    for i in range(events):
+        name = names[i % len(names)]
+        knode = f"lat-{name}"
+
+        def marked(knode: str = knode) -> bool:
+            spec = kube.api.request("GET", f"/api/v1/nodes/{knode}")["spec"]
+            taints = {t["key"] for t in spec.get("taints", [])}
+            return bool(spec.get("unschedulable")) and "slonk.dev/unhealthy" in taints
+
+        slurm.run(
+            "scontrol", "update", f"nodename={name}", "state=fail",
+            f"reason=Kill task failed {i}",
+        )  # fmt: skip
+        recorded = time.monotonic()
+        wait_for("cordon+taint", marked, timeout_s=30, interval_s=0.01)
+        samples.append(time.monotonic() - recorded)
+        slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
+
+        def lifted(knode: str = knode) -> bool:
+            return not _marked_any(kube, knode)
+
+        wait_for("marks lifted", lifted, timeout_s=30)
+        # independent failures: the next one does not arrive in the same second as the
+        # passes that lifted this one (those used the second's read budget)
+        time.sleep(1.5 + (i % 7) / 7)
+    return samples
 
 
 def _marked_any(kube: KubeCluster, knode: str) -> bool:
