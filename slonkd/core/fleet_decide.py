@@ -28,6 +28,7 @@ _FAILURE_MARKS = frozenset(
     {Kind.CORDON, Kind.TAINT, Kind.EVENT, Kind.EVICT, Kind.REQUEST_REBOOT, Kind.MARK_MANUAL}
 )
 _UNDO_MARKS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
+_PER_KUBE_NODE = _FAILURE_MARKS | _UNDO_MARKS | {Kind.SET_CONDITION}
 
 
 def _undoes_marks(action: Action) -> bool:
@@ -69,7 +70,7 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
         kube = view.kube_node.name if view.kube_node is not None else ""
         kept = []
         for action in plan.actions:
-            if action.kind in _FAILURE_MARKS | _UNDO_MARKS | {Kind.SET_CONDITION} and kube:
+            if action.kind in _PER_KUBE_NODE and kube:
                 if kube in failing and _undoes_marks(action):
                     continue
                 once = (kube, action.kind, action.key)
@@ -77,7 +78,8 @@ def merge_shared_nodes(views: list[NodeView], plans: list[Plan]) -> list[Plan]:
                     continue
                 emitted.add(once)
             kept.append(action)
-        merged.append(replace(plan, actions=tuple(kept)))
+        same = len(kept) == len(plan.actions)  # a new Plan only where an action went
+        merged.append(plan if same else replace(plan, actions=tuple(kept)))
     return merged
 
 

@@ -191,21 +191,25 @@ class Node:
     annotations: Mapping[str, str] = field(default_factory=dict)
     deletion_timestamp: str | None = None
 
+    our_taints: tuple[Taint, ...] = field(init=False, repr=False, compare=False)
+    """The taints slonkd added and that are still exactly as it added them."""
+    ready: bool | None = field(init=False, repr=False, compare=False)
+    """Ready=True -> True, False/Unknown -> False, no Ready condition -> None."""
+    slurm_healthy: bool | None = field(init=False, repr=False, compare=False)
+    """slonkd's own SlurmHealthy condition, None while slonkd has not set it."""
+
+    def __post_init__(self) -> None:
+        # Derived once per informer event, not once per question of a pass (issue 17).
+        record = decode_taint_record(self.annotations.get(TAINTS_BY_ANNOTATION))
+        ours = tuple(t for t in self.taints if t.identity in record)
+        object.__setattr__(self, "our_taints", ours)
+        for name, type_ in (("ready", "Ready"), ("slurm_healthy", SLURM_HEALTHY)):
+            cond = self.condition(type_)
+            object.__setattr__(self, name, None if cond is None else cond.status == "True")
+
     def condition(self, type_: str) -> NodeCondition | None:
         """The condition of that type, if the node reports it."""
         return next((c for c in self.conditions if c.type == type_), None)
-
-    @property
-    def ready(self) -> bool | None:
-        """Ready=True -> True, False/Unknown -> False, no Ready condition -> None."""
-        cond = self.condition("Ready")
-        return None if cond is None else cond.status == "True"
-
-    @property
-    def slurm_healthy(self) -> bool | None:
-        """slonkd's own SlurmHealthy condition, None while slonkd has not set it."""
-        cond = self.condition(SLURM_HEALTHY)
-        return None if cond is None else cond.status == "True"
 
     @property
     def cordoned_by_slonkd(self) -> bool:
@@ -220,12 +224,6 @@ class Node:
             return None
         node = value.rpartition(_MARKED_FOR)[2]
         return node if node and not any(c.isspace() for c in node) else None
-
-    @property
-    def our_taints(self) -> tuple[Taint, ...]:
-        """The taints slonkd added and that are still exactly as it added them."""
-        record = decode_taint_record(self.annotations.get(TAINTS_BY_ANNOTATION))
-        return tuple(t for t in self.taints if t.identity in record)
 
     @property
     def held(self) -> bool:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import lru_cache
 
 from slonkd.core.errors import ParseError
 
@@ -132,8 +133,13 @@ class Reason:
     message: str = ""
 
 
+@lru_cache(maxsize=4096)
 def parse_reason(text: str) -> Reason:
-    """Classify a reason text (without the ``[user@time]`` suffix). Never raises."""
+    """Classify a reason text (without the ``[user@time]`` suffix). Never raises.
+
+    Cached: a pass asks about each node's reason several times, and a fleet holds few
+    distinct texts (the result is immutable, the cache bounded).
+    """
     stripped = text.strip()
     if not stripped:
         return Reason(text=text, owner=ReasonOwner.NONE)

@@ -76,6 +76,7 @@ _OUT_OF_SERVICE = frozenset(
     }
 )
 _BUSY_BASES = frozenset({BaseState.ALLOCATED, BaseState.MIXED})
+_UP_BASES = frozenset({BaseState.IDLE, BaseState.MIXED, BaseState.ALLOCATED})
 _RESTING_BASES = frozenset({BaseState.IDLE, BaseState.DOWN, BaseState.UNKNOWN, BaseState.FUTURE})
 
 
@@ -87,6 +88,9 @@ class DrainStatus(StrEnum):
     DRAINED = "drained"
     UNKNOWN = "unknown"
     """The state holds something slonkd does not recognise: neither drained nor not."""
+
+
+_HOLDING_DRAIN = frozenset({DrainStatus.DRAINING, DrainStatus.DRAINED})
 
 
 def parse_base(token: str) -> BaseState:
@@ -106,6 +110,18 @@ def parse_flag(token: str) -> NodeFlag | None:
         return NodeFlag(up)
     except ValueError:
         return None
+
+
+def _drain_status(base: BaseState, flags: frozenset[NodeFlag], recognised: bool) -> DrainStatus:
+    if not recognised:
+        return DrainStatus.UNKNOWN
+    if NodeFlag.DRAIN not in flags:
+        return DrainStatus.NONE
+    if base in _BUSY_BASES or NodeFlag.COMPLETING in flags:
+        return DrainStatus.DRAINING
+    if base in _RESTING_BASES:
+        return DrainStatus.DRAINED
+    return DrainStatus.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,10 +147,34 @@ class NodeState:
                 known.add(flag)
         return cls(base=parsed_base, flags=frozenset(known), unrecognised=tuple(unknown))
 
-    @property
-    def fully_recognised(self) -> bool:
-        """Whether every token of the state is known to slonkd."""
-        return not self.unrecognised and self.base is not BaseState.UNRECOGNISED
+    fully_recognised: bool = field(init=False, repr=False, compare=False)
+    """Whether every token of the state is known to slonkd."""
+    drain: DrainStatus = field(init=False, repr=False, compare=False)
+    """Drained (no work left), draining (work still running), none, or unknown."""
+    down: bool = field(init=False, repr=False, compare=False)
+    """Base state DOWN (admin down, or not responding long enough)."""
+    failed: bool = field(init=False, repr=False, compare=False)
+    """FAIL flag set (``scontrol update state=fail``)."""
+    available: bool = field(init=False, repr=False, compare=False)
+    """Fully recognised, up, and carrying no flag that withholds it from jobs."""
+
+    def __post_init__(self) -> None:
+        # Derived once here: a pass asks each node these questions many times (issue 17's
+        # decide-phase profile), and the state never changes after it is read.
+        recognised = not self.unrecognised and self.base is not BaseState.UNRECOGNISED
+        setattr_ = object.__setattr__
+        setattr_(self, "fully_recognised", recognised)
+        setattr_(self, "drain", _drain_status(self.base, self.flags, recognised))
+        setattr_(self, "down", self.base is BaseState.DOWN)
+        setattr_(self, "failed", NodeFlag.FAIL in self.flags)
+        setattr_(
+            self,
+            "available",
+            recognised
+            and self.base in _UP_BASES
+            and not self.flags & {NodeFlag.DRAIN, NodeFlag.FAIL}
+            and not self.flags & _OUT_OF_SERVICE,
+        )
 
     @property
     def reboot_pending(self) -> bool:
@@ -142,42 +182,9 @@ class NodeState:
         return bool(self.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED})
 
     @property
-    def drain(self) -> DrainStatus:
-        """Drained (no work left), draining (work still running), none, or unknown."""
-        if not self.fully_recognised:
-            return DrainStatus.UNKNOWN
-        if NodeFlag.DRAIN not in self.flags:
-            return DrainStatus.NONE
-        if self.base in _BUSY_BASES or NodeFlag.COMPLETING in self.flags:
-            return DrainStatus.DRAINING
-        if self.base in _RESTING_BASES:
-            return DrainStatus.DRAINED
-        return DrainStatus.UNKNOWN
-
-    @property
-    def down(self) -> bool:
-        """Base state DOWN (admin down, or not responding long enough)."""
-        return self.base is BaseState.DOWN
-
-    @property
-    def failed(self) -> bool:
-        """FAIL flag set (``scontrol update state=fail``)."""
-        return NodeFlag.FAIL in self.flags
-
-    @property
     def out_of_service(self) -> bool:
         """Drained, draining, down, failed or otherwise withheld: not a healthy node."""
         return not self.available
-
-    @property
-    def available(self) -> bool:
-        """Fully recognised, up, and carrying no flag that withholds it from jobs."""
-        return (
-            self.fully_recognised
-            and self.base in {BaseState.IDLE, BaseState.MIXED, BaseState.ALLOCATED}
-            and not self.flags & {NodeFlag.DRAIN, NodeFlag.FAIL}
-            and not self.flags & _OUT_OF_SERVICE
-        )
 
     def __str__(self) -> str:
         parts = [self.base.value.upper(), *sorted(f.value for f in self.flags)]
@@ -205,20 +212,20 @@ class SlurmNode:
     """Jobs holding resources on the node (running, completing, suspended, configuring),
     from a separate ``squeue`` read; None when that read was not asked for."""
 
-    @property
-    def held(self) -> bool:
-        """Drained, draining, down or failed: a state someone's reason holds it in."""
+    held: bool = field(init=False, repr=False, compare=False)
+    """Drained, draining, down or failed: a state someone's reason holds it in."""
+    live_reason: str = field(init=False, repr=False, compare=False)
+    """The reason while it holds the node, else "".
+
+    SLURM 24.11 keeps the old reason text on a node after ``resume``/``undrain``
+    (22.05 clears it): such a leftover holds nothing and belongs to nobody.
+    """
+
+    def __post_init__(self) -> None:
         st = self.state
-        return st.down or st.failed or st.drain in {DrainStatus.DRAINING, DrainStatus.DRAINED}
-
-    @property
-    def live_reason(self) -> str:
-        """The reason while it holds the node, else "".
-
-        SLURM 24.11 keeps the old reason text on a node after ``resume``/``undrain``
-        (22.05 clears it): such a leftover holds nothing and belongs to nobody.
-        """
-        return self.reason if self.held else ""
+        held = st.down or st.failed or st.drain in _HOLDING_DRAIN
+        object.__setattr__(self, "held", held)
+        object.__setattr__(self, "live_reason", self.reason if held else "")
 
     @property
     def busy(self) -> bool:

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from slonkd.core.slurm_node import BaseState, DrainStatus, NodeFlag, NodeState
+from slonkd.core.kube_objects import (
+    TAINTS_BY_ANNOTATION,
+    KubeNodeName,
+    Node,
+    NodeCondition,
+    Taint,
+    TaintEffect,
+    encode_taint_record,
+)
+from slonkd.core.slurm_node import (
+    BaseState,
+    DrainStatus,
+    NodeFlag,
+    NodeName,
+    NodeState,
+    SlurmNode,
+)
 
 CASES = [
     # base, flags, drain status, available
@@ -62,3 +80,48 @@ def test_down_and_failed_are_reported() -> None:
     assert NodeState.from_tokens("DOWN", []).down
     assert NodeState.from_tokens("IDLE", ["FAIL"]).failed
     assert not NodeState.from_tokens("IDLE", []).down
+
+
+def test_derived_answers_follow_a_replace_and_do_not_count_in_equality() -> None:
+    """The answers derived once at construction (issue 17) are derived again by replace().
+
+    A pass asks each node ``held``/``drain``/``live_reason`` many times, so they are computed
+    when the node is read; a node rebuilt with ``dataclasses.replace`` (the admission's
+    "as if released" view) must answer for its new state, not its old one.
+    """
+    drained = SlurmNode(
+        name=NodeName("w-1"),
+        state=NodeState.from_tokens("IDLE", ["DRAIN"]),
+        reason="slonkd:k8s-cordoned maint",
+    )
+    assert drained.held
+    assert drained.live_reason == "slonkd:k8s-cordoned maint"
+    released = replace(drained, state=replace(drained.state, flags=frozenset()))
+    assert released.state.drain is DrainStatus.NONE
+    assert released.state.available
+    assert not released.held
+    assert released.live_reason == ""
+    assert replace(released, state=NodeState.from_tokens("DOWN", [])).held
+    assert NodeState.from_tokens("IDLE", ["DRAIN"]) == drained.state
+    assert "held" not in repr(drained)
+    assert "live_reason" not in repr(drained)
+
+
+def test_a_kube_nodes_derived_marks_follow_a_replace() -> None:
+    """``our_taints``, ``ready`` and ``slurm_healthy`` are derived again by replace()."""
+    taint = Taint(key="slonk.example/slurm-failure", effect=TaintEffect.NO_SCHEDULE)
+    node = Node(
+        name=KubeNodeName("kn-1"),
+        uid="u",
+        resource_version="1",
+        unschedulable=False,
+        taints=(taint,),
+        annotations={TAINTS_BY_ANNOTATION: encode_taint_record([taint.identity]) or ""},
+        conditions=(NodeCondition(type="Ready", status="True"),),
+    )
+    assert node.our_taints == (taint,)
+    assert node.ready is True
+    assert node.slurm_healthy is None
+    assert replace(node, taints=()).our_taints == ()
+    assert replace(node, annotations={}).our_taints == ()
+    assert replace(node, conditions=()).ready is None

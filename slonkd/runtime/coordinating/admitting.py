@@ -97,31 +97,33 @@ class Gate:
         restarting: dict[str, set[str]] = defaultdict(set)
         wanting: set[str] = set()  # K8s nodes a budgeted action takes out
         lifting: dict[str, set[Kind]] = defaultdict(set)  # K8s node -> what the pass lifts there
+        budgeted: set[str] = set()  # SLURM nodes whose plan has a budgeted coordinator action
         for view, plan in zip(views, plans, strict=True):
-            if view.kube_node is not None:
+            if view.kube_node is not None and plan.actions:  # most plans of a pass are empty
                 lifting[view.kube_node.name] |= {a.kind for a in plan.actions} & KUBE_LIFTS
         for view, plan in zip(views, plans, strict=True):
             pool = self._group(view)
             sizes[pool] += 1
-            lifted = {a.kind for a in plan.for_writer(Writer.COORDINATOR)} & {Kind.RELEASE}
+            ours = plan.for_writer(Writer.COORDINATOR) if plan.actions else ()
+            lifted = {a.kind for a in ours} & {Kind.RELEASE}
             if view.kube_node is not None:
-                lifted |= lifting[view.kube_node.name]
+                lifted |= lifting.get(view.kube_node.name, set())
             if stays_out(view, frozenset(lifted)):
                 out[pool].add(view.node)
                 if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
                     restarting[pool].add(view.node)
-            if view.kube_node is not None and any(
-                a.budgeted for a in plan.for_writer(Writer.COORDINATOR)
-            ):
-                wanting.add(view.kube_node.name)
+            if any(a.budgeted for a in ours):
+                budgeted.add(view.node)
+                if view.kube_node is not None:
+                    wanting.add(view.kube_node.name)
         requests = []
-        for view, plan in zip(views, plans, strict=True):
+        for view in views:
             kube = view.kube_node.name if view.kube_node is not None else ""
             if kube in wanting:
                 requests.append(
                     Request(node=view.node, pool=self._group(view), unit=f"k8s-node/{kube}")
                 )
-            elif any(a.budgeted for a in plan.for_writer(Writer.COORDINATOR)):
+            elif view.node in budgeted:
                 requests.append(Request(node=view.node, pool=self._group(view)))
         return admit(
             requests,
