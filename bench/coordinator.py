@@ -26,7 +26,8 @@
    ms per second, from sdiag's total_time). The issue's unsuffixed keys (harness_cpu_pct,
    slurmctld_busy_ms_per_s) are the 5,000-node ones.
 
-``EVENTS`` 0 runs part 3 alone; ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
+``EVENTS`` 0 runs part 3 alone, an empty ``SIZES`` (``''``) parts 1 and 2 alone;
+``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
 cProfile (``DIR/<name>.prof``).
 
 Prints a table, then one JSON object as the last line.
@@ -495,7 +496,7 @@ def main() -> int:
         _print(change_poll_cost(base, slurmd_timeout_s=timeout, declared=declared))
         return 0
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-    sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1000, 5000]
+    sizes = [int(x) for x in sys.argv[2].split(",") if x] if len(sys.argv) > 2 else [1000, 5000]
     root = Path(tempfile.mkdtemp(prefix="slonkd-bench-coordinator-"))
     results: dict[str, float] = {}
     with KubeCluster(root / "kube", node_monitor_grace_period="1h") as kube:

@@ -323,3 +323,39 @@ async def test_removing_slonkds_cordon_mark_takes_the_cordon_over(
     assert not node_from_json(_get(kube, node)).cordoned_by_slonkd
     assert (await writer.uncordon(node)).outcome is ChangeOutcome.FOREIGN
     assert _unschedulable(kube, node)
+
+
+async def test_cordon_and_taint_are_one_write_that_keeps_each_ones_rules(
+    kube: KubeCluster, kube_transport: KubeTransport, node: str
+) -> None:
+    """Cordon and failure taint in one read and one write, no conflict (issue 21).
+
+    Right after a cordon the node lifecycle controller adds ``node.kubernetes.io/
+    unschedulable``: the taint written after it in a second read-modify-write met a 409 and
+    read again. Written together, each keeps its rule: an admin's cordon stays theirs
+    (FOREIGN, no mark) while slonkd's taint is still added and recorded.
+    """
+    writer = NodeWriter(kube_transport)
+    key = "slonk.dev/unhealthy"
+    cordon, taint = await writer.cordon_and_taint(
+        node, cause="slurm-failure", key=key, effect=TaintEffect.NO_SCHEDULE, value="v"
+    )
+    assert (cordon.outcome, taint.outcome) == (ChangeOutcome.CHANGED, ChangeOutcome.CHANGED)
+    raw = _get(kube, node)
+    assert raw["spec"]["unschedulable"]
+    assert raw["metadata"]["annotations"][CORDONED_BY_ANNOTATION] == "slurm-failure"
+    assert node_from_json(raw).our_taints[0].key == key
+    again = await writer.cordon_and_taint(
+        node, cause="slurm-failure", key=key, effect=TaintEffect.NO_SCHEDULE, value="v"
+    )
+    assert [r.outcome for r in again] == [ChangeOutcome.UNCHANGED, ChangeOutcome.UNCHANGED]
+    assert (await writer.uncordon(node)).outcome is ChangeOutcome.CHANGED
+    assert (await writer.remove_taint(node, key)).outcome is ChangeOutcome.CHANGED
+    kube.kubectl("cordon", node)  # now an admin's cordon
+    cordon, taint = await writer.cordon_and_taint(
+        node, cause="slurm-failure", key=key, effect=TaintEffect.NO_SCHEDULE, value="v"
+    )
+    assert (cordon.outcome, taint.outcome) == (ChangeOutcome.FOREIGN, ChangeOutcome.CHANGED)
+    raw = _get(kube, node)
+    assert CORDONED_BY_ANNOTATION not in raw["metadata"]["annotations"]
+    assert node_from_json(raw).our_taints[0].key == key

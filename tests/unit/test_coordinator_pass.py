@@ -113,6 +113,8 @@ class FakeNodeWriter:
     def __init__(self, failing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.calls: list[tuple[str, str]] = []
         self.failing = set(failing)
+        self.joined: list[str] = []
+        """Nodes cordoned and tainted in one write."""
         self.cache: dict[str, Node] = {}
         """The coordinator's node informer cache: a cordon shows there, as a watch would."""
 
@@ -133,6 +135,13 @@ class FakeNodeWriter:
     async def uncordon(self, name: str) -> ChangeResult:
         """Uncordon."""
         return await self._do("uncordon", name)
+
+    async def cordon_and_taint(
+        self, name: str, *, cause: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> tuple[ChangeResult, ChangeResult]:
+        """Cordon and taint in one write (recorded as both, and as the joined write)."""
+        self.joined.append(name)
+        return await self.cordon(name, cause=cause), await self.set_taint(name, key, effect, value)
 
     async def set_taint(
         self, name: str, key: str, effect: TaintEffect, value: str = ""
@@ -519,3 +528,31 @@ async def test_a_node_the_pass_releases_is_not_out_when_the_budget_weighs_a_cord
     assert "w-0" in c.snapshot.admission.refused, c.snapshot.admission
     assert ("cordon", "kn-0") not in writer.calls, writer.calls
     assert slurm.resumed == [("k8s-cordoned", ["w-1"])]  # the release itself goes ahead
+
+
+async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> None:
+    """A failure's cordon and taint are one write (issue 21), in a pass and in the fast path.
+
+    Each is still audited on its own; when the joined write fails, both are audited failed.
+    """
+    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1)], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+    await c.reconcile_all()
+    assert writer.joined == ["kn-0"]
+    assert {(r["action"], r["outcome"]) for r in audit.records} >= {
+        ("cordon", "changed"),
+        ("taint", "changed"),
+    }
+    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    writer = FakeNodeWriter(failing={"kn-1"})
+    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+    await c.reconcile_all()
+    c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+    await c.fast_marks()
+    failed = {r["action"] for r in audit.records if r["outcome"].startswith("failed")}
+    assert {"cordon", "taint"} <= failed, audit.records

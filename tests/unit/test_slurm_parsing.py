@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
+    NodeLines,
     ReasonGroup,
     parse_show_node,
     parse_show_node_line,
@@ -222,3 +223,24 @@ def test_huge_json_is_refused_cleanly() -> None:
         parse_sinfo_json(json.dumps({"nodes": [{"name": "n1"}]}))
     with pytest.raises(ParseError):
         parse_sinfo_json(json.dumps({"nodes": [], "errors": [{"error": "x"}]}))
+
+
+def test_a_full_read_parses_only_the_lines_that_changed() -> None:
+    """The last read's lines (issue 21): an unchanged line gives the same node, unparsed.
+
+    A changed line is parsed again; a read that raises leaves the lines of the read before.
+    """
+    known = NodeLines()
+    first = parse_show_node(UNAMBIGUOUS, known)
+    assert parse_show_node(UNAMBIGUOUS, known) == first
+    again = parse_show_node(UNAMBIGUOUS, known)
+    assert all(a is b for a, b in zip(again, first, strict=True))  # the same objects
+    line = SHOW_LINES[0]
+    assert "State=IDLE " in line
+    changed = UNAMBIGUOUS.replace(line, line.replace("State=IDLE ", "State=IDLE+DRAIN "), 1)
+    nodes = parse_show_node(changed, known)
+    assert nodes[0].state.drain is DrainStatus.DRAINED
+    assert all(a is b for a, b in zip(nodes[1:], first[1:], strict=True))
+    with pytest.raises(ParseError):
+        parse_show_node(changed + changed, known)  # every node twice
+    assert parse_show_node(changed, known)[0] is nodes[0]

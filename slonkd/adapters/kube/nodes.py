@@ -26,7 +26,7 @@ This module decides nothing: callers say what they want; it reports a ChangeResu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,6 +89,40 @@ def _taints_patch(
     return {"spec": {"taints": taints}, "metadata": {"annotations": annotations}}
 
 
+def _tainting(wanted: Taint) -> Callable[[dict[str, Any]], Mutation]:
+    """The change that makes slonkd's taint ``wanted`` present (:meth:`NodeWriter.set_taint`)."""
+    key, effect, value = wanted.key, wanted.effect, wanted.value
+
+    def mutate(node: dict[str, Any]) -> Mutation:
+        raw = node.get("spec", {}).get("taints") or []
+        record, was = _record(node, raw)
+        mine = [r for r in raw if r.get("key") == key and r.get("effect") == effect]
+        if mine and _identity(mine[0]) not in record:
+            return _record_patch(record, was), ChangeResult(
+                outcome=ChangeOutcome.FOREIGN,
+                detail=f"taint {key}:{effect} was put there by someone else; left as it is",
+            )
+        if mine and (mine[0].get("value") or "") == value:
+            return _record_patch(record, was), ChangeResult(outcome=ChangeOutcome.UNCHANGED)
+        taints = [r for r in raw if not (r.get("key") == key and r.get("effect") == effect)]
+        taints.append(taint_to_json(wanted))
+        record = {t for t in record if t[:2] != (key, str(effect))} | {wanted.identity}
+        return _taints_patch(taints, record), ChangeResult(outcome=ChangeOutcome.CHANGED)
+
+    return mutate
+
+
+def _merge_into(patch: dict[str, Any], part: Mapping[str, Any]) -> None:
+    """Merge ``part`` into ``patch`` (nested objects merged, the rest replaced)."""
+    for key, value in part.items():
+        if isinstance(value, Mapping):
+            if not isinstance(patch.get(key), dict):
+                patch[key] = {}
+            _merge_into(patch[key], value)
+        else:
+            patch[key] = value
+
+
 def _check_ours(key: str) -> None:
     if not key.startswith(SLONK_PREFIX):
         raise TerminalError(f"slonkd writes only keys under {SLONK_PREFIX}, not {key!r}")
@@ -116,6 +150,24 @@ class NodeWriter:
         subresource: str = "",
         content_type: str = MERGE_PATCH,
     ) -> ChangeResult:
+        results = await self._rmw_many(
+            name, [mutate], subresource=subresource, content_type=content_type
+        )
+        return results[0]
+
+    async def _rmw_many(
+        self,
+        name: str,
+        mutates: Sequence[Callable[[dict[str, Any]], Mutation]],
+        *,
+        subresource: str = "",
+        content_type: str = MERGE_PATCH,
+    ) -> list[ChangeResult]:
+        """Read the node, apply every change to what was read, write them as one patch.
+
+        The changes must touch different fields (their patches are merged). A conflict
+        (the node changed since the read) reads and decides again, all changes together.
+        """
         get = Call(verb="get", resource="nodes", name=name)
         patch_call = Call(verb="patch", resource="nodes", subresource=subresource, name=name)
         path = f"/api/v1/nodes/{name}"
@@ -123,10 +175,17 @@ class NodeWriter:
             try:
                 node = await self._transport.request(get, "GET", path)
             except KubeNotFound:
-                return ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
-            patch, result = mutate(node)
-            if patch is None:
-                return result
+                gone = ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
+                return [gone] * len(mutates)
+            patch: dict[str, Any] = {}
+            results = []
+            for mutate in mutates:
+                part, result = mutate(node)
+                results.append(result)
+                if part is not None:
+                    _merge_into(patch, part)
+            if not patch:
+                return results
             patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"][
                 "resourceVersion"
             ]
@@ -140,15 +199,34 @@ class NodeWriter:
                 log.info("kube.node_conflict", node=name, subresource=subresource)
                 continue
             except KubeNotFound:
-                return ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
-            return result
+                gone = ChangeResult(outcome=ChangeOutcome.GONE, detail=f"node {name} not found")
+                return [gone] * len(mutates)
+            return results
         raise TransientError(f"node {name}: still conflicting after {self._retries} attempts")
 
     # -- cordon ----------------------------------------------------------------------------
 
     async def cordon(self, name: str, *, cause: str) -> ChangeResult:
         """Cordon the node and mark the cordon as slonkd's; a foreign cordon is left alone."""
+        return await self._rmw(name, self._cordoning(cause))
 
+    async def cordon_and_taint(
+        self, name: str, *, cause: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> tuple[ChangeResult, ChangeResult]:
+        """:meth:`cordon` and :meth:`set_taint` in one read and one write.
+
+        Each keeps its own rule (a foreign cordon or taint is left alone) and result. One
+        write, not two: right after a cordon the node lifecycle controller adds its
+        ``node.kubernetes.io/unschedulable`` taint, so a second read-modify-write nearly
+        always met a conflict and read again (issue 21's cordon latency).
+        """
+        _check_ours(key)
+        cordon, taint = await self._rmw_many(
+            name, [self._cordoning(cause), _tainting(Taint(key=key, effect=effect, value=value))]
+        )
+        return cordon, taint
+
+    def _cordoning(self, cause: str) -> Callable[[dict[str, Any]], Mutation]:
         def mutate(node: dict[str, Any]) -> Mutation:
             annotations = node["metadata"].get("annotations") or {}
             if node.get("spec", {}).get("unschedulable"):
@@ -163,7 +241,7 @@ class NodeWriter:
             }
             return patch, ChangeResult(outcome=ChangeOutcome.CHANGED, detail=cause)
 
-        return await self._rmw(name, mutate)
+        return mutate
 
     async def uncordon(self, name: str) -> ChangeResult:
         """Lift slonkd's own cordon; a cordon someone else made (or re-made) stays."""
@@ -202,25 +280,7 @@ class NodeWriter:
         A taint of that key and effect that slonkd did not add is left alone (FOREIGN).
         """
         _check_ours(key)
-        wanted = Taint(key=key, effect=effect, value=value)
-
-        def mutate(node: dict[str, Any]) -> Mutation:
-            raw = node.get("spec", {}).get("taints") or []
-            record, was = _record(node, raw)
-            mine = [r for r in raw if r.get("key") == key and r.get("effect") == effect]
-            if mine and _identity(mine[0]) not in record:
-                return _record_patch(record, was), ChangeResult(
-                    outcome=ChangeOutcome.FOREIGN,
-                    detail=f"taint {key}:{effect} was put there by someone else; left as it is",
-                )
-            if mine and (mine[0].get("value") or "") == value:
-                return _record_patch(record, was), ChangeResult(outcome=ChangeOutcome.UNCHANGED)
-            taints = [r for r in raw if not (r.get("key") == key and r.get("effect") == effect)]
-            taints.append(taint_to_json(wanted))
-            record = {t for t in record if t[:2] != (key, str(effect))} | {wanted.identity}
-            return _taints_patch(taints, record), ChangeResult(outcome=ChangeOutcome.CHANGED)
-
-        return await self._rmw(name, mutate)
+        return await self._rmw(name, _tainting(Taint(key=key, effect=effect, value=value)))
 
     async def remove_taint(
         self, name: str, key: str, effect: TaintEffect | None = None

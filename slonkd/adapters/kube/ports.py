@@ -27,6 +27,12 @@ class NodeWrites(Protocol):
         """Uncordon it, if slonkd cordoned it."""
         ...
 
+    async def cordon_and_taint(
+        self, name: str, *, cause: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> tuple[ChangeResult, ChangeResult]:
+        """Cordon and taint in one write (each with its own result)."""
+        ...
+
     async def set_taint(
         self, name: str, key: str, effect: TaintEffect, value: str = ""
     ) -> ChangeResult:

@@ -23,6 +23,7 @@ import hostlist
 from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
+    NodeLines,
     ReasonGroup,
     ReportedErrors,
     parse_reason_nodes,
@@ -76,6 +77,8 @@ class ScontrolBackend:
     runner: CommandRunner = field(init=False)
     json_read: str | None = field(default=None, init=False)
     """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
+    known: NodeLines = field(default_factory=NodeLines, init=False, repr=False)
+    """The last full node read's lines (an unchanged line is not parsed again)."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -124,7 +127,9 @@ class ScontrolBackend:
         if names:
             args.append(compress(names))
         try:
-            nodes = parse_show_node(await self.runner.run("scontrol", *args))
+            # a full read reuses the last full read's unchanged lines
+            known = None if names else self.known
+            nodes = parse_show_node(await self.runner.run("scontrol", *args), known)
         except NodeNotFoundError:
             if len(set(names)) <= 1:
                 return []

@@ -46,6 +46,22 @@ KubeWrite = Callable[[NodeView, Node, Action, int], Awaitable[ChangeResult | Non
 """One action on a view's K8s node (view, node, action, fencing token); None: not possible."""
 
 
+def joined(actions: Sequence[Action]) -> list[tuple[Action, ...]]:
+    """A node's K8s actions in order, a cordon and the taint right after it joined.
+
+    Those two go as one write (``NodeWrites.cordon_and_taint``): the node lifecycle
+    controller writes the node right after a cordon, so a second write would meet a conflict.
+    """
+    out: list[tuple[Action, ...]] = []
+    for action in actions:
+        last = out[-1] if out else ()
+        if action.kind is Kind.TAINT and len(last) == 1 and last[0].kind is Kind.CORDON:
+            out[-1] = (last[0], action)
+        else:
+            out.append((action,))
+    return out
+
+
 def record_update(
     auditor: Auditor,
     metrics: Metrics,
@@ -166,6 +182,7 @@ class Executor:
         cause: Cause,
         nodes: Sequence[str],
         token: int,
+        also: Sequence[Kind] = (),
     ) -> int:
         """Run one action of a pass; its failure is logged and audited, the pass goes on.
 
@@ -181,14 +198,15 @@ class Executor:
         except SlonkdError as exc:
             if not self.is_valid():
                 raise
-            self.metrics.applied(action.value, cause.name, changed=False, skipped=["failed"])
-            for node in nodes:
-                self.auditor.record(
-                    action.value, node, cause, token, f"failed: {str(exc)[:200]}", None
-                )
+            for kind in (action, *also):  # ``also``: written in the same call, failed with it
+                self.metrics.applied(kind.value, cause.name, changed=False, skipped=["failed"])
+                for node in nodes:
+                    self.auditor.record(
+                        kind.value, node, cause, token, f"failed: {str(exc)[:200]}", None
+                    )
             log.warning(
                 "coordinator.action_failed",
-                action=action.value,
+                action="+".join(k.value for k in (action, *also)),
                 cause=str(cause),
                 nodes=list(nodes)[:20],
                 error=str(exc)[:300],
@@ -257,6 +275,64 @@ class Executor:
             )  # fmt: skip
             log.info("coordinator.action_not_implemented", node=view.node, action=kind, cause=cause)
             return
+        self._report_kube(view, kube, action, result, token, before)
+
+    async def apply_kube_all(
+        self, view: NodeView, actions: Sequence[Action], token: int, check: Callable[[], int]
+    ) -> tuple[int, int]:
+        """A view's K8s actions in order, each isolated; (done, failed).
+
+        A cordon and the taint that follows it go as one write (:func:`joined`). ``check``
+        (the lease, raising when it is not held) runs before each write.
+        """
+        done = failed = 0
+        for group in joined(actions):
+            check()
+            first = group[0]
+            work = (
+                self.apply_kube(view, first, token)
+                if len(group) == 1
+                else self._cordon_and_taint(view, first, group[1], token)
+            )
+            if await self.isolated(
+                work, action=first.kind, cause=first.cause, nodes=[view.node], token=token,
+                also=[a.kind for a in group[1:]],
+            ):  # fmt: skip
+                failed += 1
+            else:
+                done += 1
+        return done, failed
+
+    async def _cordon_and_taint(
+        self, view: NodeView, cordon: Action, taint: Action, token: int
+    ) -> None:
+        kube = view.kube_node
+        if kube is None or self.auditor.dry_run:
+            await self.apply_kube(view, cordon, token)
+            await self.apply_kube(view, taint, token)
+            return
+        before = kube_text(kube)
+        results = await self.nodes.cordon_and_taint(
+            kube.name,
+            cause=cordon_mark(str(cordon.cause), view.node),
+            key=taint.key,
+            effect=TaintEffect.NO_SCHEDULE,
+            value=label_value(str(taint.cause)),
+        )
+        for action, result in zip((cordon, taint), results, strict=True):
+            self._report_kube(view, kube, action, result, token, before)
+
+    def _report_kube(
+        self,
+        view: NodeView,
+        kube: Node,
+        action: Action,
+        result: ChangeResult,
+        token: int,
+        before: str,
+    ) -> None:
+        """The metric, the audit record and the log line of one K8s write."""
+        kind, cause = action.kind.value, str(action.cause)
         outcome = result.outcome.value
         self.metrics.applied(kind, action.cause.name, changed=outcome == "changed")
         self.auditor.record(

@@ -72,14 +72,13 @@ class FastPath:
         for view, plan in zip(views, plans, strict=True):
             if view.node not in failing:
                 continue
-            for action in plan.for_writer(Writer.COORDINATOR):
-                if action.kind not in MARKS or (action.budgeted and view.node in admission.refused):
-                    continue
-                self.check_valid()
-                if not await self.executor.isolated(
-                    self.executor.apply_kube(view, action, token),
-                    action=action.kind, cause=action.cause, nodes=[view.node], token=token,
-                ):  # fmt: skip
-                    marked.append(view.node)
+            actions = [
+                a
+                for a in plan.for_writer(Writer.COORDINATOR)
+                if a.kind in MARKS and not (a.budgeted and view.node in admission.refused)
+            ]
+            done, _ = await self.executor.apply_kube_all(view, actions, token, self.check_valid)
+            if done:
+                marked.append(view.node)
         if marked:
             log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)

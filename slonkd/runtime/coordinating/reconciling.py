@@ -373,7 +373,7 @@ class Coordinator:
             await self.gate.open_breaker(why, token)
         self.gate.log_refusals(admission)
         slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
-        kube_actions: list[tuple[NodeView, Action]] = []
+        kube_actions: dict[str, tuple[NodeView, list[Action]]] = {}  # per node, in plan order
         for view, plan in zip(views, plans, strict=True):
             for action in plan.for_writer(Writer.COORDINATOR):
                 if action.budgeted and view.node in admission.refused:
@@ -381,8 +381,9 @@ class Coordinator:
                 if action.kind in SLURM_KINDS:
                     slurm_groups[(action.kind, action.cause)].append(view.node)
                 else:
-                    kube_actions.append((view, action))
-        before: dict[str, str] = {str(v.node): slurm_text(v.slurm) for v in views}
+                    kube_actions.setdefault(view.node, (view, []))[1].append(action)
+        acted = {name for names in slurm_groups.values() for name in names}
+        before = {str(v.node): slurm_text(v.slurm) for v in views if v.node in acted}
         decided_at = time.monotonic()
         failed = 0
         for (kind, cause), names in sorted(
@@ -393,12 +394,11 @@ class Coordinator:
                 self.executor.apply_slurm(kind, cause, names, token, before),
                 action=kind, cause=cause, nodes=names, token=token,
             )  # fmt: skip
-        for view, action in kube_actions:
-            self.elector.check_valid()
-            failed += await self.executor.isolated(
-                self.executor.apply_kube(view, action, token),
-                action=action.kind, cause=action.cause, nodes=[view.node], token=token,
-            )  # fmt: skip
+        for view, actions in kube_actions.values():
+            _, failures = await self.executor.apply_kube_all(
+                view, actions, token, self.elector.check_valid
+            )
+            failed += failures
         await self.revalidator.after_pass(views, plans)
         self.metrics.reconciled("ok", time.monotonic() - began)
         self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)

@@ -105,9 +105,9 @@ class CoordinatorSettings:
     change_poll: bool = False
     """Ask libslurm "node table changed since?" first and read only on change (used when the
     installed libslurm loads and SLURM is reached without an argv prefix; else scontrol). Off
-    by default until measured on a quiet machine: at 5,000 nodes it cut slurmctld's time on
-    slonkd about twelvefold, on a small cluster five tiny RPCs a second cost more than today's
-    1.4 reads."""
+    by default: on the quiet harness at 5,000 declared nodes it cut slurmctld's time on the
+    node table from 24.6 to 7.6 ms/s (3.2-fold), but on a small cluster its five RPCs a second
+    cost more than the scontrol poll's 1.4 reads (2.9 against 0.8 ms/s)."""
     change_poll_s: float = 0.2
     """The change poll's period (an RPC answered without packing the table)."""
     max_reads_per_s: float = 2.0
