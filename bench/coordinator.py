@@ -385,9 +385,10 @@ def _cordon_samples(
             "scontrol", "update", f"nodename={name}", "state=fail",
             f"reason=Kill task failed {i}",
         )  # fmt: skip
-        recorded = time.monotonic()
+        recorded, wall = time.monotonic(), time.time()
         wait_for("cordon+taint", marked, timeout_s=30, interval_s=0.01)
         samples.append(time.monotonic() - recorded)
+        print(f"event {i} {name} at {wall:.3f}: {samples[-1] * 1000:.0f} ms", file=sys.stderr)
         slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
 
         def lifted(knode: str = knode) -> bool:

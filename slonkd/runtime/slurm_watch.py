@@ -66,6 +66,7 @@ class ReadLimiter:
 
     async def acquire(self) -> None:
         """Wait for this reader's turn."""
+        asked = self._clock()
         async with self._lock:
             while True:
                 now = self._clock()
@@ -75,6 +76,9 @@ class ReadLimiter:
                     break
                 await self._sleep(self._recent[0] + self.window_s - now)
             self._recent.append(self._clock())
+            waited_ms = (self._recent[-1] - asked) * 1000
+            if waited_ms >= 1:  # a read that waited for the limit (issue 21's cordon tail)
+                log.debug("coordinator.read_waited", waited_ms=round(waited_ms, 1))
             self.reads += 1
             if self._on_read is not None:
                 self._on_read()
@@ -160,6 +164,8 @@ class SlurmWatch:
             return False, self.since
         self.probe_failed = False
         self.probes += 1
+        if stamp.changed:
+            log.debug("coordinator.change_seen", since=self.since, last_update=stamp.last_update)
         return not stamp.changed, stamp.last_update
 
     async def run(self) -> None:
