@@ -331,9 +331,9 @@ def run_sandbox(
                 "processes": descendants(os.getpid()),
             }
         )
-        write_state(root, state)
         _say(f"ready in {state['up_s']} s")
-        print_where_to_look(state)
+        print_where_to_look(state)  # before the state says ready: `up` ends on that
+        write_state(root, state)
         if hold_s > 0:
             stop.wait(hold_s)
         else:

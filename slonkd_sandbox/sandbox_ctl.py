@@ -117,31 +117,44 @@ def up(
             start_new_session=True,  # detached: no terminal signal reaches it
         )
     _say(f"started the {'real-node ' if real else ''}sandbox (pid {proc.pid}); its log: {log}")
-    shown = 0
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            text = log.read_text(errors="replace")
-            if len(text) > shown:
-                sys.stdout.write(text[shown:])
-                sys.stdout.flush()
-                shown = len(text)
-            state = read_state(root)
-            if state and state.get("ready"):
-                _say(f"up in {time.monotonic() - began:.1f} s (detached; pid {proc.pid})")
-                return 0
-            if proc.poll() is not None:
-                _say(f"the sandbox exited ({proc.returncode}) before it was ready; see {log}")
-                return 1
-            if time.monotonic() > deadline:
-                _say(f"not ready after {timeout_s:.0f} s: stopping it")
-                down(root)
-                return 1
-            time.sleep(0.2)
+        ready = follow(root, log, proc, deadline=began + timeout_s)
     except KeyboardInterrupt:
         _say("interrupted: stopping what was started")
         down(root)
         return 130
+    if ready:
+        _say(f"up in {time.monotonic() - began:.1f} s (detached; pid {proc.pid})")
+        return 0
+    if proc.poll() is not None:
+        _say(f"the sandbox exited ({proc.returncode}) before it was ready; see {log}")
+        return 1
+    _say(f"not ready after {timeout_s:.0f} s: stopping it")
+    down(root)
+    return 1
+
+
+def follow(root: Path, log: Path, proc: subprocess.Popen[bytes], *, deadline: float) -> bool:
+    """Show ``log`` as it grows until the state says ready (True), the runner died or time ran out.
+
+    The state is read before the log: the runner prints where to look and only then writes
+    ``ready``, so the log read after a ready state holds those lines (read the other way
+    round, a state that turned ready between the two reads ended ``up`` without them).
+    """
+    shown = 0
+    while True:
+        ended = proc.poll() is not None or time.monotonic() > deadline  # its last lines still show
+        state = read_state(root)
+        text = log.read_text(errors="replace")
+        if len(text) > shown:
+            sys.stdout.write(text[shown:])
+            sys.stdout.flush()
+            shown = len(text)
+        if state and state.get("ready"):
+            return True
+        if ended:
+            return False
+        time.sleep(0.2)
 
 
 def down(root: Path) -> int:

@@ -231,10 +231,10 @@ def run_real(root: Path, *, workers: int, hold_s: float = 0.0, fresh_dir: bool =
                     "processes": descendants(os.getpid()),
                 }
             )
+            _say(f"ready in {state['up_s']} s; timings {state['timings']}")
+            print_where_to_look(state)  # before the state says ready: `up` ends on that
             write_state(root, state)
             phase["ready"] = True
-            _say(f"ready in {state['up_s']} s; timings {state['timings']}")
-            print_where_to_look(state)
             stop.wait(hold_s if hold_s > 0 else None)
             phase["stopping"] = True
             _say("stopping: the real node (every container), then the control plane")
