@@ -582,6 +582,14 @@ def test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going(
         lambda: len(_leading(second)) + len(_leading(third)) >= 2,
         timeout_s=40,
     )
+    # The new term claims the state with its token before it acts, so from here on the old
+    # leader (which sees the deleted Lease only at its next renewal) can neither record nor
+    # make an eviction. It once evicted the victim here and its record was refused.
+    wait_for(
+        "the new term's token in the state",
+        lambda: int(fleet.state()["fencingToken"]) > first_token,
+        timeout_s=10,
+    )
     victim = next(
         f"w-{i}"
         for i in range(PODS)

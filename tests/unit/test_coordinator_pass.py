@@ -217,7 +217,13 @@ def _slurm(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:
 
 
 def _coordinator(
-    slurm: FakeSlurm, writer: FakeNodeWriter, nodes: list[Node], **budget: Any
+    slurm: FakeSlurm,
+    writer: FakeNodeWriter,
+    nodes: list[Node],
+    *,
+    pods: FakePodWriter | None = None,
+    store: FakeStore | None = None,
+    **budget: Any,
 ) -> Coordinator:
     limits: dict[str, Any] = {"max_out": 10, "max_out_percent": 100, "mass_percent": 100, **budget}
     settings = CoordinatorSettings(
@@ -227,9 +233,9 @@ def _coordinator(
     parts = Parts(
         slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
         nodes=writer,
-        pods=FakePodWriter(),
+        pods=pods or FakePodWriter(),
         events=FakeEvents(),
-        store=FakeStore(),
+        store=store or FakeStore(),
     )
     c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
     c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(len(nodes))}

@@ -11,9 +11,10 @@ hiding a lost lease.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -39,6 +40,7 @@ SLURM_KINDS = frozenset({Kind.DRAIN, Kind.DOWN, Kind.RELEASE, Kind.REQUEUE})
 MARKS = frozenset({Kind.CORDON, Kind.TAINT, Kind.SET_CONDITION, Kind.EVENT})
 """What the fast path may do: mark a K8s node (undone when healthy), never evict or drain."""
 BY = "by slonkd coordinator"
+T = TypeVar("T")
 
 SlurmWrite = Callable[[list[str], Cause], Awaitable[UpdateResult]]
 """A hostlist update of SLURM nodes for one cause."""
@@ -60,6 +62,26 @@ def joined(actions: Sequence[Action]) -> list[tuple[Action, ...]]:
         else:
             out.append((action,))
     return out
+
+
+async def finished(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``; cancelled meanwhile (the term ended), still await its end, then stop.
+
+    A write on its way may land whatever its sender does next, so it is never abandoned
+    between the request and its audit record: its answer is awaited (each call has its
+    timeout), audited and logged, and only then is the cancellation raised. Nothing after it
+    is written.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            log.info("coordinator.write_finished_after_term", task=task.get_name())
+            await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("coordinator.write_failed_after_term", error=str(task.exception())[:300])
+        raise
 
 
 def record_update(
@@ -192,7 +214,7 @@ class Executor:
         pass (an event, a poll change or the resync) tries the failed action again.
         """
         try:
-            await work
+            await finished(work)
         except Superseded:
             raise  # a newer leader wrote: this term ends, whatever the Lease says
         except SlonkdError as exc:

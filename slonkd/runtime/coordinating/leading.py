@@ -46,16 +46,18 @@ async def lead(c: Coordinator, token: int) -> None:
     """The leader's work: run the informers, then reconcile on events and on resync."""
     log.info(COORDINATOR_LEADING, identity=c.s.identity, fencing_token=token)
     try:
-        await _lead(c)
+        await _lead(c, token)
     except* _NotLeading:
         log.warning("coordinator.not_leading", identity=c.s.identity, fencing_token=token)
     finally:
         c.cancel_read_ahead()
 
 
-async def _lead(c: Coordinator) -> None:
+async def _lead(c: Coordinator, token: int) -> None:
     s, dirty = c.s, c.observer.dirty
     async with asyncio.TaskGroup() as group:
+        # the term's token in the state before anything acts (a dry run writes nothing)
+        claim = None if c.auditor.dry_run else group.create_task(c.memory.claim(token))
         group.create_task(c.nodes.run())
         group.create_task(c.pods.run())
         if c.bus is not None:
@@ -84,6 +86,8 @@ async def _lead(c: Coordinator) -> None:
             group.create_task(
                 c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
             )
+        if claim is not None:
+            await claim
         await run_level_triggered(
             dirty,
             lambda _cause: _pass(c),

@@ -11,9 +11,10 @@ returns a rebooted node by itself; slonkd holds it until its checks passed on de
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import structlog
 
@@ -32,6 +33,8 @@ from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.values import label_value
 
 log = structlog.get_logger("slonkd.coordinator")
+
+V = TypeVar("V")
 
 SLURM_REBOOT = "slurm-reboot"
 """Audit action of a reboot step's SLURM half (``scontrol reboot ASAP``), next to its K8s half."""
@@ -56,13 +59,28 @@ class Remediator:
     async def evict(
         self, view: NodeView, kube: Node, action: Action, token: int
     ) -> ChangeResult | None:
-        """Evict the worker pod (a new one may land on healthy hardware); None: no pod."""
+        """Evict the worker pod (a new one may land on healthy hardware); None: no pod.
+
+        The eviction's record (the failure handled, the ladder's attempt, the revalidation
+        the node owes) is written first, fenced by the token: a leader whose term has ended
+        without it knowing yet (a deleted Lease is seen only at the next renewal) is refused
+        there and evicts nothing. Recorded after, the eviction would be made and its record
+        refused, and the next leader, not knowing, would evict the re-placed pod again. An
+        eviction that is not made (a PDB refuses it, the pod is gone, an error) takes its
+        record back.
+        """
         if view.pod is None:
             return None
-        result = await self.pods.evict(view.pod.namespace, view.pod.name, uid=view.pod.uid)
-        if result.done:  # the node proves its health on its next pod before it returns
-            handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
-            await self._remediated(kube.name, view.node, handled, token, revalidate=True)
+        handled = failure_fingerprint(view.slurm) if view.slurm is not None else ""
+        # the node proves its health on its next pod before it returns
+        undo = await self._remediated(kube.name, view.node, handled, token, revalidate=True)
+        try:
+            result = await self.pods.evict(view.pod.namespace, view.pod.name, uid=view.pod.uid)
+        except SlonkdError:
+            await self.memory.update(token, undo)
+            raise
+        if not result.done:
+            await self.memory.update(token, undo)
         return result
 
     async def escalate(
@@ -133,18 +151,22 @@ class Remediator:
 
     async def _remediated(
         self, kube_node: str, node: str, handled: str, token: int, *, revalidate: bool = False
-    ) -> None:
+    ) -> Callable[[CoordinatorState], CoordinatorState]:
         """Record one remediation step (and the failure it handled) in the state ConfigMap.
 
         ``revalidate``: also start the node's revalidation (a record with no recheck sent:
-        when SLURM puts the node back by itself, slonkd drains it ``revalidating``).
+        when SLURM puts the node back by itself, slonkd drains it ``revalidating``). Returns
+        the change that takes this record back (the node's entries as they were before it).
         """
+        was = CoordinatorState()
 
         def change(st: CoordinatorState) -> CoordinatorState:
-            was = st.remediation.get(kube_node, Attempts())
+            nonlocal was
+            was = st
+            before = st.remediation.get(kube_node, Attempts())
             remediation = {
                 **st.remediation,
-                kube_node: Attempts(attempts=was.attempts + 1, last_at=time.time()),
+                kube_node: Attempts(attempts=before.attempts + 1, last_at=time.time()),
             }
             done = {**st.handled, node: handled} if handled else st.handled
             checks = st.revalidating
@@ -154,3 +176,21 @@ class Remediator:
             return replace(st, remediation=remediation, handled=done, revalidating=checks)
 
         await self.memory.update(token, change)
+
+        def undo(st: CoordinatorState) -> CoordinatorState:
+            return replace(
+                st,
+                remediation=_restored(st.remediation, kube_node, was.remediation),
+                handled=_restored(st.handled, node, was.handled) if handled else st.handled,
+                revalidating=_restored(st.revalidating, node, was.revalidating),
+            )
+
+        return undo
+
+
+def _restored(now: Mapping[str, V], key: str, was: Mapping[str, V]) -> dict[str, V]:
+    """``now`` with ``key`` as it was in ``was`` (absent there: removed)."""
+    out = {k: v for k, v in now.items() if k != key}
+    if key in was:
+        out[key] = was[key]
+    return out

@@ -1,7 +1,8 @@
 """The coordinator's memory: the state ConfigMap as last read or written.
 
-Breaker, pause, remediation history and handled failures survive a failover there. A pass
-reads it (:mod:`.reconciling`), the breaker (:mod:`.admitting`) and the remediation steps
+Breaker, pause, remediation history and handled failures survive a failover there. A new
+term claims it with its token before it acts (:mod:`.leading`); a pass reads it
+(:mod:`.reconciling`), the breaker (:mod:`.admitting`) and the remediation steps
 (:mod:`.remediating`) write it under the fencing token; between passes it is polled so an
 operator's pause or breaker reset starts a pass within seconds (:mod:`.leading`). A corrupt
 ConfigMap pauses every automated action until it is repaired.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, StateStorage
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import SlonkdError
@@ -53,6 +55,27 @@ class Memory:
         """Write ``change`` as the leader holding ``token``; the result is the known state."""
         self.state = await self.store.update(token, change)
         return self.state
+
+    async def claim(self, token: int) -> None:
+        """Write this term's token into the state before its first pass acts.
+
+        From then on every state write of an older term is refused (``FencedError``), and so
+        is what such a write guards (an eviction is recorded before it is made,
+        :mod:`.remediating`). Without it, a leader that has not yet noticed the end of its
+        term (a deleted Lease is seen at the next renewal) could write and act until the new
+        term's first write. A corrupt or unreachable state is left to the pass (it pauses, or
+        its first write raises the token); a newer token than this term's ends the term.
+        """
+        try:
+            await self.update(token, lambda st: st)
+        except StateCorrupt:
+            return  # the pass reads it, pauses and says why
+        except SlonkdError as exc:
+            if isinstance(exc, Superseded):
+                raise
+            log.warning("coordinator.state_claim_failed", fencing_token=token, error=str(exc)[:300])
+            return
+        log.info("coordinator.state_claimed", fencing_token=token)
 
     async def warn(self, reason: str, message: str) -> None:
         """A Warning Event on the state ConfigMap (best effort: never fails the caller)."""

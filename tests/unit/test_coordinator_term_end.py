@@ -1,0 +1,152 @@
+"""What a coordinator does when its term ends in the middle of a pass (fakes, no services).
+
+Found by ``test_a_deleted_lease_under_a_running_pair_keeps_state_writes_going`` (1 run in 3
+under load, and in CI): the Lease was deleted, a standby took a new term, and the old leader,
+which learns of it only at its next renewal, evicted the failed node's pod. Its record of that
+eviction (the failure handled, the ladder's attempt) was then refused for the newer token, and
+the eviction request on its way when the term was cancelled left no audit record either. The
+new leader, not knowing, cordoned the node the pod was re-placed on and waited for the ladder.
+Neighbours: ``test_coordinator_pass`` (the fakes), ``slonkd.runtime.coordinating.remediating``
+and ``.executing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from slonkd.adapters.kube.state import FencedError
+from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
+from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
+from slonkd.core.kube_objects import TaintEffect
+from slonkd.core.plan import Policy
+from tests.unit.test_coordinator_pass import (
+    AuditRecorder,
+    FakeNodeWriter,
+    FakePodWriter,
+    FakeSlurm,
+    FakeStore,
+    _coordinator,
+    _node,
+    _slurm,
+)
+
+FAILED = "IDLE+FAIL"
+
+
+class _Refusing(FakeStore):
+    """A state a newer leader has written: every write of this one is refused."""
+
+    async def update(
+        self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+    ) -> CoordinatorState:
+        """Refused, as for a newer token."""
+        raise FencedError("the state holds token 8, this writer 7")
+
+
+async def test_an_eviction_is_recorded_before_it_is_made_so_a_deposed_leader_makes_none() -> None:
+    """The record of an eviction is written (fenced) first: refused, so is the eviction."""
+    slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+    pods = FakePodWriter()
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)], pods=pods, store=_Refusing())
+    with pytest.raises(FencedError):
+        await c.reconcile_all()
+    assert pods.evicted == []
+
+
+async def test_an_eviction_and_its_record_go_together() -> None:
+    """Evicted: the failure is handled and the attempt counted; refused: neither is."""
+    for outcome, recorded in ((ChangeOutcome.CHANGED, True), (ChangeOutcome.REFUSED, False)):
+        slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+        pods = _Answering(outcome)
+        c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)], pods=pods)
+        await c.reconcile_all()
+        state = c.memory.state
+        assert pods.evicted == ["w-0"]
+        assert ("w-0" in state.handled) is recorded, state
+        assert ("kn-0" in state.remediation) is recorded, state
+
+
+async def test_a_write_on_its_way_when_the_term_ends_is_finished_and_audited() -> None:
+    """Cancelled mid-write (the term ended), the write's answer is still awaited and audited."""
+    slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+    writer = _Blocking()
+    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+    work = asyncio.create_task(c.reconcile_all())
+    await asyncio.wait_for(writer.entered.wait(), timeout=5)
+    work.cancel()
+    await asyncio.sleep(0.05)
+    assert not work.done()  # it waits for the write's answer
+    writer.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(work, timeout=5)
+    done = {(r["action"], r["outcome"]) for r in audit.records}
+    assert {("cordon", "changed"), ("taint", "changed")} <= done, audit.records
+    assert "condition" not in {what for what, _ in writer.calls}  # nothing after the end
+
+
+class _Blocking(FakeNodeWriter):
+    """A node writer whose joined cordon and taint waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def cordon_and_taint(
+        self, name: str, *, cause: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> tuple[ChangeResult, ChangeResult]:
+        """Sent; the answer comes when released."""
+        self.entered.set()
+        await self.release.wait()
+        return await super().cordon_and_taint(
+            name, cause=cause, key=key, effect=effect, value=value
+        )
+
+
+class _Answering(FakePodWriter):
+    """Evictions answered with ``outcome``."""
+
+    def __init__(self, outcome: ChangeOutcome) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+    async def evict(
+        self, namespace: str, name: str, *, uid: str = "", grace_s: int | None = None
+    ) -> ChangeResult:
+        """Recorded, answered with the outcome."""
+        self.evicted.append(name)
+        return ChangeResult(outcome=self.outcome)
+
+
+async def test_a_new_term_claims_the_state_before_it_acts_and_a_newer_one_ends_it() -> None:
+    """The claim writes the term's token; a corrupt state is left to the pass; newer: raised."""
+    slurm = FakeSlurm([_slurm(0)], failing=set())
+    tokens: list[int] = []
+
+    class _Recording(FakeStore):
+        async def update(
+            self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+        ) -> CoordinatorState:
+            tokens.append(token)
+            return await super().update(token, change)
+
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Recording())
+    await c.memory.claim(7)
+    assert tokens == [7]
+
+    class _Corrupt(FakeStore):
+        async def update(
+            self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
+        ) -> CoordinatorState:
+            raise StateCorrupt("remediation: not an object")
+
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Corrupt())
+    await c.memory.claim(7)  # no raise: the pass pauses on it
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Refusing())
+    with pytest.raises(FencedError):
+        await c.memory.claim(7)
