@@ -71,9 +71,17 @@ class FakeSlurm:
         self.failing = failing
         self.drained: list[tuple[str, list[str]]] = []
         self.resumed: list[tuple[str, list[str]]] = []
+        self.table: list[SlurmNode] | None = None
+        """What ``recent_nodes`` answers (the poll's table); None: a pass reads."""
+        self.reads = 0
+
+    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
+        """The table the poll kept, if any."""
+        return self.table
 
     async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        """Every node."""
+        """Every node, counted."""
+        self.reads += 1
         return list(self.nodes)
 
     async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
@@ -562,3 +570,17 @@ async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> N
     await c.fast_marks()
     failed = {r["action"] for r in audit.records if r["outcome"].startswith("failed")}
     assert {"cordon", "taint"} <= failed, audit.records
+
+
+async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
+    """The poll's table (no write since) serves the pass: no read, no turn of the read limit."""
+    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)])
+    slurm.table = [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1)]
+    writer_calls = c.executor.nodes
+    await c.reconcile_all()
+    assert (slurm.reads, c.reads.reads, c.reused_reads) == (0, 0, 1)
+    assert ("cordon", "kn-0") in cast(FakeNodeWriter, writer_calls).calls  # acted on it
+    slurm.table = None
+    await c.reconcile_all()
+    assert (slurm.reads, c.reads.reads, c.reused_reads) == (1, 1, 1)

@@ -53,6 +53,10 @@ class SlurmBackend(Protocol):
         """Every node that carries a reason, as exact node records (the coordinator's poll)."""
         ...
 
+    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
+        """The whole node table if read within ``max_age_s`` and no write of slonkd's since."""
+        ...
+
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on a node."""
         ...

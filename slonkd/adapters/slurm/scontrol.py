@@ -13,9 +13,10 @@ node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import hostlist
@@ -79,6 +80,10 @@ class ScontrolBackend:
     """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
     known: NodeLines = field(default_factory=NodeLines, init=False, repr=False)
     """The last full node read's lines (an unchanged line is not parsed again)."""
+    table: tuple[float, list[SlurmNode]] | None = field(default=None, init=False, repr=False)
+    """The last full node table (when its read began, monotonic), None once slonkd wrote."""
+    writes: int = field(default=0, init=False)
+    """Raised when a write begins and when it ends: a read across one keeps no table."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -122,24 +127,58 @@ class ScontrolBackend:
         """Jobs that ended within slurmctld's ``MinJobAge``: one squeue (parsing_finished.py)."""
         return parse_finished_jobs(await self.runner.run("squeue", *SQUEUE_FINISHED_ARGS))
 
+    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
+        """The whole node table as read at most ``max_age_s`` ago, if slonkd wrote none since.
+
+        The coordinator's poll and its passes send slurmctld the same request (``scontrol -o
+        show node``): a pass that starts right after a poll read takes that table instead of
+        asking again (issue 21: the passes' own reads kept the poll's next read waiting for
+        the read limit). None when there is no such table (a write began after its read).
+        """
+        table = self.table
+        if table is None or time.monotonic() - table[0] > max_age_s:
+            return None
+        return list(table[1])
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write to slurmctld: no table read before or during it is served afterwards."""
+        self.writes += 1
+        self.table = None
+        try:
+            yield
+        finally:
+            self.writes += 1
+            self.table = None
+
+    async def _table_read(self) -> tuple[float, int, str]:
+        """``scontrol -o show node`` with when it began and the writes counted then."""
+        began, writes = time.monotonic(), self.writes
+        return began, writes, await self.runner.run("scontrol", "-o", "show", "node")
+
+    def _keep(self, began: float, writes: int, nodes: list[SlurmNode]) -> None:
+        if self.writes == writes:
+            self.table = (began, nodes)
+
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
         args = ["-o", "show", "node"]
         if names:
             args.append(compress(names))
         try:
-            # a full read reuses the last full read's unchanged lines
-            known = None if names else self.known
-            nodes = parse_show_node(await self.runner.run("scontrol", *args), known)
+            if not names:  # a full read reuses the last full read's unchanged lines
+                began, writes, text = await self._table_read()
+                nodes = parse_show_node(text, self.known)
+                self._keep(began, writes, nodes)
+                return nodes
+            nodes = parse_show_node(await self.runner.run("scontrol", *args))
         except NodeNotFoundError:
             if len(set(names)) <= 1:
                 return []
             return await self._read_nodes(())  # some named nodes do not exist: read them all
         except AmbiguousOutput:
             return await self.read_nodes_json(names)
-        if names:
-            wanted = set(names)
-            return [n for n in nodes if n.name in wanted]
-        return nodes
+        wanted = set(names)
+        return [n for n in nodes if n.name in wanted]
 
     async def diag(self) -> str:
         """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
@@ -150,11 +189,20 @@ class ScontrolBackend:
 
         Costs slurmctld what ``sinfo -R`` costs (node table + partition table RPCs) and
         this side a scan of the lines (38 ms of scontrol at 5,004 nodes against sinfo's 19
-        ms), but gives exact node records; used by the coordinator's poll. A reason with a
-        newline makes the text ambiguous: then the JSON read, filtered.
+        ms), but gives exact node records; used by the coordinator's poll. The whole table
+        is parsed (only the lines changed since the last full read) and kept for the pass
+        that follows (:meth:`recent_nodes`). A line that does not parse alone leaves only
+        the reason lines parsed; a reason with a newline makes the text ambiguous: then the
+        JSON read, filtered.
         """
         try:
-            return parse_reason_nodes(await self.runner.run("scontrol", "-o", "show", "node"))
+            began, writes, text = await self._table_read()
+            try:
+                nodes = parse_show_node(text, self.known)
+            except AmbiguousOutput:
+                return parse_reason_nodes(text)
+            self._keep(began, writes, nodes)
+            return [n for n in nodes if n.reason]
         except AmbiguousOutput:
             return [n for n in await self.read_nodes_json(()) if n.reason]
 
@@ -253,6 +301,10 @@ class ScontrolBackend:
         that reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
         skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
         """
+        with self._writing():
+            return await self._reboot(names, cause, text)
+
+    async def _reboot(self, names: Sequence[str], cause: Cause, text: str) -> UpdateResult:
         before = self.calls
         wanted = list(dict.fromkeys(names))
         drained = await self._hold(wanted, HoldState.DRAIN, cause, text)
@@ -281,8 +333,9 @@ class ScontrolBackend:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
         before = self.calls
         value = sanitise_text(comment)
-        for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
-            await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
+        with self._writing():
+            for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
+                await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
 
     async def requeue_jobs(self, name: str) -> RequeueResult:
@@ -291,7 +344,8 @@ class ScontrolBackend:
         can = [j.job_id for j in jobs if j.requeueable]
         cannot = tuple(j.job_id for j in jobs if not j.requeueable)
         if can:
-            await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))
+            with self._writing():
+                await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))
         return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
 
     # -- compare-and-set machinery ---------------------------------------------------------
@@ -341,15 +395,16 @@ class ScontrolBackend:
         """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""
         before = self.calls
         primed = PrimedScontrol(self.settings)
-        try:
-            await primed.start()
-            read_at = time.time()  # an operator's write after this and before ours is lost
-            nodes = await self.read_for_update(names, hold=hold)
-            plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
-            result = await self._apply(plans, before, planner, primed)
-            return dataclasses.replace(result, read_at=read_at)
-        finally:
-            await primed.close()
+        with self._writing():
+            try:
+                await primed.start()
+                read_at = time.time()  # an operator's write after this and before ours is lost
+                nodes = await self.read_for_update(names, hold=hold)
+                plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
+                result = await self._apply(plans, before, planner, primed)
+                return dataclasses.replace(result, read_at=read_at)
+            finally:
+                await primed.close()
 
     async def _recheck(
         self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner

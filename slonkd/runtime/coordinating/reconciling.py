@@ -188,6 +188,8 @@ class Coordinator:
             else None
         )
         self.passes = 0
+        self.reused_reads = 0
+        """Passes that took the poll's table instead of reading again (no write since)."""
         self.suspected: frozenset[Cause] = frozenset()
         self.bus = coordinator_bus(s)
         self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
@@ -255,6 +257,7 @@ class Coordinator:
                 "last_ms": self.snapshot.duration_ms if self.snapshot else None,
                 "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
                 "slurm_reads": self.reads.reads,
+                "slurm_reads_reused": self.reused_reads,
                 "slurm_polls": self.watch.polls if self.watch else 0,
                 "first_ms": self.first_pass_ms,
                 "slurm_change_polls": self.watch.probes if self.watch else 0,
@@ -336,10 +339,14 @@ class Coordinator:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
         first = self.passes == 0
         ahead, self._prefetch = self._prefetch, None
-        if ahead is None:
+        # the table the poll has just read, when slonkd wrote nothing since: the same request
+        recent = self.slurm.recent_nodes(self.s.poll_s) if ahead is None else None
+        if ahead is None and recent is None:
             await self.reads.acquire()
         began = time.monotonic()
-        slurm_nodes = await self._pass_read(ahead)
+        slurm_nodes = recent if recent is not None else await self._pass_read(ahead)
+        if recent is not None:
+            self.reused_reads += 1
         self._last_slurm = slurm_nodes
         self.observer.fresh = []  # this read has them all
         read_at = time.monotonic()
@@ -436,6 +443,7 @@ class Coordinator:
             slurm_calls=len(slurm_groups),
             kube_actions=len(kube_actions),
             failed_actions=failed,
+            slurm_read="poll's" if recent is not None else "own",
             duration_ms=round((time.monotonic() - began) * 1000, 1),
         )
         return plans
