@@ -77,7 +77,7 @@ async def finished(work: Coroutine[Any, Any, T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         if not task.done():
-            log.info("coordinator.write_finished_after_term", task=task.get_name())
+            log.info("coordinator.write_finished_after_term")
             await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
             log.warning("coordinator.write_failed_after_term", error=str(task.exception())[:300])

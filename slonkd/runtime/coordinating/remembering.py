@@ -70,9 +70,9 @@ class Memory:
             await self.update(token, lambda st: st)
         except StateCorrupt:
             return  # the pass reads it, pauses and says why
+        except Superseded:
+            raise  # a newer term wrote: this one ends
         except SlonkdError as exc:
-            if isinstance(exc, Superseded):
-                raise
             log.warning("coordinator.state_claim_failed", fencing_token=token, error=str(exc)[:300])
             return
         log.info("coordinator.state_claimed", fencing_token=token)
