@@ -9,6 +9,7 @@ budget, the fast path's marks through the same budget, the dry run, the executor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -584,3 +585,27 @@ async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
     slurm.table = None
     await c.reconcile_all()
     assert (slurm.reads, c.reads.reads, c.reused_reads) == (1, 1, 1)
+
+
+async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked() -> None:
+    """The poll's read, newer than the pass's, hands a failure while the pass reads: kept.
+
+    The pass's read began before the failure and does not show it; dropping what the poll
+    handed over meanwhile ("this read has them all") left the failure unmarked until another
+    pass read SLURM again.
+    """
+
+    class Slow(FakeSlurm):
+        async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
+            nodes = list(self.nodes)  # the state when the read began
+            await asyncio.sleep(0.01)
+            c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+            return nodes
+
+    slurm = Slow([_slurm(i) for i in range(3)], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    await c.reconcile_all()
+    assert writer.calls == []  # the pass's read had no failure
+    await c.fast_marks()
+    assert ("cordon", "kn-1") in writer.calls, writer.calls

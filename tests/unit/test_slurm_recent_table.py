@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.errors import TransientError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05"
 LINES = "".join(
@@ -52,3 +55,69 @@ async def test_a_read_across_a_write_keeps_no_table() -> None:
     nodes = await backend.read_nodes()
     assert [n.name for n in nodes] == ["n1"]
     assert backend.recent_nodes(60) == nodes
+
+
+def _with_reason(reason: str) -> str:
+    """n1's line drained by SLURM with ``reason``."""
+    text = LINES.replace("State=IDLE ", "State=IDLE+DRAIN ").replace(
+        " ExtSensorsTemp=n/s", f" ExtSensorsTemp=n/s Reason={reason} [slurm@2026-12-04T00:00:00]"
+    )
+    assert text.count("Reason=") == 1
+    return text
+
+
+class _Overlap:
+    """Each ``scontrol -o show node`` answers its own text once its own event is set."""
+
+    def __init__(self, answers: list[tuple[asyncio.Event, str]]) -> None:
+        self.answers = list(answers)
+
+    async def run(self, tool: str, *args: str, retry: bool = True) -> str:
+        if not self.answers:
+            raise TransientError(f"{tool} {' '.join(args)}: no answer left")
+        release, text = self.answers.pop(0)
+        await release.wait()
+        return text
+
+
+async def test_an_older_read_that_ends_last_never_replaces_a_newer_table() -> None:
+    """Read A begins, SLURM fails n1, read B begins and ends, then A ends: B's table stays.
+
+    CI (stop 32): the pass's read began before a failure, the poll's read after it; the poll's
+    ended first, its failure was marked, then the pass's older table replaced it and the next
+    pass, taking that table, lifted the marks while the failure stood.
+    """
+    failed = _with_reason("Kill task failed")
+    older, newer = asyncio.Event(), asyncio.Event()
+    backend = ScontrolBackend()
+    backend.runner = _Overlap([(older, LINES), (newer, failed)])  # type: ignore[assignment]
+    a = asyncio.create_task(backend.read_nodes())  # a pass's read, before the failure
+    await asyncio.sleep(0)
+    b = asyncio.create_task(backend.read_reason_nodes())  # the poll's, after it
+    newer.set()
+    assert [n.name for n in await b] == ["n1"]  # the poll saw the failure
+    older.set()
+    assert [n.reason for n in await a] == [""]
+    kept = backend.recent_nodes(60)
+    assert kept is not None
+    assert [n.reason for n in kept] != [""], "the older read's table replaced the newer one"
+
+
+async def test_a_newer_read_that_keeps_no_table_drops_the_older_one() -> None:
+    """A poll's text is ambiguous (a reason with a newline): no older table is served after it.
+
+    The poll hands over what the reason lines show; a pass served the table read before it
+    would undo what the fast path marked from them.
+    """
+    ambiguous = _with_reason("Kill task\nfailed")
+    assert ambiguous.count("\n") == 2
+    first, second = asyncio.Event(), asyncio.Event()
+    first.set()
+    second.set()
+    backend = ScontrolBackend()
+    backend.runner = _Overlap([(first, LINES), (second, ambiguous)])  # type: ignore[assignment]
+    await backend.read_nodes()
+    assert backend.recent_nodes(60) is not None
+    with pytest.raises(TransientError, match="--json"):  # then the JSON read, not answered
+        await backend.read_reason_nodes()
+    assert backend.recent_nodes(60) is None

@@ -157,8 +157,18 @@ class ScontrolBackend:
         return began, writes, await self.runner.run("scontrol", "-o", "show", "node")
 
     def _keep(self, began: float, writes: int, nodes: list[SlurmNode]) -> None:
-        if self.writes == writes:
+        """Keep a read's table unless slonkd wrote since it began or a newer read is kept.
+
+        Reads overlap (the poll's and a pass's): one that began earlier and ends later holds
+        the older state, and a pass served it would undo what the newer one made slonkd do.
+        """
+        if self.writes == writes and (self.table is None or began >= self.table[0]):
             self.table = (began, nodes)
+
+    def _drop_older(self, began: float) -> None:
+        """A read that began at ``began`` keeps no table: none older may be served after it."""
+        if self.table is not None and self.table[0] < began:
+            self.table = None
 
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
         args = ["-o", "show", "node"]
@@ -167,7 +177,11 @@ class ScontrolBackend:
         try:
             if not names:  # a full read reuses the last full read's unchanged lines
                 began, writes, text = await self._table_read()
-                nodes = parse_show_node(text, self.known)
+                try:
+                    nodes = parse_show_node(text, self.known)
+                except AmbiguousOutput:
+                    self._drop_older(began)
+                    raise
                 self._keep(began, writes, nodes)
                 return nodes
             nodes = parse_show_node(await self.runner.run("scontrol", *args))
@@ -200,6 +214,7 @@ class ScontrolBackend:
             try:
                 nodes = parse_show_node(text, self.known)
             except AmbiguousOutput:
+                self._drop_older(began)
                 return parse_reason_nodes(text)
             self._keep(began, writes, nodes)
             return [n for n in nodes if n.reason]

@@ -83,8 +83,8 @@ class Observer:
         self.dirty = asyncio.Event()
         """Set when something changed that a pass should look at."""
         self._seen: dict[str, ReadyTracker] = defaultdict(lambda: ReadyTracker(kubelet_time=True))
-        self.fresh: list[SlurmNode] = []
-        """Nodes whose reason or state the poll saw change since the last pass (fast path)."""
+        self.fresh: list[tuple[float, SlurmNode]] = []
+        """Nodes whose reason or state the poll saw change, with when (monotonic) it said so."""
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
         self.answers: dict[str, Answer] = {}
@@ -96,13 +96,22 @@ class Observer:
 
     def on_slurm_change(self, new: Sequence[SlurmNode]) -> None:
         """The poll saw these nodes change: mark them (fast path) and start a pass."""
-        self.fresh.extend(new)
+        now = time.monotonic()
+        self.fresh.extend((now, n) for n in new)
         self.dirty.set()
 
     def take_fresh(self) -> list[SlurmNode]:
         """The nodes the poll saw change since the last call (or the last full read)."""
         fresh, self.fresh = self.fresh, []
-        return fresh
+        return [n for _, n in fresh]
+
+    def read_since(self, began: float) -> None:
+        """A full read that began at ``began`` has what the poll handed over before then.
+
+        What came later stays for the fast path: the poll's read may have begun after this
+        one (reads overlap) and seen a failure this one did not.
+        """
+        self.fresh = [(at, n) for at, n in self.fresh if at >= began]
 
     def on_change(self, event: CacheEvent[Any]) -> None:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""

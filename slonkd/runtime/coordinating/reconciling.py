@@ -175,6 +175,7 @@ class Coordinator:
         )
         self._last_slurm: list[SlurmNode] | None = None
         self._prefetch: asyncio.Task[list[SlurmNode]] | None = None
+        self._prefetch_began = 0.0
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""
@@ -311,6 +312,7 @@ class Coordinator:
         pass's own (its one read within the limit), taken when the term began.
         """
         if self._prefetch is None:
+            self._prefetch_began = time.monotonic()
             self._prefetch = asyncio.ensure_future(self._read_slurm())
 
     async def _read_slurm(self) -> list[SlurmNode]:
@@ -344,11 +346,12 @@ class Coordinator:
         if ahead is None and recent is None:
             await self.reads.acquire()
         began = time.monotonic()
+        read_began = self._prefetch_began if ahead is not None else began
         slurm_nodes = recent if recent is not None else await self._pass_read(ahead)
         if recent is not None:
             self.reused_reads += 1
         self._last_slurm = slurm_nodes
-        self.observer.fresh = []  # this read has them all
+        self.observer.read_since(read_began)  # what the poll handed over before, this read has
         read_at = time.monotonic()
         was_open = self.state.breaker_open
         await self.memory.load()
