@@ -57,7 +57,7 @@ from slonkd.core.revalidation import (
     is_failure,
     judge,
 )
-from slonkd.core.slurm_node import DrainStatus, SlurmNode
+from slonkd.core.slurm_node import DrainStatus, SlurmNode, failure_fingerprint
 
 REASON_CLOCK_SLACK_S = 2.0
 """SLURM stamps reasons to the second: comparisons with observed times allow this much."""
@@ -115,11 +115,6 @@ def _slurm_failure(view: NodeView, policy: Policy) -> str | None:
     if owner is ReasonOwner.NONE and (s.state.failed or s.state.down):
         return str(s.state)
     return None
-
-
-def failure_fingerprint(slurm: SlurmNode) -> str:
-    """Identifies one SLURM-reported failure: its reason and when SLURM set it."""
-    return f"{slurm.reason}|{slurm.reason_time.isoformat() if slurm.reason_time else ''}"
 
 
 def _maintenance(node: Node | None) -> Cause | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from slonkd.core.health import Remediation
 from slonkd.core.plan import Action, Kind, NodeView, Policy, Writer
 from slonkd.core.reasons import Cause
+from slonkd.core.slurm_node import failure_fingerprint
 
 FAILURE_TAINT = "slonk.dev/unhealthy"
 """The NoSchedule taint slonkd puts on a K8s node whose SLURM node failed."""
@@ -69,7 +70,10 @@ def kube_actions(
     if holds_marks(view):
         # The failure is not seen now only because the pod is in its lifecycle (e.g. just
         # evicted by remediation): undoing the marks would let its replacement land back here.
-        notes.append(f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled")
+        notes.append(
+            f"keeping slonkd's marks on K8s node {kube.name}: its pod is not settled"
+            " (or its eviction not seen yet)"
+        )
         return out
     if kube.unschedulable and kube.cordoned_by_slonkd:
         out.append(Action(kind=Kind.UNCORDON, writer=co, cause=_HEALTHY))
@@ -85,13 +89,32 @@ def kube_actions(
 
 
 def holds_marks(view: NodeView) -> bool:
-    """slonkd's marks are on the K8s node and the pod there is not settled: keep them."""
+    """slonkd's marks are on the K8s node and the pod there is not settled: keep them.
+
+    Nor are they undone while the pod slonkd evicted for the SLURM failure they are for
+    still shows on that node, settled, with that failure standing: the eviction's record
+    (the failure handled, so not counted again) is read fresh from the state, the pod's
+    deletion arrives through a watch, and a pass between the two must not lift the marks.
+    """
     kube, pod = view.kube_node, view.pod
     if kube is None:
         return False
     ours = bool(kube.our_taints)
     marked = (kube.unschedulable and kube.cordoned_by_slonkd) or ours or kube.slurm_healthy is False
-    return marked and (pod is None or pod.terminating or not pod.ready)
+    return marked and (pod is None or pod.terminating or not pod.ready or _eviction_unseen(view))
+
+
+def _eviction_unseen(view: NodeView) -> bool:
+    """The pod here is the one slonkd evicted for the failure its cordon stands for."""
+    kube, slurm = view.kube_node, view.slurm
+    return (
+        kube is not None
+        and slurm is not None
+        and kube.unschedulable
+        and kube.marked_for == view.node
+        and view.handled_failure != ""
+        and view.handled_failure == failure_fingerprint(slurm)
+    )
 
 
 def _remediate(

@@ -231,3 +231,8 @@ class SlurmNode:
     def busy(self) -> bool:
         """Whether any CPU of the node is allocated to a job."""
         return self.alloc_cpus > 0 or self.state.base in _BUSY_BASES
+
+
+def failure_fingerprint(slurm: SlurmNode) -> str:
+    """Identifies one SLURM-reported failure: its reason and when SLURM set it."""
+    return f"{slurm.reason}|{slurm.reason_time.isoformat() if slurm.reason_time else ''}"

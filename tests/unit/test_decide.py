@@ -488,7 +488,7 @@ def test_failure_set_before_the_pod_was_ready_is_not_blamed_on_its_node() -> Non
 
 def test_a_failure_already_remediated_is_left_to_an_operator() -> None:
     """Once slonkd evicted for a failure, the same failure is not acted on again."""
-    from slonkd.core.decide import failure_fingerprint
+    from slonkd.core.slurm_node import failure_fingerprint
 
     failed = slurm("IDLE+FAIL", "Kill task failed")
     plan = decide(view(slurm=failed, handled_failure=failure_fingerprint(failed)), POLICY)

@@ -150,3 +150,32 @@ def test_once_the_evicted_worker_runs_elsewhere_the_node_follows_its_own_pods() 
         ("uncordon", ""),
         ("untaint", FAILURE_TAINT),
     ]
+
+
+def test_a_remediated_failure_keeps_the_marks_until_its_eviction_shows() -> None:
+    """The eviction is recorded as handled: until the pod shows terminating, marks stay.
+
+    CI (stop 32, the real sandbox): the eviction's record (the failure handled) is read
+    fresh from the state ConfigMap, the pod's deletion comes through the informer's watch.
+    A pass between the two saw the remediated failure no longer counted, w-0's pod still
+    Ready on the K8s node marked for it, and lifted the cordon 1.2 s after it was made,
+    the healthy sibling with it, while SLURM's failure stood.
+    """
+    from slonkd.core.slurm_node import failure_fingerprint
+
+    failed = slurm("IDLE+FAIL", "Kill task failed")
+    evicted = view(
+        slurm=failed, kube_node=MARKED_FOR_W0, handled_failure=failure_fingerprint(failed)
+    )
+    sibling = view(node=NodeName("w-1"), kube_node=MARKED_FOR_W0)
+    for views in ([evicted], [evicted, sibling], [sibling, evicted]):
+        merged = merge_shared_nodes(views, [decide(v, POLICY) for v in views])
+        assert _undoes(merged) == [], views
+        assert not [a for p in merged for a in p.actions if a.kind is Kind.EVICT]
+    resumed = view(kube_node=MARKED_FOR_W0, handled_failure=failure_fingerprint(failed))
+    merged = merge_shared_nodes([resumed], [decide(resumed, POLICY)])
+    assert sorted(_undoes(merged)) == [
+        ("set-condition", "True"),
+        ("uncordon", ""),
+        ("untaint", FAILURE_TAINT),
+    ]  # SLURM's failure ended (an operator resumed it): the marks go

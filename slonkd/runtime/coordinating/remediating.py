@@ -21,13 +21,13 @@ import structlog
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites, PodWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd.core.decide import failure_fingerprint
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect
 from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.revalidation import Pending
+from slonkd.core.slurm_node import failure_fingerprint
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.values import label_value
