@@ -11,7 +11,10 @@ slurmctld read of the coordinator, polls and full reads alike, goes through one
 With libslurm loaded (:mod:`slonkd.adapters.slurm.libslurm`), the poll first asks slurmctld
 "node table changed since T?" every ``change_poll_s`` (an answer of a few bytes, no table
 packed) and runs the scontrol read only when the answer is yes; a library that cannot talk
-to this slurmctld is dropped (logged once) and the poll reads with scontrol as before.
+to this slurmctld is dropped (logged once) and the poll reads with scontrol as before. Each
+"no change" also tells the backend that the table its last read kept is still SLURM's
+(:meth:`~slonkd.adapters.slurm.scontrol.ScontrolBackend.confirm_table`), so passes take that
+table instead of reading it again.
 """
 
 from __future__ import annotations
@@ -142,6 +145,8 @@ class SlurmWatch:
         self.probe_failed = False
         """The last change poll failed (slurmctld unreachable?): scontrol's period meanwhile."""
         self.changes = 0
+        self.read_began: float | None = None
+        """When the read that ``since`` precedes began (monotonic; None: no read yet)."""
 
     @property
     def backend(self) -> str:
@@ -177,18 +182,22 @@ class SlurmWatch:
                 self.probe, loading = loading.result(), None
             unchanged, since = await self._unchanged()
             if unchanged:
+                if self.read_began is not None:  # the table read since is still SLURM's
+                    self.slurm.confirm_table(self.read_began, began)
                 await asyncio.sleep(max(0.0, self.change_poll_s - (time.monotonic() - began)))
                 continue
             if self.probe is not None and self.last is None:
                 stamp = await self._first_stamp()
                 since = stamp if stamp is not None else since
             await self.limiter.acquire()
+            read_began = time.monotonic()
             try:
                 nodes = await self.slurm.read_reason_nodes()
             except SlonkdError as exc:
                 log.warning("coordinator.poll_failed", error=str(exc)[:300])
             else:
                 self.polls += 1
+                self.read_began = read_began
                 seen = fingerprint(nodes)
                 if self.last is not None and seen != self.last:
                     self.changes += 1

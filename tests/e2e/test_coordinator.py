@@ -867,3 +867,36 @@ def test_a_reset_takes_standing_failures_within_the_budget(fleet: Fleet) -> None
     assert fleet.state()["breakerOpen"] == "false", fleet.state()["breakerReason"]
     assert 1 <= len(fleet.cordoned()) <= 2  # two pods share a K8s node: one or two nodes
     assert fleet.events("budget.reset_seen")
+
+
+def _passes(fleet: Fleet) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
+        return dict(json.loads(resp.read())["passes"])
+
+
+def test_at_rest_the_change_polls_no_change_serves_passes_and_a_change_still_shows(
+    fleet: Fleet,
+) -> None:
+    """libslurm's "no change" keeps the poll's table current: passes (one a second) read none.
+
+    Without it the table aged past ``poll_s`` between SLURM's changes (its pings, every
+    third of SlurmdTimeout) and most passes read the whole table again. An operator's drain
+    is still in the next pass's view, not a table from before it.
+    """
+    wait_for("passes", lambda: _passes(fleet)["count"] >= 3, timeout_s=30)
+    before = _passes(fleet)
+    assert before["slurm_poll_backend"] == "libslurm", before
+    time.sleep(10)
+    after = _passes(fleet)
+    passes = after["count"] - before["count"]
+    reused = after["slurm_reads_reused"] - before["slurm_reads_reused"]
+    assert passes >= 6, (before, after)
+    assert reused >= 0.7 * passes, (before, after)
+    fleet.slurm.run("scontrol", "update", "nodename=w-3", "state=drain", "reason=disk swap by al")
+
+    def drained() -> bool:
+        shown = json.loads(fleet.slonkd("status", "-o", "json").stdout)
+        rows = {r["node"]: r for r in shown["nodes"]}
+        return "DRAIN" in rows["w-3"]["slurm_state"]
+
+    wait_for("the operator's drain in the status", drained, timeout_s=10)

@@ -9,6 +9,7 @@ before the write to the next pass, which would then plan the same write again.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,12 @@ class _Overlap:
 
     def __init__(self, answers: list[tuple[asyncio.Event, str]]) -> None:
         self.answers = list(answers)
+        self.calls = 0
 
     async def run(self, tool: str, *args: str, retry: bool = True) -> str:
         if not self.answers:
             raise TransientError(f"{tool} {' '.join(args)}: no answer left")
+        self.calls += 1
         release, text = self.answers.pop(0)
         await release.wait()
         return text
@@ -120,4 +123,32 @@ async def test_a_newer_read_that_keeps_no_table_drops_the_older_one() -> None:
     assert backend.recent_nodes(60) is not None
     with pytest.raises(TransientError, match="--json"):  # then the JSON read, not answered
         await backend.read_reason_nodes()
+    assert backend.recent_nodes(60) is None
+
+
+async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
+    """The change poll's "no change since before that read": the table serves passes longer.
+
+    Not a table older than that read (a probe's answer says nothing of what came before the
+    read it follows), and never after slonkd wrote.
+    """
+    now = asyncio.Event()
+    now.set()
+    backend = ScontrolBackend()
+    backend.runner = _Overlap([(now, LINES), (now, LINES), (now, "")])  # type: ignore[assignment]
+    nodes = await backend.read_reason_nodes()
+    assert nodes == []
+    kept = backend.table
+    assert kept is not None
+    await asyncio.sleep(0.05)
+    assert backend.recent_nodes(0.04) is None  # aged
+    backend.confirm_table(kept.began + 1, time.monotonic())  # a later read's answer: not this
+    assert backend.recent_nodes(0.04) is None
+    backend.confirm_table(kept.began, time.monotonic())
+    assert backend.recent_nodes(0.04) == kept.nodes
+    await backend.read_nodes()  # a newer read replaces it, current from its own start
+    assert backend.table is not None
+    assert backend.table.began > kept.began
+    await backend.set_comment(["n1"], "a write of slonkd's")
+    backend.confirm_table(0.0, time.monotonic())
     assert backend.recent_nodes(60) is None

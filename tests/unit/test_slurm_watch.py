@@ -89,10 +89,18 @@ class _Reads:
 
     def __init__(self) -> None:
         self.reads = 0
+        self.began: list[float] = []
+        """When each read began (monotonic)."""
+        self.confirmed: list[tuple[float, float]] = []
+        """(read_began, at) of each confirm_table."""
 
     async def read_reason_nodes(self) -> list[SlurmNode]:
+        self.began.append(time.monotonic())
         self.reads += 1
         return [_node("n1", f"r{self.reads}")]
+
+    def confirm_table(self, read_began: float, at: float) -> None:
+        self.confirmed.append((read_began, at))
 
 
 async def _run_for(watch: SlurmWatch, seconds: float) -> None:
@@ -125,6 +133,13 @@ async def test_change_poll_reads_only_on_change() -> None:
     assert probe.sent[:3] == [0, 10, 10]
     assert set(probe.sent[3:]) == {12}
     assert watch.backend == "libslurm"
+    # each "no change" keeps the table of the read before it fresh, from when it was asked
+    first, second = reads.began
+    assert reads.confirmed[0][0] <= first  # taken as the read was asked
+    assert len({b for b, _ in reads.confirmed[1:]}) == 1
+    assert first < reads.confirmed[-1][0] <= second
+    assert all(at > b for b, at in reads.confirmed)
+    assert len(reads.confirmed) == len(probe.sent) - 2  # all but the first stamp and the change
 
 
 async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:

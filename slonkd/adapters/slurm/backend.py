@@ -57,6 +57,10 @@ class SlurmBackend(Protocol):
         """The whole node table if read within ``max_age_s`` and no write of slonkd's since."""
         ...
 
+    def confirm_table(self, read_began: float, at: float) -> None:
+        """A change probe at ``at`` saw no change since before the read begun at ``read_began``."""
+        ...
+
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on a node."""
         ...

@@ -18,6 +18,7 @@ import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import hostlist
 
@@ -70,6 +71,16 @@ from slonkd.core.slurm_plan import (
 REASONS_FORMAT = "%N|%T|%H|%U|%E"
 
 
+class KeptTable(NamedTuple):
+    """A full node read kept for the passes (:meth:`ScontrolBackend.recent_nodes`)."""
+
+    began: float
+    """When its read began (monotonic): a read that began earlier never replaces it."""
+    current_at: float
+    """The latest time it is known to hold: its read's start, or a change probe's since."""
+    nodes: list[SlurmNode]
+
+
 @dataclass(slots=True)
 class ScontrolBackend:
     """SLURM through its command-line clients (22.05 and 24.11; argv prefix for a chroot)."""
@@ -80,8 +91,8 @@ class ScontrolBackend:
     """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
     known: NodeLines = field(default_factory=NodeLines, init=False, repr=False)
     """The last full node read's lines (an unchanged line is not parsed again)."""
-    table: tuple[float, list[SlurmNode]] | None = field(default=None, init=False, repr=False)
-    """The last full node table (when its read began, monotonic), None once slonkd wrote."""
+    table: KeptTable | None = field(default=None, init=False, repr=False)
+    """The last full node table, None once slonkd wrote."""
     writes: int = field(default=0, init=False)
     """Raised when a write begins and when it ends: a read across one keeps no table."""
 
@@ -136,9 +147,21 @@ class ScontrolBackend:
         the read limit). None when there is no such table (a write began after its read).
         """
         table = self.table
-        if table is None or time.monotonic() - table[0] > max_age_s:
+        if table is None or time.monotonic() - table.current_at > max_age_s:
             return None
-        return list(table[1])
+        return list(table.nodes)
+
+    def confirm_table(self, read_began: float, at: float) -> None:
+        """A probe at ``at`` saw no change since before the read that began at ``read_began``.
+
+        The table kept from that read, or from a later one, is current at ``at``.
+        With the libslurm change poll the poll reads only on a change, so its table would
+        age past ``poll_s`` and every pass would read the same table again; a probe that
+        says "no change" keeps it fresh (a few bytes from slurmctld instead of the table).
+        """
+        table = self.table
+        if table is not None and table.began >= read_began and at > table.current_at:
+            self.table = table._replace(current_at=at)
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -162,12 +185,12 @@ class ScontrolBackend:
         Reads overlap (the poll's and a pass's): one that began earlier and ends later holds
         the older state, and a pass served it would undo what the newer one made slonkd do.
         """
-        if self.writes == writes and (self.table is None or began >= self.table[0]):
-            self.table = (began, nodes)
+        if self.writes == writes and (self.table is None or began >= self.table.began):
+            self.table = KeptTable(began=began, current_at=began, nodes=nodes)
 
     def _drop_older(self, began: float) -> None:
         """A read that began at ``began`` keeps no table: none older may be served after it."""
-        if self.table is not None and self.table[0] < began:
+        if self.table is not None and self.table.began < began:
             self.table = None
 
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
