@@ -28,7 +28,9 @@
 
 ``EVENTS`` 0 runs part 3 alone, an empty ``SIZES`` (``''``) parts 1 and 2 alone;
 ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
-cProfile (``DIR/<name>.prof``).
+cProfile (``DIR/<name>.prof``); ``SLONKD_BENCH_SLURMD_TIMEOUT_S=N`` gives parts 1 and 2 another
+SlurmdTimeout than the harness's 10 s (slurmctld pings every node each third of it, and each
+ping round moves the node table's time: a change the poll reads, whole seconds at a time).
 
 Prints a table, then one JSON object as the last line.
 """
@@ -305,7 +307,9 @@ def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
 def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
     """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest (fleet off/on)."""
     names = [f"w-{i}" for i in range(10)]
-    slurm = SlurmCluster(root / "slurm", SlurmLayout(nodes=tuple(names)))
+    timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", "10"))
+    layout = SlurmLayout(nodes=tuple(names), slurmd_timeout_s=timeout_s)
+    slurm = SlurmCluster(root / "slurm", layout)
     slurm.start()
     try:
         knodes = [f"lat-{n}" for n in names]
@@ -357,6 +361,7 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             "change_poll_cordon_latency_p99_ms": _pct(change_samples, 0.99) * 1000,
             "change_poll_cordon_latency_max_ms": max(change_samples) * 1000,
             "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
+            "latency_slurmd_timeout_s": float(timeout_s),
             "slurmctld_rpc_per_s": rpcs / 20,
             "slurmctld_node_reads_per_s": node_reads / 20,
             "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,

@@ -106,6 +106,14 @@ class AgentProcess:
         """Its ``agent.mirror_applied`` lines."""
         return self.events("agent.mirror_applied")
 
+    def did(self, action: str, after: int = 0) -> bool:
+        """Whether an ``action`` line is in its log past the first ``after`` action lines.
+
+        The line is written once the write returned, a few ms after SLURM shows it: a test
+        that saw the write in SLURM waits for the line too.
+        """
+        return any(a["action"] == action for a in self.actions()[after:])
+
 
 @dataclass(slots=True)
 class Workers:

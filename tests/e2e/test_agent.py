@@ -32,20 +32,25 @@ def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
     The preStop waits for a gate here, so the drain seen is the agent's own.
     """
     uid = workers.delete_pod("w-0")
-    wait_for(
-        "agent drained w-0",
-        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"),
+    agent = workers.agents["w-0"]
+    wait_for(  # the action line follows the write (ms later): waited for, as the reason
+        "agent drained w-0 and logged it",
+        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0") and agent.did("drain"),
         timeout_s=10,
     )
-    drains = [a for a in workers.agents["w-0"].actions() if a["action"] == "drain"]
+    drains = [a for a in agent.actions() if a["action"] == "drain"]
     assert drains
     assert drains[0]["changed"] is True
     assert drains[0]["cause"] == "pod-terminating"
     (workers.standin.root.parent / "open").write_text("")
     workers.wait_recreated("w-0", uid)
-    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    wait_for(
+        "w-0 resumed and logged",
+        lambda: workers.slurm.node_states().get("w-0") == "idle" and agent.did("release"),
+        timeout_s=30,
+    )
     assert "Reason=" not in workers.show("w-0")
-    releases = [a for a in workers.agents["w-0"].actions() if a["action"] == "release"]
+    releases = [a for a in agent.actions() if a["action"] == "release"]
     assert releases
     assert releases[-1]["changed"] is True
     assert workers.slurm.node_states().get("w-1") == "idle"  # the other node was never touched
@@ -81,8 +86,11 @@ def test_pod_deleted_after_an_operator_drain_and_resume_drains(workers: Workers)
         assert "Reason=bad DIMM, ticket 7" in workers.show("w-0")  # the leftover under test
     workers.delete_pod("w-0")
     wait_for(
-        "agent drained w-0",
-        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0"),
+        "agent drained w-0 and logged it",
+        lambda: (
+            "Reason=slonkd:pod-terminating" in workers.show("w-0")
+            and workers.agents["w-0"].did("drain")
+        ),
         timeout_s=15,
     )
     assert "DRAIN" in workers.show("w-0")
@@ -98,7 +106,14 @@ def test_prestop_down_is_lifted_when_the_new_pod_is_ready(workers: Workers) -> N
     wait_for("prestop downed w-1", lambda: workers.journal_has("prestop.exited", uid), timeout_s=30)
     assert "State=DOWN" in workers.show("w-1")
     workers.wait_recreated("w-1", uid)
-    wait_for("w-1 resumed", lambda: workers.slurm.node_states().get("w-1") == "idle", timeout_s=30)
+    wait_for(
+        "w-1 resumed and logged",
+        lambda: (
+            workers.slurm.node_states().get("w-1") == "idle"
+            and workers.agents["w-1"].did("release")
+        ),
+        timeout_s=30,
+    )
     assert [a["action"] for a in workers.agents["w-1"].actions()][-1] == "release"
 
 
@@ -173,7 +188,11 @@ def test_agent_killed_and_restarted_converges_without_duplicates(workers: Worker
     assert len(agent.actions()) == before  # nothing new to do: the drain is already there
     (workers.standin.root.parent / "open").write_text("")
     workers.wait_recreated("w-0", uid)
-    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    wait_for(
+        "w-0 resumed and logged",
+        lambda: workers.slurm.node_states().get("w-0") == "idle" and agent.did("release", before),
+        timeout_s=30,
+    )
     assert [a["action"] for a in agent.actions()[before:]] == ["release"]
 
 
@@ -226,7 +245,11 @@ def test_an_agent_bound_to_its_pod_never_acts_for_the_pods_successor(workers: Wo
     assert old.events(AGENT_POD_REPLACED)
     assert "Reason=slonkd:pod-terminating" in workers.show("w-0")
     new = agent_for(str(successor["metadata"]["uid"]), "new")
-    wait_for("w-0 resumed", lambda: workers.slurm.node_states().get("w-0") == "idle", timeout_s=30)
+    wait_for(
+        "w-0 resumed and logged",
+        lambda: workers.slurm.node_states().get("w-0") == "idle" and new.did("release"),
+        timeout_s=30,
+    )
     assert [a["action"] for a in new.actions()] == ["release"]
     assert [a["action"] for a in old.actions()] == ["drain"]
 

@@ -234,8 +234,11 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
 
             wait_for("w-0 scheduled again", back, timeout_s=60)
             wait_for(
-                "w-0 back in service",
-                lambda: slurm.node_states().get("w-0") in {"idle", "mixed", "allocated"},
+                "w-0 back in service and the release logged",
+                lambda: (
+                    slurm.node_states().get("w-0") in {"idle", "mixed", "allocated"}
+                    and agent.did("release")
+                ),
                 timeout_s=40,
             )
             assert "Reason=" not in slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
