@@ -112,8 +112,7 @@ def _eviction_unseen(view: NodeView) -> bool:
         and slurm is not None
         and kube.unschedulable
         and kube.marked_for == view.node
-        and view.handled_failure != ""
-        and view.handled_failure == failure_fingerprint(slurm)
+        and view.handled_failure == failure_fingerprint(slurm)  # never "": it holds a "|"
     )
 
 
