@@ -176,6 +176,8 @@ class SlurmWatch:
     async def run(self) -> None:
         """Poll until cancelled; a failed read is logged and retried at the next period."""
         loading = asyncio.ensure_future(asyncio.to_thread(self._loader)) if self._loader else None
+        if self._adopt_kept():  # the term's first read is the first baseline: poll after it
+            await asyncio.sleep(self.change_poll_s if self.probe is not None else self.poll_s)
         while True:
             began = time.monotonic()
             if loading is not None and loading.done():
@@ -209,6 +211,24 @@ class SlurmWatch:
             fast = self.probe is not None and not self.probe_failed
             period = self.change_poll_s if fast else self.poll_s
             await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
+
+    def _adopt_kept(self) -> bool:
+        """Take the table a full read kept (the term's first pass's) as the first baseline.
+
+        The poll reports what differs from its last read; a first read of its own would
+        take one more of the term's first second of reads (``max_reads_per_s``) while the
+        pass's read, the job-outcome read and the change poll's first answer want them too,
+        and a failure in that second waited for the limit (issue 21: about one second). A
+        baseline from the pass's own read also leaves no gap between the two reads. The
+        change poll's first question then goes with ``since = 0`` (answered "changed"): its
+        read gives the time to ask from.
+        """
+        kept = self.slurm.kept_read()
+        if kept is None or self.last is not None:
+            return False
+        self.read_began, nodes = kept
+        self.last = fingerprint([n for n in nodes if n.reason])
+        return True
 
     async def _first_stamp(self) -> int | None:
         """The table's time before the first scontrol read (so nothing after it is missed)."""

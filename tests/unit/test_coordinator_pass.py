@@ -580,11 +580,11 @@ async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
     slurm.table = [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1)]
     writer_calls = c.executor.nodes
     await c.reconcile_all()
-    assert (slurm.reads, c.reads.reads, c.reused_reads) == (0, 0, 1)
+    assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (0, 0, 1)
     assert ("cordon", "kn-0") in cast(FakeNodeWriter, writer_calls).calls  # acted on it
     slurm.table = None
     await c.reconcile_all()
-    assert (slurm.reads, c.reads.reads, c.reused_reads) == (1, 1, 1)
+    assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (1, 1, 1)
 
 
 async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked() -> None:

@@ -138,7 +138,7 @@ async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
     backend.runner = _Overlap([(now, LINES), (now, LINES), (now, "")])  # type: ignore[assignment]
     nodes = await backend.read_reason_nodes()
     assert nodes == []
-    kept = backend.table
+    kept = backend.kept.table
     assert kept is not None
     await asyncio.sleep(0.05)
     assert backend.recent_nodes(0.04) is None  # aged
@@ -147,8 +147,8 @@ async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
     backend.confirm_table(kept.began, time.monotonic())
     assert backend.recent_nodes(0.04) == kept.nodes
     await backend.read_nodes()  # a newer read replaces it, current from its own start
-    assert backend.table is not None
-    assert backend.table.began > kept.began
+    assert backend.kept.table is not None
+    assert backend.kept.table.began > kept.began
     await backend.set_comment(["n1"], "a write of slonkd's")
     backend.confirm_table(0.0, time.monotonic())
     assert backend.recent_nodes(60) is None

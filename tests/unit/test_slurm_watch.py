@@ -102,6 +102,9 @@ class _Reads:
     def confirm_table(self, read_began: float, at: float) -> None:
         self.confirmed.append((read_began, at))
 
+    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
+        return None
+
 
 async def _run_for(watch: SlurmWatch, seconds: float) -> None:
     task = asyncio.create_task(watch.run())
@@ -207,3 +210,54 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
     assert loader() == "lib"  # type: ignore[comparison-overlap]
     assert loader() == "lib"  # type: ignore[comparison-overlap]
     assert loaded == ["/etc/x/slurm.conf"]  # once per process
+
+
+class _Kept(_Reads):
+    """A backend that kept the table of a full read (the term's first pass's)."""
+
+    def __init__(self, nodes: list[SlurmNode]) -> None:
+        super().__init__()
+        self.kept = (time.monotonic(), nodes)
+
+    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
+        return self.kept
+
+
+@pytest.mark.parametrize("change_poll", [False, True])
+async def test_the_first_baseline_is_the_kept_table_so_the_terms_first_second_keeps_its_reads(
+    change_poll: bool,
+) -> None:
+    """No read of the poll's own at start: what differs from the pass's table is new at once.
+
+    The old poll read a baseline of its own as the term began, beside the pass's read, so
+    a failure in that second waited for the read limit (issue 21: the first event, ~1 s).
+    """
+    reads = _Kept([_node("n1", "r0"), _node("n2", "", state="IDLE")])
+    probe = _Probe([NodeTableStamp(changed=True, last_update=10)]) if change_poll else None
+    changes: list[list[SlurmNode]] = []
+    seen = asyncio.Event()
+
+    def changed(new: list[SlurmNode]) -> None:
+        changes.append(new)
+        seen.set()
+
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), changed, poll_s=0.1,  # type: ignore[arg-type]
+        change_probe=probe, change_poll_s=0.1,  # type: ignore[arg-type]
+    )  # fmt: skip
+    task = asyncio.create_task(watch.run())
+    try:
+        await asyncio.sleep(0.05)
+        assert reads.reads == 0  # the kept table is the baseline
+        assert watch.read_began == reads.kept[0]
+        await asyncio.wait_for(seen.wait(), 5)
+        assert [n.reason for n in changes[0]] == ["r1"]  # r0 -> r1, seen by the first read
+        if probe is not None:
+            assert probe.sent[0] == 0  # "changed": its read gives the time to ask from
+            await asyncio.sleep(0.3)
+            assert reads.reads == 1
+            assert set(probe.sent[1:]) == {10}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -61,6 +61,10 @@ class SlurmBackend(Protocol):
         """A change probe at ``at`` saw no change since before the read begun at ``read_began``."""
         ...
 
+    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
+        """The last full table kept and when its read began (monotonic), if any is kept."""
+        ...
+
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on a node."""
         ...

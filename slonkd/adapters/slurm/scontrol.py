@@ -13,16 +13,16 @@ node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import hostlist
 
+from slonkd.adapters.slurm.cas_apply import CasApply
 from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
+from slonkd.adapters.slurm.kept_table import TableKeeper
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
     NodeLines,
@@ -46,7 +46,6 @@ from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
-    InvalidNodeStateError,
     NodeNotFoundError,
     SlurmSettings,
 )
@@ -65,20 +64,9 @@ from slonkd.core.slurm_plan import (
     plan_or_missing,
     plan_reboot,
     plan_release,
-    shows,
 )
 
 REASONS_FORMAT = "%N|%T|%H|%U|%E"
-
-
-class KeptTable(NamedTuple):
-    """A full node read kept for the passes (:meth:`ScontrolBackend.recent_nodes`)."""
-
-    began: float
-    """When its read began (monotonic): a read that began earlier never replaces it."""
-    current_at: float
-    """The latest time it is known to hold: its read's start, or a change probe's since."""
-    nodes: list[SlurmNode]
 
 
 @dataclass(slots=True)
@@ -91,10 +79,8 @@ class ScontrolBackend:
     """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
     known: NodeLines = field(default_factory=NodeLines, init=False, repr=False)
     """The last full node read's lines (an unchanged line is not parsed again)."""
-    table: KeptTable | None = field(default=None, init=False, repr=False)
-    """The last full node table, None once slonkd wrote."""
-    writes: int = field(default=0, init=False)
-    """Raised when a write begins and when it ends: a read across one keeps no table."""
+    kept: TableKeeper = field(default_factory=TableKeeper, init=False, repr=False)
+    """The last full node table, served to the passes (``kept_table.py``)."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -146,10 +132,11 @@ class ScontrolBackend:
         asking again (issue 21: the passes' own reads kept the poll's next read waiting for
         the read limit). None when there is no such table (a write began after its read).
         """
-        table = self.table
-        if table is None or time.monotonic() - table.current_at > max_age_s:
-            return None
-        return list(table.nodes)
+        return self.kept.recent(max_age_s)
+
+    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
+        """The last full table kept and when its read began: the change poll's first baseline."""
+        return self.kept.read()
 
     def confirm_table(self, read_began: float, at: float) -> None:
         """A probe at ``at`` saw no change since before the read that began at ``read_began``.
@@ -159,39 +146,12 @@ class ScontrolBackend:
         age past ``poll_s`` and every pass would read the same table again; a probe that
         says "no change" keeps it fresh (a few bytes from slurmctld instead of the table).
         """
-        table = self.table
-        if table is not None and table.began >= read_began and at > table.current_at:
-            self.table = table._replace(current_at=at)
-
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """A write to slurmctld: no table read before or during it is served afterwards."""
-        self.writes += 1
-        self.table = None
-        try:
-            yield
-        finally:
-            self.writes += 1
-            self.table = None
+        self.kept.confirm(read_began, at)
 
     async def _table_read(self) -> tuple[float, int, str]:
         """``scontrol -o show node`` with when it began and the writes counted then."""
-        began, writes = time.monotonic(), self.writes
+        began, writes = self.kept.begin()
         return began, writes, await self.runner.run("scontrol", "-o", "show", "node")
-
-    def _keep(self, began: float, writes: int, nodes: list[SlurmNode]) -> None:
-        """Keep a read's table unless slonkd wrote since it began or a newer read is kept.
-
-        Reads overlap (the poll's and a pass's): one that began earlier and ends later holds
-        the older state, and a pass served it would undo what the newer one made slonkd do.
-        """
-        if self.writes == writes and (self.table is None or began >= self.table.began):
-            self.table = KeptTable(began=began, current_at=began, nodes=nodes)
-
-    def _drop_older(self, began: float) -> None:
-        """A read that began at ``began`` keeps no table: none older may be served after it."""
-        if self.table is not None and self.table.began < began:
-            self.table = None
 
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
         args = ["-o", "show", "node"]
@@ -203,9 +163,9 @@ class ScontrolBackend:
                 try:
                     nodes = parse_show_node(text, self.known)
                 except AmbiguousOutput:
-                    self._drop_older(began)
+                    self.kept.drop_older(began)
                     raise
-                self._keep(began, writes, nodes)
+                self.kept.keep(began, writes, nodes)
                 return nodes
             nodes = parse_show_node(await self.runner.run("scontrol", *args))
         except NodeNotFoundError:
@@ -237,9 +197,9 @@ class ScontrolBackend:
             try:
                 nodes = parse_show_node(text, self.known)
             except AmbiguousOutput:
-                self._drop_older(began)
+                self.kept.drop_older(began)
                 return parse_reason_nodes(text)
-            self._keep(began, writes, nodes)
+            self.kept.keep(began, writes, nodes)
             return [n for n in nodes if n.reason]
         except AmbiguousOutput:
             return [n for n in await self.read_nodes_json(()) if n.reason]
@@ -339,7 +299,7 @@ class ScontrolBackend:
         that reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
         skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
         """
-        with self._writing():
+        with self.kept.writing():
             return await self._reboot(names, cause, text)
 
     async def _reboot(self, names: Sequence[str], cause: Cause, text: str) -> UpdateResult:
@@ -371,7 +331,7 @@ class ScontrolBackend:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
         before = self.calls
         value = sanitise_text(comment)
-        with self._writing():
+        with self.kept.writing():
             for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
                 await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
@@ -382,7 +342,7 @@ class ScontrolBackend:
         can = [j.job_id for j in jobs if j.requeueable]
         cannot = tuple(j.job_id for j in jobs if not j.requeueable)
         if can:
-            with self._writing():
+            with self.kept.writing():
                 await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))
         return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
 
@@ -433,116 +393,14 @@ class ScontrolBackend:
         """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""
         before = self.calls
         primed = PrimedScontrol(self.settings)
-        with self._writing():
+        with self.kept.writing():
             try:
                 await primed.start()
                 read_at = time.time()  # an operator's write after this and before ours is lost
                 nodes = await self.read_for_update(names, hold=hold)
                 plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
-                result = await self._apply(plans, before, planner, primed)
+                cas = CasApply(self.runner, self.settings, self.read_nodes)
+                result = await cas.apply(plans, before, planner, primed)
                 return dataclasses.replace(result, read_at=read_at)
             finally:
                 await primed.close()
-
-    async def _recheck(
-        self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner
-    ) -> tuple[list[NodeName], list[Skip]]:
-        """Read a chunk again right before writing it; keep the nodes whose plan still holds.
-
-        The compare-and-set read of a bulk update serves every chunk; without this, an operator's
-        drain landing before a later chunk's write is resumed. What remains: one round trip.
-        """
-        fresh: dict[str, SlurmNode] = {n.name: n for n in await self.read_nodes(names)}
-        keep: list[NodeName] = []
-        skipped: list[Skip] = []
-        for name in names:
-            again = plan_or_missing(fresh, name, plan)
-            if isinstance(again, Update) and again.group_key == key:
-                keep.append(name)
-            elif isinstance(again, Skip):
-                skipped.append(again)
-            else:
-                skipped.append(Skip(node=name, why=SkipReason.CHANGED, detail=str(again.state)))
-        return keep, skipped
-
-    async def _apply(
-        self,
-        plans: list[Update | Skip],
-        before: int,
-        replan: Planner | None = None,
-        primed: PrimedScontrol | None = None,
-    ) -> UpdateResult:
-        skipped = [p for p in plans if isinstance(p, Skip)]
-        groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
-        for plan in plans:
-            if isinstance(plan, Update):
-                groups.setdefault(plan.group_key, []).append(plan)
-        changed: list[NodeName] = []
-        unsure: list[Update] = []
-        first = True  # the first chunk's read is the compare-and-set read just made
-        for (state, reason, extra), updates in groups.items():
-            by_name = {u.node: u for u in updates}
-            for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
-                names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
-                if not first and replan is not None:
-                    names, moved = await self._recheck(names, (state, reason, extra), replan)
-                    skipped.extend(moved)
-                    if not names:
-                        continue
-                    expr = compress(names)
-                wrote = await self._update(expr, state, reason, extra, primed if first else None)
-                first = False
-                if wrote:
-                    changed.extend(names)
-                else:
-                    unsure.extend(by_name[n] for n in names)
-        if unsure:
-            # slurmctld refused part of a chunk, yet applies a bulk update to the nodes it
-            # can (and 22.05 even says "Invalid node state" for a resume it carried out on
-            # a node without slurmd): read once more and judge each node by what it shows.
-            after = {n.name: n for n in await self.read_nodes([u.node for u in unsure])}
-            for update in unsure:
-                node = after.get(update.node)
-                if node is None:
-                    skipped.append(Skip(node=update.node, why=SkipReason.NOT_FOUND))
-                elif shows(node, update):
-                    changed.append(update.node)
-                else:
-                    skipped.append(
-                        Skip(node=update.node, why=SkipReason.REFUSED, detail=str(node.state))
-                    )
-        still = [u for g in groups.values() for u in g if u.still_held_by and u.node in changed]
-        skipped.extend(
-            Skip(node=u.node, why=SkipReason.OTHER_CAUSES, detail=u.still_held_by) for u in still
-        )
-        held = {u.node for u in still}
-        return UpdateResult(
-            changed=tuple(n for n in changed if n not in held),
-            skipped=tuple(skipped),
-            calls=self.calls - before,
-        )
-
-    async def _update(
-        self, expr: str, state: str | None, reason: str | None, extra: str | None,
-        primed: PrimedScontrol | None = None,
-    ) -> bool:  # fmt: skip
-        """One ``scontrol update`` (``primed`` if it can); False when slurmctld refused some."""
-        args = [f"nodename={expr}"]
-        if state is not None:
-            args.append(f"state={state}")
-        if reason is not None:
-            args.append(f"reason={reason}")
-        if extra is not None:
-            args.append(f"extra={extra}")
-        try:
-            if primed is not None and primed.can_send(args):
-                try:
-                    self.runner.calls += 1
-                    await primed.update(args)
-                    return True
-                except TransientError:
-                    pass  # the argv path below, with the runner's retries
-            await self.runner.run("scontrol", "update", *args)
-        except (NodeNotFoundError, InvalidNodeStateError):
-            return False
-        return True

@@ -9,6 +9,7 @@
 - :mod:`.job_outcomes`: nodes blamed for failed jobs (the ``job-failures`` drain).
 - :mod:`.auditing` and :mod:`.values`: the audit record and the values written.
 - :mod:`.fast_path`: K8s marks for the SLURM failures a poll saw, between passes.
+- :mod:`.pass_read`: which SLURM table a pass plans on (read ahead, the poll's, its own).
 - :mod:`.rolling` and :mod:`.replacing`: worker rollouts of OnDelete StatefulSets, and one
   worker's replacement (jobs, requeue, eviction).
 - :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, its composition root).

@@ -22,7 +22,6 @@ fakes. The term's loop and the process around it are :mod:`.leading`.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -47,7 +46,6 @@ from slonkd.adapters.slurm.triggers import Triggers
 from slonkd.core.budget import Admission, BudgetPolicy
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.decide import decide
-from slonkd.core.errors import SlonkdError
 from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
@@ -60,6 +58,7 @@ from slonkd.runtime.coordinating.executing import SLURM_KINDS, Executor
 from slonkd.runtime.coordinating.fast_path import FastPath
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
+from slonkd.runtime.coordinating.pass_read import PassRead
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.revalidating import Revalidator
@@ -174,8 +173,7 @@ class Coordinator:
             else None
         )
         self._last_slurm: list[SlurmNode] | None = None
-        self._prefetch: asyncio.Task[list[SlurmNode]] | None = None
-        self._prefetch_began = 0.0
+        self.pass_read = PassRead(self.slurm, self.reads, max_age_s=s.poll_s)
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""
@@ -189,8 +187,6 @@ class Coordinator:
             else None
         )
         self.passes = 0
-        self.reused_reads = 0
-        """Passes that took the poll's table instead of reading again (no write since)."""
         self.suspected: frozenset[Cause] = frozenset()
         self.bus = coordinator_bus(s)
         self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
@@ -242,7 +238,7 @@ class Coordinator:
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
                 block_label=s.budget_block_label,
                 hold=self._rollout_hold, kube_nodes=self.nodes, auditor=self.auditor,
-                metrics=self.metrics,
+                metrics=self.metrics, table_age_s=s.poll_s,
             )  # fmt: skip
 
     @property
@@ -258,7 +254,7 @@ class Coordinator:
                 "last_ms": self.snapshot.duration_ms if self.snapshot else None,
                 "last_phases_ms": self.snapshot.phases_ms if self.snapshot else {},
                 "slurm_reads": self.reads.reads,
-                "slurm_reads_reused": self.reused_reads,
+                "slurm_reads_reused": self.pass_read.reused,
                 "slurm_polls": self.watch.polls if self.watch else 0,
                 "first_ms": self.first_pass_ms,
                 "slurm_change_polls": self.watch.probes if self.watch else 0,
@@ -305,51 +301,17 @@ class Coordinator:
     # -- one pass ----------------------------------------------------------------------------
 
     def read_slurm_ahead(self) -> None:
-        """Start the first pass's SLURM read now, side by side with the informers' lists.
-
-        A new term's first action waits for both; one after the other they add up (5,000
-        nodes: the lists and ``scontrol show node`` take about as long). The read is the
-        pass's own (its one read within the limit), taken when the term began.
-        """
-        if self._prefetch is None:
-            self._prefetch_began = time.monotonic()
-            self._prefetch = asyncio.ensure_future(self._read_slurm())
-
-    async def _read_slurm(self) -> list[SlurmNode]:
-        await self.reads.acquire()
-        return await self.slurm.read_nodes()
-
-    async def _pass_read(self, ahead: asyncio.Task[list[SlurmNode]] | None) -> list[SlurmNode]:
-        """The read started ahead (a failed one is read again), else a read (limit taken)."""
-        if ahead is not None:
-            try:
-                return await ahead
-            except SlonkdError as exc:
-                log.warning("coordinator.read_ahead_failed", error=str(exc)[:300])
-            await self.reads.acquire()
-        return await self.slurm.read_nodes()
+        """Start the first pass's SLURM read now, beside the lists (see :mod:`.pass_read`)."""
+        self.pass_read.start_ahead()
 
     def cancel_read_ahead(self) -> None:
         """Stop a read started ahead that no pass took (the term ends)."""
-        ahead, self._prefetch = self._prefetch, None
-        if ahead is not None and not ahead.done():
-            ahead.cancel()
-        elif ahead is not None and not ahead.cancelled():
-            ahead.exception()  # retrieved: a failed read nobody took is no loop warning
+        self.pass_read.cancel_ahead()
 
     async def reconcile_all(self) -> list[Plan]:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
         first = self.passes == 0
-        ahead, self._prefetch = self._prefetch, None
-        # the table the poll has just read, when slonkd wrote nothing since: the same request
-        recent = self.slurm.recent_nodes(self.s.poll_s) if ahead is None else None
-        if ahead is None and recent is None:
-            await self.reads.acquire()
-        began = time.monotonic()
-        read_began = self._prefetch_began if ahead is not None else began
-        slurm_nodes = recent if recent is not None else await self._pass_read(ahead)
-        if recent is not None:
-            self.reused_reads += 1
+        slurm_nodes, read_began, began, reused = await self.pass_read.table()
         self._last_slurm = slurm_nodes
         self.observer.read_since(read_began)  # what the poll handed over before, this read has
         read_at = time.monotonic()
@@ -446,7 +408,7 @@ class Coordinator:
             slurm_calls=len(slurm_groups),
             kube_actions=len(kube_actions),
             failed_actions=failed,
-            slurm_read="poll's" if recent is not None else "own",
+            slurm_read="poll's" if reused else "own",
             duration_ms=round((time.monotonic() - began) * 1000, 1),
         )
         return plans

@@ -90,8 +90,11 @@ class RolloutController:
         kube_nodes: Informer[Node] | None = None,
         auditor: Auditor,
         metrics: Metrics,
+        table_age_s: float = 0.0,
     ) -> None:
         self.s = settings
+        self.table_age_s = table_age_s
+        """A node table the coordinator read this long ago serves the rollout (0: never)."""
         self.namespace = namespace
         self.pods = pods
         self.kube_nodes = kube_nodes
@@ -200,6 +203,20 @@ class RolloutController:
         if self.reads is not None:
             await self.reads.acquire()
 
+    async def _read_table(self) -> list[SlurmNode]:
+        """SLURM's node table: the one the coordinator just read, else a read of its own.
+
+        A new term's first pass reads the whole table as the rollout starts; a read of the
+        rollout's own took one more of that second's reads and made the poll's wait (issue
+        21). A write of slonkd's drops the kept table, so the rollout never plans on a table
+        from before its own drain.
+        """
+        recent = self.slurm.recent_nodes(self.table_age_s) if self.table_age_s > 0 else None
+        if recent is not None:
+            return recent
+        await self._read_turn()
+        return await self.slurm.read_nodes()
+
     def _anything_to_do(self) -> bool:
         """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
         if self.replacer.drained_at or self._settling or not self._slurm_read:
@@ -216,8 +233,7 @@ class RolloutController:
         if not self._anything_to_do():
             self._publish(self._summary([], RolloutPlan()))
             return False
-        await self._read_turn()
-        slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.slurm.read_nodes()}
+        slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self._read_table()}
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)

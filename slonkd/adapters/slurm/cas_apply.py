@@ -1,0 +1,147 @@
+"""How a compare-and-set's plans become ``scontrol update`` calls: chunks, rechecks, refusals.
+
+:class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend` reads the nodes a write touches and
+plans each one (:mod:`slonkd.core.slurm_plan`); :class:`CasApply` then sends identical updates
+together as compressed hostlists (``hostlists.py``) chunked to ``max_hostlist_chars``, the
+first through the primed scontrol (``primed.py``) when it can, reads each later chunk again
+right before writing it, and judges a chunk that slurmctld refused node by node on a fresh
+read. Results (``results.py``) say which nodes changed and which were skipped, and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import hostlist
+
+from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
+from slonkd.adapters.slurm.primed import PrimedScontrol
+from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.adapters.slurm.runner import (
+    CommandRunner,
+    InvalidNodeStateError,
+    NodeNotFoundError,
+    SlurmSettings,
+)
+from slonkd.core.errors import TransientError
+from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.core.slurm_plan import Planner, Skip, SkipReason, Update, plan_or_missing, shows
+
+
+@dataclass(slots=True)
+class CasApply:
+    """Sends a compare-and-set's planned updates (one per backend, sharing its runner)."""
+
+    runner: CommandRunner
+    settings: SlurmSettings
+    read_nodes: Callable[[Sequence[str]], Awaitable[list[SlurmNode]]]
+    """The backend's node read (named nodes: ``scontrol -o show node LIST``)."""
+
+    async def recheck(
+        self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner
+    ) -> tuple[list[NodeName], list[Skip]]:
+        """Read a chunk again right before writing it; keep the nodes whose plan still holds.
+
+        The compare-and-set read of a bulk update serves every chunk; without this, an operator's
+        drain landing before a later chunk's write is resumed. What remains: one round trip.
+        """
+        fresh: dict[str, SlurmNode] = {n.name: n for n in await self.read_nodes(names)}
+        keep: list[NodeName] = []
+        skipped: list[Skip] = []
+        for name in names:
+            again = plan_or_missing(fresh, name, plan)
+            if isinstance(again, Update) and again.group_key == key:
+                keep.append(name)
+            elif isinstance(again, Skip):
+                skipped.append(again)
+            else:
+                skipped.append(Skip(node=name, why=SkipReason.CHANGED, detail=str(again.state)))
+        return keep, skipped
+
+    async def apply(
+        self,
+        plans: list[Update | Skip],
+        before: int,
+        replan: Planner | None = None,
+        primed: PrimedScontrol | None = None,
+    ) -> UpdateResult:
+        """Write ``plans`` (grouped by what they set); ``before``: the runner's calls at the read.
+
+        The first chunk rides on the compare-and-set read just made; each later one is read
+        again (``replan``) so that an operator's change in between is kept.
+        """
+        skipped = [p for p in plans if isinstance(p, Skip)]
+        groups: dict[tuple[str | None, str | None, str | None], list[Update]] = {}
+        for plan in plans:
+            if isinstance(plan, Update):
+                groups.setdefault(plan.group_key, []).append(plan)
+        changed: list[NodeName] = []
+        unsure: list[Update] = []
+        first = True  # the first chunk's read is the compare-and-set read just made
+        for (state, reason, extra), updates in groups.items():
+            by_name = {u.node: u for u in updates}
+            for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
+                names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+                if not first and replan is not None:
+                    names, moved = await self.recheck(names, (state, reason, extra), replan)
+                    skipped.extend(moved)
+                    if not names:
+                        continue
+                    expr = compress(names)
+                wrote = await self.update(expr, state, reason, extra, primed if first else None)
+                first = False
+                if wrote:
+                    changed.extend(names)
+                else:
+                    unsure.extend(by_name[n] for n in names)
+        if unsure:
+            # slurmctld refused part of a chunk, yet applies a bulk update to the nodes it
+            # can (and 22.05 even says "Invalid node state" for a resume it carried out on
+            # a node without slurmd): read once more and judge each node by what it shows.
+            after = {n.name: n for n in await self.read_nodes([u.node for u in unsure])}
+            for update in unsure:
+                node = after.get(update.node)
+                if node is None:
+                    skipped.append(Skip(node=update.node, why=SkipReason.NOT_FOUND))
+                elif shows(node, update):
+                    changed.append(update.node)
+                else:
+                    skipped.append(
+                        Skip(node=update.node, why=SkipReason.REFUSED, detail=str(node.state))
+                    )
+        still = [u for g in groups.values() for u in g if u.still_held_by and u.node in changed]
+        skipped.extend(
+            Skip(node=u.node, why=SkipReason.OTHER_CAUSES, detail=u.still_held_by) for u in still
+        )
+        held = {u.node for u in still}
+        return UpdateResult(
+            changed=tuple(n for n in changed if n not in held),
+            skipped=tuple(skipped),
+            calls=self.runner.calls - before,
+        )
+
+    async def update(
+        self, expr: str, state: str | None, reason: str | None, extra: str | None,
+        primed: PrimedScontrol | None = None,
+    ) -> bool:  # fmt: skip
+        """One ``scontrol update`` (``primed`` if it can); False when slurmctld refused some."""
+        args = [f"nodename={expr}"]
+        if state is not None:
+            args.append(f"state={state}")
+        if reason is not None:
+            args.append(f"reason={reason}")
+        if extra is not None:
+            args.append(f"extra={extra}")
+        try:
+            if primed is not None and primed.can_send(args):
+                try:
+                    self.runner.calls += 1
+                    await primed.update(args)
+                    return True
+                except TransientError:
+                    pass  # the argv path below, with the runner's retries
+            await self.runner.run("scontrol", "update", *args)
+        except (NodeNotFoundError, InvalidNodeStateError):
+            return False
+        return True

@@ -1,0 +1,75 @@
+"""The rollout takes the coordinator's just-read node table instead of reading its own (fakes).
+
+A new term's first pass reads SLURM's whole table as the rollout starts; the rollout's own
+read of the same table took one more of that second's reads (``max_reads_per_s``), and the
+change poll's read of a failure waited for it (issue 21). The e2e rollout tests
+(``tests/e2e/test_rollout.py``) drive the controller against real services.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slonkd.core.budget import BudgetPolicy
+from slonkd.core.rollout import RolloutSettings
+from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.runtime.coordinating.rolling import RolloutController
+from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.slurm_watch import ReadLimiter
+
+NODE = SlurmNode(name=NodeName("n1"), state=NodeState.from_tokens("IDLE", []))
+
+
+class _Slurm:
+    """A backend that may have kept a table; counts its own reads."""
+
+    def __init__(self, kept: list[SlurmNode] | None) -> None:
+        self.kept = kept
+        self.reads = 0
+        self.asked: list[float] = []
+
+    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
+        self.asked.append(max_age_s)
+        return self.kept
+
+    async def read_nodes(self) -> list[SlurmNode]:
+        self.reads += 1
+        return [NODE]
+
+
+class _Any:
+    """Whatever the controller's constructor only stores or registers with."""
+
+    dry_run = False
+
+    def add_handler(self, handler: Any) -> None:
+        pass
+
+    def check_valid(self) -> None:
+        pass
+
+
+def _controller(slurm: _Slurm, reads: ReadLimiter, table_age_s: float) -> RolloutController:
+    anything: Any = _Any()
+    return RolloutController(
+        RolloutSettings(), namespace="ns", transport=anything, pods=anything,
+        slurm=slurm,  # type: ignore[arg-type]
+        elector=anything, budget=BudgetPolicy(), reads=reads, auditor=anything,
+        metrics=Metrics("coordinator"), table_age_s=table_age_s,
+    )  # fmt: skip
+
+
+async def test_the_rollout_takes_the_table_the_coordinator_just_read() -> None:
+    """A kept table serves the rollout: no read of its own, no turn of the read limit."""
+    slurm, reads = _Slurm([NODE]), ReadLimiter(2.0)
+    assert await _controller(slurm, reads, 0.7)._read_table() == [NODE]
+    assert slurm.asked == [0.7]
+    assert (slurm.reads, reads.reads) == (0, 0)
+
+
+async def test_without_a_kept_table_the_rollout_reads_within_the_limit() -> None:
+    """No table (a write of slonkd's dropped it, or none was read): its own read, a turn."""
+    for slurm, age in ((_Slurm(None), 0.7), (_Slurm([NODE]), 0.0)):
+        reads = ReadLimiter(2.0)
+        assert await _controller(slurm, reads, age)._read_table() == [NODE]
+        assert (slurm.reads, reads.reads) == (1, 1)
