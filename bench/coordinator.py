@@ -28,9 +28,11 @@
 
 ``EVENTS`` 0 runs part 3 alone, an empty ``SIZES`` (``''``) parts 1 and 2 alone;
 ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
-cProfile (``DIR/<name>.prof``); ``SLONKD_BENCH_SLURMD_TIMEOUT_S=N`` gives parts 1 and 2 another
-SlurmdTimeout than the harness's 10 s (slurmctld pings every node each third of it, and each
-ping round moves the node table's time: a change the poll reads, whole seconds at a time).
+cProfile (``DIR/<name>.prof``). Parts 1 and 2 run on the quiet harness's SlurmdTimeout,
+SLURM's default of 300 s as in part 3 (``latency_slurmd_timeout_s``);
+``SLONKD_BENCH_SLURMD_TIMEOUT_S=N`` gives them another, e.g. the test harness's 10 s (slurmctld
+pings every node each third of it, and each ping round moves the node table's time: a change
+the poll reads, whole seconds at a time, so events share their second with a ping round's).
 
 Prints a table, then one JSON object as the last line.
 """
@@ -307,7 +309,7 @@ def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
 def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
     """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest (fleet off/on)."""
     names = [f"w-{i}" for i in range(10)]
-    timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", "10"))
+    timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", SCALE_SLURMD_TIMEOUT_S))
     layout = SlurmLayout(nodes=tuple(names), slurmd_timeout_s=timeout_s)
     slurm = SlurmCluster(root / "slurm", layout)
     slurm.start()

@@ -59,12 +59,21 @@ def _controller(slurm: _Slurm, reads: ReadLimiter, table_age_s: float) -> Rollou
     )  # fmt: skip
 
 
-async def test_the_rollout_takes_the_table_the_coordinator_just_read() -> None:
-    """A kept table serves the rollout: no read of its own, no turn of the read limit."""
+async def test_the_rollout_takes_the_table_the_coordinator_just_read_at_the_terms_start() -> None:
+    """A kept table serves the rollout's first look: no read of its own, no turn of the limit.
+
+    Only the first: later looks follow a pod's change (an eviction, a replacement's agent
+    resuming its node) that a table read before it does not show (the e2e
+    ``test_a_new_leader_carries_on_a_rollout_from_slurms_state`` replaced each worker twice).
+    """
     slurm, reads = _Slurm([NODE]), ReadLimiter(2.0)
-    assert await _controller(slurm, reads, 0.7)._read_table() == [NODE]
+    controller = _controller(slurm, reads, 0.7)
+    assert await controller._read_table() == [NODE]
     assert slurm.asked == [0.7]
     assert (slurm.reads, reads.reads) == (0, 0)
+    controller._slurm_read = True  # what a look does once it has its table
+    assert await controller._read_table() == [NODE]
+    assert (slurm.reads, reads.reads) == (1, 1)
 
 
 async def test_without_a_kept_table_the_rollout_reads_within_the_limit() -> None:

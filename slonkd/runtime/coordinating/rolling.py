@@ -204,14 +204,16 @@ class RolloutController:
             await self.reads.acquire()
 
     async def _read_table(self) -> list[SlurmNode]:
-        """SLURM's node table: the one the coordinator just read, else a read of its own.
+        """SLURM's node table: at the term's start the one the coordinator just read, else its own.
 
         A new term's first pass reads the whole table as the rollout starts; a read of the
         rollout's own took one more of that second's reads and made the poll's wait (issue
-        21). A write of slonkd's drops the kept table, so the rollout never plans on a table
-        from before its own drain.
+        21). Only the first: later the rollout looks again because a pod changed (its own
+        eviction, a replacement's agent resuming its node), and a table from before that
+        change would have it replace the same worker twice.
         """
-        recent = self.slurm.recent_nodes(self.table_age_s) if self.table_age_s > 0 else None
+        first = not self._slurm_read and self.table_age_s > 0
+        recent = self.slurm.recent_nodes(self.table_age_s) if first else None
         if recent is not None:
             return recent
         await self._read_turn()
