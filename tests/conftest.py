@@ -23,6 +23,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from tests.rig import Rig
 
 HARNESS_PREFIX = "slonkd-test-"
 
@@ -95,6 +96,24 @@ def slurm_factory(session_root: Path) -> Iterator[Callable[..., SlurmCluster]]:
     yield make
     for cluster in started:
         cluster.stop()
+
+
+@pytest.fixture
+def rig(
+    kube: KubeCluster,
+    namespace: str,
+    unique: Callable[[str], str],
+    slurm_factory: Callable[..., SlurmCluster],
+    tmp_path: Path,
+) -> Rig:
+    """The fixtures above and ``tmp_path`` in one object (see :mod:`tests.rig`)."""
+    return Rig(
+        kube=kube,
+        namespace=namespace,
+        unique=unique,
+        slurm_factory=slurm_factory,
+        tmp_path=tmp_path,
+    )
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +12,9 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -50,21 +49,15 @@ def _ps() -> list[str]:
 
 
 def test_terminating_pod_waits_for_prestop_then_its_slurmd_stops(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
     """A deleted pod stays Terminating while its preStop runs; its slurmd stops only after."""
-    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
-    label = {"slonk.dev/test": namespace}
-    kube.add_fake_nodes([unique("bind")], labels=label)
-    gate = tmp_path / "gate"
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
+    label = {"slonk.dev/test": rig.namespace}
+    rig.kube.add_fake_nodes([rig.unique("bind")], labels=label)
+    gate = rig.tmp_path / "gate"
     gate.mkdir()
-    with KubeletStandIn(
-        kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k"
-    ) as standin:
+    with rig.standin(slurm, "k") as standin:
         sts = worker_statefulset(
             "w",
             replicas=1,
@@ -73,20 +66,20 @@ def test_terminating_pod_waits_for_prestop_then_its_slurmd_stops(
             grace_s=30,
             env={"GATE_DIR": str(gate)},
         )
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
-        first = _pod(kube, namespace, "w-0")
+        first = _pod(rig.kube, rig.namespace, "w-0")
         assert first is not None
         uid = first["metadata"]["uid"]
         slurm.run("sbatch", "-o", "/dev/null", "-w", "w-0", "--wrap", "sleep 4343")
         wait_for("job step running", lambda: "sleep 4343" in _ps(), timeout_s=30)
 
-        kube.api.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods/w-0", {"gracePeriodSeconds": 30}
+        rig.kube.api.request(
+            "DELETE", f"/api/v1/namespaces/{rig.namespace}/pods/w-0", {"gracePeriodSeconds": 30}
         )
         wait_for("preStop ran", (gate / "prestop-ran").exists, timeout_s=30)
         assert (gate / "prestop-ran").read_text() == f"w-0 {slurm.conf}"
-        terminating = _pod(kube, namespace, "w-0")
+        terminating = _pod(rig.kube, rig.namespace, "w-0")
         assert terminating is not None
         assert terminating["metadata"]["uid"] == uid
         assert terminating["metadata"].get("deletionTimestamp")
@@ -110,11 +103,11 @@ def test_terminating_pod_waits_for_prestop_then_its_slurmd_stops(
         assert "sleep 4343" not in _ps()
 
         def recreated() -> bool:
-            pod = _pod(kube, namespace, "w-0")
+            pod = _pod(rig.kube, rig.namespace, "w-0")
             return pod is not None and pod["metadata"]["uid"] != uid
 
         wait_for("StatefulSet recreated w-0", recreated, timeout_s=60)
-        second = _pod(kube, namespace, "w-0")
+        second = _pod(rig.kube, rig.namespace, "w-0")
         assert second is not None
         wait_for(
             "slurmd started for the new pod",

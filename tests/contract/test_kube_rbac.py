@@ -9,7 +9,7 @@ that worked. A right the code no longer uses, or a call the test stopped making,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
 from slonkd.core.kube_objects import TaintEffect
 from slonkd_sandbox.kube import KubeCluster
 from tests.contract.kube_helpers import pending_pod, running, until
+from tests.rig import Rig
 
 pytestmark = pytest.mark.kube
 
@@ -184,10 +185,7 @@ async def cleanup(kube: KubeCluster) -> AsyncIterator[list[str]]:
 
 
 async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    tmp_path: Path,
+    rig: Rig,
     cleanup: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -198,11 +196,11 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
     reading single pods, reading a StatefulSet by name and patching ConfigMaps are refused,
     and every rule of deploy/rbac is used by one of these calls.
     """
-    tag = namespace
-    for crb in _bind(kube, namespace, "coord", "coordinator", tag):
+    tag = rig.namespace
+    for crb in _bind(rig.kube, rig.namespace, "coord", "coordinator", tag):
         cleanup.append(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{crb}")
-    kube.kubectl("apply", "-f", str(RBAC / "coordinator-node-events.yaml"))
-    kube.api.request(
+    rig.kube.kubectl("apply", "-f", str(RBAC / "coordinator-node-events.yaml"))
+    rig.kube.api.request(
         "POST",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
         {
@@ -212,21 +210,23 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
                 "kind": "Role",
                 "name": "slonkd-node-events",
             },
-            "subjects": [{"kind": "ServiceAccount", "name": "coord", "namespace": namespace}],
+            "subjects": [{"kind": "ServiceAccount", "name": "coord", "namespace": rig.namespace}],
         },
     )
     cleanup.append(
         f"/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/slonkd-node-events-{tag}"
     )
-    (node,) = kube.add_fake_nodes([unique("rbac")], wait_ready_s=None)
+    (node,) = rig.kube.add_fake_nodes([rig.unique("rbac")], wait_ready_s=None)
     cleanup.append(f"/api/v1/nodes/{node}")
-    pod = kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-0"))
-    kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-1"))
-    transport = await _transport_for(kube, namespace, "coord", tmp_path)
+    pod = rig.kube.api.request(
+        "POST", f"/api/v1/namespaces/{rig.namespace}/pods", pending_pod("w-0")
+    )
+    rig.kube.api.request("POST", f"/api/v1/namespaces/{rig.namespace}/pods", pending_pod("w-1"))
+    transport = await _transport_for(rig.kube, rig.namespace, "coord", rig.tmp_path)
     seen = spy(monkeypatch, transport)
     try:
-        nodes, pods = coordinator_informers(transport, namespace, pod_selector="app=w")
-        statefulsets = statefulset_informer(transport, namespace)
+        nodes, pods = coordinator_informers(transport, rig.namespace, pod_selector="app=w")
+        statefulsets = statefulset_informer(transport, rig.namespace)
         async with running(nodes), running(pods), running(statefulsets):
             await watching(seen, "nodes", "pods", "statefulsets")
             assert nodes.get(node) is not None
@@ -246,18 +246,18 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         for _ in range(2):  # create, then patch the count
             assert (await events.record(node_ref, type_="Normal", reason="R", message="m")).done
         # the breaker's Event is about its state ConfigMap, in the coordinator's namespace
-        state_ref = ObjectRef(kind="ConfigMap", name="slonkd-state", namespace=namespace)
+        state_ref = ObjectRef(kind="ConfigMap", name="slonkd-state", namespace=rig.namespace)
         for _ in range(2):
             assert (await events.record(state_ref, type_="Normal", reason="R", message="m")).done
         pods_w = PodWriter(transport)
         uid = pod["metadata"]["uid"]
-        evicted = await pods_w.evict(namespace, "w-0", uid=uid)
+        evicted = await pods_w.evict(rig.namespace, "w-0", uid=uid)
         assert evicted.outcome is ChangeOutcome.CHANGED
         elector = LeaderElector(
             transport,
             LeaseSettings(
                 name="slonkd-coordinator",
-                namespace=namespace,
+                namespace=rig.namespace,
                 identity="c-1",
                 lease_duration_s=3,
                 renew_deadline_s=2,
@@ -286,37 +286,37 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        store = StateStore(transport, namespace, "slonkd-state")
+        store = StateStore(transport, rig.namespace, "slonkd-state")
         await store.update(got[0], lambda s: CoordinatorState(nodes_out=frozenset({node})))
         await store.update(got[0], lambda s: s)
         assert (await store.load()).nodes_out == {node}
-        topology = OwnedConfigMap(transport, namespace, "slonkd-topology")
+        topology = OwnedConfigMap(transport, rig.namespace, "slonkd-topology")
         assert (await topology.publish({"topology.conf": "# a\n"})).detail == "created"
         assert (await topology.publish({"topology.conf": "# b\n"})).detail == "updated"
-        token = kube.create_token(namespace, "default")
+        token = rig.kube.create_token(rig.namespace, "default")
         who = await review_token(transport, token)
         assert who.authenticated
-        assert who.namespace == namespace
+        assert who.namespace == rig.namespace
         assert who.service_account == "default"
         # find_worker_pod: the credential issuer's check that the token's pod is a worker
-        assert await find_worker_pod(transport, namespace, "nobody", selector="app=w") is None
+        assert await find_worker_pod(transport, rig.namespace, "nobody", selector="app=w") is None
         # Outside the rules: delete a node, write another ConfigMap.
         with pytest.raises(KubeForbidden, match=r'resources: \["nodes"\], verbs: \["delete"\]'):
             await transport.request(
                 Call(verb="delete", resource="nodes", name=node), "DELETE", f"/api/v1/nodes/{node}"
             )
-        other = StateStore(transport, namespace, "not-slonkd-state")
+        other = StateStore(transport, rig.namespace, "not-slonkd-state")
         with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["get"\]'):
             await other.update(got[0], lambda s: CoordinatorState(breaker_open=True))
         with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["get"\]'):
-            await OwnedConfigMap(transport, namespace, "kube-root-ca.crt").publish({"x": "y"})
+            await OwnedConfigMap(transport, rig.namespace, "kube-root-ca.crt").publish({"x": "y"})
         with pytest.raises(KubeForbidden, match="pods/eviction"):
             await PodWriter(transport).evict("default", "anything")
         with pytest.raises(KubeForbidden, match=r'resources: \["statefulsets"\], verbs: \["patch"'):
             await transport.request(
-                Call(verb="patch", resource="statefulsets", group="apps", namespace=namespace),
+                Call(verb="patch", resource="statefulsets", group="apps", namespace=rig.namespace),
                 "PATCH",
-                f"/apis/apps/v1/namespaces/{namespace}/statefulsets/w",
+                f"/apis/apps/v1/namespaces/{rig.namespace}/statefulsets/w",
                 body={"spec": {"replicas": 0}},
                 content_type="application/merge-patch+json",
             )
@@ -331,38 +331,35 @@ async def test_coordinator_role_allows_all_it_does_and_forbids_the_rest(
             await other_ns.record(node_ref, type_="Normal", reason="R", message="m")
         # pods are evicted (PDBs hold), never deleted; no single pod or StatefulSet is read
         with pytest.raises(KubeForbidden, match=r'resources: \["pods"\], verbs: \["delete"\]'):
-            await pods_w.delete(namespace, "w-1", grace_s=0)
+            await pods_w.delete(rig.namespace, "w-1", grace_s=0)
         with pytest.raises(KubeForbidden, match=r'resources: \["pods"\], verbs: \["get"\]'):
             await transport.request(
-                Call(verb="get", resource="pods", namespace=namespace, name="w-1"),
+                Call(verb="get", resource="pods", namespace=rig.namespace, name="w-1"),
                 "GET",
-                f"/api/v1/namespaces/{namespace}/pods/w-1",
+                f"/api/v1/namespaces/{rig.namespace}/pods/w-1",
             )
         with pytest.raises(KubeForbidden, match=r'resources: \["statefulsets"\], verbs: \["get"'):
             await transport.request(
-                Call(verb="get", resource="statefulsets", group="apps", namespace=namespace),
+                Call(verb="get", resource="statefulsets", group="apps", namespace=rig.namespace),
                 "GET",
-                f"/apis/apps/v1/namespaces/{namespace}/statefulsets/w",
+                f"/apis/apps/v1/namespaces/{rig.namespace}/statefulsets/w",
             )
         # its ConfigMaps are replaced (PUT with a resourceVersion), never patched
         with pytest.raises(KubeForbidden, match=r'resources: \["configmaps"\], verbs: \["patch"'):
             await transport.request(
-                Call(verb="patch", resource="configmaps", namespace=namespace),
+                Call(verb="patch", resource="configmaps", namespace=rig.namespace),
                 "PATCH",
-                f"/api/v1/namespaces/{namespace}/configmaps/slonkd-state",
+                f"/api/v1/namespaces/{rig.namespace}/configmaps/slonkd-state",
                 body={"data": {}},
                 content_type="application/merge-patch+json",
             )
     finally:
         await transport.close()
-    assert_exactly_used(grants_of(["coordinator", "coordinator-node-events"], namespace), seen)
+    assert_exactly_used(grants_of(["coordinator", "coordinator-node-events"], rig.namespace), seen)
 
 
 async def test_agent_role_watches_its_own_objects_and_cannot_write(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    tmp_path: Path,
+    rig: Rig,
     cleanup: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -372,24 +369,24 @@ async def test_agent_role_watches_its_own_objects_and_cannot_write(
     the node event namespace) and a GET of its own pod or node are refused; every rule of
     agent.yaml is used by the informers.
     """
-    for crb in _bind(kube, namespace, "agent", "agent", namespace):
+    for crb in _bind(rig.kube, rig.namespace, "agent", "agent", rig.namespace):
         cleanup.append(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{crb}")
-    (node,) = kube.add_fake_nodes([unique("rbac-agent")], wait_ready_s=None)
+    (node,) = rig.kube.add_fake_nodes([rig.unique("rbac-agent")], wait_ready_s=None)
     cleanup.append(f"/api/v1/nodes/{node}")
-    kube.api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pending_pod("w-0"))
-    transport = await _transport_for(kube, namespace, "agent", tmp_path)
+    rig.kube.api.request("POST", f"/api/v1/namespaces/{rig.namespace}/pods", pending_pod("w-0"))
+    transport = await _transport_for(rig.kube, rig.namespace, "agent", rig.tmp_path)
     seen = spy(monkeypatch, transport)
     try:
-        nodes, pods = agent_informers(transport, namespace, pod_name="w-0", node_name=node)
+        nodes, pods = agent_informers(transport, rig.namespace, pod_name="w-0", node_name=node)
         async with running(nodes), running(pods):
             await watching(seen, "nodes", "pods")
             assert list(nodes.items()) == [node]
-            assert list(pods.items()) == [f"{namespace}/w-0"]
+            assert list(pods.items()) == [f"{rig.namespace}/w-0"]
         with pytest.raises(KubeForbidden, match="missing RBAC rule"):
             await NodeWriter(transport).cordon(node, cause="agent must not")
         events = EventRecorder(transport)
         for ref in (
-            ObjectRef(kind="Pod", name="w-0", namespace=namespace),
+            ObjectRef(kind="Pod", name="w-0", namespace=rig.namespace),
             ObjectRef(kind="Node", name=node),
         ):
             with pytest.raises(KubeForbidden, match=r'resources: \["events"\], verbs: \["create"'):
@@ -397,12 +394,12 @@ async def test_agent_role_watches_its_own_objects_and_cannot_write(
         for call, path in (
             (Call(verb="get", resource="nodes", name=node), f"/api/v1/nodes/{node}"),
             (
-                Call(verb="get", resource="pods", namespace=namespace, name="w-0"),
-                f"/api/v1/namespaces/{namespace}/pods/w-0",
+                Call(verb="get", resource="pods", namespace=rig.namespace, name="w-0"),
+                f"/api/v1/namespaces/{rig.namespace}/pods/w-0",
             ),
         ):
             with pytest.raises(KubeForbidden, match=r'verbs: \["get"\]'):
                 await transport.request(call, "GET", path)
     finally:
         await transport.close()
-    assert_exactly_used(grants_of(["agent"], namespace), seen)
+    assert_exactly_used(grants_of(["agent"], rig.namespace), seen)

@@ -26,6 +26,7 @@ from slonkd_sandbox.procs import HarnessError, free_ports, tail, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 from slonkd_sandbox.workloads import prestop_command, worker_statefulset
+from tests.rig import Rig
 
 GRACE_S = 12
 PRESTOP = prestop_command(GRACE_S, 4)
@@ -210,11 +211,8 @@ def worker_slurm(
 
 @pytest.fixture
 def workers(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
+    rig: Rig,
     worker_slurm: tuple[SlurmCluster, dict[str, str]],
-    tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Workers]:
     """One kwok node, two worker pods w-0 and w-1 bound to slurmd, and their agents.
@@ -225,14 +223,14 @@ def workers(
     prestop = marker.args[0] if marker else PRESTOP
     names = ("w-0", "w-1")
     slurm, clients = worker_slurm
-    label = {"slonk.dev/test": namespace}
-    (kube_node,) = kube.add_fake_nodes([unique("e2e")], labels=label)
-    standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
+    label = {"slonk.dev/test": rig.namespace}
+    (kube_node,) = rig.kube.add_fake_nodes([rig.unique("e2e")], labels=label)
+    standin = rig.standin(slurm)
     standin.start()
     w = Workers(
-        kube=kube,
+        kube=rig.kube,
         slurm=slurm,
-        namespace=namespace,
+        namespace=rig.namespace,
         kube_node=kube_node,
         standin=standin,
         client_env=clients,
@@ -244,23 +242,23 @@ def workers(
             node_selector=label,
             grace_s=GRACE_S,
             prestop=prestop,
-            env={"GATE_DIR": str(tmp_path)},
+            env={"GATE_DIR": str(rig.tmp_path)},
         )
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(names, timeout_s=60)
         for name in names:
             env = {
                 **os.environ,
                 "POD_NAME": name,
-                "POD_NAMESPACE": namespace,
+                "POD_NAMESPACE": rig.namespace,
                 "NODE_NAME": kube_node,
-                "KUBECONFIG": str(kube.kubeconfig),
+                "KUBECONFIG": str(rig.kube.kubeconfig),
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
-                "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                "SLONKD_READY_FILE": str(rig.tmp_path / f"ready-{name}"),
                 **clients,
             }
-            agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
+            agent = AgentProcess(env=env, log=rig.tmp_path / f"agent-{name}.log")
             agent.start()
             w.agents[name] = agent
         yield w

@@ -36,6 +36,7 @@ from tests.e2e.conftest import (
     set_unschedulable,
     slurm_of_release,
 )
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -167,22 +168,21 @@ def fleet_slurm(
 
 @pytest.fixture
 def fleet(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
+    rig: Rig,
     fleet_slurm: tuple[SlurmCluster, dict[str, str]],
-    tmp_path: Path,
     coordinator_config: dict[str, Any],
     coordinators: Coordinators,
 ) -> Fleet:
     """20 worker pods on 10 kwok nodes, 20 idle slurmd, one coordinator with fast timings."""
     slurm, clients = fleet_slurm
-    label = {"slonk.dev/test": namespace}
-    kube_nodes = kube.add_fake_nodes([unique(f"c{i}") for i in range(KUBE_NODES)], labels=label)
+    label = {"slonk.dev/test": rig.namespace}
+    kube_nodes = rig.kube.add_fake_nodes(
+        [rig.unique(f"c{i}") for i in range(KUBE_NODES)], labels=label
+    )
 
     def untainted() -> bool:  # the node controller lifts not-ready taints shortly after Ready
         return all(
-            not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+            not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
             for n in kube_nodes
         )
 
@@ -197,32 +197,32 @@ def fleet(
             "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
         }
     ]
-    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+    rig.create_statefulset(sts)
 
     def all_running() -> bool:
-        items = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
         return bool(sum(p.get("status", {}).get("phase") == "Running" for p in items) == PODS)
 
     wait_for("20 pods Running", all_running, timeout_s=90)
-    config = tmp_path / "coordinator.json"
+    config = rig.tmp_path / "coordinator.json"
     config.write_text(
-        json.dumps({"audit_path": str(tmp_path / "audit.jsonl"), **coordinator_config})
+        json.dumps({"audit_path": str(rig.tmp_path / "audit.jsonl"), **coordinator_config})
     )
     env = coordinator_env(
-        namespace=namespace,
-        kubeconfig=kube.kubeconfig,
+        namespace=rig.namespace,
+        kubeconfig=rig.kube.kubeconfig,
         slurm_conf=slurm.conf,
         SLONKD_CONFIG=str(config),
         **clients,
     )
     coordinators.start(env)  # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
     return Fleet(
-        kube=kube,
+        kube=rig.kube,
         slurm=slurm,
-        namespace=namespace,
+        namespace=rig.namespace,
         kube_nodes=kube_nodes,
         env=env,
-        audit=tmp_path / "audit.jsonl",
+        audit=rig.tmp_path / "audit.jsonl",
         coordinators=coordinators,
     )
 

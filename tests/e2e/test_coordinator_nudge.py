@@ -17,7 +17,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -83,12 +84,8 @@ def _at(event: dict[str, Any]) -> float:
 
 @pytest.fixture
 def nudge_fleet(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
+    rig: Rig,
     session_root: Path,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     coordinators: Coordinators,
 ) -> Iterator[NudgeFleet]:
@@ -112,7 +109,7 @@ def nudge_fleet(
         }
         for key, value in ctld_env.items():
             monkeypatch.setenv(key, value)
-        slurm = slurm_factory(SlurmLayout(nodes=NAMES))
+        slurm = rig.slurm_factory(SlurmLayout(nodes=NAMES))
         for key in ctld_env:
             monkeypatch.delenv(key)
         program = str(Path(sys.executable).parent / "slonkd-nudge")  # this venv's console script
@@ -123,26 +120,26 @@ def nudge_fleet(
         ):
             slurm.run("strigger", "--set", "--node", "--flags=PERM", *argv)
 
-        label = {"slonk.dev/test": namespace}
-        kube_nodes = kube.add_fake_nodes([unique(f"g{i}") for i in range(2)], labels=label)
+        label = {"slonk.dev/test": rig.namespace}
+        kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"g{i}") for i in range(2)], labels=label)
         wait_for(
             "kwok nodes untainted",
             lambda: all(
-                not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+                not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
                 for n in kube_nodes
             ),
             timeout_s=60,
         )
         sts = worker_statefulset("w", replicas=len(NAMES), node_selector=label, standin=False)
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
 
         def all_running() -> bool:
-            items = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+            items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
             running = sum(p.get("status", {}).get("phase") == "Running" for p in items)
             return bool(running == len(NAMES))
 
         wait_for("pods Running", all_running, timeout_s=90)
-        config = tmp_path / "coordinator.json"
+        config = rig.tmp_path / "coordinator.json"
         config.write_text(
             json.dumps(
                 {
@@ -158,8 +155,8 @@ def nudge_fleet(
             )
         )
         env = coordinator_env(
-            namespace=namespace,
-            kubeconfig=kube.kubeconfig,
+            namespace=rig.namespace,
+            kubeconfig=rig.kube.kubeconfig,
             slurm_conf=slurm.conf,
             SLONKD_MQTT_HOST=broker.host,
             SLONKD_MQTT_PORT=str(broker.port),
@@ -169,9 +166,9 @@ def nudge_fleet(
         foreign = parse_strigger_get(slurm.run("strigger", "--get").stdout)
         coordinator = coordinators.start(env, config=config)  # read again at each start
         yield NudgeFleet(
-            kube=kube,
+            kube=rig.kube,
             slurm=slurm,
-            namespace=namespace,
+            namespace=rig.namespace,
             coordinator=coordinator,
             foreign=foreign,
             config=config,

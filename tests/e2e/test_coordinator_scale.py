@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.conftest import set_unschedulable
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -97,20 +96,16 @@ def big_config() -> dict[str, Any]:
 
 @pytest.fixture
 def big_fleet(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     big_config: dict[str, Any],
     coordinators: Coordinators,
 ) -> BigFleet:
     """100 pods, one per kwok node, 2 real slurmd and 98 declared SLURM nodes; a coordinator."""
-    slurm = slurm_factory(
+    slurm = rig.slurm_factory(
         SlurmLayout(nodes=("w-0",), extra_prefix="w-", extra_nodes=PODS - 1, slurmd_timeout_s=3600)
     )
-    label = {"slonk.dev/test": namespace}
-    kube_nodes = kube.add_fake_nodes([unique(f"s{i}") for i in range(PODS)], labels=label)
+    label = {"slonk.dev/test": rig.namespace}
+    kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"s{i}") for i in range(PODS)], labels=label)
     sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
     sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
         {
@@ -120,10 +115,10 @@ def big_fleet(
             "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
         }
     ]
-    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+    rig.create_statefulset(sts)
 
     def placed() -> dict[str, str]:
-        items = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
         return {
             p["metadata"]["name"]: p["spec"]["nodeName"]
             for p in items
@@ -135,19 +130,19 @@ def big_fleet(
     assert len(set(placement.values())) == PODS  # one pod a K8s node
     assert set(placement.values()) <= set(kube_nodes)
     time.sleep(2)  # Ready for longer than failure_grace_s
-    config = tmp_path / "coordinator.json"
+    config = rig.tmp_path / "coordinator.json"
     config.write_text(json.dumps(big_config))
     env = coordinator_env(
-        namespace=namespace,
-        kubeconfig=kube.kubeconfig,
+        namespace=rig.namespace,
+        kubeconfig=rig.kube.kubeconfig,
         slurm_conf=slurm.conf,
         SLONKD_CONFIG=str(config),
     )
     coordinators.start(env, timeout_s=60)  # until it is synced; stopped at the end
     return BigFleet(
-        kube=kube,
+        kube=rig.kube,
         slurm=slurm,
-        namespace=namespace,
+        namespace=rig.namespace,
         placement=placement,
         env=env,
         coordinators=coordinators,

@@ -17,7 +17,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +27,13 @@ import pytest
 from slonkd.core.kube_actions import REBOOT_TAINT
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_control import control
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -186,12 +186,8 @@ class HealthFleet:
 @pytest.fixture
 def health_fleet(
     request: pytest.FixtureRequest,
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
+    rig: Rig,
     session_root: Path,
-    tmp_path: Path,
     coordinators: Coordinators,
 ) -> Iterator[HealthFleet]:
     """Workers w-0..w-3 on four kwok nodes with agents, mosquitto and a coordinator.
@@ -201,7 +197,7 @@ def health_fleet(
     :class:`FleetOptions` (``request.param``).
     """
     options: FleetOptions = getattr(request, "param", FleetOptions())
-    slurm = slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
+    slurm = rig.slurm_factory(SlurmLayout(nodes=NAMES, autostart=False))
     users = {"coordinator": MqttUser(password="coordinator-pw", acl=("topic readwrite slonk/#",))}
     users.update({n: MqttUser(password=f"{n}-pw") for n in NAMES})
     broker = Mosquitto(
@@ -210,21 +206,21 @@ def health_fleet(
         patterns=AGENT_PATTERNS,
     )
     broker.start()
-    label = {"slonk.dev/test": namespace}
-    kube_nodes = kube.add_fake_nodes(
-        [unique(f"h{i}") for i in range(options.kube_nodes)], labels=label
+    label = {"slonk.dev/test": rig.namespace}
+    kube_nodes = rig.kube.add_fake_nodes(
+        [rig.unique(f"h{i}") for i in range(options.kube_nodes)], labels=label
     )
     wait_for(
         "untainted",
         lambda: all(
-            not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+            not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
             for n in kube_nodes
         ),
         timeout_s=60,
     )
     mount_root = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # short: a readable cause
     (mount_root / "sw").symlink_to("/")
-    standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
+    standin = rig.standin(slurm)
     standin.start()
     agents: dict[str, AgentProcess] = {}
     gates = {n: PortGate() for n in NAMES} if options.gated else {}
@@ -240,19 +236,19 @@ def health_fleet(
                 "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
             }
         ]
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(NAMES, timeout_s=60)
         mqtt = {"SLONKD_MQTT_HOST": broker.host, "SLONKD_MQTT_PORT": str(broker.port)}
         base = {
             **os.environ,
             **mqtt,
-            "POD_NAMESPACE": namespace,
-            "KUBECONFIG": str(kube.kubeconfig),
+            "POD_NAMESPACE": rig.namespace,
+            "KUBECONFIG": str(rig.kube.kubeconfig),
             "SLURM_CONF": str(slurm.conf),
         }
         for i, name in enumerate(NAMES):
-            pod = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-            config = tmp_path / f"agent-{name}.json"
+            pod = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods/{name}")
+            config = rig.tmp_path / f"agent-{name}.json"
             config.write_text(
                 json.dumps(
                     {
@@ -275,15 +271,15 @@ def health_fleet(
                 "SLONKD_MQTT_USER": name,
                 "SLONKD_MQTT_PASSWORD": f"{name}-pw",
                 "SLONKD_RESYNC_S": "2",
-                "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                "SLONKD_READY_FILE": str(rig.tmp_path / f"ready-{name}"),
             }
-            agents[name] = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
+            agents[name] = AgentProcess(env=env, log=rig.tmp_path / f"agent-{name}.log")
             agents[name].start()
-        config = tmp_path / "coordinator.json"
+        config = rig.tmp_path / "coordinator.json"
         config.write_text(
             json.dumps(
                 {
-                    "audit_path": str(tmp_path / "audit.jsonl"),
+                    "audit_path": str(rig.tmp_path / "audit.jsonl"),
                     "resync_s": 1,
                     "failure_grace_s": 1,
                     "max_out": 4,
@@ -304,14 +300,14 @@ def health_fleet(
             "SLONKD_MQTT_PASSWORD": "coordinator-pw",
         }
         yield HealthFleet(
-            kube=kube,
+            kube=rig.kube,
             slurm=slurm,
-            namespace=namespace,
+            namespace=rig.namespace,
             kube_nodes=kube_nodes,
             agents=agents,
             coordinator=coordinators.start(env, config=config),  # until synced
             mount_root=mount_root,
-            audit=tmp_path / "audit.jsonl",
+            audit=rig.tmp_path / "audit.jsonl",
             gates=gates,
         )
     finally:

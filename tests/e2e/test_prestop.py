@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -24,6 +22,7 @@ from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
 from tests.e2e.conftest import GRACE_S, PRESTOP
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -54,11 +53,7 @@ def _delete_and_wait_until_slurmd_stopped(
 
 @pytest.mark.parametrize("prestop_enabled", [True, False], ids=["slonkd-prestop", "no-prestop"])
 def test_deleted_pod_requeues_its_job_and_downs_its_node(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     prestop_enabled: bool,
 ) -> None:
     """Delete a worker pod with a requeueable job running on its node.
@@ -67,12 +62,10 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
     never FAILED, CANCELLED or NODE_FAIL) and the node is DOWN with slonkd's reason, not
     "Not responding". Without it, the job is still believed RUNNING on a dead node.
     """
-    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
-    label = {"slonk.dev/test": namespace}
-    kube.add_fake_nodes([unique("pre")], labels=label)
-    with KubeletStandIn(
-        kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k"
-    ) as standin:
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
+    label = {"slonk.dev/test": rig.namespace}
+    rig.kube.add_fake_nodes([rig.unique("pre")], labels=label)
+    with rig.standin(slurm, "k") as standin:
         sts = worker_statefulset(
             "w",
             replicas=1,
@@ -80,7 +73,7 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
             grace_s=GRACE_S,
             prestop=PRESTOP if prestop_enabled else ["/bin/true"],
         )
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
         job = slurm.run(
             "sbatch",
@@ -95,7 +88,7 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
         ).stdout.strip()
         wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
 
-        _delete_and_wait_until_slurmd_stopped(kube, namespace, standin)
+        _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
         state, restarts = _job(slurm, job)
         node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
         requeued = state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and restarts >= 1
@@ -112,11 +105,7 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
 
 
 def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoint(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
 ) -> None:
     """Delete the pod of a node running a checkpointing job and a plain one.
 
@@ -130,10 +119,10 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
     ``slonkd_checkpoint_signal_to_requeue_seconds{cause="deletion"}`` (a plain DELETE).
     """
     # a requeued job may start again after cred_expire (SLURM's default 120 s): 10 s here
-    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
-    label = {"slonk.dev/test": namespace}
-    kube.add_fake_nodes([unique("ckpt")], labels=label)
-    work, script = checkpointing_job(tmp_path)
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
+    label = {"slonk.dev/test": rig.namespace}
+    rig.kube.add_fake_nodes([rig.unique("ckpt")], labels=label)
+    work, script = checkpointing_job(rig.tmp_path)
     (agent_port,) = free_ports(1)
     prestop = [
         *PRESTOP,
@@ -144,21 +133,15 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         "--report-url",
         report_url(agent_port),
     ]
-    with KubeletStandIn(
-        kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k"
-    ) as standin:
+    with rig.standin(slurm, "k") as standin:
         sts = worker_statefulset(
             "w", replicas=1, node_selector=label, grace_s=GRACE_S, prestop=prestop
         )
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
+        pod = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods/w-0")
         agent = reporting_agent(
-            kube,
-            slurm,
-            namespace,
-            kube.api.request("GET", f"/api/v1/namespaces/{namespace}/pods/w-0")["spec"]["nodeName"],
-            agent_port,
-            tmp_path,
+            rig.kube, slurm, rig.namespace, pod["spec"]["nodeName"], agent_port, rig.tmp_path
         )
         agent.start()
         submit = ["sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null"]
@@ -171,7 +154,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         )
         wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
         time.sleep(1)
-        _delete_and_wait_until_slurmd_stopped(kube, namespace, standin)
+        _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
         for job in (training, plain):
             state, restarts = _job(slurm, job)
             assert state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}, (job, state)
@@ -182,7 +165,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         assert len(checkpoints) == 1, (work / "log").read_text()
         saved = int(checkpoints[0].split()[1])
         assert saved > 0
-        hook_log = "".join(p.read_text() for p in (tmp_path / "k").rglob("prestop-w-0-*.log"))
+        hook_log = "".join(p.read_text() for p in (rig.tmp_path / "k").rglob("prestop-w-0-*.log"))
         signals = [
             json.loads(ln) for ln in hook_log.splitlines() if "prestop.checkpoint_signal" in ln
         ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,13 @@ import yaml
 from slonkd.runtime.requeue_report import report_url
 from slonkd_sandbox.helm import Helm
 from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.toolchain import ensure_tools
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -125,11 +125,7 @@ def _serving_pod(name: str, priority_class: str, node_selector: dict[str, str]) 
 
 
 def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     priority_classes: dict[str, dict[str, Any]],
 ) -> None:
     """Preempted by the scheduler: drain, requeue, down; back to service after serving leaves."""
@@ -138,31 +134,31 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
     assert serving["preemptionPolicy"] == "PreemptLowerPriority"
     assert training["preemptionPolicy"] == "Never"
 
-    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
-    label = {"slonk.dev/test": namespace}
-    (kube_node,) = kube.add_fake_nodes(
-        [unique("prio")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
+    label = {"slonk.dev/test": rig.namespace}
+    (kube_node,) = rig.kube.add_fake_nodes(
+        [rig.unique("prio")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
     )
-    pods = f"/api/v1/namespaces/{namespace}/pods"
+    pods = f"/api/v1/namespaces/{rig.namespace}/pods"
 
     def pod(name: str) -> dict[str, Any] | None:
-        return _pod(kube, namespace, name)
+        return _pod(rig.kube, rig.namespace, name)
 
-    with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
-        _whole_node_worker(kube, namespace, label, training["metadata"]["name"], PRESTOP)
+    with rig.standin(slurm, "k") as si:
+        _whole_node_worker(rig.kube, rig.namespace, label, training["metadata"]["name"], PRESTOP)
         slurm.wait_idle(["w-0"], timeout_s=60)
         agent = AgentProcess(
             env={
                 **os.environ,
                 "POD_NAME": "w-0",
-                "POD_NAMESPACE": namespace,
+                "POD_NAMESPACE": rig.namespace,
                 "NODE_NAME": kube_node,
-                "KUBECONFIG": str(kube.kubeconfig),
+                "KUBECONFIG": str(rig.kube.kubeconfig),
                 "SLURM_CONF": str(slurm.conf),
                 "SLONKD_RESYNC_S": "2",
-                "SLONKD_READY_FILE": str(tmp_path / "ready-w-0"),
+                "SLONKD_READY_FILE": str(rig.tmp_path / "ready-w-0"),
             },
-            log=tmp_path / "agent-w-0.log",
+            log=rig.tmp_path / "agent-w-0.log",
         )
         agent.start()
         try:
@@ -175,7 +171,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
             assert first is not None
             uid = first["metadata"]["uid"]
 
-            kube.api.request(
+            rig.kube.api.request(
                 "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
             )
             wait_for(
@@ -196,7 +192,8 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
                 ),
                 timeout_s=GRACE_S + 20,
             )
-            events = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+            events_path = f"/api/v1/namespaces/{rig.namespace}/events"
+            events = rig.kube.api.request("GET", events_path)["items"]
             assert any(
                 e.get("reason") == "Preempted" and e["involvedObject"].get("uid") == uid
                 for e in events
@@ -219,7 +216,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
             assert replacement["metadata"]["uid"] != uid
             assert not replacement["spec"].get("nodeName")  # training waits, never preempts
 
-            kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
+            rig.kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
 
             def back() -> bool:
                 p = pod("w-0")
@@ -251,11 +248,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
 
 
 def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoint(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     priority_classes: dict[str, dict[str, Any]],
 ) -> None:
     """Preemption through the same preStop: checkpoint signal, requeue, resume from it.
@@ -268,13 +261,13 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
     """
     serving, training = priority_classes["serving"], priority_classes["training"]
     # a requeued job may start again after cred_expire (SLURM's default 120 s): 10 s here
-    slurm = slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
-    label = {"slonk.dev/test": namespace}
-    (kube_node,) = kube.add_fake_nodes(
-        [unique("prck")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False, cred_expire_s=10))
+    label = {"slonk.dev/test": rig.namespace}
+    (kube_node,) = rig.kube.add_fake_nodes(
+        [rig.unique("prck")], labels=label, capacity={"cpu": "2", "memory": "8Gi", "pods": "110"}
     )
-    pods = f"/api/v1/namespaces/{namespace}/pods"
-    work, script = checkpointing_job(tmp_path)
+    pods = f"/api/v1/namespaces/{rig.namespace}/pods"
+    work, script = checkpointing_job(rig.tmp_path)
     (agent_port,) = free_ports(1)
     prestop = [
         *PRESTOP,
@@ -283,15 +276,15 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
     ]  # fmt: skip
 
     def pod(name: str) -> dict[str, Any] | None:
-        return _pod(kube, namespace, name)
+        return _pod(rig.kube, rig.namespace, name)
 
     def lines() -> list[str]:
         return (work / "log").read_text().splitlines()
 
-    with KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "k") as si:
-        _whole_node_worker(kube, namespace, label, training["metadata"]["name"], prestop)
+    with rig.standin(slurm, "k") as si:
+        _whole_node_worker(rig.kube, rig.namespace, label, training["metadata"]["name"], prestop)
         slurm.wait_idle(["w-0"], timeout_s=60)
-        agent = reporting_agent(kube, slurm, namespace, kube_node, agent_port, tmp_path)
+        agent = reporting_agent(rig.kube, slurm, rig.namespace, kube_node, agent_port, rig.tmp_path)
         agent.start()
         try:
             job = slurm.run(
@@ -303,7 +296,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             first = pod("w-0")
             assert first is not None
             uid = first["metadata"]["uid"]
-            kube.api.request(
+            rig.kube.api.request(
                 "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
             )
             wait_for(
@@ -322,7 +315,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             assert saved > 0
             hook = [
                 e
-                for path in (tmp_path / "k").rglob("prestop-w-0-*.log")
+                for path in (rig.tmp_path / "k").rglob("prestop-w-0-*.log")
                 for e in read_json_log(path)
             ]
             requeued = next(e for e in hook if e.get("event") == "slurm.jobs_requeued")
@@ -334,7 +327,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
                 requeued["signal_to_requeue_s"], abs=0.01
             )
 
-            kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
+            rig.kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
 
             def starts() -> list[str]:
                 return [ln for ln in lines() if ln.startswith("start")]

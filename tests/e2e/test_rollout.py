@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,12 @@ from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
 from slonkd.core.rollout import REVISION_LABEL
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import pod_disruption_budget, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -141,11 +141,7 @@ def _ready(pod: dict[str, Any]) -> bool:
 @pytest.fixture
 def rollout(
     request: pytest.FixtureRequest,
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     coordinators: Coordinators,
 ) -> Iterator[Rollout]:
     """3 workers of an OnDelete StatefulSet with agents, preStop and a coordinator.
@@ -162,17 +158,19 @@ def rollout(
     layout = SlurmLayout(nodes=NAMES, autostart=False)
     if checkpoint:
         layout = SlurmLayout(nodes=NAMES, autostart=False, cred_expire_s=10)
-    slurm = slurm_factory(layout)
-    label = {"slonk.dev/test": namespace}
+    slurm = rig.slurm_factory(layout)
+    label = {"slonk.dev/test": rig.namespace}
     count = int(getattr(request, "param", 1))
-    kube_nodes = kube.add_fake_nodes([unique(f"roll{i}") for i in range(count)], labels=label)
-    standin = KubeletStandIn(kube=kube, slurm=slurm, namespace=namespace, root=tmp_path / "kubelet")
+    kube_nodes = rig.kube.add_fake_nodes(
+        [rig.unique(f"roll{i}") for i in range(count)], labels=label
+    )
+    standin = rig.standin(slurm)
     standin.start()
     r = Rollout(
-        kube=kube,
+        kube=rig.kube,
         slurm=slurm,
-        namespace=namespace,
-        audit=tmp_path / "audit.jsonl",
+        namespace=rig.namespace,
+        audit=rig.tmp_path / "audit.jsonl",
         coordinators=coordinators,
     )
     try:
@@ -189,12 +187,12 @@ def rollout(
                     "labelSelector": {"matchLabels": {"slonk.dev/pool": "r"}},
                 }
             ]
-        kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
+        rig.create_statefulset(sts)
         slurm.wait_idle(NAMES, timeout_s=60)
         base = {
             **os.environ,
-            "POD_NAMESPACE": namespace,
-            "KUBECONFIG": str(kube.kubeconfig),
+            "POD_NAMESPACE": rig.namespace,
+            "KUBECONFIG": str(rig.kube.kubeconfig),
             "SLURM_CONF": str(slurm.conf),
         }
         placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in r.pods()}
@@ -204,12 +202,12 @@ def rollout(
                 "POD_NAME": name,
                 "NODE_NAME": placed.get(name) or kube_nodes[0],
                 "SLONKD_RESYNC_S": "2",
-                "SLONKD_READY_FILE": str(tmp_path / f"ready-{name}"),
+                "SLONKD_READY_FILE": str(rig.tmp_path / f"ready-{name}"),
             }
-            agent = AgentProcess(env=env, log=tmp_path / f"agent-{name}.log")
+            agent = AgentProcess(env=env, log=rig.tmp_path / f"agent-{name}.log")
             agent.start()
             r.agents.append(agent)
-        config = tmp_path / "coordinator.json"
+        config = rig.tmp_path / "coordinator.json"
         config.write_text(
             json.dumps(
                 {

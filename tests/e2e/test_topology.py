@@ -27,6 +27,7 @@ from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
+from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -125,26 +126,22 @@ class Topo:
 
 @pytest.fixture
 def topo(
-    kube: KubeCluster,
-    namespace: str,
-    unique: Callable[[str], str],
-    slurm_factory: Callable[..., SlurmCluster],
-    tmp_path: Path,
+    rig: Rig,
     coordinators: Coordinators,
 ) -> Iterator[Topo]:
     """4 worker pods on 2 labelled kwok nodes, a tree-topology slurmctld, a coordinator."""
     names = tuple(f"w-{i}" for i in range(PODS))
-    slurm = slurm_factory(SlurmLayout(nodes=names, topology_plugin="topology/tree"))
-    test_label = {"slonk.dev/test": namespace}
+    slurm = rig.slurm_factory(SlurmLayout(nodes=names, topology_plugin="topology/tree"))
+    test_label = {"slonk.dev/test": rig.namespace}
     kube_nodes = [
-        kube.add_fake_nodes([unique(f"t{leaf}")], labels={**test_label, **_labels(leaf)})[0]
+        rig.kube.add_fake_nodes([rig.unique(f"t{leaf}")], labels={**test_label, **_labels(leaf)})[0]
         for leaf in ("l1", "l2")
     ]
     # Ready is not enough: a new node carries the not-ready taint until the node lifecycle
     # controller lifts it (6 of 10 still had it when seen Ready), and a tainted node gets no pod
     # (the soft spread then puts all four on the other one). The tests must not depend on the
     # spread either: the scheduler's cache may still lag.
-    wait_for("both nodes schedulable", lambda: _untainted(kube, kube_nodes), timeout_s=60)
+    wait_for("both nodes schedulable", lambda: _untainted(rig.kube, kube_nodes), timeout_s=60)
     sts = worker_statefulset("w", replicas=PODS, node_selector=test_label, standin=False)
     sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
         {
@@ -154,10 +151,10 @@ def topo(
             "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
         }
     ]
-    kube.api.request("POST", f"/apis/apps/v1/namespaces/{namespace}/statefulsets", sts)
-    t = Topo(kube=kube, slurm=slurm, namespace=namespace, kube_nodes=kube_nodes)
+    rig.create_statefulset(sts)
+    t = Topo(kube=rig.kube, slurm=slurm, namespace=rig.namespace, kube_nodes=kube_nodes)
     wait_for("4 pods placed", lambda: len(t.placement()) == PODS, timeout_s=90)
-    config = tmp_path / "coordinator.json"
+    config = rig.tmp_path / "coordinator.json"
     config.write_text(
         json.dumps(
             {
@@ -179,8 +176,10 @@ def topo(
             }
         )
     )
-    env = coordinator_env(namespace=namespace, kubeconfig=kube.kubeconfig, slurm_conf=slurm.conf)
-    sync = ConfigMapSync(kube, namespace, slurm.topology_conf)
+    env = coordinator_env(
+        namespace=rig.namespace, kubeconfig=rig.kube.kubeconfig, slurm_conf=slurm.conf
+    )
+    sync = ConfigMapSync(rig.kube, rig.namespace, slurm.topology_conf)
     sync.start()
     try:
         t.coordinator = coordinators.start(env, config=config)
