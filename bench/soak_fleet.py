@@ -30,7 +30,7 @@ from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import HarnessError
 from slonkd_sandbox.sandbox_agents import AgentKeeper
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox.workloads import prestop_command, spread_over_nodes, worker_statefulset
 
 NAMESPACE = "soak"
 _T = TypeVar("_T")
@@ -209,27 +209,11 @@ class SoakFleet:
         self.stack.callback(self._relays.close)
         count = len(self.names) // 2 + 2  # two pods a node, and room for evicted ones
         self.kube_nodes = kube.add_fake_nodes([f"k{i}" for i in range(count)])
-        procs.wait_for(
-            "kwok nodes untainted",
-            lambda: all(
-                not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
-                for n in self.kube_nodes
-            ),
-            timeout_s=120,
-            interval_s=0.5,
-        )
+        kube.wait_untainted(self.kube_nodes, timeout_s=120, interval_s=0.5)
         kube.create_namespace(NAMESPACE)
         self.stack.enter_context(
             KubeletStandIn(kube=kube, slurm=slurm, namespace=NAMESPACE, root=self.root / "kubelet")
         )
-        spread = [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "slurmd"}},
-            }
-        ]
         for pool, replicas, standin in ((REAL_POOL, self.real, True),
                                         (DECLARED_POOL, self.declared, False)):  # fmt: skip
             if not replicas:
@@ -237,7 +221,9 @@ class SoakFleet:
             sts = worker_statefulset(
                 pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
             )
-            sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = spread
+            spread_over_nodes(
+                sts, when="ScheduleAnyway", match={"app.kubernetes.io/name": "slurmd"}
+            )
             sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
             kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(self.real_names, timeout_s=180)

@@ -340,6 +340,25 @@ class KubeCluster(procs.StartStop):
             f"{len(wanted)} nodes Ready", all_ready, timeout_s=timeout_s, interval_s=0.2
         )
 
+    def wait_untainted(
+        self, names: Sequence[str], *, timeout_s: float = 60.0, interval_s: float = 0.05
+    ) -> float:
+        """Wait until no named node carries a taint.
+
+        The node controller lifts a new node's not-ready taints shortly after it is Ready;
+        a workload whose spread must see every node waits for that first.
+        """
+
+        def untainted() -> bool:
+            return all(
+                not self.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
+                for n in names
+            )
+
+        return procs.wait_for(
+            f"{len(names)} nodes untainted", untainted, timeout_s=timeout_s, interval_s=interval_s
+        )
+
     def create_token(
         self,
         namespace: str,

@@ -34,7 +34,7 @@ from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.sandbox_agents import AgentKeeper
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox.workloads import prestop_command, spread_over_nodes, worker_statefulset
 
 NAMESPACE = "slonk"
 POOL = "worker"
@@ -196,30 +196,14 @@ def run_sandbox(
         )
         _say(f"mosquitto ready on 127.0.0.1:{mqtt.port}")
         kube_nodes = kube.add_fake_nodes([f"kwok-node-{i}" for i in range(workers + 1)])
-        procs.wait_for(
-            "kwok nodes untainted",
-            lambda: all(
-                not kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
-                for n in kube_nodes
-            ),
-            timeout_s=90,
-            interval_s=0.5,
-        )
+        kube.wait_untainted(kube_nodes, timeout_s=90, interval_s=0.5)
         kube.create_namespace(NAMESPACE)
         stack.enter_context(
             KubeletStandIn(kube=kube, slurm=slurm, namespace=NAMESPACE, root=root / "kubelet")
         )
         sts = worker_statefulset(POOL, replicas=workers, grace_s=GRACE_S, prestop=_prestop_argv())
         sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
-        sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "DoNotSchedule",
-                "nodeTaintsPolicy": "Honor",
-                "labelSelector": {"matchLabels": {"slonk.dev/pool": POOL}},
-            }
-        ]
+        spread_over_nodes(sts, honor_taints=True)
         kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(names, timeout_s=120)
         _say(f"{workers} worker pods Running, their slurmd idle")

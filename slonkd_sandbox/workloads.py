@@ -92,6 +92,33 @@ def worker_statefulset(
     }
 
 
+def spread_over_nodes(
+    sts: dict[str, Any],
+    *,
+    when: str = "DoNotSchedule",
+    honor_taints: bool = False,
+    match: Mapping[str, str] | None = None,
+) -> None:
+    """Spread the pods of ``sts`` over K8s nodes: at most one more on a node than on another.
+
+    ``when`` is the constraint's ``whenUnsatisfiable`` (``"ScheduleAnyway"`` lets a cordon
+    or a full node double pods up); ``honor_taints`` counts only nodes whose taints the pods
+    tolerate; ``match`` selects the pods counted together (the StatefulSet's pool unless
+    told otherwise).
+    """
+    constraint: dict[str, Any] = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": when,
+        "labelSelector": {
+            "matchLabels": dict(match or {"slonk.dev/pool": sts["metadata"]["name"]})
+        },
+    }
+    if honor_taints:
+        constraint["nodeTaintsPolicy"] = "Honor"
+    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [constraint]
+
+
 def pod_disruption_budget(
     name: str, *, selector: Mapping[str, str], min_available: int
 ) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import (
     marked_unhealthy,
     set_unschedulable,
@@ -180,23 +180,9 @@ def fleet(
         [rig.unique(f"c{i}") for i in range(KUBE_NODES)], labels=label
     )
 
-    def untainted() -> bool:  # the node controller lifts not-ready taints shortly after Ready
-        return all(
-            not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
-            for n in kube_nodes
-        )
-
-    wait_for("kwok nodes untainted", untainted, timeout_s=60)
+    rig.kube.wait_untainted(kube_nodes, timeout_s=60)
     sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
-    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "nodeTaintsPolicy": "Honor",
-            "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
-        }
-    ]
+    spread_over_nodes(sts, honor_taints=True)
     rig.create_statefulset(sts)
 
     def all_running() -> bool:

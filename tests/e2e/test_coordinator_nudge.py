@@ -122,14 +122,7 @@ def nudge_fleet(
 
         label = {"slonk.dev/test": rig.namespace}
         kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"g{i}") for i in range(2)], labels=label)
-        wait_for(
-            "kwok nodes untainted",
-            lambda: all(
-                not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
-                for n in kube_nodes
-            ),
-            timeout_s=60,
-        )
+        rig.kube.wait_untainted(kube_nodes, timeout_s=60)
         sts = worker_statefulset("w", replicas=len(NAMES), node_selector=label, standin=False)
         rig.create_statefulset(sts)
 

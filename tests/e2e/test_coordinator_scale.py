@@ -19,7 +19,7 @@ from slonkd_sandbox.daemon import Coordinators, coordinator_env
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import set_unschedulable
 from tests.rig import Rig
 
@@ -107,14 +107,7 @@ def big_fleet(
     label = {"slonk.dev/test": rig.namespace}
     kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"s{i}") for i in range(PODS)], labels=label)
     sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
-    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
-        }
-    ]
+    spread_over_nodes(sts)
     rig.create_statefulset(sts)
 
     def placed() -> dict[str, str]:

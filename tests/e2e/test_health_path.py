@@ -31,7 +31,7 @@ from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_control import control
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
 from tests.rig import Rig
 
@@ -210,14 +210,7 @@ def health_fleet(
     kube_nodes = rig.kube.add_fake_nodes(
         [rig.unique(f"h{i}") for i in range(options.kube_nodes)], labels=label
     )
-    wait_for(
-        "untainted",
-        lambda: all(
-            not rig.kube.api.request("GET", f"/api/v1/nodes/{n}")["spec"].get("taints")
-            for n in kube_nodes
-        ),
-        timeout_s=60,
-    )
+    rig.kube.wait_untainted(kube_nodes, timeout_s=60)
     mount_root = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # short: a readable cause
     (mount_root / "sw").symlink_to("/")
     standin = rig.standin(slurm)
@@ -228,14 +221,7 @@ def health_fleet(
         for gate in gates.values():
             gate.open()
         sts = worker_statefulset("w", replicas=4, node_selector=label, grace_s=12, prestop=PRESTOP)
-        sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
-            }
-        ]
+        spread_over_nodes(sts, when="ScheduleAnyway")
         rig.create_statefulset(sts)
         slurm.wait_idle(NAMES, timeout_s=60)
         mqtt = {"SLONKD_MQTT_HOST": broker.host, "SLONKD_MQTT_PORT": str(broker.port)}

@@ -29,7 +29,7 @@ from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import pod_disruption_budget, worker_statefulset
+from slonkd_sandbox.workloads import pod_disruption_budget, spread_over_nodes, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 from tests.rig import Rig
@@ -179,14 +179,7 @@ def rollout(
         )
         sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
         if count > 1:
-            sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": "kubernetes.io/hostname",
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"slonk.dev/pool": "r"}},
-                }
-            ]
+            spread_over_nodes(sts)
         rig.create_statefulset(sts)
         slurm.wait_idle(NAMES, timeout_s=60)
         base = {

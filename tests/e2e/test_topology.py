@@ -26,7 +26,7 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -143,14 +143,7 @@ def topo(
     # spread either: the scheduler's cache may still lag.
     wait_for("both nodes schedulable", lambda: _untainted(rig.kube, kube_nodes), timeout_s=60)
     sts = worker_statefulset("w", replicas=PODS, node_selector=test_label, standin=False)
-    sts["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "ScheduleAnyway",  # a cordon must not block a move
-            "labelSelector": {"matchLabels": {"slonk.dev/pool": "w"}},
-        }
-    ]
+    spread_over_nodes(sts, when="ScheduleAnyway")  # a cordon must not block a move
     rig.create_statefulset(sts)
     t = Topo(kube=rig.kube, slurm=slurm, namespace=rig.namespace, kube_nodes=kube_nodes)
     wait_for("4 pods placed", lambda: len(t.placement()) == PODS, timeout_s=90)
