@@ -4,6 +4,8 @@ The ``rig`` fixture of ``tests/conftest.py`` builds it of that module's ``kube``
 session's control plane), ``namespace``, ``unique`` and ``slurm_factory`` and of pytest's
 ``tmp_path``; the fixtures of ``tests/e2e/conftest.py`` and the tests of ``tests/e2e`` and
 ``tests/contract`` that need those take ``rig`` instead of listing them one by one.
+:class:`OnRig` is the base of the objects those fixtures hand their tests (``Workers`` of
+``tests/e2e/conftest.py``, the fleets of ``tests/e2e/test_coordinator*.py`` and others).
 """
 
 from __future__ import annotations
@@ -44,3 +46,21 @@ class Rig:
         return KubeletStandIn(
             kube=self.kube, slurm=slurm, namespace=self.namespace, root=self.tmp_path / root
         )
+
+
+@dataclass(slots=True)
+class OnRig:
+    """The base of the pictures e2e fixtures build: a rig and the SLURM cluster of its pods."""
+
+    rig: Rig
+    slurm: SlurmCluster
+
+    @property
+    def kube(self) -> KubeCluster:
+        """The rig's control plane."""
+        return self.rig.kube
+
+    @property
+    def namespace(self) -> str:
+        """The rig's namespace, where the pods are."""
+        return self.rig.namespace

@@ -26,7 +26,7 @@ from slonkd_sandbox.procs import HarnessError, free_ports, tail, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 from slonkd_sandbox.workloads import prestop_command, worker_statefulset
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 GRACE_S = 12
 PRESTOP = prestop_command(GRACE_S, 4)
@@ -117,12 +117,9 @@ class AgentProcess:
 
 
 @dataclass(slots=True)
-class Workers:
+class Workers(OnRig):
     """The picture one e2e test works on."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     kube_node: str
     standin: KubeletStandIn
     agents: dict[str, AgentProcess] = field(default_factory=dict)
@@ -228,9 +225,8 @@ def workers(
     standin = rig.standin(slurm)
     standin.start()
     w = Workers(
-        kube=rig.kube,
+        rig=rig,
         slurm=slurm,
-        namespace=rig.namespace,
         kube_node=kube_node,
         standin=standin,
         client_env=clients,

@@ -27,7 +27,6 @@ from slonkd.core.log_events import (
     COORDINATOR_SYNCED,
 )
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
-from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
@@ -36,7 +35,7 @@ from tests.e2e.conftest import (
     set_unschedulable,
     slurm_of_release,
 )
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -45,12 +44,9 @@ KUBE_NODES = 10
 
 
 @dataclass(slots=True)
-class Fleet:
+class Fleet(OnRig):
     """Worker pods spread over kwok nodes, their SLURM nodes, and a running coordinator."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     kube_nodes: list[str]
     env: dict[str, str]
     audit: Path
@@ -203,9 +199,8 @@ def fleet(
     )
     coordinators.start(env)  # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
     return Fleet(
-        kube=rig.kube,
+        rig=rig,
         slurm=slurm,
-        namespace=rig.namespace,
         kube_nodes=kube_nodes,
         env=env,
         audit=rig.tmp_path / "audit.jsonl",

@@ -28,12 +28,11 @@ import pytest
 from slonkd.adapters.slurm.triggers import Trigger, parse_strigger_get
 from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
-from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -44,12 +43,9 @@ ACT_AFTER_NUDGE_S = 5.0
 
 
 @dataclass(slots=True)
-class NudgeFleet:
+class NudgeFleet(OnRig):
     """Two worker pods, their SLURM nodes with slonkd's triggers, and a coordinator."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     coordinator: Daemon
     foreign: list[Trigger]
     """The operator's triggers, set before the coordinator first started."""
@@ -159,9 +155,8 @@ def nudge_fleet(
         foreign = parse_strigger_get(slurm.run("strigger", "--get").stdout)
         coordinator = coordinators.start(env, config=config)  # read again at each start
         yield NudgeFleet(
-            kube=rig.kube,
+            rig=rig,
             slurm=slurm,
-            namespace=rig.namespace,
             coordinator=coordinator,
             foreign=foreign,
             config=config,

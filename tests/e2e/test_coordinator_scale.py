@@ -16,12 +16,11 @@ import pytest
 
 from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox.daemon import Coordinators, coordinator_env
-from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import set_unschedulable
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -40,12 +39,9 @@ CONFIG: dict[str, Any] = {
 
 
 @dataclass(slots=True)
-class BigFleet:
+class BigFleet(OnRig):
     """100 pods on 100 kwok nodes, their SLURM nodes, and the coordinator processes."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     placement: dict[str, str]
     """SLURM node (pod) -> K8s node."""
     env: dict[str, str]
@@ -133,9 +129,8 @@ def big_fleet(
     )
     coordinators.start(env, timeout_s=60)  # until it is synced; stopped at the end
     return BigFleet(
-        kube=rig.kube,
+        rig=rig,
         slurm=slurm,
-        namespace=rig.namespace,
         placement=placement,
         env=env,
         coordinators=coordinators,

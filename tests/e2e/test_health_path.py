@@ -26,14 +26,13 @@ import pytest
 
 from slonkd.core.kube_actions import REBOOT_TAINT
 from slonkd_sandbox.daemon import Coordinators, Daemon
-from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.slurm_control import control
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -99,12 +98,9 @@ class PortGate:
 
 
 @dataclass(slots=True)
-class HealthFleet:
+class HealthFleet(OnRig):
     """Four workers with agents that publish health, and a coordinator that reads it."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     kube_nodes: list[str]
     agents: dict[str, AgentProcess]
     coordinator: Daemon
@@ -286,9 +282,8 @@ def health_fleet(
             "SLONKD_MQTT_PASSWORD": "coordinator-pw",
         }
         yield HealthFleet(
-            kube=rig.kube,
+            rig=rig,
             slurm=slurm,
-            namespace=rig.namespace,
             kube_nodes=kube_nodes,
             agents=agents,
             coordinator=coordinators.start(env, config=config),  # until synced

@@ -26,13 +26,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
 from slonkd.core.rollout import REVISION_LABEL
 from slonkd_sandbox.daemon import Coordinators, Daemon
-from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import pod_disruption_budget, spread_over_nodes, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -41,12 +40,9 @@ KILLED = {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED
 
 
 @dataclass(slots=True)
-class Rollout:
+class Rollout(OnRig):
     """The picture: pods, SLURM nodes, agents and the coordinator's log."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     audit: Path
     coordinators: Coordinators
     """The first is the fleet's leader; a test starts the next."""
@@ -167,9 +163,8 @@ def rollout(
     standin = rig.standin(slurm)
     standin.start()
     r = Rollout(
-        kube=rig.kube,
+        rig=rig,
         slurm=slurm,
-        namespace=rig.namespace,
         audit=rig.tmp_path / "audit.jsonl",
         coordinators=coordinators,
     )

@@ -25,9 +25,9 @@ from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
-from tests.rig import Rig
+from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -83,12 +83,9 @@ class ConfigMapSync(threading.Thread):
 
 
 @dataclass(slots=True)
-class Topo:
+class Topo(OnRig):
     """The cluster, the coordinator's log, and helpers."""
 
-    kube: KubeCluster
-    slurm: SlurmCluster
-    namespace: str
     kube_nodes: list[str]
     coordinator: Daemon | None = None
 
@@ -145,7 +142,7 @@ def topo(
     sts = worker_statefulset("w", replicas=PODS, node_selector=test_label, standin=False)
     spread_over_nodes(sts, when="ScheduleAnyway")  # a cordon must not block a move
     rig.create_statefulset(sts)
-    t = Topo(kube=rig.kube, slurm=slurm, namespace=rig.namespace, kube_nodes=kube_nodes)
+    t = Topo(rig=rig, slurm=slurm, kube_nodes=kube_nodes)
     wait_for("4 pods placed", lambda: len(t.placement()) == PODS, timeout_s=90)
     config = rig.tmp_path / "coordinator.json"
     config.write_text(
