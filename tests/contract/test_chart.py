@@ -12,8 +12,6 @@ import json
 import os
 import secrets
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from slonkd_sandbox.helm import CHART_DIR, Helm
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError, KubeApi
 from slonkd_sandbox.procs import wait_for
+from tests.cli import slonkd
 
 pytestmark = pytest.mark.kube
 
@@ -508,14 +507,7 @@ def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: 
     for argv in commands:
         assert argv[argv.index("--namespace") + 1] == ns
         assert argv[argv.index("--state") + 1] == state_name
-        proc = subprocess.run(
-            [sys.executable, "-m", "slonkd.cli.main", *argv[1:]],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        proc = slonkd(*argv[1:], env=env)
         assert proc.returncode == 0, proc.stderr
         data = coord.request("GET", f"{cms}/{state_name}").get("data")
         seen.append(CoordinatorState.from_data(data).paused)

@@ -1,5 +1,8 @@
 """What the sandbox tests share: ``slonkd`` run as a user runs it, and leftover processes.
 
+``slonkd`` is :func:`tests.cli.slonkd`, kept here for these tests' imports;
+``private_sandbox_dir`` is where each puts its sandbox, ``sandbox_api`` reaches its apiserver.
+
 ``processes_naming`` finds what a sandbox directory leaves behind. Used by
 ``test_sandbox.py`` (process mode) and ``test_sandbox_real.py`` (the chart on the real node),
 which add their own checks of mounts and network namespaces.
@@ -7,20 +10,43 @@ which add their own checks of mounts and network namespaces.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import subprocess
-import sys
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+from slonkd_sandbox.kubeapi import KubeApi
+from tests.cli import slonkd
+
+__all__ = ["private_sandbox_dir", "processes_naming", "sandbox_api", "slonkd"]
 
 
-def slonkd(*argv: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``slonkd ARGV`` as a user would; its output is kept for the assertion message."""
-    return subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
+@contextlib.contextmanager
+def private_sandbox_dir(prefix: str, *, down_timeout_s: float) -> Iterator[Path]:
+    """A private, short directory (unix socket paths) for a sandbox; afterwards it is downed.
+
+    The directory is removed too unless ``SLONKD_KEEP_TEST_DIRS`` is set.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")) / "sb"
+    try:
+        yield root
+    finally:
+        if (root / "state.json").exists():
+            slonkd("sandbox", "down", "--dir", str(root), timeout_s=down_timeout_s)
+        if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def sandbox_api(state: Mapping[str, Any]) -> KubeApi:
+    """A client of the sandbox's apiserver, from its ``state.json``."""
+    return KubeApi(
+        host=state["api"]["host"],
+        port=int(state["api"]["port"]),
+        ca_file=Path(state["api"]["ca_file"]),
+        token=state["api"]["token"],
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
 from slonkd_sandbox.procs import wait_for
+from tests.cli import slonkd
 from tests.e2e.conftest import AgentProcess, Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -256,14 +257,7 @@ def test_an_agent_bound_to_its_pod_never_acts_for_the_pods_successor(workers: Wo
 
 def test_bad_settings_exit_2_with_one_line() -> None:
     """Missing downward-API settings: exit code 2 and a one-line reason on stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", "agent"],
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = slonkd("agent", env={"PATH": "/usr/bin:/bin"}, timeout_s=30)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "POD_NAME" in proc.stderr

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd_sandbox.procs import wait_for
+from tests.cli import slonkd
 from tests.e2e.conftest import AgentProcess, Workers
 from tests.e2e.test_agent import GATED
 
@@ -115,14 +116,7 @@ def _agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_bad_metrics_port_exits_2_with_one_line(tmp_path: Path) -> None:
     """A metrics port that is not a port number is a bad setting: exit 2, one line."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", "agent"],
-        env=_agent_env(tmp_path, SLONKD_METRICS_PORT="99999"),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = slonkd("agent", env=_agent_env(tmp_path, SLONKD_METRICS_PORT="99999"), timeout_s=30)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "metrics_port '99999' is not a port number" in proc.stderr

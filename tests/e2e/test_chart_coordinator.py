@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import threading
 import urllib.error
@@ -36,6 +34,7 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.procs import free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from tests.cli import slonkd
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -257,14 +256,7 @@ def test_the_chart_config_runs_the_real_coordinator(deployed: Deployed) -> None:
     state = d.config["state_name"]
     env = {**os.environ, "KUBECONFIG": str(d.kube.kubeconfig)}
     argv = ["pause", "--namespace", d.ns, "--state", state, "--reason", "e2e"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = slonkd(*argv, env=env)
     assert proc.returncode == 0, proc.stderr
     wait_for(
         "coordinator sees the pause",

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
+from tests.cli import slonkd
 from tests.e2e.conftest import (
     marked_unhealthy,
     set_unschedulable,
@@ -75,14 +75,7 @@ class Fleet(OnRig):
     def slonkd(self, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run an operator command (``slonkd status`` ...) as an operator would."""
         env = {**self.env, "SLONKD_COORDINATOR_URL": url or self.api_url()}
-        return subprocess.run(
-            [sys.executable, "-m", "slonkd.cli.main", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return slonkd(*args, env=env)
 
     def state(self) -> dict[str, str]:
         """The coordinator's state ConfigMap data."""

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +29,10 @@ from slonkd_sandbox.dashboard import (
     sandbox_targets,
     sandbox_urls,
 )
-from slonkd_sandbox.kubeapi import KubeApi
 from slonkd_sandbox.prometheus import Prometheus
 from slonkd_sandbox.sandbox import commands, descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
-from tests.e2e.sandbox_cli import processes_naming, slonkd
+from tests.e2e.sandbox_cli import private_sandbox_dir, processes_naming, sandbox_api, slonkd
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -43,14 +40,8 @@ pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 @pytest.fixture
 def sandbox_dir() -> Iterator[Path]:
     """A private, short directory (unix socket paths); the sandbox in it is always downed."""
-    root = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp")) / "sb"
-    try:
+    with private_sandbox_dir("sbx-", down_timeout_s=180) as root:
         yield root
-    finally:
-        if (root / "state.json").exists():
-            slonkd("sandbox", "down", "--dir", str(root), timeout_s=180)
-        if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
-            shutil.rmtree(root.parent, ignore_errors=True)
 
 
 def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
@@ -64,12 +55,7 @@ def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     for hint in ("source ", "sinfo -R", "KUBECONFIG=", "SLURM_CONF=", "coordinator log"):
         assert hint in up.stdout, hint
     state = json.loads((root / "state.json").read_text())
-    api = KubeApi(
-        host=state["api"]["host"],
-        port=int(state["api"]["port"]),
-        ca_file=Path(state["api"]["ca_file"]),
-        token=state["api"]["token"],
-    )
+    api = sandbox_api(state)
     ns, workers = state["namespace"], state["workers"]
     env = {**os.environ, "SLURM_CONF": state["slurm_conf"]}
 

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.kubeapi import KubeApi
 from slonkd_sandbox.sandbox import descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
-from tests.e2e.sandbox_cli import processes_naming, slonkd
+from tests.e2e.sandbox_cli import private_sandbox_dir, processes_naming, sandbox_api, slonkd
 
 pytestmark = [
     pytest.mark.kube,
@@ -49,14 +46,8 @@ def leftovers(root: Path, netns: str) -> list[str]:
 @pytest.fixture
 def sandbox_dir() -> Iterator[Path]:
     """A private, short directory; the sandbox in it is always downed."""
-    root = Path(tempfile.mkdtemp(prefix="sbr-", dir="/tmp")) / "sb"
-    try:
+    with private_sandbox_dir("sbr-", down_timeout_s=400) as root:
         yield root
-    finally:
-        if (root / "state.json").exists():
-            slonkd("sandbox", "down", "--dir", str(root), timeout_s=400)
-        if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
-            shutil.rmtree(root.parent, ignore_errors=True)
 
 
 def test_sandbox_up_real_demo_down(sandbox_dir: Path) -> None:
@@ -71,12 +62,7 @@ def test_sandbox_up_real_demo_down(sandbox_dir: Path) -> None:
         assert hint in up.stdout, hint
     state = json.loads((root / "state.json").read_text())
     assert state["mode"] == "real"
-    api = KubeApi(
-        host=state["api"]["host"],
-        port=int(state["api"]["port"]),
-        ca_file=Path(state["api"]["ca_file"]),
-        token=state["api"]["token"],
-    )
+    api = sandbox_api(state)
     ns, workers = state["namespace"], state["workers"]
     kubectl = [state["kubectl"], f"--kubeconfig={state['kubeconfig']}"]
     ctl = state["controller"]

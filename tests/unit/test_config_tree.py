@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from slonkd.cli import agent, config_cmd, coordinator
 from slonkd.core.config_tree import build, schema
 from slonkd.core.plan import Policy
 from slonkd.runtime.coordinating import CoordinatorSettings
+from tests.cli import slonkd
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,29 +107,19 @@ def test_the_schema_has_every_key_with_its_default_and_a_description() -> None:
     assert schema(Inner)["properties"]["count"] == {"type": "integer", "default": 1}
 
 
-def _slonkd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "slonkd.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_config_check_says_ok_or_names_the_key(tmp_path: Path) -> None:
     """``slonkd config check coordinator FILE``: ok (exit 0) or one line naming the key (2)."""
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"max_out": 4, "rollout": {"max_parallel": 2}, "remediate": False}))
-    ok = _slonkd("config", "check", "coordinator", str(good))
+    ok = slonkd("config", "check", "coordinator", str(good))
     assert (ok.returncode, ok.stdout.strip()) == (0, "ok"), ok.stderr
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"rollout": {"max_parallel": "two"}}))
-    refused = _slonkd("config", "check", "coordinator", str(bad))
+    refused = slonkd("config", "check", "coordinator", str(bad))
     assert refused.returncode == 2
     assert "rollout.max_parallel must be a number" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    shown = _slonkd("config", "schema", "coordinator")
+    shown = slonkd("config", "schema", "coordinator")
     assert shown.returncode == 0
     assert set(json.loads(shown.stdout)["properties"]) == coordinator.file_keys()
 
@@ -157,11 +146,11 @@ def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_setta
     }
     good = tmp_path / "agent.json"
     good.write_text(json.dumps(deep))
-    ok = _slonkd("config", "check", "agent", str(good))
+    ok = slonkd("config", "check", "agent", str(good))
     assert (ok.returncode, ok.stdout.strip()) == (0, "ok"), ok.stderr
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"health": {"xid": {"fatal": {"79": "explode"}}}}))
-    refused = _slonkd("config", "check", "agent", str(bad))
+    refused = slonkd("config", "check", "agent", str(bad))
     assert refused.returncode == 2
     assert "health.xid.fatal.79 must be one of" in refused.stderr, refused.stderr
 
