@@ -215,6 +215,10 @@ class KubeletStandIn(procs.StartStop):
             return []
         return [json.loads(x) for x in self.journal.read_text().splitlines() if x.strip()]
 
+    def recorded(self, event: str, uid: str) -> bool:
+        """Whether the journal has ``event`` (``slurmd.stopped`` ...) for the pod of ``uid``."""
+        return any(e["event"] == event and e.get("uid") == uid for e in self.events())
+
     def start(self) -> None:
         """Start the stand-in and wait until its watch runs."""
         self.root.mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,18 @@
 
 Used by the pod deletion (test_prestop), the preemption (test_priority) and the rollout
 (test_rollout): one job script, one way to lay it out for slurmd, one read of the agent's
-``slonkd_checkpoint_*`` samples.
+``slonkd_checkpoint_*`` samples, one check of the signal-to-requeue time they export.
 """
 
 from __future__ import annotations
 
 import os
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd_sandbox.kube import KubeCluster
@@ -52,6 +55,26 @@ def checkpoint_metrics(metrics_url: str) -> dict[tuple[str, str | None], float]:
         for s in family.samples
         if s.name.startswith("slonkd_checkpoint_")
     }
+
+
+REQUEUE_SECONDS = "slonkd_checkpoint_signal_to_requeue_seconds"
+
+
+def assert_requeue_time_exported(
+    agent: AgentProcess, requeued: Mapping[str, Any], cause: str
+) -> dict[tuple[str, str | None], float]:
+    """The requeue came 3 to 6 s after the signal, and ``agent`` exported that time once.
+
+    ``requeued`` is the hook's ``slurm.jobs_requeued`` line (a 4 s window), ``cause`` the
+    label of the export. Returns all the agent's ``slonkd_checkpoint_*`` samples.
+    """
+    assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
+    exported = checkpoint_metrics(f"{agent.http_url}/metrics")
+    assert exported[(f"{REQUEUE_SECONDS}_count", cause)] == 1, exported
+    assert exported[(f"{REQUEUE_SECONDS}_sum", cause)] == pytest.approx(
+        requeued["signal_to_requeue_s"], abs=0.01
+    )
+    return exported
 
 
 def reporting_agent(

@@ -148,7 +148,7 @@ class Workers(OnRig):
 
     def journal_has(self, event: str, uid: str) -> bool:
         """Whether the kubelet stand-in recorded ``event`` for pod ``uid``."""
-        return any(e["event"] == event and e.get("uid") == uid for e in self.standin.events())
+        return self.standin.recorded(event, uid)
 
     def wait_recreated(self, name: str, old_uid: str) -> None:
         """Wait until the StatefulSet's new pod of that name runs and its slurmd started."""

@@ -30,7 +30,11 @@ from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.toolchain import ensure_tools
 from slonkd_sandbox.workloads import worker_statefulset
-from tests.e2e.checkpointing import checkpoint_metrics, checkpointing_job, reporting_agent
+from tests.e2e.checkpointing import (
+    assert_requeue_time_exported,
+    checkpointing_job,
+    reporting_agent,
+)
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log
 from tests.rig import Rig
 
@@ -124,6 +128,15 @@ def _serving_pod(name: str, priority_class: str, node_selector: dict[str, str]) 
     }
 
 
+def _preempt_w0(rig: Rig, serving: dict[str, Any], label: dict[str, str]) -> str:
+    """Create the serving pod (class ``serving``) that preempts w-0; returns w-0's uid."""
+    first = _pod(rig.kube, rig.namespace, "w-0")
+    assert first is not None
+    pods = f"/api/v1/namespaces/{rig.namespace}/pods"
+    rig.kube.api.request("POST", pods, _serving_pod("serve", serving["metadata"]["name"], label))
+    return str(first["metadata"]["uid"])
+
+
 def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
     rig: Rig,
     priority_classes: dict[str, dict[str, Any]],
@@ -167,18 +180,10 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
                 "--wrap", "sleep 600",
             ).stdout.strip()  # fmt: skip
             wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
-            first = pod("w-0")
-            assert first is not None
-            uid = first["metadata"]["uid"]
-
-            rig.kube.api.request(
-                "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
-            )
+            uid = _preempt_w0(rig, serving, label)
             wait_for(
                 "w-0 preempted",
-                lambda: any(
-                    e["event"] == "pod.terminating" and e.get("uid") == uid for e in si.events()
-                ),
+                lambda: si.recorded("pod.terminating", uid),
                 timeout_s=60,
             )
             victim = pod("w-0")
@@ -187,9 +192,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
                 assert "DisruptionTarget" in conditions  # the scheduler's preemption mark
             wait_for(
                 "slurmd stopped",
-                lambda: any(
-                    e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in si.events()
-                ),
+                lambda: si.recorded("slurmd.stopped", uid),
                 timeout_s=GRACE_S + 20,
             )
             events_path = f"/api/v1/namespaces/{rig.namespace}/events"
@@ -293,17 +296,10 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
             wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
             time.sleep(1)
-            first = pod("w-0")
-            assert first is not None
-            uid = first["metadata"]["uid"]
-            rig.kube.api.request(
-                "POST", pods, _serving_pod("serve", serving["metadata"]["name"], label)
-            )
+            uid = _preempt_w0(rig, serving, label)
             wait_for(
                 "slurmd stopped",
-                lambda: any(
-                    e["event"] == "slurmd.stopped" and e.get("uid") == uid for e in si.events()
-                ),
+                lambda: si.recorded("slurmd.stopped", uid),
                 timeout_s=60 + GRACE_S,
             )
             state, restarts = _job(slurm, job)
@@ -319,13 +315,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
                 for e in read_json_log(path)
             ]
             requeued = next(e for e in hook if e.get("event") == "slurm.jobs_requeued")
-            assert 3.0 <= requeued["signal_to_requeue_s"] <= 4 + 2.0, requeued
-            exported = checkpoint_metrics(f"{agent.http_url}/metrics")
-            name = "slonkd_checkpoint_signal_to_requeue_seconds"
-            assert exported[(f"{name}_count", "preemption")] == 1, exported
-            assert exported[(f"{name}_sum", "preemption")] == pytest.approx(
-                requeued["signal_to_requeue_s"], abs=0.01
-            )
+            assert_requeue_time_exported(agent, requeued, "preemption")
 
             rig.kube.api.request("DELETE", f"{pods}/serve", {"gracePeriodSeconds": 0})
 
