@@ -37,19 +37,12 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import GATED_PRESTOP, worker_statefulset
 
 PODS = 10
 ROUNDS = 5
 IDLE_S = 60.0
 SCRAPE_EVERY_S = 15.0
-GATED = [
-    sys.executable,
-    "-c",
-    "import os, pathlib, time\n"
-    "g = pathlib.Path(os.environ['GATE_DIR']) / 'open'\n"
-    "while not g.exists():\n    time.sleep(0.05)\n",
-]
 
 
 def _rss_mb(pid: int) -> float:
@@ -127,7 +120,11 @@ def standin_fleet(root: Path) -> Iterator[Fleet]:
                 "POST",
                 "/apis/apps/v1/namespaces/bench/statefulsets",
                 worker_statefulset(
-                    "w", replicas=PODS, prestop=GATED, grace_s=60, env={"GATE_DIR": str(root)}
+                    "w",
+                    replicas=PODS,
+                    prestop=GATED_PRESTOP,
+                    grace_s=60,
+                    env={"GATE_DIR": str(root)},
                 ),
             )
             slurm.wait_idle(names, timeout_s=120)

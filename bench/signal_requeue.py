@@ -13,7 +13,6 @@ cancelled and the node resumed for the next round.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -41,13 +40,6 @@ def _wait(what: str, check: Any, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-def _job_state(cluster: SlurmCluster, job: str) -> tuple[str, int]:
-    text = cluster.run("scontrol", "-o", "show", "job", job).stdout
-    state = re.search(r"JobState=(\S+)", text)
-    restarts = re.search(r"Restarts=(\d+)", text)
-    return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
-
-
 def _round(
     cluster: SlurmCluster, work: Path, *, grace_s: float, margin_s: float, window_s: float
 ) -> float | None:
@@ -61,7 +53,7 @@ def _round(
         "sbatch", "--parsable", "--requeue", "-w", NODE, "-o", "/dev/null", str(script)
     ).stdout.strip()
     try:
-        _wait("job running", lambda: _job_state(cluster, job)[0] == "RUNNING", 30)
+        _wait("job running", lambda: cluster.job_state(job)[0] == "RUNNING", 30)
         _wait("trap installed", lambda: (work / "log").exists(), 15)
         pid = cluster.slurmd_host_pid(NODE)
         argv = [
@@ -87,7 +79,7 @@ def _round(
                 continue
             if event.get("event") == "slurm.jobs_requeued":
                 took = event.get("signal_to_requeue_s")
-        state, restarts = _job_state(cluster, job)
+        state, restarts = cluster.job_state(job)
         checkpointed = "checkpoint" in (work / "log").read_text()
         if took is None or restarts < 1 or not checkpointed:
             print(f"round not counted: {state=} {restarts=} {checkpointed=} {took=}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -256,6 +257,13 @@ class SlurmCluster(procs.StartStop):
         """``{node: state}`` from ``sinfo -N``, e.g. ``idle``, ``drained``, ``down*``."""
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
         return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+
+    def job_state(self, job: str) -> tuple[str, int]:
+        """A job's ``(JobState, Restarts)`` per ``scontrol show job`` (``"?"``, -1 if unread)."""
+        text = self.run("scontrol", "-o", "show", "job", job).stdout
+        state = re.search(r"JobState=(\S+)", text)
+        restarts = re.search(r"Restarts=(\d+)", text)
+        return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
 
     def wait_idle(self, nodes: Sequence[str], *, timeout_s: float = 60.0) -> float:
         """Wait until every node in ``nodes`` reads ``idle``; return the seconds it took."""

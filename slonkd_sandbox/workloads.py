@@ -16,6 +16,16 @@ WORKER_IMAGE = "slonk/slurm:dev"
 """Never pulled: kwok nodes run no containers."""
 
 
+GATED_PRESTOP = [
+    sys.executable,
+    "-c",
+    "import os, pathlib, time\n"
+    "g = pathlib.Path(os.environ['GATE_DIR']) / 'open'\n"
+    "while not g.exists():\n    time.sleep(0.05)\n",
+]
+"""A preStop that waits until ``$GATE_DIR/open`` exists: the pod stays Terminating until then."""
+
+
 def prestop_command(grace_s: float, margin_s: float, *, poll_s: float = 0.5) -> list[str]:
     """A worker's preStop hook: this interpreter's ``slonkd prestop`` with its grace and margin."""
     return [

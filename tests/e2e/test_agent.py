@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
 from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.workloads import GATED_PRESTOP
 from tests.cli import slonkd
 from tests.e2e.conftest import AgentProcess, Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
-# A preStop that waits for the test to open a gate, so the pod stays Terminating meanwhile.
-GATED = [
-    sys.executable,
-    "-c",
-    "import os, pathlib, time\n"
-    "g = pathlib.Path(os.environ['GATE_DIR']) / 'open'\n"
-    "while not g.exists():\n    time.sleep(0.05)\n",
-]
 
-
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
     """Deleting a pod drains its node with slonkd's reason; its next pod, once Ready, resumes it.
 
@@ -58,7 +49,7 @@ def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
     assert workers.agents["w-1"].actions() == []
 
 
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 @pytest.mark.parametrize("worker_slurm", ["22.05", "24.11"], indirect=True)
 def test_pod_deleted_after_an_operator_drain_and_resume_drains(workers: Workers) -> None:
     """An operator drains w-0 with a reason and resumes it; then its pod is deleted: drained.
@@ -118,7 +109,7 @@ def test_prestop_down_is_lifted_when_the_new_pod_is_ready(workers: Workers) -> N
     assert [a["action"] for a in workers.agents["w-1"].actions()][-1] == "release"
 
 
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 def test_operator_drain_during_restart_survives(workers: Workers) -> None:
     """An operator drain set while the pod restarts is still there afterwards, text and user.
 
@@ -170,7 +161,7 @@ def test_node_on_hold_is_left_alone(workers: Workers) -> None:
     )  # prestop's, never lifted by the agent
 
 
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 def test_agent_killed_and_restarted_converges_without_duplicates(workers: Workers) -> None:
     """SIGKILL the agent after it drained; the new agent finds the drain and adds nothing."""
     uid = workers.delete_pod("w-0")
@@ -197,7 +188,7 @@ def test_agent_killed_and_restarted_converges_without_duplicates(workers: Worker
     assert [a["action"] for a in agent.actions()[before:]] == ["release"]
 
 
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 def test_an_agent_bound_to_its_pod_never_acts_for_the_pods_successor(workers: Workers) -> None:
     """With ``POD_UID`` (the chart's downward API) the agent leaves its pod's successor alone.
 

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.workloads import GATED_PRESTOP
 from tests.cli import slonkd
 from tests.e2e.conftest import AgentProcess, Workers
-from tests.e2e.test_agent import GATED
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
@@ -47,7 +47,7 @@ def transitions(agent: AgentProcess, action: str) -> float:
     return metric(agent, "slonkd_transitions_total", action=action, cause="pod-terminating")
 
 
-@pytest.mark.prestop(GATED)
+@pytest.mark.prestop(GATED_PRESTOP)
 def test_metrics_count_the_drain_of_a_deleted_pod_and_its_release(workers: Workers) -> None:
     """Probes answer; deleting the pod raises the drain counter, its next pod the release one.
 

@@ -9,7 +9,6 @@ same assertions fail: the test can fail).
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from slonkd.runtime.requeue_report import report_url
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import (
     REQUEUE_SECONDS,
@@ -30,13 +29,6 @@ from tests.e2e.conftest import GRACE_S, PRESTOP
 from tests.rig import Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
-
-
-def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:
-    text = slurm.run("scontrol", "-o", "show", "job", job_id).stdout
-    state = re.search(r"JobState=(\S+)", text)
-    restarts = re.search(r"Restarts=(\d+)", text)
-    return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
 
 
 def _delete_and_wait_until_slurmd_stopped(
@@ -87,10 +79,10 @@ def test_deleted_pod_requeues_its_job_and_downs_its_node(
             "--wrap",
             "sleep 300",
         ).stdout.strip()
-        wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
+        wait_for("job running", lambda: slurm.job_state(job)[0] == "RUNNING", timeout_s=30)
 
         _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
-        state, restarts = _job(slurm, job)
+        state, restarts = slurm.job_state(job)
         node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
         requeued = state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and restarts >= 1
         down_by_slonkd = "State=DOWN" in node and "Reason=slonkd:pod-terminating" in node
@@ -150,14 +142,14 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         plain = slurm.run(*submit, "--wrap", "sleep 300").stdout.strip()
         wait_for(
             "both jobs running",
-            lambda: {_job(slurm, training)[0], _job(slurm, plain)[0]} == {"RUNNING"},
+            lambda: {slurm.job_state(training)[0], slurm.job_state(plain)[0]} == {"RUNNING"},
             timeout_s=30,
         )
         wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
         time.sleep(1)
         _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
         for job in (training, plain):
-            state, restarts = _job(slurm, job)
+            state, restarts = slurm.job_state(job)
             assert state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}, (job, state)
             assert restarts >= 1, (job, restarts)
         checkpoints = [
@@ -203,5 +195,5 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         assert starts()[0].startswith("start 0 "), starts()
         assert starts()[1] == f"start {saved} restart 1", starts()  # continued, not from zero
         for job in (training, plain):
-            assert _job(slurm, job)[0] not in {"FAILED", "CANCELLED", "NODE_FAIL"}
+            assert slurm.job_state(job)[0] not in {"FAILED", "CANCELLED", "NODE_FAIL"}
         agent.stop()

@@ -14,7 +14,6 @@ signal, the same preemption signals a job that traps it, which resumes from its 
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from slonkd.runtime.requeue_report import report_url
 from slonkd_sandbox.helm import Helm
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.toolchain import ensure_tools
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import (
@@ -71,13 +70,6 @@ def priority_classes(
             f"/apis/scheduling.k8s.io/v1/priorityclasses/{doc['metadata']['name']}",
             ok=(200, 202, 404),
         )
-
-
-def _job(slurm: SlurmCluster, job_id: str) -> tuple[str, int]:
-    text = slurm.run("scontrol", "-o", "show", "job", job_id).stdout
-    state = re.search(r"JobState=(\S+)", text)
-    restarts = re.search(r"Restarts=(\d+)", text)
-    return (state.group(1) if state else "?", int(restarts.group(1)) if restarts else -1)
 
 
 def _pod(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -179,7 +171,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
                 "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null",
                 "--wrap", "sleep 600",
             ).stdout.strip()  # fmt: skip
-            wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
+            wait_for("job running", lambda: slurm.job_state(job)[0] == "RUNNING", timeout_s=30)
             uid = _preempt_w0(rig, serving, label)
             wait_for(
                 "w-0 preempted",
@@ -201,7 +193,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
                 e.get("reason") == "Preempted" and e["involvedObject"].get("uid") == uid
                 for e in events
             ), [(e.get("reason"), e["involvedObject"].get("name")) for e in events]
-            state, restarts = _job(slurm, job)
+            state, restarts = slurm.job_state(job)
             assert state not in LOST
             assert restarts >= 1, (state, restarts)
             shown = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
@@ -243,7 +235,7 @@ def test_serving_preempts_a_worker_whose_job_is_requeued_and_whose_node_returns(
             )
             assert "Reason=" not in slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
             assert [a["action"] for a in agent.actions()][-1] == "release"
-            state, restarts = _job(slurm, job)
+            state, restarts = slurm.job_state(job)
             assert state not in LOST
             assert restarts >= 1
         finally:
@@ -293,7 +285,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             job = slurm.run(
                 "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null", str(script)
             ).stdout.strip()
-            wait_for("job running", lambda: _job(slurm, job)[0] == "RUNNING", timeout_s=30)
+            wait_for("job running", lambda: slurm.job_state(job)[0] == "RUNNING", timeout_s=30)
             wait_for("the loop started", lambda: (work / "log").exists(), timeout_s=15)
             time.sleep(1)
             uid = _preempt_w0(rig, serving, label)
@@ -302,7 +294,7 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
                 lambda: si.recorded("slurmd.stopped", uid),
                 timeout_s=60 + GRACE_S,
             )
-            state, restarts = _job(slurm, job)
+            state, restarts = slurm.job_state(job)
             assert state not in LOST
             assert restarts >= 1, (state, restarts)
             checkpoints = [ln for ln in lines() if ln.startswith("checkpoint")]
@@ -327,12 +319,12 @@ def test_a_preempted_checkpointing_job_is_signalled_requeued_and_resumes_from_it
             except HarnessError as gone:  # say where it stopped: job, node, pod, agent
                 node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
                 raise AssertionError(
-                    f"{gone}\njob {_job(slurm, job)}\n{node}\npod {pod('w-0')}\n"
+                    f"{gone}\njob {slurm.job_state(job)}\n{node}\npod {pod('w-0')}\n"
                     f"stand-in {si.events()[-10:]}\nagent {agent.events()[-30:]}"
                 ) from gone
             assert starts()[0].startswith("start 0 "), starts()
             assert starts()[1] == f"start {saved} restart 1", starts()  # from the checkpoint
-            assert _job(slurm, job)[0] not in LOST
+            assert slurm.job_state(job)[0] not in LOST
             slurm.run("scancel", job)
         finally:
             agent.stop()

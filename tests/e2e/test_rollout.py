@@ -121,6 +121,15 @@ class Rollout(OnRig):
             if s.name == "slonkd_transitions_total"
         }
 
+    def run_unrequeueable_job(self, node: str) -> str:
+        """Submit a ``--no-requeue`` job (``sleep 600``) to ``node``; its id once it runs."""
+        job_id = self.slurm.run(
+            "sbatch", "--parsable", "--no-requeue", "-w", node, "-o", "/dev/null",
+            "--wrap", "sleep 600",
+        ).stdout.strip()  # fmt: skip
+        wait_for("job running", lambda: self.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+        return job_id
+
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as a dict of its fields."""
         text = self.slurm.run("scontrol", "-o", "show", "job", job_id).stdout
@@ -406,18 +415,7 @@ def test_a_rollout_signals_a_checkpointing_job_which_resumes_from_its_checkpoint
 def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rollout) -> None:
     """A --no-requeue job past the wait: its pod is not evicted (it would die) until it ends."""
     r = rollout
-    job_id = r.slurm.run(
-        "sbatch",
-        "--parsable",
-        "--no-requeue",
-        "-w",
-        "r-0",
-        "-o",
-        "/dev/null",
-        "--wrap",
-        "sleep 600",
-    ).stdout.strip()
-    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    job_id = r.run_unrequeueable_job("r-0")
     uid = next(p["metadata"]["uid"] for p in r.pods() if p["metadata"]["name"] == "r-0")
     r.restart("2")
 
@@ -441,18 +439,7 @@ def test_a_job_that_cannot_be_requeued_holds_its_node_until_it_ends(rollout: Rol
 def test_a_new_leader_carries_on_a_rollout_from_slurms_state(rollout: Rollout) -> None:
     """The leader dies mid-rollout (SIGKILL); the next one finds the drained node and goes on."""
     r = rollout
-    job_id = r.slurm.run(
-        "sbatch",
-        "--parsable",
-        "--no-requeue",
-        "-w",
-        "r-0",
-        "-o",
-        "/dev/null",
-        "--wrap",
-        "sleep 600",
-    ).stdout.strip()
-    wait_for("job running", lambda: r.job(job_id).get("JobState") == "RUNNING", timeout_s=20)
+    job_id = r.run_unrequeueable_job("r-0")
     r.restart("3")
     wait_for("r-0 drained for the rollout", lambda: r.out_of_service() == {"r-0"}, timeout_s=30)
     r.coordinators[0].kill()  # no lease release, no clean-up: the state is SLURM's alone
