@@ -57,25 +57,22 @@ class BigFleet(OnRig):
         out = self.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout
         return dict(line.split("|", 1) for line in out.splitlines() if line)
 
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The fleet's K8s nodes (JSON)."""
+        mine = set(self.placement.values())
+        items = self.kube.api.request("GET", "/api/v1/nodes")["items"]
+        return [n for n in items if n["metadata"]["name"] in mine]
+
     def cordoned(self) -> set[str]:
         """K8s nodes of the fleet that are cordoned."""
-        items = self.kube.api.request("GET", "/api/v1/nodes")["items"]
-        mine = set(self.placement.values())
-        return {
-            n["metadata"]["name"]
-            for n in items
-            if n["metadata"]["name"] in mine and n["spec"].get("unschedulable")
-        }
+        return {n["metadata"]["name"] for n in self._nodes() if n["spec"].get("unschedulable")}
 
     def tainted(self) -> set[str]:
         """K8s nodes of the fleet that carry slonkd's failure taint (or any NoSchedule of ours)."""
-        items = self.kube.api.request("GET", "/api/v1/nodes")["items"]
-        mine = set(self.placement.values())
         return {
             n["metadata"]["name"]
-            for n in items
-            if n["metadata"]["name"] in mine
-            and any(t["key"].startswith("slonk.dev/") for t in n["spec"].get("taints") or [])
+            for n in self._nodes()
+            if any(t["key"].startswith("slonk.dev/") for t in n["spec"].get("taints") or [])
         }
 
     def state(self) -> dict[str, str]:

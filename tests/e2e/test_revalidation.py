@@ -20,6 +20,7 @@ import pytest
 
 from slonkd_sandbox.procs import wait_for
 from tests.e2e import test_health_path
+from tests.e2e.conftest import AgentProcess
 from tests.e2e.test_health_path import FleetOptions, HealthFleet
 
 health_fleet = test_health_path.health_fleet
@@ -30,6 +31,19 @@ pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 RECHECK_S = 2.0
 REVALIDATE: dict[str, bool] = {}
 """``{"revalidate": False}`` shows the test failing without revalidation (the gap it closes)."""
+
+
+def _slow_verdicts(agent: AgentProcess, *, fail_n: int) -> None:
+    """Rewrite ``agent``'s settings file: a failing check says fail after ``fail_n`` runs.
+
+    Fast checks every 2.5 s; a failing check is a warn until ``fail_n`` of the last ``fail_n``
+    runs failed; one pass clears it.
+    """
+    config = Path(agent.env["SLONKD_CONFIG"])
+    settings = json.loads(config.read_text())
+    settings["health"]["fast_period_s"] = 2.5
+    settings["hysteresis"] = {"fail_n": fail_n, "window_m": fail_n, "clear_k": 1}
+    config.write_text(json.dumps(settings))
 
 
 class StateSampler:
@@ -136,11 +150,7 @@ def test_a_replaced_node_returns_only_after_its_new_pod_passes_a_recheck(
         wait_for("pod replaced on another K8s node", replaced, timeout_s=60)
         # the new pod's agent: its check still fails, but it takes 5 failures of 5 runs (2.5 s
         # apart) to say so; until then its verdict is warn, and warn is no failure
-        config = Path(f.agents[node].env["SLONKD_CONFIG"])
-        settings = json.loads(config.read_text())
-        settings["health"]["fast_period_s"] = 2.5
-        settings["hysteresis"] = {"fail_n": 5, "window_m": 5, "clear_k": 1}
-        config.write_text(json.dumps(settings))
+        _slow_verdicts(f.agents[node], fail_n=5)
         f.restart_agent(node)
         restarted = time.time()
         wait_for(
@@ -228,11 +238,7 @@ def test_a_node_slurm_failed_returns_after_an_operators_resume_only_once_recheck
     # the new pod's agent: its check will fail, but as warn for its first runs (no health
     # cause, no second eviction); the gate shuts once it runs, not before (the old agent's
     # fail would mark the new K8s node)
-    config = Path(f.agents[node].env["SLONKD_CONFIG"])
-    settings = json.loads(config.read_text())
-    settings["health"]["fast_period_s"] = 2.5
-    settings["hysteresis"] = {"fail_n": 20, "window_m": 20, "clear_k": 1}
-    config.write_text(json.dumps(settings))
+    _slow_verdicts(f.agents[node], fail_n=20)
 
     def verdicts() -> int:
         return sum(
