@@ -237,16 +237,12 @@ class Soak:
                         event=step.id, since=time.time(), reason=reason, began=began
                     )
             finally:
-                with m.lock:
-                    m.in_flight.discard(target)
+                m.settle(target)
             return "done"
         if kind in {"op_undrain", "slurm_resume"}:
-            with m.lock:
-                mark = m.slurm.get(target)
-                if mark is None or mark.event != step.undo_of:
-                    return "skipped: nothing to undo"
-                m.in_flight.add(target)
-                del m.slurm[target]
+            mark = m.take(m.slurm, target, step.undo_of)
+            if mark is None:
+                return "skipped: nothing to undo"
             try:
                 # SLURM's own answer just before the resume, not the checker's last read: that
                 # one can predate the drain (seed 2026: a drain queued through a slurmctld outage
@@ -273,8 +269,7 @@ class Soak:
                     m.slurm[target] = mark
                 return "failed: scontrol failed, kept"
             finally:
-                with m.lock:
-                    m.in_flight.discard(target)
+                m.settle(target)
         if kind == "op_cordon":
             with m.lock:
                 knode = (last.knodes or {}).get(target) if last else None
@@ -286,8 +281,7 @@ class Soak:
                 with m.lock:
                     m.cordons[target] = Mark(event=step.id, since=time.time())
             finally:
-                with m.lock:
-                    m.in_flight.discard(target)
+                m.settle(target)
             return "done"
         if kind == "op_uncordon":
             return self.uncordon(target, step.undo_of)
@@ -340,12 +334,9 @@ class Soak:
     def uncordon(self, knode: str, event: int) -> str:
         """Undo the soak's own cordon of ``knode`` made by ``event``."""
         m = self.marks
-        with m.lock:
-            mark = m.cordons.get(knode)
-            if mark is None or mark.event != event:
-                return "skipped: nothing to undo"
-            m.in_flight.add(knode)
-            del m.cordons[knode]
+        mark = m.take(m.cordons, knode, event)
+        if mark is None:
+            return "skipped: nothing to undo"
         try:
             self.patch_node(knode, {"spec": {"unschedulable": False}})
         except Exception:
@@ -353,8 +344,7 @@ class Soak:
                 m.cordons[knode] = mark
             raise
         finally:
-            with m.lock:
-                m.in_flight.discard(knode)
+            m.settle(knode)
         return "done"
 
     def taint(self, knode: str, event: int) -> str:
@@ -378,19 +368,15 @@ class Soak:
             with m.lock:
                 m.taints[knode] = Mark(event=event, since=time.time(), key=TAINT_KEY)
         finally:
-            with m.lock:
-                m.in_flight.discard(knode)
+            m.settle(knode)
         return "done"
 
     def untaint(self, knode: str, event: int) -> str:
         """Remove the soak's own taint (JSON patch, resourceVersion tested)."""
         m = self.marks
-        with m.lock:
-            mark = m.taints.get(knode)
-            if mark is None or mark.event != event:
-                return "skipped: nothing to undo"
-            m.in_flight.add(knode)
-            del m.taints[knode]
+        mark = m.take(m.taints, knode, event)
+        if mark is None:
+            return "skipped: nothing to undo"
         try:
             for _ in range(5):
                 try:
@@ -418,8 +404,7 @@ class Soak:
                 m.taints[knode] = mark
             return "failed: conflicts, kept"
         finally:
-            with m.lock:
-                m.in_flight.discard(knode)
+            m.settle(knode)
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -556,8 +541,7 @@ class Soak:
                     self.marks.cordons[knode] = Mark(event=step.id, since=time.time())
                 done.append(knode)
             finally:
-                with self.marks.lock:
-                    self.marks.in_flight.discard(knode)
+                self.marks.settle(knode)
         return done
 
     # -- jobs ------------------------------------------------------------------------------

@@ -108,6 +108,25 @@ class Marks:
     in_flight: set[str] = field(default_factory=set)
     node_events: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
 
+    def take(self, table: dict[str, Mark], node: str, event: int) -> Mark | None:
+        """Claim the mark ``event`` left on ``node`` in ``table`` (slurm, cordons, taints).
+
+        The mark leaves ``table`` and ``node`` is in flight until :meth:`settle`; None, and
+        nothing claimed, when ``table`` holds no mark of that event for ``node``.
+        """
+        with self.lock:
+            mark = table.get(node)
+            if mark is None or mark.event != event:
+                return None
+            self.in_flight.add(node)
+            del table[node]
+            return mark
+
+    def settle(self, node: str) -> None:
+        """The soak's write on ``node`` is over (done, refused or failed): no longer in flight."""
+        with self.lock:
+            self.in_flight.discard(node)
+
     def touched(self, node: str, kind: str) -> None:
         """Note an injected event on a SLURM node (for classifying lost jobs)."""
         with self.lock:
