@@ -22,6 +22,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -343,11 +344,21 @@ def print_where_to_look(state: dict[str, Any]) -> None:
         f"kubelet journal: {state['logs']['kubelet']}",
         f"SLURM_CONF={state['slurm_conf']}",
         f"KUBECONFIG={state['kubeconfig']}",
+    ]
+    print_hints(lines, root)
+
+
+def print_hints(lines: Sequence[str], root: str) -> None:
+    """Print ``lines`` for a person, then how to watch the sandbox in ``root`` and stop it.
+
+    Both modes end so (this module's and :mod:`slonkd_sandbox.sandbox_real`'s).
+    """
+    for line in (
+        *lines,
         f"slonkd sandbox demo --dir {root}    # watch slonkd at work",
         f"slonkd sandbox down --dir {root}    # stop everything",
-    ]
-    for line in lines:
+    ):
         print(f"    {line}", flush=True)
 
 
-__all__ = ["COORDINATOR_CONFIG", "NAMESPACE", "POOL", "descendants", "run_sandbox"]
+__all__ = ["COORDINATOR_CONFIG", "NAMESPACE", "POOL", "descendants", "print_hints", "run_sandbox"]

@@ -41,7 +41,13 @@ from slonkd_sandbox.chart_real import (
 from slonkd_sandbox.helm import CHART_DIR
 from slonkd_sandbox.procs import HarnessError
 from slonkd_sandbox.realnode import RealNode
-from slonkd_sandbox.sandbox import descendants, prepare_dir, proc_start_time, write_state
+from slonkd_sandbox.sandbox import (
+    descendants,
+    prepare_dir,
+    print_hints,
+    proc_start_time,
+    write_state,
+)
 
 GRACE_S = 24
 MARGIN_S = 8
@@ -169,11 +175,8 @@ def print_where_to_look(state: dict[str, Any]) -> None:
         f"ssh by hand: nsenter --net=/run/netns/{state['login']['netns']} ssh -i"
         f" {state['login']['ssh_key']} {user}@<login pod IP>",
         f"node logs: {state['logs']['node']}",
-        f"slonkd sandbox demo --dir {root}    # watch slonkd at work",
-        f"slonkd sandbox down --dir {root}    # stop everything",
     ]
-    for line in lines:
-        print(f"    {line}", flush=True)
+    print_hints(lines, root)
 
 
 def run_real(root: Path, *, workers: int, hold_s: float = 0.0, fresh_dir: bool = True) -> int:
