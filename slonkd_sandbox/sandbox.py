@@ -295,12 +295,7 @@ def run_sandbox(
                 "kubeconfig": str(kube.kubeconfig),
                 "slurm_conf": str(slurm.conf),
                 "kubectl": str(kube.kubectl_path),
-                "api": {
-                    "host": "127.0.0.1",
-                    "port": kube.ports["apiserver"],
-                    "ca_file": str(kube.ca_file),
-                    "token": kube.admin_token,
-                },
+                "api": api_state(kube),
                 "kube_nodes": kube_nodes,
                 "coordinator_url": coordinator_url,
                 "agent_metrics": {
@@ -329,6 +324,16 @@ def run_sandbox(
     write_state(root, state)
     _say("stopped")
     return 0
+
+
+def api_state(kube: KubeCluster) -> dict[str, Any]:
+    """How ``state.json`` (both modes) tells the demo and the tests to reach the apiserver."""
+    return {
+        "host": "127.0.0.1",
+        "port": kube.ports["apiserver"],
+        "ca_file": str(kube.ca_file),
+        "token": kube.admin_token,
+    }
 
 
 def print_where_to_look(state: dict[str, Any]) -> None:
@@ -361,4 +366,12 @@ def print_hints(lines: Sequence[str], root: str) -> None:
         print(f"    {line}", flush=True)
 
 
-__all__ = ["COORDINATOR_CONFIG", "NAMESPACE", "POOL", "descendants", "print_hints", "run_sandbox"]
+__all__ = [
+    "COORDINATOR_CONFIG",
+    "NAMESPACE",
+    "POOL",
+    "api_state",
+    "descendants",
+    "print_hints",
+    "run_sandbox",
+]

@@ -42,6 +42,7 @@ from slonkd_sandbox.helm import CHART_DIR
 from slonkd_sandbox.procs import HarnessError
 from slonkd_sandbox.realnode import RealNode
 from slonkd_sandbox.sandbox import (
+    api_state,
     descendants,
     prepare_dir,
     print_hints,
@@ -99,12 +100,7 @@ def _state_for(release: Release, root: Path) -> dict[str, Any]:
         "kube_nodes": [node.name],
         "kubeconfig": str(kube.kubeconfig),
         "kubectl": str(kube.kubectl_path),
-        "api": {
-            "host": "127.0.0.1",
-            "port": kube.ports["apiserver"],
-            "ca_file": str(kube.ca_file),
-            "token": kube.admin_token,
-        },
+        "api": api_state(kube),
         "controller": {"pod": CONTROLLER, "container": "slurmctld"},
         "login": {
             "pod": LOGIN,
