@@ -939,7 +939,6 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     helm: Helm, tmp_path: Path
 ) -> None:
     """config.json loads in the coordinator's loader; its names are the ones RBAC grants."""
-    from slonkd.adapters.kube.lease import LeaseSettings
     from slonkd.cli.coordinator import load_settings
 
     objs = render(
@@ -961,14 +960,7 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     assert s.state_name in _role_names(objs, "rel-coordinator", "configmaps")
     assert s.lease_name == "rel-coordinator"
     assert s.lease_name in _role_names(objs, "rel-coordinator", "leases")
-    LeaseSettings(
-        name=s.lease_name,
-        namespace=s.namespace,
-        identity=s.identity,
-        lease_duration_s=s.lease_duration_s,
-        renew_deadline_s=s.renew_deadline_s,
-        retry_period_s=s.retry_period_s,
-    )
+    s.lease_settings()  # the elector's settings from these: valid (it raises otherwise)
     assert (s.max_out, s.max_out_percent, s.mass_percent, s.dry_run) == (4, 25, 30, True)
     assert s.cluster == "slonk"
     # the credential issuer (dynsec admin from the Secret) and its own dynsec-made bus client
