@@ -25,7 +25,7 @@ cordons the only node. About 8 minutes with the images cached.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,15 +234,7 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
     slurmd_log = LogStream(deployed, victim, "slurmd", tmp_path / "slurmd.log")
     time.sleep(1)  # the stream is open before the DELETE
     t_delete = time.time()
-    deployed.kube.api.request("DELETE", f"/api/v1/namespaces/{deployed.ns}/pods/{victim}")
-    states: list[str] = []
-
-    def replaced() -> bool:
-        state = deployed.job_state(job)
-        if not states or states[-1] != state:
-            states.append(state)
-        return deployed.replaced_and_ready(victim, old_uid)
-
+    states, replaced = _delete_watching_job(deployed, victim, job, old_uid)
     try:
         wait_for(f"{victim} replaced and Ready", replaced, timeout_s=180, interval_s=1)
         wait_for("the old slurmd's log ended", slurmd_log.ended, timeout_s=30)
@@ -333,6 +325,26 @@ def test_the_agent_log_through_the_kubelet_shows_the_drain_as_json(
     )
 
 
+def _delete_watching_job(
+    deployed: Release, victim: str, job: str, old_uid: str
+) -> tuple[list[str], Callable[[], bool]]:
+    """Delete pod ``victim``; returns the states of ``job`` seen (each change once) and a probe.
+
+    The probe says whether the pod was replaced and is Ready; each call records the job's
+    state first.
+    """
+    deployed.kube.api.request("DELETE", f"/api/v1/namespaces/{deployed.ns}/pods/{victim}")
+    states: list[str] = []
+
+    def replaced() -> bool:
+        state = deployed.job_state(job)
+        if not states or states[-1] != state:
+            states.append(state)
+        return deployed.replaced_and_ready(victim, old_uid)
+
+    return states, replaced
+
+
 def _workers_updated(deployed: Release) -> bool:
     """Every worker pod runs its StatefulSet's update revision and is Ready, nodes idle."""
     sts = deployed.kube.api.request(
@@ -375,15 +387,7 @@ def test_without_the_prestop_the_dying_slurmd_takes_the_job_with_it(
     assert "lifecycle" not in slurmd, slurmd.get("lifecycle")
     job, beats = deployed.sbatch_heartbeat(victim)
     old_uid = str(pod["metadata"]["uid"])
-    deployed.kube.api.request("DELETE", f"/api/v1/namespaces/{deployed.ns}/pods/{victim}")
-    states: list[str] = []
-
-    def replaced() -> bool:
-        state = deployed.job_state(job)
-        if not states or states[-1] != state:
-            states.append(state)
-        return deployed.replaced_and_ready(victim, old_uid)
-
+    states, replaced = _delete_watching_job(deployed, victim, job, old_uid)
     wait_for(f"{victim} replaced and Ready", replaced, timeout_s=120, interval_s=1)
     size = len(beats.read_text())
     time.sleep(15)
