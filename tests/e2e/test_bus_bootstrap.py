@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd_sandbox.daemon import Coordinators, coordinator_env
 from slonkd_sandbox.mosquitto import Mosquitto
 from slonkd_sandbox.procs import free_ports, wait_for
+from tests.contract.bus_helpers import dynsec_admin
 from tests.e2e.conftest import Workers
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
@@ -84,15 +84,6 @@ def _outward_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def _admin(broker: Mosquitto) -> DynSecAdmin:
-    return DynSecAdmin(
-        host=broker.host,
-        port=broker.port,
-        username=broker.admin_user,
-        password=broker.admin_password,
-    )
-
-
 def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
     workers: Workers, session_root: Path, tmp_path: Path, coordinators: Coordinators
 ) -> None:
@@ -103,7 +94,8 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
     )
     broker.start()
     try:
-        asyncio.run(_admin(broker).issue("lab", "w-gone"))  # no pod w-gone: swept at leader start
+        # no pod w-gone: swept at leader start
+        asyncio.run(dynsec_admin(broker).issue("lab", "w-gone"))
         api_port = free_ports(1)[0]
         config = tmp_path / "coordinator.json"
         config.write_text(json.dumps({"api_host": "0.0.0.0", "api_port": api_port, "resync_s": 1}))  # noqa: S104 - the test reaches it from outside loopback too
@@ -190,7 +182,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         assert _post(f"{base}/v1/credentials", token)[0] == 200
         # Its client deleted under it: the broker drops it, it fetches credentials again,
         # reconnects, and its retained status still says online.
-        asyncio.run(_admin(broker).revoke("w-0"))
+        asyncio.run(dynsec_admin(broker).revoke("w-0"))
         wait_for(
             "the agent reconnected",
             lambda: len(agent.events("bus.connected")) >= 2,
@@ -204,7 +196,7 @@ def test_agent_bootstraps_credentials_from_its_pod_token_and_obeys_a_recheck(
         assert len(agent.events("bus.bootstrap_done")) == 2
         assert len(agent.events("bus.connected")) == 2  # the replay kicked nobody
         # The leader swept the client left by a pod that was gone before it started.
-        assert "agent-w-gone" not in asyncio.run(_admin(broker).clients())
+        assert "agent-w-gone" not in asyncio.run(dynsec_admin(broker).clients())
         for path in (agent.log, coordinator.log):
             text = path.read_text()
             assert token not in text
