@@ -31,7 +31,7 @@ from slonkd.core.slurm_plan import Planner, Skip, SkipReason, Update, plan_or_mi
 
 @dataclass(slots=True)
 class CasApply:
-    """Sends a compare-and-set's planned updates (one per backend, sharing its runner)."""
+    """Sends a compare-and-set's planned updates (made per write, on the backend's runner)."""
 
     runner: CommandRunner
     settings: SlurmSettings
