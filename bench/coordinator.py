@@ -60,7 +60,12 @@ from slonkd_sandbox.daemon import Daemon, coordinator_env
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kube_kwok import fake_node_body
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import (
+    QUIET_SLURMD_TIMEOUT_S,
+    SCALE_SLURMD_TIMEOUT_S,
+    SlurmCluster,
+    SlurmLayout,
+)
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -113,6 +118,17 @@ def tree_cpu_s(roots: list[int]) -> float:
 def client_busy_us(sdiag: str) -> int:
     """slurmctld's total time (µs) on client requests in ``sdiag``'s output, its own excepted."""
     return sum(int(t) for name, t in _SDIAG_TIMES.findall(sdiag) if name != "REQUEST_STATS_INFO")
+
+
+_REGISTRATIONS = re.compile(
+    r"^\s*MESSAGE_NODE_REGISTRATION_STATUS\s+\(\s*\d+\)\s+count:(\d+)", re.M
+)
+
+
+def registrations(sdiag: str) -> int:
+    """Node registrations slurmctld took since the last reset (a ping round's, on this harness)."""
+    found = _REGISTRATIONS.search(sdiag)
+    return int(found.group(1)) if found else 0
 
 
 def _log_gap_s(log: Path, first: str, then: str) -> float:
@@ -272,6 +288,14 @@ def change_poll_cost(
     slurm.start()
     out: dict[str, float] = {}
     try:
+        if declared:  # the start's ping round registers every declared node: let it pass
+            slurm.run("sdiag", "--reset")
+            wait_for(
+                "the start's registrations",
+                lambda: registrations(slurm.run("sdiag").stdout) >= declared,
+                timeout_s=120,
+                interval_s=1,
+            )
         backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
         lib = libslurm.load(conf=str(slurm.conf))
         if lib is None:
@@ -292,6 +316,7 @@ def change_poll_cost(
                 out[f"{tag}_node_info_rpcs_per_s"] = count / seconds
                 out[f"{tag}_node_info_busy_ms_per_s"] = total_us / 1000 / seconds
                 out[f"{tag}_scontrol_reads_per_s"] = watch.polls / (seconds + 2.0)
+                out[f"{tag}_registrations"] = float(registrations(slurm.run("sdiag").stdout))
 
             asyncio.run(run())
     finally:
@@ -414,12 +439,37 @@ def _marked_any(kube: KubeCluster, knode: str) -> bool:
     return bool(spec.get("unschedulable")) or "slonk.dev/unhealthy" in taints
 
 
+def _rest(
+    slurm: SlurmCluster, kube: KubeCluster, co: Coordinator, size: int, prefix: str
+) -> dict[str, float]:
+    """Two resyncs at rest (12 s): the processes' CPU, the load, slurmctld's client time."""
+    slurm.run("sdiag", "--reset")
+    harness = (slurm.pids(), list(kube.pids().values()), [co.pid])
+    cpu0 = [tree_cpu_s(pids) for pids in harness]
+    rest0 = time.monotonic()
+    time.sleep(12)
+    rest_s = time.monotonic() - rest0
+    cpu1 = [tree_cpu_s(pids) for pids in harness]
+    sdiag = slurm.run("sdiag").stdout
+    return {
+        f"{prefix}harness_cpu_pct_{size}": 100 * (cpu1[0] - cpu0[0]) / rest_s,
+        f"{prefix}kube_cpu_pct_{size}": 100 * (cpu1[1] - cpu0[1]) / rest_s,
+        f"{prefix}coordinator_cpu_pct_{size}": 100 * (cpu1[2] - cpu0[2]) / rest_s,
+        f"{prefix}loadavg_during_{size}": os.getloadavg()[0],
+        f"{prefix}slurmctld_busy_ms_per_s_{size}": client_busy_us(sdiag) / 1000 / rest_s,
+        # a ping round's registrations in the window: the harness, not slonkd (0 expected)
+        f"{prefix}registrations_during_{size}": float(registrations(sdiag)),
+    }
+
+
 def scale(
     root: Path, kube: KubeCluster, size: int, have: int, other_pods: int = 10
 ) -> dict[str, float]:
     """Resync time, reads and RSS at ``size`` nodes (the pods and nodes so far: ``have``).
 
-    ``other_pods``: the latency part's pods, also running (0 when it was skipped).
+    ``other_pods``: the latency part's pods, also running (0 when it was skipped). Then a
+    second coordinator with the change poll: its first pass and its cost at rest
+    (``change_poll_*``).
     """
     slurm = SlurmCluster(
         root / f"slurm-{size}",
@@ -427,7 +477,7 @@ def scale(
             nodes=("w-0",),
             extra_prefix="x",
             extra_nodes=size,
-            slurmd_timeout_s=SCALE_SLURMD_TIMEOUT_S,
+            slurmd_timeout_s=QUIET_SLURMD_TIMEOUT_S,
         ),
     )
     slurm.start()
@@ -440,29 +490,21 @@ def scale(
             timeout_s=600,
             interval_s=2,
         )
-        co = Coordinator(
-            root / f"co-{size}", kube, slurm,
-            resync_s=5, failure_grace_s=10**6, unready_grace_s=10**6,
-            max_out=100, max_out_percent=100, mass_percent=100,
-        )  # fmt: skip
+        config: dict[str, Any] = {
+            "resync_s": 5, "failure_grace_s": 10**6, "unready_grace_s": 10**6,
+            "max_out": 100, "max_out_percent": 100, "mass_percent": 100,
+        }  # fmt: skip
+        co = Coordinator(root / f"co-{size}", kube, slurm, **config)
         try:
             began = time.monotonic()
             wait_for("first pass", lambda: co.passes() > 0, timeout_s=300, interval_s=0.2)
             first_s = time.monotonic() - began
             first_cpu_s = _cpu_s(co.pid)
-            slurm.run("sdiag", "--reset")
-            harness = (slurm.pids(), list(kube.pids().values()), [co.pid])
-            cpu0 = [tree_cpu_s(pids) for pids in harness]
-            rest0 = time.monotonic()
-            time.sleep(12)  # two resyncs at rest
-            rest_s = time.monotonic() - rest0
-            cpu1 = [tree_cpu_s(pids) for pids in harness]
-            busy_us = client_busy_us(slurm.run("sdiag").stdout)
-            load = os.getloadavg()[0]
+            rest = _rest(slurm, kube, co, size, "")
             status = co.status()
             passes = status["passes"]
             nodes = len(status["nodes"])
-            return {
+            out = {
                 f"create_{size}_s": create_s,
                 f"first_pass_{size}_s": first_s,
                 # the way to it: process start + imports + API (before first_pass_s), the
@@ -482,15 +524,25 @@ def scale(
                 f"reads_per_s_{size}": passes["slurm_reads"] / max(1.0, time.monotonic() - began),
                 f"coordinator_rss_{size}_mb": _rss_mb(co.pid),
                 f"nodes_seen_{size}": float(nodes),
-                f"harness_cpu_pct_{size}": 100 * (cpu1[0] - cpu0[0]) / rest_s,
-                f"kube_cpu_pct_{size}": 100 * (cpu1[1] - cpu0[1]) / rest_s,
-                f"coordinator_cpu_pct_{size}": 100 * (cpu1[2] - cpu0[2]) / rest_s,
-                f"loadavg_during_{size}": load,
-                f"slurmctld_busy_ms_per_s_{size}": busy_us / 1000 / rest_s,
+                **rest,
                 **{f"resync_{size}_{k}_ms": float(v) for k, v in passes["last_phases_ms"].items()},
             }
         finally:
             co.stop()
+        fast = Coordinator(root / f"co-{size}-change", kube, slurm, change_poll=True, **config)
+        try:
+            began = time.monotonic()
+            wait_for("first pass", lambda: fast.passes() > 0, timeout_s=300, interval_s=0.2)
+            out[f"change_poll_first_pass_{size}_s"] = time.monotonic() - began
+            out.update(_rest(slurm, kube, fast, size, "change_poll_"))
+            passes = fast.status()["passes"]
+            out[f"change_poll_resync_{size}_s"] = passes["last_ms"] / 1000
+            out[f"change_poll_backend_is_libslurm_{size}"] = float(
+                passes["slurm_poll_backend"] == "libslurm"
+            )
+        finally:
+            fast.stop()
+        return out
     finally:
         slurm.stop()
 
@@ -516,8 +568,9 @@ def main() -> int:
             results.update(scale(root, kube, size, have, 10 if events > 0 else 0))
             have = size
     for key in ("harness_cpu_pct", "slurmctld_busy_ms_per_s"):  # the issue's names: 5,000 nodes
-        if f"{key}_5000" in results:
-            results[key] = results[f"{key}_5000"]
+        for prefix in ("", "change_poll_"):
+            if f"{prefix}{key}_5000" in results:
+                results[f"{prefix}{key}"] = results[f"{prefix}{key}_5000"]
     results.update(change_poll_cost(root))
     _print(results)
     return 0

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from bench.coordinator import _cpu_s, client_busy_us, tree_cpu_s
+from bench.coordinator import _cpu_s, client_busy_us, registrations, tree_cpu_s
 
 SDIAG = """\
 Remote Procedure Call statistics by message type
@@ -24,6 +24,12 @@ Remote Procedure Call statistics by user
 def test_client_busy_time_sums_the_requests_but_sdiags_own() -> None:
     """REQUEST_* totals by message type, sdiag's own request left out, the per-user part too."""
     assert client_busy_us(SDIAG) == 4140 + 600
+
+
+def test_registrations_are_counted_apart_from_client_requests() -> None:
+    """A ping round's registrations are the harness's work: counted alone, 0 when absent."""
+    assert registrations(SDIAG) == 3
+    assert registrations(SDIAG.replace("MESSAGE_NODE_REGISTRATION_STATUS", "MESSAGE_OTHER")) == 0
 
 
 def test_tree_cpu_counts_the_children_too() -> None:
