@@ -17,7 +17,6 @@ Prints a table, then one JSON object as the last line. Not part of CI. Options: 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -32,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.report import print_result
 from slonkd_sandbox.daemon import Daemon
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
@@ -248,9 +248,7 @@ def _measure(root: Path, rounds: int, idle_s: float) -> int:
         "agent_idle_cpu_pct": round(idle_cpu_pct, 3),
         "agent_import_rss_mb": round(import_rss, 1),
     }
-    for key, value in result.items():
-        print(f"{key:<26}{value:>12}")
-    print(json.dumps(result))
+    print_result(result, 26, 12)
     return 0
 
 

@@ -17,7 +17,6 @@ Prints a table, then one JSON object as the last line. Not part of CI.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import resource
 import statistics
@@ -27,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.report import print_result
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.core import dcgm_health, nvlink_health
@@ -127,9 +127,7 @@ def main() -> int:
         "gpu_parse_ms": round(_gpu_parse_ms(), 3),
         "bench_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    for key, value in result.items():
-        print(f"{key:<28}{value:>10}")
-    print(json.dumps(result))
+    print_result(result, 28, 10)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Shared by the tests that drive the command line: the sandbox tests (through
 ``tests/e2e/sandbox_cli.py``), the coordinator and agent e2e tests, the chart's contract and
-e2e tests and the unit tests of the config tree.
+e2e tests, the unit tests of the config tree and the contract test of ``slonkd check``
+(``tests/contract/test_health_probes.py``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from tests.rig import Rig
+from tests.started import Started
 
 HARNESS_PREFIX = "slonkd-test-"
 
@@ -84,18 +85,14 @@ def unique() -> Callable[[str], str]:
 @pytest.fixture
 def slurm_factory(session_root: Path) -> Iterator[Callable[..., SlurmCluster]]:
     """Start SLURM clusters with a chosen layout; all are stopped after the test."""
-    started: list[SlurmCluster] = []
+    started = Started[SlurmCluster]()
 
     def make(layout: SlurmLayout | None = None) -> SlurmCluster:
         root = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_root))
-        cluster = SlurmCluster(root, layout or SlurmLayout())
-        started.append(cluster)
-        cluster.start()
-        return cluster
+        return started.start(SlurmCluster(root, layout or SlurmLayout()))
 
     yield make
-    for cluster in started:
-        cluster.stop()
+    started.stop_all()
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import ipaddress
 import math
 import os
 import re
-import sys
 import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,13 +33,13 @@ from slonkd.adapters.bus.dynsec import agent_client_id
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
 from slonkd.cli.config import config_file, env_values
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
 from slonkd.core.config_tree import value_of
 from slonkd.core.plan import Policy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.agent import AgentSettings
 
-EXIT_BAD_SETTINGS = 2
 _UID = re.compile(r"[0-9A-Fa-f]{8}(-?[0-9A-Fa-f]{4}){3}-?[0-9A-Fa-f]{12}")
 """A pod's ``metadata.uid`` (RFC 4122, as the apiserver makes them)."""
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -172,10 +171,8 @@ def _metrics_listen(raw_port: Any, raw_address: Any) -> tuple[int, str]:
 
 def main(_args: argparse.Namespace) -> int:
     """Run ``slonkd agent``."""
-    try:
-        settings = load_settings(os.environ)
-    except ValueError as exc:
-        print(f"slonkd agent: {exc}", file=sys.stderr)
+    settings = settings_or_refusal("agent", lambda: load_settings(os.environ))
+    if settings is None:
         return EXIT_BAD_SETTINGS
     from slonkd.runtime.agent import run_agent
 

@@ -17,10 +17,10 @@ from dataclasses import replace
 
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
 from slonkd.core.health import CheckResult, Verdict
 
 EXIT_FAIL = 1
-EXIT_BAD_SETTINGS = 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,10 +112,8 @@ async def run_once(settings: HealthSettings, only: Sequence[str] = ()) -> list[C
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd check``."""
     started = time.monotonic()
-    try:
-        settings = settings_from(args)
-    except ValueError as exc:
-        print(f"slonkd check: {exc}", file=sys.stderr)
+    settings = settings_or_refusal("check", lambda: settings_from(args))
+    if settings is None:
         return EXIT_BAD_SETTINGS
     results = asyncio.run(run_once(settings, args.only))
     took = time.monotonic() - started

@@ -37,7 +37,6 @@ import asyncio
 import dataclasses
 import os
 import socket
-import sys
 import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
 from slonkd.cli.config import config_file, env_values
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
 from slonkd.core.config_tree import value_of
 from slonkd.core.plan import Policy
 from slonkd.core.revalidation import RevalidationPolicy
@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: i
     from slonkd.runtime.coordinating import CoordinatorSettings
     from slonkd.runtime.coordinator_api import ApiTls
 
-EXIT_BAD_SETTINGS = 2
 NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "credentials", "api_tls", "nudge_client"})
 """CoordinatorSettings' fields that come from the environment, never from the config file."""
 POLICY_KEYS: dict[str, str] = {
@@ -190,10 +189,8 @@ def _api_tls(env: Mapping[str, str]) -> ApiTls | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd coordinator``."""
-    try:
-        settings = load_settings(os.environ)
-    except ValueError as exc:
-        print(f"slonkd coordinator: {exc}", file=sys.stderr)
+    settings = settings_or_refusal("coordinator", lambda: load_settings(os.environ))
+    if settings is None:
         return EXIT_BAD_SETTINGS
     if getattr(args, "dry_run", False):
         from dataclasses import replace

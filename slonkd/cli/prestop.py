@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.runtime.prestop import PrestopSettings, run_prestop
-
-EXIT_BAD_SETTINGS = 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,10 +121,8 @@ def settings_from(args: argparse.Namespace) -> PrestopSettings:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd prestop``."""
-    try:
-        settings = settings_from(args)
-    except ValueError as exc:
-        print(f"slonkd prestop: {exc}", file=sys.stderr)
+    settings = settings_or_refusal("prestop", lambda: settings_from(args))
+    if settings is None:
         return EXIT_BAD_SETTINGS
     asyncio.run(run_prestop(settings))
     return 0

@@ -228,6 +228,15 @@ def _pass_families(counts: FleetCounts) -> Iterator[Metric]:
     yield from budget.values()
 
 
+def _sdiag_counter(name: str, what: str, label: str) -> CounterMetricFamily:
+    """``slonkd_slurmctld_<name>``: one of sdiag's counters, per ``label``."""
+    return CounterMetricFamily(
+        f"slonkd_slurmctld_{name}",
+        f"{what} (sdiag's counters; they restart when slurmctld resets its statistics)",
+        labels=[label],
+    )
+
+
 def _sdiag_families(stats: SlurmctldStats) -> Iterator[Metric]:
     for name, text, value in (
         ("server_threads", "slurmctld's server thread count", stats.server_threads),
@@ -243,19 +252,11 @@ def _sdiag_families(stats: SlurmctldStats) -> Iterator[Metric]:
         "slonkd_slurmctld_jobs", "Jobs by state at slurmctld's last snapshot", labels=["state"]
     )
     yield _per_label(jobs, stats.jobs_now)
-    events = CounterMetricFamily(
-        "slonkd_slurmctld_job_events",
-        "Jobs submitted, started, completed, canceled, failed (sdiag's counters; they restart "
-        "when slurmctld resets its statistics)",
-        labels=["event"],
+    events = _sdiag_counter(
+        "job_events", "Jobs submitted, started, completed, canceled, failed", "event"
     )
     yield _per_label(events, stats.jobs)
-    rpcs = CounterMetricFamily(
-        "slonkd_slurmctld_rpcs",
-        "RPCs slurmctld served, by message type (sdiag's counters; they restart when "
-        "slurmctld resets its statistics)",
-        labels=["rpc"],
-    )
+    rpcs = _sdiag_counter("rpcs", "RPCs slurmctld served, by message type", "rpc")
     seconds = CounterMetricFamily(
         "slonkd_slurmctld_rpc_duration_seconds",
         "Time slurmctld spent serving RPCs, by message type (rate over rpcs: mean latency)",

@@ -44,29 +44,15 @@ async def run_worker(
                 queue.add_after(key, again)
         except TransientError as exc:
             outcome = "retry"
-            delay = queue.retry(key)
-            log.warning(
-                "reconcile.transient_error",
-                node=key,
-                reconcile_id=rid,
-                error=str(exc)[:300],
-                retry_in_s=round(delay, 3),
-                failures=queue.failures(key),
-            )
+            retry = _retry(queue, key, rid, exc)
+            log.warning("reconcile.transient_error", **retry, failures=queue.failures(key))
         except TerminalError as exc:
             outcome = "terminal"
             queue.forget(key)
             log.error("reconcile.terminal_error", node=key, reconcile_id=rid, error=str(exc)[:300])
         except Exception as exc:  # a bug in one reconcile must not stop the loop
             outcome = "crashed"
-            delay = queue.retry(key)
-            log.exception(
-                "reconcile.crashed",
-                node=key,
-                reconcile_id=rid,
-                error=str(exc)[:300],
-                retry_in_s=round(delay, 3),
-            )
+            log.exception("reconcile.crashed", **_retry(queue, key, rid, exc))
         finally:
             queue.done(key)
         duration_s = time.monotonic() - began
@@ -79,3 +65,14 @@ async def run_worker(
             outcome=outcome,
             duration_ms=round(duration_s * 1000, 1),
         )
+
+
+def _retry(queue: WorkQueue, key: str, rid: str, exc: Exception) -> dict[str, object]:
+    """Queue ``key`` again with backoff after ``exc``; the log fields that say so."""
+    delay = queue.retry(key)
+    return {
+        "node": key,
+        "reconcile_id": rid,
+        "error": str(exc)[:300],
+        "retry_in_s": round(delay, 3),
+    }

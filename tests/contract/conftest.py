@@ -20,6 +20,7 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.realnode import RealNode
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from tests.started import Started
 
 SLURM_RELEASES = ("22.05", "24.11")
 
@@ -56,20 +57,16 @@ def cluster_factory(
     slurm_release: str, slurm_factory: Callable[..., SlurmCluster]
 ) -> Iterator[Callable[..., SlurmCluster]]:
     """Start clusters of ``slurm_release`` with a chosen layout; all stopped afterwards."""
-    started: list[SlurmCluster] = []
+    started = Started[SlurmCluster]()
 
     def make(layout: SlurmLayout | None = None) -> SlurmCluster:
         if slurm_release == "22.05":
             return slurm_factory(layout)
-        cluster = ChrootSlurmCluster.create(slurm_release, layout)
-        started.append(cluster)
-        cluster.start()
-        return cluster
+        return started.start(ChrootSlurmCluster.create(slurm_release, layout))
 
     yield make
-    for cluster in started:
-        cluster.stop()
-    left = [ln for c in started for ln in _processes() if str(c.root) in ln]
+    started.stop_all()
+    left = [ln for c in started.services for ln in _processes() if str(c.root) in ln]
     if left:
         pytest.fail("24.11 cluster processes outlived the test:\n" + "\n".join(left))
 

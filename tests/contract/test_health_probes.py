@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from slonkd.adapters.health import probes
 from slonkd.adapters.health.checks import HealthSettings, build_checks
 from slonkd.core.health import Verdict
 from slonkd_sandbox.slurm import SlurmCluster
+from tests.cli import slonkd
 
 
 async def test_a_late_command_is_killed_and_reported() -> None:
@@ -120,29 +120,12 @@ def test_slonkd_check_json_runs_as_a_command(tmp_path: Path) -> None:
     """`slonkd check -o json` prints one JSON document; a fail exits 1, unknown alone exits 0."""
     fifo = tmp_path / "hung"
     os.mkfifo(fifo)
-    cmd = [
-        sys.executable,
-        "-m",
-        "slonkd.cli.main",
-        "check",
-        "-o",
-        "json",
-        "--disk",
-        "/",
-        "--expected-gpus",
-        "8",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    argv = ("check", "-o", "json", "--disk", "/", "--expected-gpus", "8")
+    proc = slonkd(*argv)
     doc = json.loads(proc.stdout)
     verdicts = {r["check"]: r["verdict"] for r in doc["results"]}
     assert verdicts["nvidia-smi"] == "unknown"  # no GPU tool here: unknown, never ok
     assert verdicts["disk:/"] == "ok"
     assert proc.returncode == 0
-    proc = subprocess.run(
-        [*cmd, "--mount", str(tmp_path), "--prolog"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = slonkd(*argv, "--mount", str(tmp_path), "--prolog")
     assert proc.returncode == 1  # a plain directory is not a mount point: fail

@@ -19,23 +19,16 @@ from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TransientError
-from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
+from slonkd.core.kube_objects import KubeNodeName, Node, Pod
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.observing import Observer
+from tests.unit.pods import running_pod
 from tests.unit.test_coordinator_pass import FakeNodeWriter, FakeSlurm, _coordinator, _slurm
 from tests.unit.test_coordinator_pass import _node as _node_of
 
 
 def _pod(i: int, node: str) -> Pod:
-    return Pod(
-        name=PodName(f"w-{i}"),
-        namespace="slonk",
-        uid=f"u{i}",
-        resource_version="1",
-        node_name=KubeNodeName(node),
-        phase=PodPhase.RUNNING,
-        ready=True,
-    )
+    return running_pod(f"w-{i}", uid=f"u{i}", on=node)
 
 
 def _node(name: str, rv: str = "1") -> Node:

@@ -31,8 +31,6 @@ from slonkd.core.kube_objects import (
     KubeNodeName,
     Node,
     Pod,
-    PodName,
-    PodPhase,
     Taint,
     TaintEffect,
 )
@@ -41,6 +39,7 @@ from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
+from tests.unit.pods import running_pod
 
 TOKEN = 7
 
@@ -206,16 +205,7 @@ class FakeEvents:
 
 
 def _pod(i: int) -> Pod:
-    return Pod(
-        name=PodName(f"w-{i}"),
-        namespace="slonk",
-        uid=f"u{i}",
-        resource_version="1",
-        node_name=KubeNodeName(f"kn-{i}"),
-        phase=PodPhase.RUNNING,
-        ready=True,
-        ready_since="2026-01-01T00:00:00Z",
-    )
+    return running_pod(f"w-{i}", uid=f"u{i}", on=f"kn-{i}", ready_since="2026-01-01T00:00:00Z")
 
 
 def _slurm(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:

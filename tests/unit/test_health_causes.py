@@ -29,13 +29,14 @@ from slonkd.core.health import (
     encode_verdict,
     ok,
 )
-from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition, Pod, PodName, PodPhase
+from slonkd.core.kube_objects import KubeNodeName, Node, NodeCondition
 from slonkd.core.messages import AgentStatus, Channel, decode, encode, node_topic
 from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import Cause, ReasonOwner, encode_causes, format_reason, parse_reason
 from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.health_loop import HealthLoop
+from tests.unit.pods import running_pod
 
 NOW = 10_000.0
 POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
@@ -49,15 +50,7 @@ def _slurm(node: str, state: str = "IDLE", reason: str = "") -> SlurmNode:
 
 def _view(node: str = "w-0", **kw: object) -> NodeView:
     """A settled view of ``node`` (pod Ready for an hour, K8s node Ready), ``kw`` overriding."""
-    pod = Pod(
-        name=PodName(node),
-        namespace="slonk",
-        uid=f"u-{node}",
-        resource_version="1",
-        node_name=KubeNodeName(f"kn-{node}"),
-        phase=PodPhase.RUNNING,
-        ready=True,
-    )
+    pod = running_pod(node, uid=f"u-{node}", on=f"kn-{node}")
     kube = Node(
         name=KubeNodeName(f"kn-{node}"),
         uid=f"n-{node}",

@@ -12,10 +12,11 @@
 Anything of the wrong shape raises :class:`slonkd.core.errors.ParseError`; nothing here
 ever returns a node whose state or reason it had to guess.
 
-The readers the other parsers share start here too: JSON fields and node lists
-(:mod:`slonkd.adapters.slurm.parsing_v42`), and the checked lines and ``squeue`` arguments
-of the one-line-a-record reads (:mod:`slonkd.adapters.slurm.parsing_jobs`,
-:mod:`slonkd.adapters.slurm.parsing_finished`, :mod:`slonkd.adapters.slurm.parsing_cas`).
+The readers the other parsers share start here too: JSON fields, node lists and what both
+JSON schemas write alike of a node and a job (:mod:`slonkd.adapters.slurm.parsing_v42`),
+and the checked lines and ``squeue`` arguments of the one-line-a-record reads
+(:mod:`slonkd.adapters.slurm.parsing_jobs`, :mod:`slonkd.adapters.slurm.parsing_finished`,
+:mod:`slonkd.adapters.slurm.parsing_cas`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import hostlist
 
@@ -314,6 +315,42 @@ def json_nodes(
     return nodes
 
 
+class JsonNodeFields(TypedDict):
+    """The fields of a :class:`SlurmNode` both JSON schemas write alike (after its reason)."""
+
+    comment: str
+    extra: str
+    features: tuple[str, ...]
+    active_features: tuple[str, ...]
+    cpus: int
+    alloc_cpus: int
+    partitions: tuple[str, ...]
+
+
+def json_node_fields(
+    raw: Mapping[str, Any], features: Callable[[Mapping[str, Any], str], tuple[str, ...]]
+) -> JsonNodeFields:
+    """``comment``, ``extra``, the feature lists, ``cpus``, ``alloc_cpus``, ``partitions``.
+
+    ``features`` reads ``features`` and ``active_features`` (a comma list in v0.0.38, a list
+    in v0.0.42); the rest reads the same in both schemas, in this order (so the first bad
+    field is the one a ParseError names, as when each parser read them itself).
+    """
+    return {
+        "comment": str_field(raw, "comment"),
+        "extra": str_field(raw, "extra"),
+        "features": features(raw, "features"),
+        "active_features": features(raw, "active_features"),
+        "cpus": int_field(raw.get("cpus"), "cpus"),
+        "alloc_cpus": int_field(raw.get("alloc_cpus"), "alloc_cpus"),
+        "partitions": tuple(str_list_field(raw, "partitions")),
+    }
+
+
+def _csv_field(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    return _csv(str_field(raw, key))
+
+
 def parse_sinfo_json_node(raw: object) -> SlurmNode:
     """One element of ``nodes`` in ``sinfo --json`` (openapi v0.0.38)."""
     if not isinstance(raw, dict):
@@ -326,13 +363,7 @@ def parse_sinfo_json_node(raw: object) -> SlurmNode:
         reason=str_field(raw, "reason"),
         reason_user=user,
         reason_time=datetime.fromtimestamp(changed, UTC) if changed > 0 else None,
-        comment=str_field(raw, "comment"),
-        extra=str_field(raw, "extra"),
-        features=_csv(str_field(raw, "features")),
-        active_features=_csv(str_field(raw, "active_features")),
-        cpus=int_field(raw.get("cpus"), "cpus"),
-        alloc_cpus=int_field(raw.get("alloc_cpus"), "alloc_cpus"),
-        partitions=tuple(str_list_field(raw, "partitions")),
+        **json_node_fields(raw, _csv_field),
     )
 
 
@@ -354,26 +385,39 @@ def expand_hostlist(text: str) -> tuple[NodeName, ...]:
     return tuple(node_name(n) for n in names)
 
 
+def json_job(
+    raw: Mapping[str, Any], job_states: Callable[[Mapping[str, Any]], list[str]]
+) -> SlurmJob:
+    """A job of ``squeue --json`` in either schema; ``job_states`` reads ``job_state``.
+
+    v0.0.38 writes one state, v0.0.42 a list (base state first, then flags): the job's state
+    is the first, its raw state all of them joined by ``+``.
+    """
+    batch, requeue = raw.get("batch_flag"), raw.get("requeue")
+    if not isinstance(batch, bool) or not isinstance(requeue, bool):
+        raise ParseError("batch_flag/requeue are not booleans")
+    states = job_states(raw)
+    return SlurmJob(
+        job_id=JobId(int_field(raw.get("job_id"), "job_id")),
+        state=JobState.parse(states[0]),
+        raw_state="+".join(states),
+        nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
+        batch=batch,
+        requeue=requeue,
+    )
+
+
+def _job_state(raw: Mapping[str, Any]) -> list[str]:
+    return [str_field(raw, "job_state")]
+
+
 def parse_squeue_json(text: str) -> list[SlurmJob]:
     """Jobs of ``squeue --json`` (openapi v0.0.38) with the nodes each holds."""
     jobs: list[SlurmJob] = []
     for raw in json_list(text, "jobs", "squeue --json"):
         if not isinstance(raw, dict):
             raise ParseError("job entry is not an object")
-        batch, requeue = raw.get("batch_flag"), raw.get("requeue")
-        if not isinstance(batch, bool) or not isinstance(requeue, bool):
-            raise ParseError("batch_flag/requeue are not booleans")
-        state = str_field(raw, "job_state")
-        jobs.append(
-            SlurmJob(
-                job_id=JobId(int_field(raw.get("job_id"), "job_id")),
-                state=JobState.parse(state),
-                raw_state=state,
-                nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
-                batch=batch,
-                requeue=requeue,
-            )
-        )
+        jobs.append(json_job(raw, _job_state))
     return jobs
 
 

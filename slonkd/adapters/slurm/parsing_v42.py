@@ -4,7 +4,8 @@
 schema than 22.05's ``sinfo --json``: base state and flags in one list (``["IDLE",
 "DRAIN"]``), times as ``{"set", "infinite", "number"}``, features as lists. Its
 ``sinfo --json`` returns groups, not nodes, so slonkd reads nodes through scontrol here.
-Errors are typed as in :mod:`slonkd.adapters.slurm.parsing`.
+Errors are typed as in :mod:`slonkd.adapters.slurm.parsing`, which also reads what both
+schemas write alike (a node's fields after its reason, a job but for its state list).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 
 from slonkd.adapters.slurm.parsing import (
     cached_state,
-    expand_hostlist,
     int_field,
+    json_job,
     json_list,
+    json_node_fields,
     json_nodes,
     node_name,
     reason_user_field,
@@ -25,7 +27,7 @@ from slonkd.adapters.slurm.parsing import (
     str_list_field,
 )
 from slonkd.core.errors import ParseError
-from slonkd.core.slurm_job import JobId, JobState, SlurmJob
+from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import SlurmNode
 
 
@@ -39,6 +41,10 @@ def _number(raw: object, what: str) -> int | None:
     if not is_set or infinite:
         return None
     return int_field(raw.get("number"), what)
+
+
+def _list_field(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    return tuple(str_list_field(raw, key))
 
 
 def parse_scontrol_json_node(raw: object) -> SlurmNode:
@@ -58,13 +64,7 @@ def parse_scontrol_json_node(raw: object) -> SlurmNode:
         reason=reason,
         reason_user=(user or None) if reason else None,
         reason_time=datetime.fromtimestamp(changed, UTC) if changed and reason else None,
-        comment=str_field(raw, "comment"),
-        extra=str_field(raw, "extra"),
-        features=tuple(str_list_field(raw, "features")),
-        active_features=tuple(str_list_field(raw, "active_features")),
-        cpus=int_field(raw.get("cpus"), "cpus"),
-        alloc_cpus=int_field(raw.get("alloc_cpus"), "alloc_cpus"),
-        partitions=tuple(str_list_field(raw, "partitions")),
+        **json_node_fields(raw, _list_field),
     )
 
 
@@ -73,21 +73,11 @@ def parse_scontrol_json(text: str) -> list[SlurmNode]:
     return json_nodes(text, "scontrol --json", parse_scontrol_json_node)
 
 
-def _job(raw: Mapping[str, Any]) -> SlurmJob:
-    batch, requeue = raw.get("batch_flag"), raw.get("requeue")
-    if not isinstance(batch, bool) or not isinstance(requeue, bool):
-        raise ParseError("batch_flag/requeue are not booleans")
+def _job_states(raw: Mapping[str, Any]) -> list[str]:
     states = str_list_field(raw, "job_state")
     if not states:
         raise ParseError("job without a state")
-    return SlurmJob(
-        job_id=JobId(int_field(raw.get("job_id"), "job_id")),
-        state=JobState.parse(states[0]),
-        raw_state="+".join(states),
-        nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
-        batch=batch,
-        requeue=requeue,
-    )
+    return states
 
 
 def parse_squeue_json_v42(text: str) -> list[SlurmJob]:
@@ -95,4 +85,4 @@ def parse_squeue_json_v42(text: str) -> list[SlurmJob]:
     raw_jobs = json_list(text, "jobs", "squeue --json")
     if not all(isinstance(j, Mapping) for j in raw_jobs):
         raise ParseError("squeue --json has no job list")
-    return [_job(j) for j in raw_jobs]
+    return [json_job(j, _job_states) for j in raw_jobs]
