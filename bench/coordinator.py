@@ -14,25 +14,34 @@
    by side with the fleet metrics off (``fleet_metrics: false``), whose only RPC is ``sdiag``
    (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
-   without slurmd): the duration of a full resync pass, the slurmctld reads it took, and the
-   coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up: a
-   failover's time to first action) and the way there: process start, its CPU seconds, the
-   Lease, the informers' lists and the first pass's phases (first_pass_{size}_*). Over the
-   rest that follows (two resyncs): the CPU of the SLURM harness (slurmctld, slurmd, munged
-   below its supervisor: harness_cpu_pct_{size}), of the Kubernetes control plane
-   (kube_cpu_pct_{size}) and of the coordinator (coordinator_cpu_pct_{size}), each in % of
-   one core; the 1-minute load average (loadavg_during_{size}); and slurmctld's time spent on
-   client requests other than the measurement's own ``sdiag`` (slurmctld_busy_ms_per_s_{size},
-   ms per second, from sdiag's total_time). The issue's unsuffixed keys (harness_cpu_pct,
-   slurmctld_busy_ms_per_s) are the 5,000-node ones.
+   without slurmd, on the quiet harness's SlurmdTimeout:
+   :data:`~slonkd_sandbox.slurm.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass,
+   the slurmctld reads it took, and the coordinator's RSS; the time to its first pass
+   (first_pass_{size}_s, from its API up: a failover's time to first action) and the way
+   there: process start, its CPU seconds, the Lease, the informers' lists and the first
+   pass's phases (first_pass_{size}_*). Over the rest that follows (12 s, two resyncs): the
+   CPU of the SLURM harness (slurmctld, slurmd, munged below its supervisor:
+   harness_cpu_pct_{size}), of the Kubernetes control plane (kube_cpu_pct_{size}) and of the
+   coordinator (coordinator_cpu_pct_{size}), each in % of one core; the 1-minute load average
+   (loadavg_during_{size}); slurmctld's time spent on client requests other than the
+   measurement's own ``sdiag`` (slurmctld_busy_ms_per_s_{size}, ms per second, from sdiag's
+   total_time), the node table's share of it (node_info_*), and the node registrations
+   slurmctld took meanwhile (registrations_during_{size}: a ping round of the harness, 0
+   expected). Then the same with a second coordinator that uses the libslurm change poll
+   (change_poll_*). The issue's unsuffixed keys (harness_cpu_pct, slurmctld_busy_ms_per_s)
+   are the 5,000-node ones.
 
 ``EVENTS`` 0 runs part 3 alone, an empty ``SIZES`` (``''``) parts 1 and 2 alone;
 ``SLONKD_BENCH_PROFILE_DIR=DIR`` runs each coordinator under
-cProfile (``DIR/<name>.prof``). Parts 1 and 2 run on the quiet harness's SlurmdTimeout,
-SLURM's default of 300 s as in part 3 (``latency_slurmd_timeout_s``);
+cProfile (``DIR/<name>.prof``). Parts 1 and 2 (10 real slurmd, no declared nodes) run on
+SLURM's default SlurmdTimeout of 300 s (``latency_slurmd_timeout_s``);
 ``SLONKD_BENCH_SLURMD_TIMEOUT_S=N`` gives them another, e.g. the test harness's 10 s (slurmctld
 pings every node each third of it, and each ping round moves the node table's time: a change
 the poll reads, whole seconds at a time, so events share their second with a ping round's).
+
+``SLONKD_BENCH_SLURM=24.11`` runs every cluster in the cached 24.11 root, the coordinators
+calling its clients; the change poll's parts need the host's libslurm and fall back or are
+left out there.
 
 Prints a table, then one JSON object as the last line.
 """
@@ -66,6 +75,7 @@ from slonkd_sandbox.slurm import (
     SlurmCluster,
     SlurmLayout,
 )
+from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -76,6 +86,30 @@ _CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_N
                 "REQUEST_JOB_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_BUILD_INFO",
                 "REQUEST_JOB_REQUEUE", "REQUEST_RECONFIGURE", "REQUEST_TOPO_INFO",
                 "REQUEST_STATS_INFO")  # fmt: skip
+
+
+RELEASE = os.environ.get("SLONKD_BENCH_SLURM", "22.05")
+"""The SLURM release of every cluster here: the host's 22.05, or a cached root's (24.11)."""
+
+
+def _cluster(root: Path, layout: SlurmLayout) -> SlurmCluster:
+    """A (not yet started) cluster of :data:`RELEASE` with ``layout``."""
+    if RELEASE == "22.05":
+        return SlurmCluster(root, layout)
+    return ChrootSlurmCluster.create(RELEASE, layout)
+
+
+def _slurm_env(slurm: SlurmCluster, root: Path) -> dict[str, str]:
+    """What a coordinator needs in its environment to reach ``slurm``'s release.
+
+    Another release's clients are shims first on PATH (as in the e2e tests); its libslurm
+    does not load in this interpreter, so the change poll falls back to scontrol there
+    (``change_poll_backend_is_libslurm_*`` says which ran).
+    """
+    if not isinstance(slurm, ChrootSlurmCluster):
+        return {}
+    shims = slurm.client_shims(root / "slurm-bin")
+    return {"PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -203,6 +237,7 @@ class Coordinator:
             slurm_conf=slurm.conf,
             POD_NAME=f"bench-coordinator-{root.name}",
             SLONKD_CONFIG=str(conf),
+            **_slurm_env(slurm, root),
         )
         profile = os.environ.get("SLONKD_BENCH_PROFILE_DIR")  # cProfile of the process
         self.daemon = Daemon(
@@ -257,7 +292,12 @@ _SDIAG_TOTAL = re.compile(
 
 def _sdiag_node_info(slurm: SlurmCluster) -> tuple[int, int]:
     """(REQUEST_NODE_INFO count, slurmctld's total time on them in µs) since the last reset."""
-    found = _SDIAG_TOTAL.search(slurm.run("sdiag").stdout)
+    return node_info_of(slurm.run("sdiag").stdout)
+
+
+def node_info_of(sdiag: str) -> tuple[int, int]:
+    """(REQUEST_NODE_INFO count, slurmctld's total time on them in µs) in ``sdiag``'s output."""
+    found = _SDIAG_TOTAL.search(sdiag)
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
@@ -284,7 +324,7 @@ def change_poll_cost(
     from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 
     layout = SlurmLayout(slurmd_timeout_s=slurmd_timeout_s, extra_nodes=declared)
-    slurm = SlurmCluster(root / f"slurm-change-{slurmd_timeout_s}", layout)
+    slurm = _cluster(root / f"slurm-change-{slurmd_timeout_s}", layout)
     slurm.start()
     out: dict[str, float] = {}
     try:
@@ -336,7 +376,7 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
     names = [f"w-{i}" for i in range(10)]
     timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", SCALE_SLURMD_TIMEOUT_S))
     layout = SlurmLayout(nodes=tuple(names), slurmd_timeout_s=timeout_s)
-    slurm = SlurmCluster(root / "slurm", layout)
+    slurm = _cluster(root / "slurm", layout)
     slurm.start()
     try:
         knodes = [f"lat-{n}" for n in names]
@@ -361,6 +401,13 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             samples = _cordon_samples(kube, slurm, names, events)
         finally:
             co.stop()
+        out = {
+            "cordon_latency_p50_ms": statistics.median(samples) * 1000,
+            "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
+            "cordon_latency_max_ms": max(samples) * 1000,
+        }
+        if RELEASE != "22.05":  # this interpreter loads the host's libslurm only
+            return {**out, **_rates(timeout_s, rpcs, node_reads, rpcs_off, node_reads_off)}
         # the same events through the libslurm change poll (5 Hz, scontrol only on a change)
         fast = Coordinator(root / "lat-change", kube, slurm, change_poll=True, **config)
         try:
@@ -381,22 +428,29 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             slurm.run("scontrol", "update", "nodename=w-0", "comment=bench")
             raw_update.append(time.monotonic() - began)
         return {
-            "cordon_latency_p50_ms": statistics.median(samples) * 1000,
-            "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
-            "cordon_latency_max_ms": max(samples) * 1000,
+            **out,
             "change_poll_cordon_latency_p50_ms": statistics.median(change_samples) * 1000,
             "change_poll_cordon_latency_p99_ms": _pct(change_samples, 0.99) * 1000,
             "change_poll_cordon_latency_max_ms": max(change_samples) * 1000,
             "raw_scontrol_update_ms": statistics.median(raw_update) * 1000,
-            "latency_slurmd_timeout_s": float(timeout_s),
-            "slurmctld_rpc_per_s": rpcs / 20,
-            "slurmctld_node_reads_per_s": node_reads / 20,
-            "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,
-            "slurmctld_node_reads_per_s_fleet_off": node_reads_off / 20,
+            **_rates(timeout_s, rpcs, node_reads, rpcs_off, node_reads_off),
             "events": float(len(samples)),
         }
     finally:
         slurm.stop()
+
+
+def _rates(
+    timeout_s: int, rpcs: int, node_reads: int, rpcs_off: int, node_reads_off: int
+) -> dict[str, float]:
+    """The latency part's SlurmdTimeout and its 20 s RPC counts at rest, per second."""
+    return {
+        "latency_slurmd_timeout_s": float(timeout_s),
+        "slurmctld_rpc_per_s": rpcs / 20,
+        "slurmctld_node_reads_per_s": node_reads / 20,
+        "slurmctld_rpc_per_s_fleet_off": rpcs_off / 20,
+        "slurmctld_node_reads_per_s_fleet_off": node_reads_off / 20,
+    }
 
 
 def _cordon_samples(
@@ -451,12 +505,16 @@ def _rest(
     rest_s = time.monotonic() - rest0
     cpu1 = [tree_cpu_s(pids) for pids in harness]
     sdiag = slurm.run("sdiag").stdout
+    node_info = node_info_of(sdiag)
     return {
         f"{prefix}harness_cpu_pct_{size}": 100 * (cpu1[0] - cpu0[0]) / rest_s,
         f"{prefix}kube_cpu_pct_{size}": 100 * (cpu1[1] - cpu0[1]) / rest_s,
         f"{prefix}coordinator_cpu_pct_{size}": 100 * (cpu1[2] - cpu0[2]) / rest_s,
         f"{prefix}loadavg_during_{size}": os.getloadavg()[0],
         f"{prefix}slurmctld_busy_ms_per_s_{size}": client_busy_us(sdiag) / 1000 / rest_s,
+        # of which the node table (polls, "changed?" asks and full reads)
+        f"{prefix}node_info_per_s_{size}": node_info[0] / rest_s,
+        f"{prefix}node_info_busy_ms_per_s_{size}": node_info[1] / 1000 / rest_s,
         # a ping round's registrations in the window: the harness, not slonkd (0 expected)
         f"{prefix}registrations_during_{size}": float(registrations(sdiag)),
     }
@@ -471,7 +529,7 @@ def scale(
     second coordinator with the change poll: its first pass and its cost at rest
     (``change_poll_*``).
     """
-    slurm = SlurmCluster(
+    slurm = _cluster(
         root / f"slurm-{size}",
         SlurmLayout(
             nodes=("w-0",),
@@ -571,7 +629,9 @@ def main() -> int:
         for prefix in ("", "change_poll_"):
             if f"{prefix}{key}_5000" in results:
                 results[f"{prefix}{key}"] = results[f"{prefix}{key}_5000"]
-    results.update(change_poll_cost(root))
+    if RELEASE == "22.05":  # in this interpreter: the host's libslurm
+        results.update(change_poll_cost(root))
+    results["slurm_release"] = float(RELEASE)
     _print(results)
     return 0
 
