@@ -40,6 +40,10 @@ slonkd's), slopes and offsets. Per key the table shows the median of each side, 
   or not a number. A base of 0 makes any change infinite (``false_blames`` 0 -> 1 is a
   regression).
 
+One round has no spread: its verdicts cannot tell a regression from the machine's noise (the
+floors, ``raw_*``, moving as much as slonkd's figures beside them is the sign). Act on
+``--rounds 2`` or more; the default of 1 is for a first look.
+
 Prints a progress line per run on stderr, the table per bench on stdout, then one JSON object
 as the last line: ``base``, ``base_sha``, ``head``, ``rounds``, ``threshold_pct``,
 ``regressions`` / ``noise`` / ``better`` (``bench.key`` names), ``compared`` (keys given a
@@ -109,6 +113,11 @@ DIRECTIONS: tuple[tuple[str, Direction, str], ...] = (
         r"(^|_)slope(_|$)|_minus_|^load_|^rss_longest_process_min$|^asyncio_tasks_",
         "info",
         "a slope, an offset, a list or a lifetime: no better side",
+    ),
+    (
+        r"^loadavg_1m_at_end$",
+        "info",
+        "the machine's load after the run: the previous run's load too, not this run's cost",
     ),
     # higher: rates of useful work (no bench reports one yet; RPCs and reads per second are costs)
     (
@@ -552,6 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"base {args.base} ({base_sha[:12]}), head {head}, {args.rounds} round(s); regression: "
         f"head's best run worse than base's worst by more than {THRESHOLD:.0%}"
+        + ("" if args.rounds > 1 else " (one round: no spread, a verdict may be noise)")
     )
     found, compared = report(benches, in_base, sides, args.base)
     print(
