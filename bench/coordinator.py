@@ -40,8 +40,9 @@ pings every node each third of it, and each ping round moves the node table's ti
 the poll reads, whole seconds at a time, so events share their second with a ping round's).
 
 ``SLONKD_BENCH_SLURM=24.11`` runs every cluster in the cached 24.11 root, the coordinators
-calling its clients; the change poll's parts need the host's libslurm and fall back or are
-left out there.
+calling its clients, those with the change poll on its loader with its libslurm
+(:meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv`); the poll alone
+(``--change-poll``, in this interpreter) runs on 22.05 only.
 
 Prints a table, then one JSON object as the last line.
 """
@@ -102,9 +103,9 @@ def _cluster(root: Path, layout: SlurmLayout) -> SlurmCluster:
 def _slurm_env(slurm: SlurmCluster, root: Path) -> dict[str, str]:
     """What a coordinator needs in its environment to reach ``slurm``'s release.
 
-    Another release's clients are shims first on PATH (as in the e2e tests); its libslurm
-    does not load in this interpreter, so the change poll falls back to scontrol there
-    (``change_poll_backend_is_libslurm_*`` says which ran).
+    Another release's clients are shims first on PATH (as in the e2e tests); a coordinator
+    with the change poll also runs on that release's loader, its libslurm loaded
+    (:class:`Coordinator`; ``change_poll_backend_is_libslurm_*`` says which poll ran).
     """
     if not isinstance(slurm, ChrootSlurmCluster):
         return {}
@@ -240,9 +241,17 @@ class Coordinator:
             **_slurm_env(slurm, root),
         )
         profile = os.environ.get("SLONKD_BENCH_PROFILE_DIR")  # cProfile of the process
+        prefix: list[str] = []
+        module = "slonkd.cli.main"
+        if isinstance(slurm, ChrootSlurmCluster) and config.get("change_poll"):
+            # the release's libslurm in this process, as the release's own image would have it
+            prefix, env = slurm.libslurm_argv([], env)
+            module = "slonkd_sandbox.libslurm_launch"
         self.daemon = Daemon(
             role="coordinator",
             env=env,
+            prefix=prefix,
+            module=module,
             log=root / "coordinator.log",
             python_args=["-m", "cProfile", "-o", f"{profile}/{root.name}.prof"] if profile else [],
         )
@@ -406,8 +415,6 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
             "cordon_latency_p99_ms": _pct(samples, 0.99) * 1000,
             "cordon_latency_max_ms": max(samples) * 1000,
         }
-        if RELEASE != "22.05":  # this interpreter loads the host's libslurm only
-            return {**out, **_rates(timeout_s, rpcs, node_reads, rpcs_off, node_reads_off)}
         # the same events through the libslurm change poll (5 Hz, scontrol only on a change)
         fast = Coordinator(root / "lat-change", kube, slurm, change_poll=True, **config)
         try:

@@ -52,12 +52,20 @@ class Daemon:
     """Arguments after the role."""
     python_args: Sequence[str] = ()
     """Arguments to the interpreter before ``-m slonkd.cli.main`` (e.g. cProfile's)."""
+    prefix: Sequence[str] = ()
+    """What runs the interpreter (e.g. another release's loader:
+    :meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv`)."""
+    module: str = "slonkd.cli.main"
+    """The module run (:mod:`slonkd_sandbox.libslurm_launch` with such a prefix)."""
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
     def argv(self) -> list[str]:
         """The command line the daemon runs."""
-        return [sys.executable, *self.python_args, "-m", "slonkd.cli.main", self.role, *self.args]
+        return [
+            *self.prefix, sys.executable, *self.python_args, "-m", self.module, self.role,
+            *self.args,
+        ]  # fmt: skip
 
     @property
     def pid(self) -> int:

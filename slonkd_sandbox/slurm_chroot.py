@@ -19,17 +19,22 @@ mounts /proc, /dev and /sys into the root), :mod:`slonkd_sandbox.slurm_conf` (sl
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_conf import render_slurm_conf
 from slonkd_sandbox.slurm_root import ensure_accounting, ensure_slurm_root
+
+CANARY_PREFIX_ENV = "SLONKD_SANDBOX_CANARY_PREFIX"
+"""A JSON list: what libslurm's canary child runs under (see ``libslurm_argv``)."""
 
 SLURM_CLIENTS = (
     "scontrol", "sinfo", "squeue", "strigger", "sbatch", "scancel", "sdiag", "sacct", "sacctmgr",
@@ -96,6 +101,39 @@ class ChrootSlurmCluster(SlurmCluster):
         return directory
 
     # -- hooks of SlurmCluster -----------------------------------------------------------------
+
+    def libslurm_argv(
+        self, argv: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """``argv`` (a host Python program) run with this release's libslurm loadable in it.
+
+        The program runs on the root's dynamic loader and C library, ``SLURM_LIBRARY`` names
+        the root's library, and in a private mount namespace the root's plugins and cluster
+        directory stand where that library looks for them (its compiled-in PluginDir,
+        slurm.conf's inner paths). :data:`CANARY_PREFIX_ENV` says what libslurm's canary child
+        must run under (the same loader); :mod:`slonkd_sandbox.libslurm_launch` applies it to
+        ``slonkd``. As a release's own image would be, without building one.
+        """
+        root = self.fsroot
+        libdirs = [root / "lib/x86_64-linux-gnu", root / "usr/lib/x86_64-linux-gnu"]
+        loader = root / "lib64/ld-linux-x86-64.so.2"
+        path = ":".join(str(d) for d in libdirs)
+        path += ":/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+        plugins = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+        script = (
+            'mkdir -p "$4" && mount --bind "$1" "$2" && mount --bind "$3" "$4" && shift 4'
+            ' && exec "$@"'
+        )
+        wrapped = [
+            "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+            str(root / plugins.lstrip("/")), plugins, str(root / "run" / "slonkd"),
+            "/run/slonkd", str(loader), "--library-path", path, *argv,
+        ]  # fmt: skip
+        return wrapped, {
+            **env,
+            "SLURM_LIBRARY": str(root / "usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"),
+            CANARY_PREFIX_ENV: json.dumps([str(loader), "--library-path", path]),
+        }
 
     def _check_programs(self) -> None:
         """Nothing to check on the host: the daemons and clients are the root's."""

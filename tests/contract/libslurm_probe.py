@@ -3,7 +3,7 @@
 libslurm reads ``SLURM_CONF`` once per process, so each cluster gets its own probe. Each
 line on stdin is a time T; each answer on stdout is one JSON line: ``{"changed", "last_update"}``
 or ``{"error": class name, "message"}``; ``{"loaded": path or null}`` comes first.
-``PROBE_CANARY_PREFIX`` (a JSON list): what the library's canary child runs under.
+``SLONKD_SANDBOX_CANARY_PREFIX`` (a JSON list): what the library's canary child runs under.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import sys
 
 from slonkd.adapters.slurm import libslurm
 from slonkd.core.errors import SlonkdError
+from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV
 
 
 async def main() -> None:
     """Answer one question per stdin line until stdin closes."""
-    prefix = os.environ.get("PROBE_CANARY_PREFIX")
+    prefix = os.environ.get(CANARY_PREFIX_ENV)
     if prefix:
         libslurm.CANARY_PREFIX = tuple(json.loads(prefix))
     lib = libslurm.load()

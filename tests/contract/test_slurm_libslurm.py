@@ -28,7 +28,7 @@ class Probe:
         env = {**os.environ, "SLURM_CONF": str(cluster.conf)}
         argv = [sys.executable, str(PROBE)]
         if isinstance(cluster, ChrootSlurmCluster):
-            argv, env = chroot_argv(cluster, argv, env)
+            argv, env = cluster.libslurm_argv(argv, env)
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
@@ -52,33 +52,6 @@ class Probe:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=30)
-
-
-def chroot_argv(
-    cluster: ChrootSlurmCluster, argv: list[str], env: dict[str, str]
-) -> tuple[list[str], dict[str, str]]:
-    """Run ``argv`` on the root's dynamic loader and C library, with the root's libslurm."""
-    root = cluster.fsroot
-    libdirs = [root / "lib/x86_64-linux-gnu", root / "usr/lib/x86_64-linux-gnu"]
-    loader = root / "lib64/ld-linux-x86-64.so.2"
-    path = ":".join(str(d) for d in libdirs) + ":/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
-    env = {
-        **env,
-        "SLURM_LIBRARY": str(root / "usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"),
-        "PROBE_CANARY_PREFIX": json.dumps([str(loader), "--library-path", path]),
-    }
-    plugins = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
-    # in a private mount namespace, the root's plugins and run directory where libslurm
-    # looks for them (its compiled-in PluginDir, slurm.conf's inner paths)
-    script = (
-        'mkdir -p "$4" && mount --bind "$1" "$2" && mount --bind "$3" "$4" && shift 4 && exec "$@"'
-    )
-    inner_run = root / "run" / "slonkd"
-    return [
-        "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-        str(root / plugins.lstrip("/")), plugins, str(inner_run), "/run/slonkd",
-        str(loader), "--library-path", path, *argv,
-    ], env  # fmt: skip
 
 
 def test_change_detection_against_slurmctld(
