@@ -24,6 +24,7 @@ import os
 import shlex
 import shutil
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,7 +116,13 @@ class ChrootSlurmCluster(SlurmCluster):
         ``slonkd``. As a release's own image would be, without building one.
         """
         root = self.fsroot
-        libdirs = [root / "lib/x86_64-linux-gnu", root / "usr/lib/x86_64-linux-gnu"]
+        # this interpreter's own libpython first: the loader's path wins over its RUNPATH, and
+        # the host's /usr/lib may hold another build of the same version
+        libdirs = [
+            Path(str(sysconfig.get_config_var("LIBDIR"))),
+            root / "lib/x86_64-linux-gnu",
+            root / "usr/lib/x86_64-linux-gnu",
+        ]
         loader = root / "lib64/ld-linux-x86-64.so.2"
         path = ":".join(str(d) for d in libdirs)
         path += ":/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
