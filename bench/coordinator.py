@@ -166,6 +166,20 @@ def registrations(sdiag: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def wait_registered(slurm: SlurmCluster, declared: int) -> None:
+    """Wait until the start's ping round registered every declared node.
+
+    sdiag counts since slurmctld started; no measured window then holds that round.
+    """
+    if declared:
+        wait_for(
+            "the start's registrations",
+            lambda: registrations(slurm.run("sdiag").stdout) >= declared,
+            timeout_s=120,
+            interval_s=1,
+        )
+
+
 def _log_gap_s(log: Path, first: str, then: str) -> float:
     """Seconds between the first log lines of events ``first`` and ``then`` (-1: absent)."""
     at: dict[str, float] = {}
@@ -337,14 +351,7 @@ def change_poll_cost(
     slurm.start()
     out: dict[str, float] = {}
     try:
-        if declared:  # the start's ping round registers every declared node: let it pass
-            slurm.run("sdiag", "--reset")
-            wait_for(
-                "the start's registrations",
-                lambda: registrations(slurm.run("sdiag").stdout) >= declared,
-                timeout_s=120,
-                interval_s=1,
-            )
+        wait_registered(slurm, declared)
         backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
         lib = libslurm.load(conf=str(slurm.conf))
         if lib is None:

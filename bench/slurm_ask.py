@@ -30,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.coordinator import _print, node_info_of, registrations
-from slonkd_sandbox.procs import wait_for
+from bench.coordinator import _print, node_info_of, wait_registered
 from slonkd_sandbox.slurm import QUIET_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV, ChrootSlurmCluster
 
@@ -74,14 +73,7 @@ def measure(release: str, size: int, seconds: float) -> dict[str, float]:
     )
     cluster.start()
     try:
-        if size:  # the start's ping round registers every declared node: let it pass
-            cluster.run("sdiag", "--reset")
-            wait_for(
-                "the start's registrations",
-                lambda: registrations(cluster.run("sdiag").stdout) >= size,
-                timeout_s=120,
-                interval_s=1,
-            )
+        wait_registered(cluster, size)
         argv = [sys.executable, "-m", "bench.slurm_ask", "--child", str(seconds)]
         env = {**os.environ, "SLURM_CONF": str(cluster.conf)}
         if isinstance(cluster, ChrootSlurmCluster):
