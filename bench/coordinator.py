@@ -93,11 +93,11 @@ RELEASE = os.environ.get("SLONKD_BENCH_SLURM", "22.05")
 """The SLURM release of every cluster here: the host's 22.05, or a cached root's (24.11)."""
 
 
-def _cluster(root: Path, layout: SlurmLayout) -> SlurmCluster:
-    """A (not yet started) cluster of :data:`RELEASE` with ``layout``."""
-    if RELEASE == "22.05":
+def cluster_of(root: Path, layout: SlurmLayout, release: str = RELEASE) -> SlurmCluster:
+    """A (not yet started) cluster of ``release`` (:data:`RELEASE`) with ``layout``."""
+    if release == "22.05":
         return SlurmCluster(root, layout)
-    return ChrootSlurmCluster.create(RELEASE, layout)
+    return ChrootSlurmCluster.create(release, layout)
 
 
 def _slurm_env(slurm: SlurmCluster, root: Path) -> dict[str, str]:
@@ -347,7 +347,7 @@ def change_poll_cost(
     from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
 
     layout = SlurmLayout(slurmd_timeout_s=slurmd_timeout_s, extra_nodes=declared)
-    slurm = _cluster(root / f"slurm-change-{slurmd_timeout_s}", layout)
+    slurm = cluster_of(root / f"slurm-change-{slurmd_timeout_s}", layout)
     slurm.start()
     out: dict[str, float] = {}
     try:
@@ -392,7 +392,7 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
     names = [f"w-{i}" for i in range(10)]
     timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", SCALE_SLURMD_TIMEOUT_S))
     layout = SlurmLayout(nodes=tuple(names), slurmd_timeout_s=timeout_s)
-    slurm = _cluster(root / "slurm", layout)
+    slurm = cluster_of(root / "slurm", layout)
     slurm.start()
     try:
         knodes = [f"lat-{n}" for n in names]
@@ -543,7 +543,7 @@ def scale(
     second coordinator with the change poll: its first pass and its cost at rest
     (``change_poll_*``).
     """
-    slurm = _cluster(
+    slurm = cluster_of(
         root / f"slurm-{size}",
         SlurmLayout(
             nodes=("w-0",),

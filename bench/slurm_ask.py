@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.coordinator import _print, node_info_of, wait_registered
-from slonkd_sandbox.slurm import QUIET_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from bench.coordinator import _print, cluster_of, node_info_of, wait_registered
+from slonkd_sandbox.slurm import QUIET_SLURMD_TIMEOUT_S, SlurmLayout
 from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV, ChrootSlurmCluster
 
 PERIOD_S = 0.2
@@ -66,11 +66,8 @@ async def _ask(seconds: float) -> dict[str, int]:
 def measure(release: str, size: int, seconds: float) -> dict[str, float]:
     """One cluster of ``release`` with ``size`` declared nodes; the child's asks, priced."""
     layout = SlurmLayout(nodes=("n1",), extra_nodes=size, slurmd_timeout_s=QUIET_SLURMD_TIMEOUT_S)
-    cluster = (
-        SlurmCluster(Path(tempfile.mkdtemp(prefix="slonkd-bench-ask-")) / "slurm", layout)
-        if release == "22.05"
-        else ChrootSlurmCluster.create(release, layout)
-    )
+    root = Path(tempfile.mkdtemp(prefix="slonkd-bench-ask-")) / "slurm"
+    cluster = cluster_of(root, layout, release)
     cluster.start()
     try:
         wait_registered(cluster, size)
