@@ -5,9 +5,10 @@
    starts when that ``scontrol update`` returns) and stops when the apiserver shows the K8s
    node cordoned and tainted ``slonk.dev/unhealthy``; then the node is resumed and slonkd
    lifts its marks before the next event. Remediation (eviction) is off so the pods stay.
-   The same events twice: with the default poll (scontrol every 0.7 s: cordon_latency_*) and
-   with the libslurm change poll (``change_poll: true``, 5 Hz, scontrol only on a change:
-   change_poll_cordon_latency_*). Side by side: one raw ``scontrol update``, the floor.
+   The same events twice: with the scontrol poll (``change_poll: false``, every 0.7 s, the
+   default until 2026-12: cordon_latency_*) and with the libslurm change poll (the default,
+   5 Hz, scontrol only on a change: change_poll_cordon_latency_*). Side by side: one raw
+   ``scontrol update``, the floor.
 2. slurmctld RPCs per second caused by the coordinator at rest (``sdiag`` over 20 s, no
    other client): every RPC (a ``sinfo`` read is two: node table and partitions), and the
    node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts; side
@@ -245,7 +246,9 @@ class Coordinator:
     def __init__(self, root: Path, kube: KubeCluster, slurm: SlurmCluster, **config: Any) -> None:
         root.mkdir(parents=True, exist_ok=True)
         conf = root / "coordinator.json"
-        conf.write_text(json.dumps({"api_host": "127.0.0.1", "api_port": 0, **config}))
+        conf.write_text(  # the scontrol poll unless asked: the keys without change_poll_ are its
+            json.dumps({"api_host": "127.0.0.1", "api_port": 0, "change_poll": False, **config})
+        )
         env = coordinator_env(
             namespace=NS,
             kubeconfig=kube.kubeconfig,

@@ -128,7 +128,6 @@ BASE_CONFIG: dict[str, Any] = {
     "retry_period_s": 1,
     "api_host": "127.0.0.1",
     "api_port": 0,
-    "change_poll": True,  # the libslurm change poll (off by default), where the library loads
 }
 
 
@@ -272,7 +271,7 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
 
     Cordon, slonk.dev taint, SlurmHealthy=False, an Event, one eviction; the evicted pod's
     replacement elsewhere is not blamed for the old failure. The failure was seen through the
-    libslurm change poll (22.05's library on the host), as ``slonkd status`` says.
+    libslurm change poll (the default; 22.05's library on the host), as ``slonkd status`` says.
     """
     victim = "w-3"
     kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
@@ -332,6 +331,20 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     assert explained.returncode == 0, explained.stderr
     assert json.loads(explained.stdout)["decision"]["actions"] == []
     assert fleet.slonkd("explain", "no-such-node").returncode == 1
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "change_poll": False}])
+def test_with_the_change_poll_off_the_scontrol_poll_alone_marks_a_failure(fleet: Fleet) -> None:
+    """``change_poll: false`` polls with scontrol alone, and a SLURM failure is still marked.
+
+    It was the default until 2026-12; the test above runs today's default, the libslurm
+    change poll. This one never asks libslurm.
+    """
+    fleet.fail(["w-2"])
+    wait_for("marked", lambda: len(fleet.cordoned()) == 1, timeout_s=20)
+    passes = _passes(fleet)
+    assert passes["slurm_poll_backend"] == "scontrol", passes
+    assert passes["slurm_change_polls"] == 0, passes
 
 
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "max_out": 3, "mass_percent": 100}])

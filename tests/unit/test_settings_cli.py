@@ -214,13 +214,13 @@ def test_the_coordinator_reads_its_trigger_settings(tmp_path: Path) -> None:
 
 
 def test_the_coordinator_reads_its_change_poll_settings(tmp_path: Path) -> None:
-    """change_poll (off by default) and change_poll_s come from the config file."""
+    """change_poll (on by default, ``false`` turns it off) and change_poll_s: the config file."""
     from slonkd.cli import coordinator
 
     config = tmp_path / "c.json"
-    config.write_text('{"change_poll": true, "change_poll_s": 0.5}')
+    config.write_text('{"change_poll": false, "change_poll_s": 0.5}')
     s = coordinator.load_settings(
         {"POD_NAMESPACE": "ns", "POD_NAME": "c-0", "SLONKD_CONFIG": str(config)}
     )
-    assert (s.change_poll, s.change_poll_s) == (True, 0.5)
-    assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).change_poll is False
+    assert (s.change_poll, s.change_poll_s) == (False, 0.5)
+    assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).change_poll is True
