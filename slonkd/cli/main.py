@@ -3,40 +3,67 @@
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
 ``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset`` and ``recheck``; those
 other distributions add (``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
+
+Only the named subcommand's module is imported (:data:`MODULES`): ``slonkd check``, which
+the kubelet and operators run often, does not pay for the agent's bus and HTTP clients
+(aiohttp alone was about a fifth of its run). ``slonkd --help``, no command, an unknown
+one and the other distributions' commands build the whole parser.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from slonkd import __version__
-from slonkd.cli import agent, check, commands, config_cmd, coordinator, ops, prestop, recheck
+from slonkd.cli import commands
 from slonkd.runtime.logging import configure_logging
 
+MODULES: dict[str, str] = {
+    "agent": "agent",
+    "check": "check",
+    "coordinator": "coordinator",
+    "config": "config_cmd",
+    "prestop": "prestop",
+    **dict.fromkeys(("status", "explain", "pause", "unpause", "budget", "state"), "ops"),
+    "recheck": "recheck",
+}
+"""Each built-in subcommand's module under ``slonkd.cli``, in the help's order."""
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, commands.Command]]:
+LOGGING = frozenset({"agent", "check", "coordinator", "prestop"})
+"""The daemons and checks, which log as JSON lines from the start."""
+
+
+def _named(argv: Sequence[str]) -> str | None:
+    """The built-in subcommand ``argv`` names, or None (help, version, none, another's)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is None or first not in MODULES or argv[0].startswith("-"):
+        return None
+    return first
+
+
+def _parser(named: str | None) -> tuple[argparse.ArgumentParser, dict[str, commands.Command]]:
+    """The parser for ``named`` alone, or for every subcommand when None."""
     parser = argparse.ArgumentParser(
         prog="slonkd",
         description="Keeps SLURM and Kubernetes in agreement on every node of a GPU cluster.",
     )
     parser.add_argument("--version", action="version", version=f"slonkd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    added = commands.add_parsers(sub)
-    agent.add_parser(sub)
-    check.add_parser(sub)
-    coordinator.add_parser(sub)
-    config_cmd.add_parser(sub)
-    prestop.add_parser(sub)
-    ops.add_parsers(sub)
-    recheck.add_parser(sub)
+    added = commands.add_parsers(sub) if named is None else {}
+    wanted = [MODULES[named]] if named is not None else list(dict.fromkeys(MODULES.values()))
+    for name in wanted:
+        module = importlib.import_module(f"slonkd.cli.{name}")
+        (getattr(module, "add_parsers", None) or module.add_parser)(sub)  # ops adds several
     return parser, added
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``slonkd`` command line; returns the process exit code."""
-    parser, added = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, added = _parser(_named(argv))
     args, unknown = parser.parse_known_args(argv)
     if args.command in commands.DOCUMENTED and args.command not in added:
         return commands.absent(args.command)
@@ -44,34 +71,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in added:
         return added[args.command].main(args, parser)
-    if args.command == "check":
+    if args.command not in MODULES:
+        parser.print_help(sys.stderr)
+        return 2
+    if args.command in LOGGING:
         configure_logging()
-        return check.main(args)
-    if args.command == "agent":
-        configure_logging()
-        return agent.main(args)
-    if args.command == "coordinator":
-        configure_logging()
-        return coordinator.main(args)
-    if args.command == "config":
-        return config_cmd.main(args)
-    if args.command == "prestop":
-        configure_logging()
-        return prestop.main(args)
-    if args.command == "status":
-        return ops.status(args)
-    if args.command == "explain":
-        return ops.explain_node(args)
-    if args.command in ("pause", "unpause"):
-        return ops.operator(args, str(args.command))
-    if args.command == "budget":
-        return ops.operator(args, "budget reset")
-    if args.command == "state":
-        return ops.operator(args, "state reset")
-    if args.command == "recheck":
-        return recheck.main(args)
-    parser.print_help(sys.stderr)
-    return 2
+    return _run(str(args.command), args)
+
+
+def _run(command: str, args: argparse.Namespace) -> int:
+    """Hand ``args`` to the subcommand (its module imported here, see :data:`MODULES`)."""
+    module = importlib.import_module(f"slonkd.cli.{MODULES[command]}")
+    if command == "status":
+        return int(module.status(args))
+    if command == "explain":
+        return int(module.explain_node(args))
+    if command in ("pause", "unpause"):
+        return int(module.operator(args, command))
+    if command in ("budget", "state"):
+        return int(module.operator(args, f"{command} reset"))
+    return int(module.main(args))
 
 
 if __name__ == "__main__":

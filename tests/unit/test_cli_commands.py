@@ -117,3 +117,44 @@ def test_python_m_slonkd_sandbox_is_slonkd_sandbox() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: slonkd sandbox demo")
     assert Path(slonkd_sandbox.__file__).resolve().parent == ROOT / "slonkd_sandbox"
+
+
+@pytest.mark.parametrize(
+    ("argv", "absent"),
+    [
+        (["check", "-o", "json"], {"aiohttp", "slonkd.cli.agent", "slonkd.runtime.prestop"}),
+        (
+            ["config", "schema", "agent"],
+            {"slonkd.cli.ops", "slonkd.cli.recheck", "slonkd.cli.check"},
+        ),
+    ],
+)
+def test_a_subcommand_imports_only_its_own_module(argv: list[str], absent: set[str]) -> None:
+    """``slonkd check`` (run by kubelets and operators) loads no bus, HTTP or preStop code.
+
+    Before, every run imported every subcommand: aiohttp alone was a fifth of a check's run.
+    """
+    probe = (
+        "import sys, contextlib, io\n"
+        "from slonkd.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main({argv!r})\n"
+        f"print(rc, sorted(m for m in {sorted(absent)!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "0 []", (done.stdout, done.stderr[-2000:])
+
+
+def test_help_and_an_unknown_command_still_list_every_subcommand() -> None:
+    """The whole parser when no built-in subcommand is named: help lists all, the harness's too."""
+    for argv, code in ((["--help"], 0), (["no-such-command"], 2)):
+        done = subprocess.run(
+            [sys.executable, "-m", "slonkd.cli.main", *argv],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == code, done.stderr
+        shown = done.stdout + done.stderr
+        for command in ("sandbox", "agent", "check", "coordinator", "config", "status", "recheck"):
+            assert command in shown, (command, shown)
