@@ -95,6 +95,17 @@ def candidates(kube: KubeCluster, namespace: str) -> Iterator[Callable[[str], Ca
         cand.stop()
 
 
+def _pair(
+    candidates: Callable[[str], Candidate], leader_printed: str
+) -> tuple[Candidate, Candidate]:
+    """Candidate a, once it printed ``leader_printed`` (it leads), and b standing by."""
+    a = candidates("a")
+    a.wait_printed(leader_printed)
+    b = candidates("b")
+    b.wait_printed("started")
+    return a, b
+
+
 def _lease(kube: KubeCluster, ns: str) -> dict[str, Any]:
     lease: dict[str, Any] = kube.api.request(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/coordinator"
@@ -106,10 +117,7 @@ def test_two_electors_one_leader_and_failover_with_higher_token(
     kube: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
 ) -> None:
     """Of two candidates one leads; SIGKILL it and the other leads in time with a higher token."""
-    a = candidates("a")
-    a.wait_printed("leading")
-    b = candidates("b")
-    b.wait_printed("started")
+    a, b = _pair(candidates, "leading")
     time.sleep(DURATION_S + 1)
     assert not b.events("leading"), "two leaders at once"
     assert _lease(kube, namespace)["spec"]["holderIdentity"] == "a"
@@ -133,10 +141,7 @@ def test_a_deleted_lease_keeps_the_fencing_token_above_the_state(
     A failover first raises the token (and the state's) above 0; a recreated Lease must not
     restart at 0, or every state write is refused as if from an old leader, forever.
     """
-    a = candidates("a")
-    a.wait_printed("wrote")
-    b = candidates("b")
-    b.wait_printed("started")
+    a, b = _pair(candidates, "wrote")
     a.stop()
     b.wait_printed("wrote")
     before = b.events("wrote")[-1]["token"]
@@ -170,10 +175,7 @@ def test_leader_paused_past_its_lease_is_invalid_before_any_write(
     kube: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
 ) -> None:
     """A leader SIGSTOPped past its lease wakes up invalid: no write after the pause."""
-    a = candidates("a")
-    a.wait_printed("wrote")
-    b = candidates("b")
-    b.wait_printed("started")
+    a, b = _pair(candidates, "wrote")
     time.sleep(1.0)
     stopped = time.monotonic()
     os.kill(a.proc.pid, signal.SIGSTOP)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,20 +28,34 @@ from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 
 
 def _admit(
-    wanted: list[str],
+    wanted: Sequence[str | Request],
     *,
-    out: set[str] | None = None,
+    out: Iterable[str] = (),
     size: int = 100,
     policy: BudgetPolicy | None = None,
     breaker_open: bool = False,
+    restarting: Iterable[str] | None = None,
+    standing: frozenset[str] = frozenset(),
 ) -> Admission:
+    """Admit ``wanted`` (node names, or requests) to the one pool gpu of ``size`` nodes."""
     return admit(
-        [Request(node=n, pool="gpu") for n in wanted],
-        out_now={"gpu": frozenset(out or set())},
+        [w if isinstance(w, Request) else Request(node=w, pool="gpu") for w in wanted],
+        out_now={"gpu": frozenset(out)},
         pool_sizes={"gpu": size},
+        restarting=None if restarting is None else {"gpu": frozenset(restarting)},
         policy=policy or BudgetPolicy(max_out=5, max_out_percent=10, mass_percent=20),
         breaker_open=breaker_open,
+        standing=standing,
     )
+
+
+def _units(**nodes: list[str]) -> list[Request]:
+    """Requests of pool gpu, the nodes of each K8s node one unit: ``_units(c1=["a1", "a2"])``."""
+    return [
+        Request(node=n, pool="gpu", unit=f"k8s-node/{unit}")
+        for unit, names in nodes.items()
+        for n in names
+    ]
 
 
 def test_within_budget_all_admitted_and_breaker_stays_shut() -> None:
@@ -140,14 +156,7 @@ def test_never_more_out_than_the_limit_unless_already_out(
 def test_nodes_restarting_defer_a_request_without_opening_the_breaker() -> None:
     """A rollout holding the budget delays a failure's marking; the breaker stays shut."""
     restarting = {"r1", "r2", "r3", "r4", "r5"}
-    result = admit(
-        [Request(node="n1", pool="gpu")],
-        out_now={"gpu": frozenset(restarting)},
-        pool_sizes={"gpu": 100},
-        restarting={"gpu": frozenset(restarting)},
-        policy=BudgetPolicy(max_out=5, max_out_percent=10, mass_percent=20),
-        breaker_open=False,
-    )
+    result = _admit(["n1"], out=restarting, restarting=restarting)
     assert not result.admitted
     assert result.refused["n1"].startswith("deferred")
     assert result.open_breaker == ""
@@ -171,14 +180,7 @@ def test_standing_candidates_after_a_reset_are_admitted_within_the_budget() -> N
     """
     standing = frozenset({"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"})
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
-    result = admit(
-        [Request(node=n, pool="gpu") for n in sorted(standing)],
-        out_now={"gpu": frozenset()},
-        pool_sizes={"gpu": 20},
-        policy=policy,
-        breaker_open=False,
-        standing=standing,
-    )
+    result = _admit(sorted(standing), size=20, policy=policy, standing=standing)
     assert result.admitted == {"n1", "n2"}
     assert set(result.refused) == standing - {"n1", "n2"}
     assert all("standing" in why for why in result.refused.values())
@@ -189,14 +191,7 @@ def test_new_candidates_after_a_reset_still_make_a_mass_event() -> None:
     """Candidates that are new since the reset follow the mass rule as before."""
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
     fresh = [f"f{i}" for i in range(6)]
-    result = admit(
-        [Request(node=n, pool="gpu") for n in [*fresh, "n1"]],
-        out_now={"gpu": frozenset()},
-        pool_sizes={"gpu": 20},
-        policy=policy,
-        breaker_open=False,
-        standing=frozenset({"n1"}),
-    )
+    result = _admit([*fresh, "n1"], size=20, policy=policy, standing=frozenset({"n1"}))
     assert "mass event" in result.open_breaker
     assert result.admitted == {"n1"}
     assert set(result.refused) == set(fresh)
@@ -209,16 +204,7 @@ def test_a_unit_goes_out_whole_or_not_at_all() -> None:
     (before units, one request per cordon admitted both: 4 out against a limit of 2).
     """
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=100)
-    result = admit(
-        [
-            Request(node=n, pool="gpu", unit=f"k8s-node/{u}")
-            for u, n in [("c1", "a1"), ("c1", "a2"), ("c2", "b1"), ("c2", "b2")]
-        ],
-        out_now={"gpu": frozenset()},
-        pool_sizes={"gpu": 20},
-        policy=policy,
-        breaker_open=False,
-    )
+    result = _admit(_units(c1=["a1", "a2"], c2=["b1", "b2"]), size=20, policy=policy)
     assert result.admitted == {"a1", "a2"}
     assert set(result.refused) == {"b1", "b2"}
     assert "exhausted" in result.open_breaker
@@ -255,12 +241,8 @@ def test_a_unit_spanning_two_pools_goes_out_whole_or_not_at_all() -> None:
 def test_a_unit_counts_every_node_toward_a_mass_event() -> None:
     """Six failing pods on three K8s nodes are six nodes at once, not three cordons."""
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=20)
-    result = admit(
-        [Request(node=f"n{i}", pool="gpu", unit=f"k8s-node/c{i // 2}") for i in range(6)],
-        out_now={"gpu": frozenset()},
-        pool_sizes={"gpu": 20},
-        policy=policy,
-        breaker_open=False,
+    result = _admit(
+        _units(c0=["n0", "n1"], c1=["n2", "n3"], c2=["n4", "n5"]), size=20, policy=policy
     )
     assert not result.admitted
     assert "mass event in pool gpu: 6 of 20" in result.open_breaker
@@ -269,17 +251,11 @@ def test_a_unit_counts_every_node_toward_a_mass_event() -> None:
 def test_a_unit_partly_out_costs_only_its_nodes_still_in() -> None:
     """A unit whose other pod is already out costs one more node, and standing units fit first."""
     policy = BudgetPolicy(max_out=2, max_out_percent=100, mass_percent=100)
-    result = admit(
-        [
-            Request(node="a1", pool="gpu", unit="k8s-node/c1"),
-            Request(node="a2", pool="gpu", unit="k8s-node/c1"),
-            Request(node="b1", pool="gpu", unit="k8s-node/c2"),
-            Request(node="b2", pool="gpu", unit="k8s-node/c2"),
-        ],
-        out_now={"gpu": frozenset({"a1"})},
-        pool_sizes={"gpu": 20},
+    result = _admit(
+        _units(c1=["a1", "a2"], c2=["b1", "b2"]),
+        out={"a1"},
+        size=20,
         policy=policy,
-        breaker_open=False,
         standing=frozenset({"b1", "b2"}),
     )
     assert result.admitted == {"a1", "a2"}  # c1 costs one: a2; c2 (two) does not fit the room
@@ -302,13 +278,8 @@ def test_units_never_split_nor_pass_the_limit(
     policy = BudgetPolicy(max_out=max_out, max_out_percent=100, mass_percent=mass)
     out_names = frozenset(f"n{i}" for i in out)
     requests = [Request(node=f"n{i}", pool="gpu", unit=f"u{i // per_unit}") for i in wanted]
-    result = admit(
-        requests,
-        out_now={"gpu": out_names},
-        pool_sizes={"gpu": 100},
-        policy=policy,
-        breaker_open=False,
-        standing=frozenset(f"n{i}" for i in standing),
+    result = _admit(
+        requests, out=out_names, policy=policy, standing=frozenset(f"n{i}" for i in standing)
     )
     new = result.admitted - out_names
     assert len(out_names) + len(new) <= max(len(out_names), policy.limit(100))

@@ -1,4 +1,4 @@
-"""The state ConfigMap's parser: whatever a hand edit or a corruption left, only StateCorrupt."""
+"""The state ConfigMap's encoding: a state reads back equal; an edit or corruption, StateCorrupt."""
 
 from __future__ import annotations
 
@@ -34,19 +34,21 @@ KEYS = (
     "fencingToken",
 )
 
-GOOD = CoordinatorState(
-    nodes_out=frozenset({"w-1"}),
+STATE = CoordinatorState(
+    nodes_out=frozenset({"b", "a"}),
     breaker_open=True,
-    breaker_reason="mass",
-    breaker_opened_at=12.5,
-    remediation={"k-1": Attempts(attempts=2, last_at=3.0)},
-    handled={"w-1": "fp"},
+    breaker_reason="many NotReady",
+    breaker_opened_at=1700000000.25,
+    remediation={"gpu-1": Attempts(attempts=2, last_at=1700000001.5)},
+    handled={"w-3": "fail|Kill task failed"},
     paused=True,
     paused_by="alice",
-    paused_reason="fw",
-    paused_at=4.0,
+    paused_reason="firmware = rollout\nnext line",
+    paused_at=1700000002.0,
     fencing_token=7,
-).to_data()
+)
+"""Every field set, the texts with the separators an encoding could trip on."""
+GOOD = STATE.to_data()
 
 json_values = st.recursive(
     st.none()
@@ -85,6 +87,21 @@ def _parse_or_corrupt(data: Any) -> CoordinatorState | None:
         assert math.isfinite(attempts.last_at)
         assert attempts.attempts >= 0
     return state
+
+
+def test_a_state_round_trips_through_configmap_data() -> None:
+    """State written as ConfigMap data reads back equal; empty data is the initial state."""
+    assert CoordinatorState.from_data(STATE.to_data()) == STATE
+    assert CoordinatorState.from_data(None) == CoordinatorState()
+    with pytest.raises(ParseError):
+        CoordinatorState.from_data({"schema": "1", "nodesOut": "{not json"})
+    with pytest.raises(ParseError):
+        CoordinatorState.from_data({"schema": "2", "remediation": '{"n": {"attempts": "x"}}'})
+    with pytest.raises(ParseError):
+        CoordinatorState.from_data({"schema": "9"})
+    # schema 1 (attempt counts only) still reads
+    old = CoordinatorState.from_data({"schema": "1", "remediationAttempts": '{"gpu-1": 3}'})
+    assert old.remediation_attempts == {"gpu-1": 3}
 
 
 @settings(max_examples=400)

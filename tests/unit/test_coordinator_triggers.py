@@ -17,6 +17,7 @@ from slonkd.adapters.slurm.triggers import EnsureResult, TriggerEvent
 from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import TerminalError, TransientError
 from slonkd.runtime.coordinating.triggering import TriggerKeeper
+from tests.unit.looping import run_for
 
 PROGRAM = "/opt/slonkd/bin/slonkd-nudge"
 
@@ -49,19 +50,11 @@ def _valid() -> int:
     return 1
 
 
-async def _run_for(keeper: TriggerKeeper, seconds: float) -> None:
-    task = asyncio.create_task(keeper.run())
-    await asyncio.sleep(seconds)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
 async def test_the_term_installs_at_once_and_checks_again() -> None:
     """ensure() runs when the term starts and again every recheck period, never remove()."""
     registry = FakeRegistry()
     keeper = TriggerKeeper(triggers=registry, program=PROGRAM, check_valid=_valid, recheck_s=0.05)
-    await _run_for(keeper, 0.18)
+    await run_for(keeper.run, 0.18)
     assert registry.ensured[0] == PROGRAM
     assert 3 <= len(registry.ensured) <= 4
     assert registry.removed == 0
@@ -74,7 +67,7 @@ async def test_a_refused_registration_is_retried() -> None:
         triggers=registry, program=PROGRAM, check_valid=_valid,
         recheck_s=60, retry_min_s=0.01, retry_max_s=0.02,
     )  # fmt: skip
-    await _run_for(keeper, 0.15)
+    await run_for(keeper.run, 0.15)
     assert registry.ensured == [PROGRAM]
 
 
@@ -95,7 +88,7 @@ async def test_the_nudge_client_is_made_once_before_the_triggers() -> None:
         triggers=registry, program=PROGRAM, check_valid=_valid, provision=provision,
         recheck_s=0.03, retry_min_s=0.01,
     )  # fmt: skip
-    await _run_for(keeper, 0.12)
+    await run_for(keeper.run, 0.12)
     assert calls == [0, 0]
     assert len(registry.ensured) >= 2
 
@@ -110,7 +103,7 @@ async def test_nothing_is_written_without_a_valid_lease() -> None:
     keeper = TriggerKeeper(
         triggers=registry, program=PROGRAM, check_valid=not_leading, retry_min_s=0.01
     )
-    await _run_for(keeper, 0.05)
+    await run_for(keeper.run, 0.05)
     assert registry.ensured == []
     off = TriggerKeeper(triggers=registry, program="", check_valid=not_leading)
     await off.run()

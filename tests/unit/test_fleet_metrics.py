@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,10 +13,9 @@ from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.fleet_metrics import FleetExporter
 from slonkd.runtime.metrics import Metrics
+from tests.unit.recorded import recorded
 
-SDIAG = (
-    Path(__file__).resolve().parent.parent / "data" / "slurm" / "22.05" / "sdiag.txt"
-).read_text()
+SDIAG = recorded("22.05", "sdiag.txt")
 
 
 class Clock:

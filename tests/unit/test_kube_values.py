@@ -1,4 +1,7 @@
-"""Pure pieces of the Kubernetes adapter: error mapping, state encoding, lease timing rules."""
+"""Pure pieces of the Kubernetes adapter: error mapping, lease timing rules.
+
+The state ConfigMap's encoding is tested in ``tests/unit/test_coordinator_state.py``.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,7 @@ from slonkd.adapters.kube.errors import (
     error_for_status,
 )
 from slonkd.adapters.kube.lease import LeaseSettings
-from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd.core.errors import ParseError, TerminalError, TransientError
+from slonkd.core.errors import TerminalError, TransientError
 
 CALL = Call(verb="patch", resource="nodes", name="n1")
 
@@ -48,34 +50,6 @@ def test_forbidden_names_the_missing_rule() -> None:
     call = Call(verb="create", resource="pods", subresource="eviction", namespace="slonk")
     err = error_for_status(403, "{}", call)
     assert 'resources: ["pods/eviction"], verbs: ["create"] in namespace slonk' in str(err)
-
-
-def test_coordinator_state_round_trips_through_configmap_data() -> None:
-    """State written as ConfigMap data reads back equal; empty data is the initial state."""
-    state = CoordinatorState(
-        nodes_out=frozenset({"b", "a"}),
-        breaker_open=True,
-        breaker_reason="many NotReady",
-        breaker_opened_at=1700000000.25,
-        remediation={"gpu-1": Attempts(attempts=2, last_at=1700000001.5)},
-        handled={"w-3": "fail|Kill task failed"},
-        paused=True,
-        paused_by="alice",
-        paused_reason="firmware = rollout\nnext line",
-        paused_at=1700000002.0,
-        fencing_token=7,
-    )
-    assert CoordinatorState.from_data(state.to_data()) == state
-    assert CoordinatorState.from_data(None) == CoordinatorState()
-    with pytest.raises(ParseError):
-        CoordinatorState.from_data({"schema": "1", "nodesOut": "{not json"})
-    with pytest.raises(ParseError):
-        CoordinatorState.from_data({"schema": "2", "remediation": '{"n": {"attempts": "x"}}'})
-    with pytest.raises(ParseError):
-        CoordinatorState.from_data({"schema": "9"})
-    # schema 1 (attempt counts only) still reads
-    old = CoordinatorState.from_data({"schema": "1", "remediationAttempts": '{"gpu-1": 3}'})
-    assert old.remediation_attempts == {"gpu-1": 3}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,10 +27,10 @@ from slonkd.adapters.slurm.parsing import (
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import DrainStatus, SlurmNode
+from tests.unit.recorded import recorded
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05"
-SHOW = (DATA / "scontrol_show_node.txt").read_text()
-SINFO = (DATA / "sinfo.json").read_text()
+SHOW = recorded("22.05", "scontrol_show_node.txt")
+SINFO = recorded("22.05", "sinfo.json")
 SHOW_LINES = [line for line in SHOW.splitlines() if "NodeName=x2 " not in line]
 
 # node: (state as SLURM prints it, drain status, reason, extra)
@@ -133,7 +132,7 @@ def test_free_text_that_fakes_fields_is_ambiguous(tail: str) -> None:
 
 def test_sinfo_reasons_groups() -> None:
     """``sinfo -R`` gives each reason with its nodes; the newline reason is ambiguous."""
-    text = (DATA / "sinfo_reasons.txt").read_text()
+    text = recorded("22.05", "sinfo_reasons.txt")
     with pytest.raises(AmbiguousOutput):
         parse_sinfo_reasons(text)
     groups = parse_sinfo_reasons(text.replace("line1\nline2", "line1 line2"))
@@ -151,7 +150,7 @@ def test_sinfo_reasons_groups() -> None:
 def test_squeue_json_jobs_and_requeueability() -> None:
     """Jobs carry their nodes; a --no-requeue job and a pending job are not requeueable."""
     jobs: dict[int, SlurmJob] = {
-        j.job_id: j for j in parse_squeue_json((DATA / "squeue.json").read_text())
+        j.job_id: j for j in parse_squeue_json(recorded("22.05", "squeue.json"))
     }
     assert jobs[1].nodes == ("n3",)
     assert jobs[1].requeueable

@@ -9,8 +9,6 @@ to that full read instead of being guessed.
 from __future__ import annotations
 
 import contextlib
-import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -29,10 +27,9 @@ from slonkd.core.slurm_plan import (
     plan_hold,
     plan_release,
 )
+from tests.unit.recorded import RELEASES, recorded, recorded_source
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-VERSIONS = ("22.05", "24.11")
-RECORDED = {v: (DATA / v / "sinfo_cas.txt").read_text() for v in VERSIONS}
+RECORDED = {v: recorded(v, "sinfo_cas.txt") for v in RELEASES}
 CAUSES = [Cause.parse(c) for c in ("pod-terminating", "k8s-cordoned", "health:gpu-xid-79")]
 
 
@@ -43,11 +40,10 @@ def _without_x2(text: str) -> str:
     return "\n".join(lines[:i] + lines[i + 2 :])
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", RELEASES)
 def test_recorded_output_and_its_command(version: str) -> None:
     """x2's newline makes the whole output ambiguous; without it every node parses exactly."""
-    sources = json.loads((DATA / version / "sources.json").read_text())["files"]
-    assert sources["sinfo_cas.txt"]["command"][-1] == f"--Format={CAS_FORMAT}"
+    assert recorded_source(version, "sinfo_cas.txt")["command"][-1] == f"--Format={CAS_FORMAT}"
     names = [f"n{i}" for i in range(1, 6)] + [f"x{i}" for i in range(1, 9)]
     with pytest.raises(AmbiguousOutput):
         parse_cas_read(RECORDED[version], names)
@@ -72,10 +68,10 @@ def test_recorded_output_and_its_command(version: str) -> None:
     assert n["x5"].extra == ""
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", RELEASES)
 def test_every_decision_matches_the_full_read(version: str) -> None:
     """Drain/down/fail/resume/undrain of every cause plan alike on both reads of each node."""
-    lines = (DATA / version / "scontrol_show_node.txt").read_text().splitlines()
+    lines = recorded(version, "scontrol_show_node.txt").splitlines()
     text = "\n".join(ln for ln in lines if "NodeName=x2 " not in ln) + "\n"
     full: dict[str, SlurmNode] = {n.name: n for n in parse_show_node(text)}
     read = parse_cas_read(_without_x2(RECORDED[version]), full)

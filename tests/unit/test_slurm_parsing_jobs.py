@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,18 +14,18 @@ from hypothesis import strategies as st
 
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
 from slonkd.core.errors import ParseError
+from tests.unit.recorded import RELEASES, recorded, recorded_source
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-RECORDED = {v: (DATA / v / "squeue_jobs.txt").read_text() for v in ("22.05", "24.11")}
+RECORDED = {v: recorded(v, "squeue_jobs.txt") for v in RELEASES}
 
 
 @pytest.mark.parametrize("version", sorted(RECORDED))
 def test_recorded_counts(version: str) -> None:
     """Both versions: one job on n3, two on n5, nothing for idle or pending-only nodes."""
     assert parse_running_jobs(RECORDED[version]) == {"n3": 1, "n5": 2}
-    sources = json.loads((DATA / version / "sources.json").read_text())["files"]
-    assert sources["squeue_jobs.txt"]["command"] == ["squeue", *SQUEUE_JOBS_ARGS]
-    assert sources["squeue_jobs.txt"]["slurm_version"].startswith(version)
+    source = recorded_source(version, "squeue_jobs.txt")
+    assert source["command"] == ["squeue", *SQUEUE_JOBS_ARGS]
+    assert source["slurm_version"].startswith(version)
 
 
 @pytest.mark.parametrize(

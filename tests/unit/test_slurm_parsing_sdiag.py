@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from slonkd.adapters.slurm.parsing_sdiag import RpcStats, parse_sdiag
 from slonkd.core.errors import ParseError
-
-DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+from tests.unit.recorded import recorded
 
 
 @pytest.mark.parametrize(
@@ -27,7 +24,7 @@ def test_recorded_sdiag_reads_threads_queue_jobs_and_rpcs(
     The recording's setup submitted 4 jobs and started 3; the RPCs by user (root) are not
     taken for an RPC type.
     """
-    stats = parse_sdiag((DATA / release / "sdiag.txt").read_text())
+    stats = parse_sdiag(recorded(release, "sdiag.txt"))
     assert stats.server_threads == threads
     assert stats.agent_queue == 0
     assert stats.dbd_agent_queue == 0

@@ -7,7 +7,6 @@ debootstrapped trixie root; the node states are the same as for 22.05 (see the R
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -25,11 +24,11 @@ from slonkd.adapters.slurm.triggers import parse_strigger_get
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import DrainStatus, SlurmNode
+from tests.unit.recorded import recorded
 from tests.unit.test_slurm_parsing import EXPECTED as EXPECTED_22_05
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "24.11"
-SHOW_JSON = (DATA / "scontrol_show_node.json").read_text()
-SHOW_TEXT = (DATA / "scontrol_show_node.txt").read_text()
+SHOW_JSON = recorded("24.11", "scontrol_show_node.json")
+SHOW_TEXT = recorded("24.11", "scontrol_show_node.txt")
 
 # 22.05's states, but for the x nodes, whose base state 24.11 reports as UNKNOWN, and x2,
 # whose reason (a newline in it) the JSON read carries.
@@ -78,14 +77,14 @@ def test_text_and_json_agree_on_24_11() -> None:
 def test_squeue_and_reasons_and_triggers_of_24_11() -> None:
     """squeue's list-valued job_state, sinfo -R and strigger --get parse on 24.11."""
     jobs: dict[int, SlurmJob] = {
-        j.job_id: j for j in parse_squeue_json_v42((DATA / "squeue.json").read_text())
+        j.job_id: j for j in parse_squeue_json_v42(recorded("24.11", "squeue.json"))
     }
     assert [jobs[i].requeueable for i in (1, 2, 3, 4)] == [True, True, False, False]
     assert jobs[3].nodes == ("n5",)
-    reasons = (DATA / "sinfo_reasons.txt").read_text().replace("line1\nline2", "l1 l2")
+    reasons = recorded("24.11", "sinfo_reasons.txt").replace("line1\nline2", "l1 l2")
     by_node: dict[str, ReasonGroup] = {n: g for g in parse_sinfo_reasons(reasons) for n in g.nodes}
     assert by_node["n5"].state == "draining@"
-    assert [t.permanent for t in parse_strigger_get((DATA / "strigger_get.txt").read_text())] == [
+    assert [t.permanent for t in parse_strigger_get(recorded("24.11", "strigger_get.txt"))] == [
         True,
         False,
     ]

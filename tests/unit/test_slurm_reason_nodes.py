@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,15 +12,14 @@ from slonkd.adapters.slurm.parsing import (
     parse_show_node_line,
 )
 from slonkd.core.errors import ParseError
+from tests.unit.recorded import RELEASES, recorded
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
-
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", RELEASES)
 def test_same_nodes_as_the_full_parse_filtered_by_reason(version: str) -> None:
     """On the recorded real output: exactly the full parse's nodes that have a reason."""
-    recorded = (DATA / version / "scontrol_show_node.txt").read_text().splitlines()
-    clear = [line for line in recorded if _parses(line)]  # the recording also holds hostile
+    lines = recorded(version, "scontrol_show_node.txt").splitlines()
+    clear = [line for line in lines if _parses(line)]  # the recording also holds hostile
     assert len(clear) >= 2  # reasons that make -o output ambiguous on purpose
     text = "\n".join(clear) + "\n"
     full = parse_show_node(text)
@@ -33,7 +30,7 @@ def test_same_nodes_as_the_full_parse_filtered_by_reason(version: str) -> None:
 
 def test_the_hostile_recording_is_ambiguous_for_the_poll_too() -> None:
     """The recorded hostile reason (fields that do not split) is refused, not misread."""
-    text = (DATA / "22.05" / "scontrol_show_node.txt").read_text()
+    text = recorded("22.05", "scontrol_show_node.txt")
     with pytest.raises(ParseError):
         parse_reason_nodes(text)
 
@@ -48,7 +45,7 @@ def _parses(line: str) -> bool:
 
 def test_a_reason_with_a_newline_is_ambiguous_not_guessed() -> None:
     """A line that is no node record (a reason split by a newline) raises, never guesses."""
-    text = (DATA / "22.05" / "scontrol_show_node.txt").read_text()
+    text = recorded("22.05", "scontrol_show_node.txt")
     first = text.splitlines()[0]
     broken = first.replace("NodeName=", "NodeName=", 1) + "\ncontinued reason text\n"
     with pytest.raises(ParseError):
@@ -57,7 +54,7 @@ def test_a_reason_with_a_newline_is_ambiguous_not_guessed() -> None:
 
 def test_cut_off_output_raises() -> None:
     """Output without its final newline was cut off: an error, not fewer nodes."""
-    text = (DATA / "22.05" / "scontrol_show_node.txt").read_text()
+    text = recorded("22.05", "scontrol_show_node.txt")
     with pytest.raises(ParseError):
         parse_reason_nodes(text.rstrip("\n"))
 

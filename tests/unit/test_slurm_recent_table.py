@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import TransientError
+from tests.unit.recorded import recorded
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05"
 LINES = "".join(
     line + "\n"
-    for line in (DATA / "scontrol_show_node.txt").read_text().splitlines()
+    for line in recorded("22.05", "scontrol_show_node.txt").splitlines()
     if line.startswith("NodeName=n1 ")
 )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,13 +14,14 @@ from slonkd.adapters.slurm.triggers import (
     program_line,
 )
 from slonkd.core.errors import ParseError
+from tests.unit.recorded import recorded
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05" / "strigger_get.txt"
+RECORDED = recorded("22.05", "strigger_get.txt")
 
 
 def test_recorded_triggers_parse_with_and_without_flags() -> None:
     """Both rows parse; the PERM flag is read and a blank FLAGS column does not shift fields."""
-    first, second = parse_strigger_get(DATA.read_text())
+    first, second = parse_strigger_get(RECORDED)
     assert (first.trig_id, first.res_type, first.res_id, first.event) == (1, "node", "*", "drained")
     assert first.permanent
     assert first.program == "/bin/true drained"
@@ -32,7 +31,7 @@ def test_recorded_triggers_parse_with_and_without_flags() -> None:
 def test_no_triggers_is_an_empty_list() -> None:
     """Empty output (or only the header) means no triggers."""
     assert parse_strigger_get("") == []
-    assert parse_strigger_get(DATA.read_text().splitlines()[0] + "\n") == []
+    assert parse_strigger_get(RECORDED.splitlines()[0] + "\n") == []
 
 
 @given(st.text(max_size=300))

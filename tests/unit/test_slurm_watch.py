@@ -17,6 +17,7 @@ from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime import slurm_watch
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe, fingerprint
+from tests.unit.looping import run_for
 
 
 def _node(name: str, reason: str, state: str = "IDLE+DRAIN") -> SlurmNode:
@@ -106,14 +107,6 @@ class _Reads:
         return None
 
 
-async def _run_for(watch: SlurmWatch, seconds: float) -> None:
-    task = asyncio.create_task(watch.run())
-    await asyncio.sleep(seconds)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
 async def test_change_poll_reads_only_on_change() -> None:
     """With libslurm, scontrol reads once at start and again only when the table changed.
 
@@ -130,7 +123,7 @@ async def test_change_poll_reads_only_on_change() -> None:
         reads, ReadLimiter(100.0), changes.append, poll_s=0.7,  # type: ignore[arg-type]
         change_probe=probe, change_poll_s=0.01,  # type: ignore[arg-type]
     )  # fmt: skip
-    await _run_for(watch, 0.3)
+    await run_for(watch.run, 0.3)
     assert reads.reads == 2
     assert len(changes) == 1
     assert probe.sent[:3] == [0, 10, 10]
@@ -161,11 +154,11 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
         )  # fmt: skip
 
     early = watch()
-    await _run_for(early, 0.15)
+    await run_for(early.run, 0.15)
     assert early.backend == "scontrol"
     assert reads.reads >= 3
     later = watch()
-    await _run_for(later, 0.5)
+    await run_for(later.run, 0.5)
     assert later.backend == "libslurm"
     assert probe.sent
 
@@ -178,7 +171,7 @@ async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None
         reads, ReadLimiter(100.0), lambda new: None, poll_s=0.05,  # type: ignore[arg-type]
         change_probe=probe,  # type: ignore[arg-type]
     )  # fmt: skip
-    await _run_for(watch, 0.3)
+    await run_for(watch.run, 0.3)
     assert watch.backend == "scontrol"
     assert len(probe.sent) == 1
     assert reads.reads >= 4
