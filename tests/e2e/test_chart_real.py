@@ -24,6 +24,7 @@ cordons the only node. About 8 minutes with the images cached.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -482,7 +483,7 @@ def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_evicti
     After scontrol update state=fail the coordinator cordons the real K8s node, taints it
     slonk.dev/unhealthy, sets SlurmHealthy=False, records an Event on the Node object and
     evicts at most one pod (the failed worker's); the healthy worker on the same K8s node does
-    not lift the marks.
+    not lift the marks. The leader's poll is the change poll on the image's libslurm.
 
     Last in the module: the only node stays cordoned (the evicted pod cannot come back).
     """
@@ -555,3 +556,10 @@ def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_evicti
     assert len(uids[victim]) <= 2, f"{victim} evicted more than once: {uids[victim]}"
     assert len(uids[other]) == 1, f"{other} evicted: {uids[other]}"
     assert t0 < time.time()
+    # the coordinator image's own libslurm answered the change poll (the default) for the
+    # chart's slurmctld: the scontrol poll is only its fallback
+    shown = json.loads(
+        deployed.exec(_leader(deployed), "coordinator", "slonkd", "status", "-o", "json")
+    )
+    assert shown["passes"]["slurm_poll_backend"] == "libslurm", shown["passes"]
+    assert shown["passes"]["slurm_change_polls"] > 0, shown["passes"]
