@@ -5,8 +5,9 @@ pod-bound ServiceAccount token of its pod (``Authorization: Bearer ...``). The h
 the apiserver who that is (TokenReview, with the configured audience), and issues
 credentials only when the token is bound to a pod in the coordinator's namespace that
 matches the worker selector with the same uid (the pod name is the SLURM node name). Then
-:meth:`~slonkd.adapters.bus.dynsec.DynSecAdmin.issue` (re)creates that agent's client and
-role with the password of that pod uid, unless dynsec already holds exactly that: requests
+:meth:`~slonkd.adapters.bus.dynsec.DynSecAdmin.ensure_agent` (re)creates that agent's client
+and role with the password of that pod uid, unless dynsec already holds exactly that (the
+check and the change over one admin connection): requests
 for one pod uid are idempotent (a retry or a replayed token gets the same password and
 kicks nobody off the broker), a restarted pod (new uid) gets a new one and the old one
 stops working. The per-pod limit counts only the requests that change dynsec. The leader's
@@ -176,10 +177,10 @@ class CredentialIssuer:
             token = _bearer(request.headers.get("Authorization", ""))
             self._admit(self._limiter.take_global(time.monotonic()), "replica")
             node, uid = await self._identify(token)
-            held = await self.admin.current(node, uid)
-            if held is None:
-                self._limit(node)  # only changes count: a retry must not lock the agent out
-            creds = held or await self.admin.issue(self._cluster, node, pod_uid=uid)
+            # only changes count against the per-pod limit: a retry must not lock the agent out
+            creds, changed = await self.admin.ensure_agent(
+                self._cluster, node, uid, before_change=lambda: self._limit(node)
+            )
         except _Refused as exc:
             self.refused += 1
             self._refusals.refused(
@@ -208,7 +209,7 @@ class CredentialIssuer:
             pod_uid=uid,
             username=creds.username,
             new_pod=rotated,
-            changed=held is None,
+            changed=changed,
             cause="agent-bootstrap",
             remote=remote,
         )

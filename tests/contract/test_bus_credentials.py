@@ -529,6 +529,30 @@ async def test_a_replayed_token_gets_the_same_password_and_never_kicks_the_agent
     assert await setup.agent_names() == {"agent-w-11"}
 
 
+def _admin_connections(setup: Setup) -> int:
+    """Connections the dynsec admin has made to the broker (its log's connection lines)."""
+    return setup.broker.log.read_text().count(f"u'{setup.broker.admin_user}')")
+
+
+async def test_a_credential_request_makes_one_admin_connection(setup: Setup) -> None:
+    """The check (does dynsec hold this pod's client?) and the change share one connection.
+
+    Each admin connection is a CONNECT/CONNACK, which over TLS 1.3 mosquitto (without
+    ``set_tcp_nodelay``) answers ~40 ms late: a new pod's request made two (the check,
+    then the change). A first request (a change) and a repeated one (none) each connect
+    once, and get the same password.
+    """
+    uid = setup.pod("w-21")
+    token = setup.token("w-21", uid)
+    passwords = set()
+    for _ in range(2):
+        before = _admin_connections(setup)
+        passwords.add((await setup.bootstrap(token)).password)
+        assert _admin_connections(setup) - before == 1
+    assert len(passwords) == 1
+    assert setup.issuer.issued == 2
+
+
 def _reaper(setup: Setup, pods: Any) -> Any:
     from slonkd.runtime.credential_reaper import CredentialReaper
 

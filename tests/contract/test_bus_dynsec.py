@@ -92,6 +92,30 @@ async def test_reissue_rotates_the_password_and_revoke_locks_out(dynsec_broker: 
             pass
 
 
+async def test_re_keying_one_of_many_clients_keeps_the_broker_up(dynsec_broker: Mosquitto) -> None:
+    """A restarted pod's re-issue and a coordinator's new password, among 40 agents.
+
+    mosquitto 2.0 crashes (general protection fault in libc) when a role is deleted while a
+    client still holds it, once dynsec holds a few dozen clients (20 here; 16 did not;
+    eclipse-mosquitto/mosquitto#2660): the replace batch deleted the role first, so every
+    re-key of a client in a fleet (a restarted pod's new uid, each coordinator start) took
+    the broker down with every agent's connection.
+    """
+    b = dynsec_broker
+    admin = dynsec_admin(b)
+    for i in range(40):
+        await admin.issue("lab", f"n{i}", pod_uid=f"uid-{i}")
+    role = coordinator_role("lab", "coordinator")
+    for password in ("first-pw", "second-pw"):
+        await admin.ensure_client("coordinator", password, role, client_id="slonkd-coordinator")
+    creds = await admin.issue("lab", "n0", pod_uid="uid-0-restarted")
+    assert b.running
+    async with _client(b, creds) as agent:
+        mine = AgentStatus(node="n0", online=True)
+        await agent.publish(str(node_topic("lab", "n0", Channel.STATUS)), encode(mine), qos=1)
+    assert len(await admin.clients()) == 42  # the admin, the coordinator, 40 agents
+
+
 async def test_hostile_node_names_are_refused_before_reaching_the_broker(
     dynsec_broker: Mosquitto,
 ) -> None:
