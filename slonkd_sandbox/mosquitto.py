@@ -65,6 +65,9 @@ class Mosquitto(procs.StartStop):
     tls: ServerCert | None = None
     """Also listen with TLS (this certificate and key) on :attr:`tls_port`."""
     tls_port: int = 0
+    tcp_nodelay: bool = True
+    """``set_tcp_nodelay true``, as the chart's broker; False: a broker left at mosquitto's
+    default (Nagle on), where a reply written after a PUBACK waits ~40 ms for a delayed ACK."""
     _proc: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
 
@@ -140,7 +143,7 @@ class Mosquitto(procs.StartStop):
             # read a private 0700 directory; as any other user this line is ignored.
             f"user {pwd.getpwuid(os.geteuid()).pw_name}",
             "per_listener_settings false",
-            "set_tcp_nodelay true",  # as the chart's: no reply held ~40 ms by Nagle
+            f"set_tcp_nodelay {'true' if self.tcp_nodelay else 'false'}",
             f"listener {self.port} 127.0.0.1",
             "allow_anonymous false",
             "persistence true",
