@@ -13,15 +13,20 @@ and ``.executing``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from slonkd.adapters.kube.state import FencedError
+from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
+from slonkd.core.health import Remediation, fail
+from slonkd.core.kube_actions import REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
 from slonkd.core.kube_objects import TaintEffect
 from slonkd.core.plan import Policy
+from slonkd.core.reasons import Cause
+from slonkd.runtime.coordinating import Coordinator
 from tests.unit.test_coordinator_pass import (
     AuditRecorder,
     FakeNodeWriter,
@@ -87,6 +92,77 @@ async def test_a_write_on_its_way_when_the_term_ends_is_finished_and_audited() -
     done = {(r["action"], r["outcome"]) for r in audit.records}
     assert {("cordon", "changed"), ("taint", "changed")} <= done, audit.records
     assert "condition" not in {what for what, _ in writer.calls}  # nothing after the end
+
+
+def _rebooting(store: FakeStore, writer: FakeNodeWriter) -> tuple[list[str], Coordinator]:
+    """A coordinator whose pass takes the ladder's reboot step on kn-0 (a GPU XID 79).
+
+    Returned with the SLURM nodes it asked SLURM to reboot.
+    """
+    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    asked: list[str] = []
+
+    async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        asked.extend(names)
+        return UpdateResult(changed=(), calls=1)
+
+    slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
+    c = _coordinator(slurm, writer, [_node(0), _node(1)], store=store)
+    c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
+    return asked, c
+
+
+async def test_a_reboot_request_is_recorded_before_it_is_made_so_a_deposed_leader_makes_none() -> (
+    None
+):
+    """The ladder's later steps are fenced like an eviction: record refused, nothing requested.
+
+    Found by the e2e ``test_a_second_failure_on_the_same_k8s_node_requests_a_reboot`` (CI, stop
+    34): the taint and its "attempt 2" annotation were on the node while the state still said
+    one attempt, because the attempt was written after the request. A leader deposed in that gap
+    would have requested the reboot with no record of it, and the next one would ask again.
+    """
+    writer = FakeNodeWriter()
+    asked, c = _rebooting(_Refusing(), writer)
+    with pytest.raises(FencedError):
+        await c.reconcile_all()
+    assert not [call for call in writer.calls if REBOOT_TAINT in call[0]], writer.calls
+    assert asked == []
+
+
+async def test_a_reboot_request_is_on_record_when_the_node_shows_it() -> None:
+    """When the taint is written the state already counts the attempt; not made: taken back."""
+    for outcome, recorded in ((ChangeOutcome.CHANGED, 1), (ChangeOutcome.UNCHANGED, 0)):
+        store = FakeStore()
+        writer = _Seeing(store, outcome)
+        _, c = _rebooting(store, writer)
+        await c.reconcile_all()
+        assert writer.seen == [1], writer.seen  # counted before the taint went out
+        final = c.memory.state.remediation.get("kn-0")
+        assert (final.attempts if final else 0) == recorded, c.memory.state
+        if not recorded:  # nor does the node owe a revalidation
+            assert "w-0" not in c.memory.state.revalidating, c.memory.state
+
+
+class _Seeing(FakeNodeWriter):
+    """Notes the attempts the state holds for kn-0 when its reboot taint is written."""
+
+    def __init__(self, store: FakeStore, outcome: ChangeOutcome) -> None:
+        super().__init__()
+        self.store = store
+        self.outcome = outcome
+        self.seen: list[int] = []
+
+    async def set_taint(
+        self, name: str, key: str, effect: TaintEffect, value: str = ""
+    ) -> ChangeResult:
+        """Seen, then answered with the outcome."""
+        if key == REBOOT_TAINT:
+            was = self.store.state.remediation.get(name)
+            self.seen.append(was.attempts if was else 0)
+            self.calls.append((f"taint {key}", name))
+            return ChangeResult(outcome=self.outcome)
+        return await super().set_taint(name, key, effect, value)
 
 
 class _Blocking(FakeNodeWriter):

@@ -91,32 +91,41 @@ class Remediator:
         A reboot request is ``scontrol reboot ASAP`` (when slonkd may hold the SLURM node)
         plus the ``slonk.dev/reboot-requested`` taint and annotation that the site's reboot
         tooling acts on; slonkd never reboots a machine. Manual repair is a taint and an
-        annotation for people. Both are recorded as attempts (with the time) in the state.
+        annotation for people. Both are recorded as attempts (with the time) in the state,
+        first and fenced, as an eviction is (:meth:`evict`): a deposed leader requests
+        nothing, and whoever sees the taint finds the attempt on record. A taint that was
+        already there (or a refused write) takes the record back.
         """
         cause = str(action.cause)
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if action.kind is Kind.REQUEST_REBOOT:
+        reboot = action.kind is Kind.REQUEST_REBOOT
+        # SLURM returns a rebooted node by itself: it must prove its health first
+        undo = await self._remediated(kube.name, view.node, "", token, revalidate=reboot)
+        attempts = self.memory.state.remediation[kube.name].attempts
+        if reboot:
             taint, reason = REBOOT_TAINT, "SlurmRebootRequested"
             await self._request_slurm_reboot(view, action, token)
         else:
             taint, reason = MANUAL_TAINT, "SlurmManualRepair"
-        result = await self.nodes.set_taint(
-            kube.name, taint, TaintEffect.NO_SCHEDULE, label_value(cause)
-        )
-        attempts = self.memory.state.remediation.get(kube.name, Attempts()).attempts + 1
+        try:
+            result = await self.nodes.set_taint(
+                kube.name, taint, TaintEffect.NO_SCHEDULE, label_value(cause)
+            )
+        except SlonkdError:
+            await self.memory.update(token, undo)
+            raise
+        if result.outcome is not ChangeOutcome.CHANGED:
+            await self.memory.update(token, undo)
+            return result
         await self.nodes.set_annotations(
             kube.name, {taint: f"{stamp} {cause[:200]} (attempt {attempts})"}
         )
-        if result.outcome is ChangeOutcome.CHANGED:
-            await self.events.record(
-                ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
-                type_="Warning",
-                reason=reason,
-                message=f"slonkd: {cause} (remediation attempt {attempts})",
-            )
-            # SLURM returns a rebooted node by itself: it must prove its health first
-            reboot = action.kind is Kind.REQUEST_REBOOT
-            await self._remediated(kube.name, view.node, "", token, revalidate=reboot)
+        await self.events.record(
+            ObjectRef(kind="Node", name=kube.name, uid=kube.uid),
+            type_="Warning",
+            reason=reason,
+            message=f"slonkd: {cause} (remediation attempt {attempts})",
+        )
         return result
 
     async def _request_slurm_reboot(self, view: NodeView, action: Action, token: int) -> None:
