@@ -2,8 +2,8 @@
 
 Issued credentials must not outlive their pod. The leader's worker pod informer hands every
 deletion to :meth:`CredentialReaper.on_pod_event`; :meth:`CredentialReaper.run` deletes that
-agent's dynsec client if it was issued to the deleted pod's uid (a successor of the same
-name that already got its own client keeps it) and, when no pod of that name is left (a
+agent's dynsec client (and its role) if it was issued to the deleted pod's uid (a successor of
+the same name that already got its own client keeps it) and, when no pod of that name is left (a
 scale-down), purges the session the broker keeps for its client id. At leader start, and
 then every ``sweep_s``, :meth:`CredentialReaper.sweep` catches what was missed (deletions
 while no leader ran, a failed revocation): it deletes every agent client whose worker pod

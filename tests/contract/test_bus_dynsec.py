@@ -92,6 +92,30 @@ async def test_reissue_rotates_the_password_and_revoke_locks_out(dynsec_broker: 
             pass
 
 
+async def test_a_deleted_client_takes_its_role_with_it(dynsec_broker: Mosquitto) -> None:
+    """Revoked agents and reaped clients leave no role behind in dynsec.
+
+    Each client slonkd issues has a role of its own (``slonk-<username>``). Before, only the
+    client was deleted: every node that left the cluster for good left its role in the
+    broker's dynsec.json, for ever. The role goes in the same batch, after the client
+    (mosquitto 2.0 crashes on a role deleted under a client, mosquitto#2660).
+    """
+    admin = dynsec_admin(dynsec_broker)
+    for node in ("n1", "n2"):
+        await admin.issue("lab", node)
+    await admin.ensure_client(
+        "coordinator-c-0", "pw", coordinator_role("lab", "coordinator-c-0"), client_id="c-0"
+    )
+    await admin.revoke("n1")
+    await admin.delete_client("coordinator-c-0")
+    (answer,) = await admin._call([{"command": "listRoles", "count": -1, "offset": 0}])
+    roles = set(answer["data"]["roles"])
+    assert {"slonk-agent-n1", "slonk-coordinator-c-0"}.isdisjoint(roles), roles
+    assert "slonk-agent-n2" in roles  # the others keep theirs
+    assert "agent-n2" in await admin.clients()
+    await admin.revoke("n1")  # gone already: no error
+
+
 async def test_re_keying_one_of_many_clients_keeps_the_broker_up(dynsec_broker: Mosquitto) -> None:
     """A restarted pod's re-issue and a coordinator's new password, among 40 agents.
 

@@ -67,6 +67,11 @@ def agent_username(node: str) -> str:
     return f"agent-{check_name(node, 'node')}"
 
 
+def own_role(username: str) -> str:
+    """The name of the dynsec role that slonkd makes for the client ``username`` alone."""
+    return f"slonk-{check_name(username, 'client')}"
+
+
 def agent_client_id(node: str) -> str:
     """The MQTT client id of ``node``'s agent (bound to its username in dynsec)."""
     return f"slonkd-agent-{check_name(node, 'node')}"
@@ -120,7 +125,7 @@ def agent_role(cluster: str, node: str) -> dict[str, Any]:
         for ch in (Channel.STATUS, Channel.EVENTS, Channel.COMMANDS)
     }
     return {
-        "rolename": f"slonk-{agent_username(node)}",
+        "rolename": own_role(agent_username(node)),
         "acls": [
             {"acltype": "publishClientSend", "topic": own[Channel.STATUS], "allow": True},
             {"acltype": "publishClientSend", "topic": own[Channel.EVENTS], "allow": True},
@@ -149,7 +154,7 @@ def coordinator_role(cluster: str, username: str) -> dict[str, Any]:
     root = f"slonk/v1/{check_name(cluster, 'cluster')}"
     reads = (f"{root}/nodes/+/status", f"{root}/slurm/events")
     return {
-        "rolename": f"slonk-{check_name(username, 'client')}",
+        "rolename": own_role(username),
         "acls": [
             {"acltype": "publishClientSend", "topic": f"{root}/nodes/+/commands", "allow": True},
             {"acltype": "publishClientSend", "topic": f"{root}/coordinator/status", "allow": True},
@@ -163,7 +168,7 @@ def nudge_role(cluster: str, username: str) -> dict[str, Any]:
     """The dynsec role of slurmctld's trigger program (slonkd-nudge): publish SLURM events only."""
     root = f"slonk/v1/{check_name(cluster, 'cluster')}"
     return {
-        "rolename": f"slonk-{check_name(username, 'client')}",
+        "rolename": own_role(username),
         "acls": [{"acltype": "publishClientSend", "topic": f"{root}/slurm/events", "allow": True}],
     }
 
@@ -370,8 +375,19 @@ class DynSecAdmin:
         log.info("bus.agent_credentials_revoked", node=node, username=username)
 
     async def delete_client(self, username: str) -> None:
-        """Delete the client ``username`` (the broker closes its connection)."""
-        await self._call([{"command": "deleteClient", "username": check_name(username, "client")}])
+        """Delete the client ``username`` and its own role (the broker closes its connection).
+
+        Every client slonkd makes has a role of its own, ``slonk-<username>``: left behind, the
+        roles of nodes gone for good would pile up in dynsec. The client goes first, as in
+        :func:`_replace` (mosquitto#2660); either one already gone is no error.
+        """
+        name = check_name(username, "client")
+        await self._call(
+            [
+                {"command": "deleteClient", "username": name},
+                {"command": "deleteRole", "rolename": own_role(name)},
+            ]
+        )
 
     async def purge_session(self, client_id: str) -> None:
         """Drop the session the broker keeps for ``client_id`` (and what it queued).
