@@ -265,8 +265,7 @@ class Soak:
                     self.timeline.write("resume_refused_but_applied", node=target,
                                         before=before, after=after)  # fmt: skip
                     return "done"
-                with m.lock:  # still the operator's, as it was: the final undo retries
-                    m.slurm[target] = mark
+                m.give_back(m.slurm, target, mark)
                 return "failed: scontrol failed, kept"
             finally:
                 m.settle(target)
@@ -340,8 +339,7 @@ class Soak:
         try:
             self.patch_node(knode, {"spec": {"unschedulable": False}})
         except Exception:
-            with m.lock:  # still the operator's, as it was
-                m.cordons[knode] = mark
+            m.give_back(m.cordons, knode, mark)
             raise
         finally:
             m.settle(knode)
@@ -400,8 +398,7 @@ class Soak:
                     return "done"
                 except Exception:  # noqa: BLE001 - a conflict: read again
                     time.sleep(0.2)
-            with m.lock:  # still the operator's, as it was
-                m.taints[knode] = mark
+            m.give_back(m.taints, knode, mark)
             return "failed: conflicts, kept"
         finally:
             m.settle(knode)

@@ -111,8 +111,9 @@ class Marks:
     def take(self, table: dict[str, Mark], node: str, event: int) -> Mark | None:
         """Claim the mark ``event`` left on ``node`` in ``table`` (slurm, cordons, taints).
 
-        The mark leaves ``table`` and ``node`` is in flight until :meth:`settle`; None, and
-        nothing claimed, when ``table`` holds no mark of that event for ``node``.
+        The mark leaves ``table`` (:meth:`give_back` returns it) and ``node`` is in flight
+        until :meth:`settle`; None, and nothing claimed, when ``table`` holds no mark of that
+        event for ``node``.
         """
         with self.lock:
             mark = table.get(node)
@@ -121,6 +122,14 @@ class Marks:
             self.in_flight.add(node)
             del table[node]
             return mark
+
+    def give_back(self, table: dict[str, Mark], node: str, mark: Mark) -> None:
+        """Put back a mark :meth:`take` claimed whose undo failed: it is still the operator's.
+
+        The final undo (``Soak.undo_everything`` in bench/soak.py) retries it.
+        """
+        with self.lock:
+            table[node] = mark
 
     def settle(self, node: str) -> None:
         """The soak's write on ``node`` is over (done, refused or failed): no longer in flight."""
