@@ -28,7 +28,8 @@ import aiomqtt
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings, fetch_credentials
 from slonkd.adapters.bus.client import Bus, BusSettings
-from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
+from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.command_gate import RECHECK
 from slonkd.core.messages import AgentStatus, Channel, Command, node_topic

@@ -29,7 +29,7 @@ import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from slonkd.adapters.bus.dynsec import agent_client_id
+from slonkd.adapters.bus.dynsec_roles import agent_client_id
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
 from slonkd.cli.config import config_file, env_values

@@ -22,7 +22,8 @@ from typing import Any
 
 import structlog
 
-from slonkd.adapters.bus.dynsec import ClientRecord, DynSecAdmin, agent_client_id, agent_username
+from slonkd.adapters.bus.dynsec import ClientRecord, DynSecAdmin
+from slonkd.adapters.bus.dynsec_roles import agent_client_id, agent_username
 from slonkd.adapters.kube.informer import CacheEvent, EventType, Informer
 from slonkd.adapters.kube.tokenreview import find_worker_pod
 from slonkd.adapters.kube.transport import KubeTransport

@@ -45,7 +45,8 @@ import structlog
 from aiohttp import web
 
 from slonkd.adapters.bus.client import CredentialSource
-from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
+from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport

@@ -27,7 +27,8 @@ import aiomqtt
 import pytest
 
 from slonkd.adapters.bus.client import Bus, BusSettings
-from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin, coordinator_role
+from slonkd.adapters.bus.dynsec import AgentCredentials, DynSecAdmin
+from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.core.command_gate import RECHECK, Refusal
 from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_topic

@@ -25,7 +25,8 @@ from paho.mqtt.properties import Properties
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings, IssuedCredentials, fetch_credentials
 from slonkd.adapters.bus.client import BusSettings
-from slonkd.adapters.bus.dynsec import DynSecAdmin, coordinator_role
+from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic

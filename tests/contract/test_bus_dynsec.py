@@ -10,7 +10,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from slonkd.adapters.bus.dynsec import AgentCredentials, coordinator_role, nudge_role
+from slonkd.adapters.bus.dynsec import AgentCredentials
+from slonkd.adapters.bus.dynsec_roles import coordinator_role, nudge_role
 from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic

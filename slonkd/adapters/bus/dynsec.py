@@ -18,6 +18,7 @@ touching the broker (the description also holds a tag of the password, so a chan
 secret re-keys it). Deleting a client closes its connection; :meth:`DynSecAdmin.purge_session`
 also drops the session the broker keeps for its client id. With ``ca_file`` the admin talks
 TLS, verifying the broker as the bus does (:func:`~slonkd.adapters.bus.client.tls_context`).
+The clients' names and roles are in :mod:`.dynsec_roles`.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from slonkd.adapters.bus.client import tls_context
+from slonkd.adapters.bus.dynsec_roles import agent_client_id, agent_role, agent_username, own_role
 from slonkd.core.errors import ParseError, TerminalError, TransientError
-from slonkd.core.messages import Channel, check_name, node_topic
+from slonkd.core.messages import check_name
 
 log = structlog.get_logger("slonkd.bus.dynsec")
 
@@ -60,21 +62,6 @@ class AgentCredentials:
     password: str
     client_id: str
     """The only MQTT client id this client may connect with (dynsec binds the two)."""
-
-
-def agent_username(node: str) -> str:
-    """The MQTT username of ``node``'s agent."""
-    return f"agent-{check_name(node, 'node')}"
-
-
-def own_role(username: str) -> str:
-    """The name of the dynsec role that slonkd makes for the client ``username`` alone."""
-    return f"slonk-{check_name(username, 'client')}"
-
-
-def agent_client_id(node: str) -> str:
-    """The MQTT client id of ``node``'s agent (bound to its username in dynsec)."""
-    return f"slonkd-agent-{check_name(node, 'node')}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,61 +103,6 @@ def _record(raw: dict[str, Any]) -> ClientRecord:
         tag=by_uid.group(2) if by_uid else "",
         pod=by_pod.group(1) if by_pod else "",
     )
-
-
-def agent_role(cluster: str, node: str) -> dict[str, Any]:
-    """The dynsec role of ``node``'s agent: its own topics and nothing else."""
-    own = {
-        ch: str(node_topic(cluster, node, ch))
-        for ch in (Channel.STATUS, Channel.EVENTS, Channel.COMMANDS)
-    }
-    return {
-        "rolename": own_role(agent_username(node)),
-        "acls": [
-            {"acltype": "publishClientSend", "topic": own[Channel.STATUS], "allow": True},
-            {"acltype": "publishClientSend", "topic": own[Channel.EVENTS], "allow": True},
-            {"acltype": "subscribeLiteral", "topic": own[Channel.COMMANDS], "allow": True},
-            {"acltype": "publishClientReceive", "topic": own[Channel.COMMANDS], "allow": True},
-            {
-                "acltype": "subscribeLiteral",
-                "topic": f"slonk/v1/{cluster}/coordinator/status",
-                "allow": True,
-            },
-            {
-                "acltype": "publishClientReceive",
-                "topic": f"slonk/v1/{cluster}/coordinator/status",
-                "allow": True,
-            },
-        ],
-    }
-
-
-def coordinator_role(cluster: str, username: str) -> dict[str, Any]:
-    """The dynsec role of the coordinator: send every node's commands and its own status.
-
-    It reads only what it subscribes to (every node's status, slurmctld's nudges): no ``#``,
-    so the session of a gone coordinator queues no more than that.
-    """
-    root = f"slonk/v1/{check_name(cluster, 'cluster')}"
-    reads = (f"{root}/nodes/+/status", f"{root}/slurm/events")
-    return {
-        "rolename": own_role(username),
-        "acls": [
-            {"acltype": "publishClientSend", "topic": f"{root}/nodes/+/commands", "allow": True},
-            {"acltype": "publishClientSend", "topic": f"{root}/coordinator/status", "allow": True},
-            *({"acltype": "subscribeLiteral", "topic": t, "allow": True} for t in reads),
-            *({"acltype": "publishClientReceive", "topic": t, "allow": True} for t in reads),
-        ],
-    }
-
-
-def nudge_role(cluster: str, username: str) -> dict[str, Any]:
-    """The dynsec role of slurmctld's trigger program (slonkd-nudge): publish SLURM events only."""
-    root = f"slonk/v1/{check_name(cluster, 'cluster')}"
-    return {
-        "rolename": own_role(username),
-        "acls": [{"acltype": "publishClientSend", "topic": f"{root}/slurm/events", "allow": True}],
-    }
 
 
 def _answers(responses: list[Any], tag: str) -> bool:

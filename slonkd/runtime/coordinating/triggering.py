@@ -27,7 +27,7 @@ from typing import Protocol
 
 import structlog
 
-from slonkd.adapters.bus.dynsec import nudge_role
+from slonkd.adapters.bus.dynsec_roles import nudge_role
 from slonkd.adapters.slurm.triggers import EnsureResult, TriggerEvent
 from slonkd.core.errors import SlonkdError
 from slonkd.runtime.coordinating.settings import NudgeClient
