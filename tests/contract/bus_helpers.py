@@ -1,4 +1,7 @@
-"""Helpers shared by the MQTT bus's contract tests: a loop in a task, a running bus, the admin."""
+"""Helpers shared by the MQTT bus's contract tests: a loop in a task, a running bus, the admin.
+
+Also a broker started for the body of a block (:func:`started`), as the fixtures build one.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +37,16 @@ async def running(bus: Bus, *, connect_s: float | None = 10.0) -> AsyncIterator[
         if connect_s is not None:
             await bus.wait_connected(connect_s)
         yield bus
+
+
+@asynccontextmanager
+async def started(broker: Mosquitto) -> AsyncIterator[Mosquitto]:
+    """Start ``broker`` (in a thread: it waits for the port) for the body; then stop it."""
+    await asyncio.to_thread(broker.start)
+    try:
+        yield broker
+    finally:
+        await asyncio.to_thread(broker.stop)
 
 
 def dynsec_admin(b: Mosquitto) -> DynSecAdmin:

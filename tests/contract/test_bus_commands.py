@@ -34,7 +34,7 @@ from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_top
 from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import dynsec_admin, in_task, running
+from tests.contract.bus_helpers import dynsec_admin, in_task, running, started
 from tests.contract.kube_helpers import until
 
 pytestmark = pytest.mark.mqtt
@@ -117,14 +117,10 @@ class Bench:
 async def bench(session_root: Path) -> AsyncIterator[Bench]:
     """The broker, the coordinator's dynsec client and two agents' issued credentials."""
     root = Path(tempfile.mkdtemp(prefix="cmds-", dir=session_root))
-    broker = Mosquitto(root, dynamic_security=True)
-    await asyncio.to_thread(broker.start)
-    admin = dynsec_admin(broker)
-    try:
+    async with started(Mosquitto(root, dynamic_security=True)) as broker:
+        admin = dynsec_admin(broker)
         agents = {n: await admin.issue(CLUSTER, n) for n in ("n1", "n2")}
         yield Bench(broker=broker, admin=admin, agents=agents)
-    finally:
-        await asyncio.to_thread(broker.stop)
 
 
 async def obeyed(listener: CommandListener, ids: list[str]) -> None:

@@ -15,7 +15,7 @@ from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import admin_watcher, dynsec_admin
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin, started
 
 pytestmark = pytest.mark.mqtt
 
@@ -24,10 +24,8 @@ pytestmark = pytest.mark.mqtt
 async def dynsec_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     """A broker with the dynamic-security plugin and only its admin client."""
     root = Path(tempfile.mkdtemp(prefix="dynsec-", dir=session_root))
-    broker = Mosquitto(root, dynamic_security=True)
-    await asyncio.to_thread(broker.start)
-    yield broker
-    await asyncio.to_thread(broker.stop)
+    async with started(Mosquitto(root, dynamic_security=True)) as broker:
+        yield broker
 
 
 def _client(b: Mosquitto, creds: AgentCredentials, client_id: str = "") -> aiomqtt.Client:
