@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import admin_watcher, dynsec_admin, started
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin, dynsec_broker_in
 
 pytestmark = pytest.mark.mqtt
 
@@ -23,8 +22,7 @@ pytestmark = pytest.mark.mqtt
 @pytest.fixture
 async def dynsec_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     """A broker with the dynamic-security plugin and only its admin client."""
-    root = Path(tempfile.mkdtemp(prefix="dynsec-", dir=session_root))
-    async with started(Mosquitto(root, dynamic_security=True)) as broker:
+    async with dynsec_broker_in(session_root, "dynsec-") as broker:
         yield broker
 
 
