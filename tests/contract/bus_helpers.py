@@ -1,10 +1,16 @@
-"""Helpers shared by the MQTT bus's contract tests: a loop in a task, a running bus, the admin."""
+"""Helpers shared by the MQTT bus's contract tests: a loop in a task, a running bus, the admin.
+
+Also a dynamic-security broker in a fresh directory, running for the body of a block
+(:func:`dynsec_broker_in`), as the dynsec and command tests' fixtures build theirs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiomqtt
@@ -34,6 +40,23 @@ async def running(bus: Bus, *, connect_s: float | None = 10.0) -> AsyncIterator[
         if connect_s is not None:
             await bus.wait_connected(connect_s)
         yield bus
+
+
+@asynccontextmanager
+async def dynsec_broker_in(
+    session_root: Path, prefix: str, *, tcp_nodelay: bool = True
+) -> AsyncIterator[Mosquitto]:
+    """A dynsec broker in a new directory ``prefix*`` under ``session_root``, run for the body.
+
+    Started in a thread (it waits for its port), stopped after the body however it ends.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=session_root))
+    broker = Mosquitto(root, dynamic_security=True, tcp_nodelay=tcp_nodelay)
+    await asyncio.to_thread(broker.start)
+    try:
+        yield broker
+    finally:
+        await asyncio.to_thread(broker.stop)
 
 
 def dynsec_admin(b: Mosquitto) -> DynSecAdmin:

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,7 +34,7 @@ from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_top
 from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
 from slonkd.runtime.commands import CommandSender, command_id
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import dynsec_admin, in_task, running
+from tests.contract.bus_helpers import dynsec_admin, dynsec_broker_in, in_task, running
 from tests.contract.kube_helpers import until
 
 pytestmark = pytest.mark.mqtt
@@ -117,15 +116,10 @@ class Bench:
 @pytest.fixture
 async def bench(session_root: Path) -> AsyncIterator[Bench]:
     """The broker, the coordinator's dynsec client and two agents' issued credentials."""
-    root = Path(tempfile.mkdtemp(prefix="cmds-", dir=session_root))
-    broker = Mosquitto(root, dynamic_security=True)
-    await asyncio.to_thread(broker.start)
-    admin = dynsec_admin(broker)
-    try:
+    async with dynsec_broker_in(session_root, "cmds-") as broker:
+        admin = dynsec_admin(broker)
         agents = {n: await admin.issue(CLUSTER, n) for n in ("n1", "n2")}
         yield Bench(broker=broker, admin=admin, agents=agents)
-    finally:
-        await asyncio.to_thread(broker.stop)
 
 
 async def obeyed(listener: CommandListener, ids: list[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from slonkd.cli.nudge import main as nudge_main
 from slonkd.core.errors import ParseError
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import admin_watcher, dynsec_admin
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin, dynsec_broker_in
 
 pytestmark = pytest.mark.mqtt
 
@@ -24,11 +23,8 @@ pytestmark = pytest.mark.mqtt
 @pytest.fixture
 async def dynsec_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     """A broker with the dynamic-security plugin and only its admin client."""
-    root = Path(tempfile.mkdtemp(prefix="dynsec-", dir=session_root))
-    broker = Mosquitto(root, dynamic_security=True)
-    await asyncio.to_thread(broker.start)
-    yield broker
-    await asyncio.to_thread(broker.stop)
+    async with dynsec_broker_in(session_root, "dynsec-") as broker:
+        yield broker
 
 
 def _client(b: Mosquitto, creds: AgentCredentials, client_id: str = "") -> aiomqtt.Client:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from slonkd.adapters.bus.dynsec import CONTROL_TOPIC
 from slonkd_sandbox.mosquitto import Mosquitto
-from tests.contract.bus_helpers import admin_watcher, dynsec_admin
+from tests.contract.bus_helpers import admin_watcher, dynsec_admin, dynsec_broker_in
 
 pytestmark = pytest.mark.mqtt
 
@@ -28,13 +27,8 @@ pytestmark = pytest.mark.mqtt
 @pytest.fixture
 async def broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     """A mosquitto with the dynamic-security plugin and its admin."""
-    b = Mosquitto(Path(tempfile.mkdtemp(prefix="dynsec-ans-", dir=session_root)),
-                  dynamic_security=True)  # fmt: skip
-    await asyncio.to_thread(b.start)
-    try:
+    async with dynsec_broker_in(session_root, "dynsec-ans-") as b:
         yield b
-    finally:
-        await asyncio.to_thread(b.stop)
 
 
 async def test_an_admin_takes_only_the_answer_to_its_own_batch(broker: Mosquitto) -> None:
@@ -69,13 +63,8 @@ async def test_an_admin_takes_only_the_answer_to_its_own_batch(broker: Mosquitto
 @pytest.fixture
 async def nagle_broker(session_root: Path) -> AsyncIterator[Mosquitto]:
     """A dynsec broker at mosquitto's default ``set_tcp_nodelay false`` (an operator's own)."""
-    b = Mosquitto(Path(tempfile.mkdtemp(prefix="dynsec-nagle-", dir=session_root)),
-                  dynamic_security=True, tcp_nodelay=False)  # fmt: skip
-    await asyncio.to_thread(b.start)
-    try:
+    async with dynsec_broker_in(session_root, "dynsec-nagle-", tcp_nodelay=False) as b:
         yield b
-    finally:
-        await asyncio.to_thread(b.stop)
 
 
 async def test_an_answer_is_not_held_back_behind_the_brokers_ack(nagle_broker: Mosquitto) -> None:

@@ -1,7 +1,8 @@
 """What the sandbox tests share: ``slonkd`` run as a user runs it, and leftover processes.
 
 ``slonkd`` is :func:`tests.cli.slonkd`, kept here for these tests' imports;
-``private_sandbox_dir`` is where each puts its sandbox, ``sandbox_api`` reaches its apiserver.
+``private_sandbox_dir`` is where each puts its sandbox, ``up_sandbox`` starts it there as a
+user would (and reads its ``state.json``), ``sandbox_api`` reaches its apiserver.
 
 ``processes_naming`` finds what a sandbox directory leaves behind. Used by
 ``test_sandbox.py`` (process mode) and ``test_sandbox_real.py`` (the chart on the real node),
@@ -11,17 +12,19 @@ which add their own checks of mounts and network namespaces.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from slonkd_sandbox.kubeapi import KubeApi
 from tests.cli import slonkd
 
-__all__ = ["private_sandbox_dir", "processes_naming", "sandbox_api", "slonkd"]
+__all__ = ["private_sandbox_dir", "processes_naming", "sandbox_api", "slonkd", "up_sandbox"]
 
 
 @contextlib.contextmanager
@@ -38,6 +41,22 @@ def private_sandbox_dir(prefix: str, *, down_timeout_s: float) -> Iterator[Path]
             slonkd("sandbox", "down", "--dir", str(root), timeout_s=down_timeout_s)
         if not os.environ.get("SLONKD_KEEP_TEST_DIRS"):
             shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def up_sandbox(root: Path, *flags: str, timeout_s: float, hints: Sequence[str]) -> dict[str, Any]:
+    """``slonkd sandbox up *flags --dir root --workers 3``: it succeeds and says each of ``hints``.
+
+    Prints how long it took; returns the sandbox's ``state.json``.
+    """
+    began = time.monotonic()
+    up = slonkd("sandbox", "up", *flags, "--dir", str(root), "--workers", "3", timeout_s=timeout_s)
+    up_s = time.monotonic() - began
+    assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-3000:]
+    print(f"{' '.join(('sandbox', 'up', *flags))} took {up_s:.1f} s")
+    for hint in hints:
+        assert hint in up.stdout, hint
+    state: dict[str, Any] = json.loads((root / "state.json").read_text())
+    return state
 
 
 def sandbox_api(state: Mapping[str, Any]) -> KubeApi:

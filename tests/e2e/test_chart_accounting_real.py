@@ -21,6 +21,7 @@ from slonkd_sandbox.chart_real import RELEASE, Release, install, ready, workers
 from slonkd_sandbox.chart_volumes import local_volume
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.realnode import RealNode
+from tests.e2e.chart_install import reported
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500)]
 
@@ -38,23 +39,19 @@ def _database_volume(node: RealNode, ns: str) -> None:
 @pytest.fixture(scope="module")
 def accounted(session_root: Path) -> Iterator[Release]:
     """The chart with accounting installed on a fresh real node; every pod Ready."""
-    try:
-        with install(
-            session_root,
-            replicas=len(WORKERS),
-            specs=(*SPECS, *ACCOUNTING_SPECS),
-            volumes=_database_volume,
-            extra_pods=2,  # slurmdbd, mariadb
-            set_json=(
-                "accounting.enabled=true",
-                'accounting.database.persistence.size="1Gi"',  # the local volume's size
-            ),
-        ) as release:
-            timings = {k: round(v, 1) for k, v in release.timings.items()}
-            print(f"\n[chart-acct] timings: {timings}")
-            yield release
-    except HarnessError as exc:
-        pytest.fail(str(exc))
+    installing = install(
+        session_root,
+        replicas=len(WORKERS),
+        specs=(*SPECS, *ACCOUNTING_SPECS),
+        volumes=_database_volume,
+        extra_pods=2,  # slurmdbd, mariadb
+        set_json=(
+            "accounting.enabled=true",
+            'accounting.database.persistence.size="1Gi"',  # the local volume's size
+        ),
+    )
+    with reported("chart-acct", installing) as release:
+        yield release
 
 
 def _login(deployed: Release, *argv: str) -> str:

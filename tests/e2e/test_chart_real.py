@@ -53,6 +53,7 @@ from slonkd_sandbox.chart_real import (
     workers,
 )
 from slonkd_sandbox.procs import HarnessError, wait_for
+from tests.e2e.chart_install import reported
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
 # builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the
@@ -73,20 +74,16 @@ DRAIN_MS: list[float] = []
 @pytest.fixture(scope="module")
 def deployed(session_root: Path) -> Iterator[Release]:
     """The chart installed once on a fresh real node; every pod Ready (or a diagnosis)."""
-    try:
-        with install(
-            session_root,
-            replicas=len(WORKERS),
-            grace_s=GRACE_S,
-            margin_s=MARGIN_S,
-            failure_grace_s=FAILURE_GRACE_S,
-        ) as release:
-            timings = {k: round(v, 1) for k, v in release.timings.items()}
-            print(f"\n[chart-real] timings: {timings}")
-            yield release
-            print(f"\n[chart-real] drain latency ms (DELETE -> slurmctld): {DRAIN_MS}")
-    except HarnessError as exc:
-        pytest.fail(str(exc))
+    installing = install(
+        session_root,
+        replicas=len(WORKERS),
+        grace_s=GRACE_S,
+        margin_s=MARGIN_S,
+        failure_grace_s=FAILURE_GRACE_S,
+    )
+    with reported("chart-real", installing) as release:
+        yield release
+        print(f"\n[chart-real] drain latency ms (DELETE -> slurmctld): {DRAIN_MS}")
 
 
 @pytest.fixture(autouse=True)

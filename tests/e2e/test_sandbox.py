@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,13 @@ from slonkd_sandbox.dashboard import (
 from slonkd_sandbox.prometheus import Prometheus
 from slonkd_sandbox.sandbox import commands, descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
-from tests.e2e.sandbox_cli import private_sandbox_dir, processes_naming, sandbox_api, slonkd
+from tests.e2e.sandbox_cli import (
+    private_sandbox_dir,
+    processes_naming,
+    sandbox_api,
+    slonkd,
+    up_sandbox,
+)
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
@@ -47,14 +52,8 @@ def sandbox_dir() -> Iterator[Path]:
 def test_sandbox_up_demo_down(sandbox_dir: Path) -> None:
     """up -> every service, coordinator and agents; demo's claims hold; down leaves nothing."""
     root = sandbox_dir
-    began = time.monotonic()
-    up = slonkd("sandbox", "up", "--dir", str(root), "--workers", "3", timeout_s=900)
-    up_s = time.monotonic() - began
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    print(f"sandbox up (warm) took {up_s:.1f} s")
-    for hint in ("source ", "sinfo -R", "KUBECONFIG=", "SLURM_CONF=", "coordinator log"):
-        assert hint in up.stdout, hint
-    state = json.loads((root / "state.json").read_text())
+    hints = ("source ", "sinfo -R", "KUBECONFIG=", "SLURM_CONF=", "coordinator log")
+    state = up_sandbox(root, timeout_s=900, hints=hints)
     api = sandbox_api(state)
     ns, workers = state["namespace"], state["workers"]
     env = {**os.environ, "SLURM_CONF": state["slurm_conf"]}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,13 @@ import pytest
 
 from slonkd_sandbox.sandbox import descendants, proc_start_time
 from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
-from tests.e2e.sandbox_cli import private_sandbox_dir, processes_naming, sandbox_api, slonkd
+from tests.e2e.sandbox_cli import (
+    private_sandbox_dir,
+    processes_naming,
+    sandbox_api,
+    slonkd,
+    up_sandbox,
+)
 
 pytestmark = [
     pytest.mark.kube,
@@ -53,14 +58,8 @@ def sandbox_dir() -> Iterator[Path]:
 def test_sandbox_up_real_demo_down(sandbox_dir: Path) -> None:
     """up --real -> the chart Ready on a real node; demo's claims hold; down leaves nothing."""
     root = sandbox_dir
-    began = time.monotonic()
-    up = slonkd("sandbox", "up", "--real", "--dir", str(root), "--workers", "3", timeout_s=1900)
-    up_s = time.monotonic() - began
-    assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-3000:]
-    print(f"sandbox up --real took {up_s:.1f} s")
-    for hint in ("source ", "slurm sinfo -R", "login sbatch", "nsenter --net=", "kubectl -n "):
-        assert hint in up.stdout, hint
-    state = json.loads((root / "state.json").read_text())
+    hints = ("source ", "slurm sinfo -R", "login sbatch", "nsenter --net=", "kubectl -n ")
+    state = up_sandbox(root, "--real", timeout_s=1900, hints=hints)
     assert state["mode"] == "real"
     api = sandbox_api(state)
     ns, workers = state["namespace"], state["workers"]
