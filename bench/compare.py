@@ -417,6 +417,15 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
+def _default_sigint() -> None:
+    """In the run, before exec: SIGINT at its default, so Python turns it into KeyboardInterrupt.
+
+    Started under ``nohup ... &`` this process ignores SIGINT, and a child inherits that: a run
+    past its timeout would not stop its services, and would go on until the SIGKILL.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_once(tree: Path, bench: Bench, timeout_s: float) -> dict[str, Any]:
     """One run of ``bench`` in ``tree``: its result (its JSON line)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -429,6 +438,7 @@ def run_once(tree: Path, bench: Bench, timeout_s: float) -> dict[str, Any]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group: a timeout or Ctrl-C stops all of it
+        preexec_fn=_default_sigint,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)

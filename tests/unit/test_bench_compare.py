@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -255,6 +256,24 @@ def test_a_failing_or_slow_run_is_an_error_not_a_crash(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not _alive(child)
+
+
+def test_a_timeout_stops_the_run_even_where_sigint_is_ignored(tmp_path: Path) -> None:
+    """Started under ``nohup ... &`` SIGINT is ignored, and children inherit that.
+
+    Found by a full run started that way: the timed-out fake bench kept sleeping through
+    the SIGINT, and the run stopped only at the SIGKILL 30 s later (a real bench would not
+    have stopped its services). Each run gets SIGINT back at its default.
+    """
+    tree = _tree(tmp_path, "import time\ntime.sleep(60)\n")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        began = time.monotonic()
+        with pytest.raises(BenchOutputError, match="timed out after 1 s"):
+            run_once(tree, Bench("fake"), timeout_s=1)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert time.monotonic() - began < 15
 
 
 def _alive(pid: int) -> bool:
