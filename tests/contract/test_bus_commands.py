@@ -275,6 +275,9 @@ async def test_the_agent_publishes_its_status_on_its_first_connection_too(bench:
         assert not retained_online(bench, topic)
         async with running(bus, connect_s=20):
             await until("the status online", lambda: retained_online(bench, topic))
+            # the broker holds it before the PUBACK is back: the publish returns a moment later
+            # (retained_online blocks this loop while mosquitto_sub runs: failed once in a full run)
+            await until("the publish returned", lambda: bool(published))
             assert published == [1]
 
 
