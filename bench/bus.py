@@ -32,6 +32,7 @@ from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.command_gate import RECHECK
+from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
 from slonkd.runtime.agent_commands import CommandListener, agent_bus
 from slonkd.runtime.commands import CommandSender
@@ -56,7 +57,7 @@ def _pod(name: str) -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "slurmd"}},
+        "metadata": {"name": name, "labels": dict(WORKER_LABELS)},
         "spec": {
             "containers": [{"name": "c", "image": "slonk/none:dev"}],
             "nodeSelector": {"slonk.dev/nowhere": "true"},
@@ -172,7 +173,7 @@ async def _run(kube: KubeCluster, broker: Mosquitto, tmp: Path) -> dict[str, flo
             admin=admin,
             namespace=NS,
             cluster=CLUSTER,
-            pod_selector="app.kubernetes.io/name=slurmd",
+            pod_selector=WORKER_SELECTOR,
         )
         api = CoordinatorAPI(identity="bench", holder=lambda: "")
         api.credentials = issuer

@@ -34,13 +34,13 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.sources import coordinator_informers, pod_source
 from slonkd.adapters.kube.transport import MERGE_PATCH, KubeTransport
-from slonkd.core.kube_objects import Pod
+from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR, Pod
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kube_kwok import KWOK_ANNOTATION, fake_node_body
 
 NS = "bench"
 WRITES = 300
-SELECTOR = "app.kubernetes.io/name=slurmd"
+SELECTOR = WORKER_SELECTOR
 
 
 def _rss_mb() -> float:
@@ -66,7 +66,7 @@ def bound_pod(name: str, node: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {"app.kubernetes.io/name": "slurmd", "slonk.dev/pool": "worker"},
+            "labels": {**WORKER_LABELS, "slonk.dev/pool": "worker"},
         },
         "spec": {
             "nodeName": node,

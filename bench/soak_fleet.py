@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.soak_relay import Relays
+from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd_sandbox import procs
 from slonkd_sandbox.daemon import Daemon
 from slonkd_sandbox.kube import KubeCluster
@@ -36,7 +37,7 @@ NAMESPACE = "soak"
 _T = TypeVar("_T")
 REAL_POOL = "w"
 DECLARED_POOL = "d"
-SELECTOR = "app.kubernetes.io/name=slurmd"
+SELECTOR = WORKER_SELECTOR
 LEASE = "slonkd-coordinator"
 GRACE_S = 12
 RELAYED = 3
@@ -221,9 +222,7 @@ class SoakFleet:
             sts = worker_statefulset(
                 pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
             )
-            spread_over_nodes(
-                sts, when="ScheduleAnyway", match={"app.kubernetes.io/name": "slurmd"}
-            )
+            spread_over_nodes(sts, when="ScheduleAnyway", match=dict(WORKER_LABELS))
             sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
             kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(self.real_names, timeout_s=180)

@@ -219,9 +219,7 @@ def ensure_chart_images(specs: Sequence[ImageSpec] = SPECS) -> list[ChartImage]:
         images = []
         for spec in specs:
             key = content_key(spec, base_id.strip())
-            images.append(
-                ChartImage(spec=spec, key=key, archive=cache / f"chart-{spec.build_name}-{key}.tar")
-            )
+            images.append(ChartImage(spec=spec, key=key, archive=cache / _archive_name(spec, key)))
         missing = [img for img in images if not img.archive.exists()]
         if not missing:
             return images
@@ -246,9 +244,14 @@ KEEP_ARCHIVES = 4
 """Archives kept per image (the newest; other worktrees may still use an older key)."""
 
 
+def _archive_name(spec: ImageSpec, key: str) -> str:
+    """The cache's file name of ``spec``'s archive for ``key`` (``*``: a glob of every key)."""
+    return f"chart-{spec.build_name}-{key}.tar"
+
+
 def _prune(cache: Path, spec: ImageSpec) -> None:
     archives = sorted(
-        cache.glob(f"chart-{spec.build_name}-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True
+        cache.glob(_archive_name(spec, "*")), key=lambda p: p.stat().st_mtime, reverse=True
     )
     for old in archives[KEEP_ARCHIVES:]:
         old.unlink(missing_ok=True)

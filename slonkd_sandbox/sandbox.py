@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox import procs
 from slonkd_sandbox.daemon import Daemon
@@ -39,7 +40,7 @@ from slonkd_sandbox.workloads import prestop_command, spread_over_nodes, worker_
 
 NAMESPACE = "slonk"
 POOL = "worker"
-SELECTOR = "app.kubernetes.io/name=slurmd"
+SELECTOR = WORKER_SELECTOR
 MARKER = ".slonkd-sandbox"
 """A directory holding this file was made by a sandbox: only such a directory is ever wiped."""
 GRACE_S = 15

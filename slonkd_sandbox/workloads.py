@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slonkd.core.kube_objects import WORKER_LABELS
 from slonkd_sandbox.kube_kwok import STANDIN_LABEL
 
 WORKER_IMAGE = "slonk/slurm:dev"
@@ -59,7 +60,7 @@ def worker_statefulset(
     Pod ``<name>-<i>`` is bound to SLURM node ``<name>-<i>`` unless bindings say otherwise.
     With ``standin=False`` the pods are plain kwok pods: a deletion completes at once.
     """
-    pod_labels = {"app.kubernetes.io/name": "slurmd", "slonk.dev/pool": name, **(labels or {})}
+    pod_labels = {**WORKER_LABELS, "slonk.dev/pool": name, **(labels or {})}
     if standin:
         pod_labels[STANDIN_LABEL] = "standin"
     container: dict[str, Any] = {

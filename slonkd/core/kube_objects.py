@@ -55,6 +55,12 @@ TAINTS_BY_ANNOTATION = "slonk.dev/taints-added"
 HOLD_KEY = "slonk.dev/hold"
 """Label or annotation by which an operator tells slonkd to leave a node alone."""
 
+WORKER_LABELS = {"app.kubernetes.io/name": "slurmd"}
+"""The labels of a worker pod (slurmd, the agent beside it) as the chart sets them."""
+
+WORKER_SELECTOR = ",".join(f"{k}={v}" for k, v in WORKER_LABELS.items())
+"""The label selector of the worker pods: the coordinator's default ``pod_selector``."""
+
 SLURM_HEALTHY = "SlurmHealthy"
 """The NodeCondition type slonkd owns on the Node status."""
 

@@ -29,6 +29,7 @@ from slonkd.adapters.bus.dynsec import DynSecAdmin
 from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError
+from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.runtime.agent_commands import agent_bus
 from slonkd.runtime.coordinator_api import CoordinatorAPI
@@ -42,7 +43,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.mqtt]
 
 CLUSTER = "lab"
 AUDIENCE = "slonkd-bus"
-WORKER = {"app.kubernetes.io/name": "slurmd"}
+WORKER = dict(WORKER_LABELS)
 
 
 @dataclass
@@ -153,7 +154,7 @@ async def serve(setup: Setup) -> AsyncIterator[Any]:
             admin=setup.admin,
             namespace=setup.namespace,
             cluster=CLUSTER,
-            pod_selector="app.kubernetes.io/name=slurmd",
+            pod_selector=WORKER_SELECTOR,
         )
         api = CoordinatorAPI(identity="test-coordinator", holder=lambda: "")
         api.credentials = issuer
@@ -208,7 +209,7 @@ async def setup(
         admin=admin,
         namespace=namespace,
         cluster=CLUSTER,
-        pod_selector="app.kubernetes.io/name=slurmd",
+        pod_selector=WORKER_SELECTOR,
     )
     api = CoordinatorAPI(identity="test-coordinator", holder=lambda: "")
     api.credentials = issuer
@@ -561,7 +562,7 @@ def _reaper(setup: Setup, pods: Any) -> Any:
         setup.admin,
         transport=setup.transport,
         namespace=setup.namespace,
-        pod_selector="app.kubernetes.io/name=slurmd",
+        pod_selector=WORKER_SELECTOR,
         pods=pods,
         own_client="coordinator-me",
     )
@@ -573,7 +574,7 @@ async def pods(setup: Setup) -> AsyncIterator[Any]:
     from slonkd.adapters.kube.sources import coordinator_informers
 
     _, informer = coordinator_informers(
-        setup.transport, setup.namespace, pod_selector="app.kubernetes.io/name=slurmd"
+        setup.transport, setup.namespace, pod_selector=WORKER_SELECTOR
     )
     async with in_task(informer.run()):
         await informer.synced.wait()

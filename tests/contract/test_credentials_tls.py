@@ -22,6 +22,7 @@ from slonkd.adapters.bus.bootstrap import BootstrapSettings, fetch_credentials
 from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TransientError
+from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
 from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings, dynsec_admin
@@ -100,7 +101,7 @@ async def chain(
         admin=dynsec_admin(settings),
         namespace=namespace,
         cluster=CLUSTER,
-        pod_selector="app.kubernetes.io/name=slurmd",
+        pod_selector=WORKER_SELECTOR,
     )
     await api.start(
         "127.0.0.1", 0, tls=ApiTls(cert_file=str(server.cert), key_file=str(server.key))

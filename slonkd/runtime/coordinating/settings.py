@@ -16,6 +16,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.config_tree import build
 from slonkd.core.job_blame import BlamePolicy
+from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.plan import Policy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.runtime.audit import KEEP as AUDIT_KEEP
@@ -82,7 +83,7 @@ class CoordinatorSettings:
 
     namespace: str
     """Where the worker pods, the Lease and the state ConfigMap live (``POD_NAMESPACE``)."""
-    pod_selector: str = "app.kubernetes.io/name=slurmd"
+    pod_selector: str = WORKER_SELECTOR
     """Label selector of the worker pods (one SLURM node each, named as the pod)."""
     identity: str
     """This candidate's name in the Lease (``POD_NAME``, else the host name)."""
