@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from slonkd_sandbox.kubeapi import KubeApi
+from slonkd_sandbox.sampling import Sampler
 
 KILLED = frozenset(
     {"FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
@@ -180,40 +180,30 @@ def check(sb: Sandbox, what: str, probe: Callable[[], bool], timeout_s: float) -
     sb.record.setdefault("checks", []).append(what)
 
 
-class JobWatch:
+class JobWatch(Sampler):
     """Samples job states in the background: a killed job is seen even if requeued later."""
 
     def __init__(self, sb: Sandbox, jobs: list[str]) -> None:
+        super().__init__()
         self.sb, self.jobs = sb, jobs
         self.seen: dict[str, set[str]] = {j: set() for j in jobs}
         self.most_out = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> JobWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
+    def sample(self) -> None:
+        """The jobs' states, and how many workers are out at once."""
         workers = self.sb.state["workers"]
-        while not self._stop.is_set():
-            try:
-                for job in self.jobs:
-                    self.seen[job].add(self.sb.job(job).get("JobState", "?"))
-                out = self.sb.slurm("sinfo", "-h", "-N", "-o", "%N %t")
-                down = {
-                    n
-                    for n, s in (line.split() for line in out.splitlines() if line.strip())
-                    if n in workers and any(w in s for w in ("drain", "drng", "down", "fail"))
-                }
-                self.most_out = max(self.most_out, len(down))
-            except (DemoFailed, subprocess.TimeoutExpired):
-                pass
-            self._stop.wait(0.2)
+        try:
+            for job in self.jobs:
+                self.seen[job].add(self.sb.job(job).get("JobState", "?"))
+            out = self.sb.slurm("sinfo", "-h", "-N", "-o", "%N %t")
+        except (DemoFailed, subprocess.TimeoutExpired):
+            return
+        down = {
+            n
+            for n, s in (line.split() for line in out.splitlines() if line.strip())
+            if n in workers and any(w in s for w in ("drain", "drng", "down", "fail"))
+        }
+        self.most_out = max(self.most_out, len(down))
 
     def killed(self) -> dict[str, set[str]]:
         """Jobs seen in a state that means killed."""

@@ -11,7 +11,6 @@ check passes the node resumes, exactly once.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.sampling import Sampler
 from tests.e2e import test_health_path
 from tests.e2e.conftest import AgentProcess
 from tests.e2e.test_health_path import FleetOptions, HealthFleet
@@ -46,31 +46,23 @@ def _slow_verdicts(agent: AgentProcess, *, fail_n: int) -> None:
     config.write_text(json.dumps(settings))
 
 
-class StateSampler:
+class StateSampler(Sampler):
     """Samples one SLURM node's state (``sinfo``) in a thread, as fast as slurmctld answers."""
 
+    period_s = 0.05
+
     def __init__(self, fleet: HealthFleet, node: str) -> None:
+        super().__init__()
         self.fleet, self.node = fleet, node
         self.samples: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> StateSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                state = self.fleet.slurm.node_states().get(self.node, "")
-            except Exception:  # noqa: BLE001, S112 - a slow sinfo under load: sample again
-                continue
-            self.samples.append((time.time(), state))
-            time.sleep(0.05)
+    def sample(self) -> None:
+        """The node's state now (a slow sinfo under load: skipped, the next one comes)."""
+        try:
+            state = self.fleet.slurm.node_states().get(self.node, "")
+        except Exception:  # noqa: BLE001 - a slow sinfo under load: sample again
+            return
+        self.samples.append((time.time(), state))
 
     def resumed(self, since: float = 0.0) -> list[float]:
         """When the node went from out of service to ``idle`` (each return once)."""
