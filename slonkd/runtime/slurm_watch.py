@@ -11,7 +11,9 @@ slurmctld read of the coordinator, polls and full reads alike, goes through one
 With libslurm loaded (:mod:`slonkd.adapters.slurm.libslurm`), the poll first asks slurmctld
 "node table changed since T?" every ``change_poll_s`` (an answer of a few bytes, no table
 packed) and runs the scontrol read only when the answer is yes; a library that cannot talk
-to this slurmctld is dropped (logged once) and the poll reads with scontrol as before. Each
+to this slurmctld is dropped (logged once) and the poll reads with scontrol as before; a
+load that failed only for now (its canary child slow to answer on a busy node) is tried
+again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
 "no change" also tells the backend that the table its last read kept is still SLURM's
 (:meth:`~slonkd.adapters.slurm.scontrol.ScontrolBackend.confirm_table`), so passes take that
 table instead of reading it again.
@@ -30,7 +32,7 @@ import structlog
 from slonkd.adapters.slurm import libslurm
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.libslurm import LibSlurm
-from slonkd.core.errors import SlonkdError, TerminalError
+from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.slurm_node import SlurmNode
 
 if TYPE_CHECKING:
@@ -93,7 +95,8 @@ def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None
     None when the setting is off or SLURM is behind an argv prefix (another release's
     clients, which the installed library may not speak). The loader blocks (a canary child
     process) and loads once per process (libslurm configures itself once): the watch runs it
-    in a thread, off the event loop.
+    in a thread, off the event loop. A load that failed for now (TransientError) is not
+    kept: the watch's next try loads again.
     """
     if not s.change_poll or s.slurm.argv_prefix:
         return None
@@ -108,6 +111,11 @@ def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None
 
 
 _loaded: dict[str | None, LibSlurm | None] = {}
+
+RELOAD_S = 30.0
+"""The wait before loading libslurm again after a load that failed for now (then doubled)."""
+RELOAD_MAX_S = 300.0
+_NOT_CONFIGURED = "no change poll: change_poll is false, or SLURM is behind an argv prefix"
 
 
 def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
@@ -128,6 +136,7 @@ class SlurmWatch:
         change_probe: LibSlurm | None = None,
         probe_loader: Callable[[], LibSlurm | None] | None = None,
         change_poll_s: float = 0.2,
+        reload_s: float = RELOAD_S,
     ) -> None:
         self.slurm = slurm
         self.limiter = limiter
@@ -136,6 +145,12 @@ class SlurmWatch:
         self.probe = change_probe
         self._loader = probe_loader
         """Loads the probe in a thread while the scontrol poll runs (see :func:`change_probe`)."""
+        self._reload_s = reload_s
+        self._load_began = 0.0
+        self._reload_at: float | None = None
+        """When to try the loader again (monotonic) after a load that failed for now."""
+        self.why = "" if change_probe is not None or probe_loader else _NOT_CONFIGURED
+        """Why the poll is not the change poll ("" when it is): ``slonkd status`` shows it."""
         self.change_poll_s = change_poll_s
         self.since = 0
         """The time of the node table last read (sent with the next "changed since?")."""
@@ -160,8 +175,7 @@ class SlurmWatch:
         try:
             stamp = await self.probe.changed_since(self.since, timeout_s=max(1.0, self.poll_s))
         except TerminalError as exc:
-            log.warning("coordinator.change_poll_dropped", error=str(exc)[:300])
-            self.probe = None
+            self._drop(exc)
             return False, 0
         except SlonkdError as exc:
             log.debug("coordinator.change_poll_failed", error=str(exc)[:300])
@@ -175,13 +189,12 @@ class SlurmWatch:
 
     async def run(self) -> None:
         """Poll until cancelled; a failed read is logged and retried at the next period."""
-        loading = asyncio.ensure_future(asyncio.to_thread(self._loader)) if self._loader else None
+        loading = self._load(time.monotonic())
         if self._adopt_kept():  # the term's first read is the first baseline: poll after it
             await asyncio.sleep(self.change_poll_s if self.probe is not None else self.poll_s)
         while True:
             began = time.monotonic()
-            if loading is not None and loading.done():
-                self.probe, loading = loading.result(), None
+            loading = self._loaded(loading, began)
             unchanged, since = await self._unchanged()
             if unchanged:
                 if self.read_began is not None:  # the table read since is still SLURM's
@@ -212,6 +225,56 @@ class SlurmWatch:
             period = self.change_poll_s if fast else self.poll_s
             await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
 
+    def _load(self, now: float) -> asyncio.Future[LibSlurm | None] | None:
+        """Start the loader in a thread, when there is one to run and it is time to."""
+        if self._loader is None or self.probe is not None:
+            return None
+        if self._reload_at is not None and (self._reload_at < 0 or now < self._reload_at):
+            return None  # a lasting verdict (-1), or a retry not due yet
+        self.why = "libslurm loading"
+        self._load_began = now
+        return asyncio.ensure_future(asyncio.to_thread(self._loader))
+
+    def _loaded(
+        self, loading: asyncio.Future[LibSlurm | None] | None, now: float
+    ) -> asyncio.Future[LibSlurm | None] | None:
+        """Take a finished load's outcome; start the next try when one is due."""
+        if loading is None:
+            return self._load(now)
+        if not loading.done():
+            return loading
+        try:
+            self.probe = loading.result()
+        except TransientError as exc:  # a canary slow to answer on a busy node: not a verdict
+            self._reload_at = now + self._reload_s
+            self.why = f"libslurm not loaded yet, next try in {self._reload_s:g} s: {exc}"[:300]
+            log.warning(
+                "coordinator.change_poll_unavailable", error=str(exc)[:300],
+                retry_s=self._reload_s, load_s=round(now - self._load_began, 2),
+            )  # fmt: skip
+            self._reload_s = min(self._reload_s * 2, RELOAD_MAX_S)
+            return None
+        except SlonkdError as exc:
+            self._drop(exc)
+            return None
+        if self.probe is None:
+            self._reload_at = -1.0
+            self.why = "libslurm unavailable (the log's slurm.libslurm_unavailable says why)"
+        else:
+            self.why = ""
+            log.info(
+                "coordinator.change_poll_loaded",
+                library=self.probe.path, load_s=round(now - self._load_began, 2),
+            )  # fmt: skip
+        return None
+
+    def _drop(self, exc: SlonkdError) -> None:
+        """Drop a library that will never do for this slurmctld: the scontrol poll for good."""
+        log.warning("coordinator.change_poll_dropped", error=str(exc)[:300])
+        self.probe = None
+        self._reload_at = -1.0
+        self.why = f"libslurm dropped: {exc}"[:300]
+
     def _adopt_kept(self) -> bool:
         """Take the table a full read kept (the term's first pass's) as the first baseline.
 
@@ -238,8 +301,7 @@ class SlurmWatch:
             stamp = await self.probe.changed_since(0, timeout_s=max(1.0, self.poll_s))
             return stamp.last_update
         except TerminalError as exc:
-            log.warning("coordinator.change_poll_dropped", error=str(exc)[:300])
-            self.probe = None
+            self._drop(exc)
         except SlonkdError:
             pass
         return None

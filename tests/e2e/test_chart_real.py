@@ -555,8 +555,17 @@ def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_evicti
     assert t0 < time.time()
     # the coordinator image's own libslurm answered the change poll (the default) for the
     # chart's slurmctld: the scontrol poll is only its fallback
-    shown = json.loads(
-        deployed.exec(_leader(deployed), "coordinator", "slonkd", "status", "-o", "json")
-    )
-    assert shown["passes"]["slurm_poll_backend"] == "libslurm", shown["passes"]
-    assert shown["passes"]["slurm_change_polls"] > 0, shown["passes"]
+    leader = _leader(deployed)
+    passes = json.loads(deployed.exec(leader, "coordinator", "slonkd", "status", "-o", "json"))[
+        "passes"
+    ]
+    said = [
+        line
+        for line in deployed.logs(leader, "coordinator").splitlines()
+        if "libslurm" in line or "change_poll" in line
+    ]
+    print(f"[chart-real] the leader's change poll: {said[-3:]}")
+    if passes["slurm_poll_backend"] != "libslurm":  # why, in full: the log's lines on it
+        pytest.fail(f"{passes['slurm_poll_why']!r}, polls {passes['slurm_polls']}: {said[-8:]}")
+    assert passes["slurm_poll_why"] == "", passes
+    assert passes["slurm_change_polls"] > 0, passes

@@ -287,6 +287,7 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
         passes = json.loads(resp.read())["passes"]
     assert passes["slurm_poll_backend"] == "libslurm", passes
+    assert passes["slurm_poll_why"] == "", passes
     assert passes["slurm_change_polls"] > 0, passes
     wait_for("evicted", lambda: bool(fleet.events("kube.evict")), timeout_s=20)
     events = (
@@ -344,6 +345,7 @@ def test_with_the_change_poll_off_the_scontrol_poll_alone_marks_a_failure(fleet:
     wait_for("marked", lambda: len(fleet.cordoned()) == 1, timeout_s=20)
     passes = _passes(fleet)
     assert passes["slurm_poll_backend"] == "scontrol", passes
+    assert "change_poll is false" in passes["slurm_poll_why"], passes
     assert passes["slurm_change_polls"] == 0, passes
 
 

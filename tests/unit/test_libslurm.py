@@ -108,3 +108,18 @@ def test_a_library_that_would_exit_slonkd_is_not_loaded(
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing" / "slurm.conf"))
     monkeypatch.delenv("SLURM_LIBRARY", raising=False)
     assert libslurm.load() is None
+
+
+def test_a_canary_that_outlives_its_wait_is_a_retry_not_a_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A canary child slow to answer (a busy node at start) says nothing about the library.
+
+    load() raises TransientError so that the caller tries again later; it used to give None,
+    and the coordinator then kept the scontrol poll for the life of the process (CI, stop 35:
+    the chart's leader showed ``slurm_poll_backend: scontrol``).
+    """
+    monkeypatch.setattr(libslurm, "CANARY_PREFIX", ("sh", "-c", 'sleep 5; exec "$@"', "canary"))
+    monkeypatch.setattr(libslurm, "CANARY_TIMEOUT_S", 0.3)
+    with pytest.raises(TransientError, match="canary"):
+        libslurm.load("libc.so.6")  # any library dlopen() takes: the canary decides

@@ -12,7 +12,7 @@ import pytest
 from slonkd.adapters.slurm import libslurm
 from slonkd.adapters.slurm.libslurm import NodeTableStamp
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.core.errors import TerminalError
+from slonkd.core.errors import TerminalError, TransientError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime import slurm_watch
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
@@ -68,6 +68,8 @@ def test_a_non_positive_rate_is_refused() -> None:
 
 class _Probe:
     """A change probe answering from a script: a stamp, or an error to raise."""
+
+    path = "fake-libslurm.so"
 
     def __init__(self, answers: list[object]) -> None:
         self.answers = answers
@@ -160,6 +162,37 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
     later = watch()
     await run_for(later.run, 0.5)
     assert later.backend == "libslurm"
+    assert probe.sent
+
+
+async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
+    """A load that failed for now (a slow canary) is tried again: the change poll follows.
+
+    Before, the first load's failure held for the life of the process: the scontrol poll
+    alone, whatever the library could do a minute later.
+    """
+    probe = _Probe([])
+    reads = _Reads()
+    tries: list[float] = []
+
+    def loader() -> object:
+        tries.append(time.monotonic())
+        if len(tries) == 1:
+            raise TransientError("canary: no answer in 5 s")
+        return probe
+
+    watch = SlurmWatch(
+        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        probe_loader=loader, change_poll_s=0.01, reload_s=0.1,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await run_for(watch.run, 0.06)
+    assert watch.backend == "scontrol"
+    assert "canary" in watch.why
+    await run_for(watch.run, 0.4)
+    assert len(tries) == 2
+    assert tries[1] - tries[0] >= 0.1  # not at once: after reload_s
+    assert watch.backend == "libslurm"
+    assert watch.why == ""
     assert probe.sent
 
 

@@ -204,24 +204,33 @@ def load(
 
     ``conf``: slurm.conf's path (None: ``SLURM_CONF`` from the environment, else the
     compiled-in default). libslurm initialises once per process: the first load's
-    configuration holds for every later one.
+    configuration holds for every later one. Raises TransientError when no candidate loaded
+    and one's canary only failed to answer in time (a busy node): try again later.
     """
     candidates = [path] if path else _candidates()
     open_lib = opener or (lambda p: ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL, use_errno=True))
     errors: list[str] = []
+    unsure: list[str] = []
     for candidate in candidates:
         try:
             lib = open_lib(candidate)  # dlopen alone runs no SLURM code that may exit
         except OSError as exc:
             errors.append(f"{candidate}: {exc}"[:300])
             continue
-        if opener is None and (failed := canary(candidate, conf)):
+        try:
+            failed = canary(candidate, conf) if opener is None else ""
+        except TransientError as exc:
+            unsure.append(f"{candidate}: {exc}"[:300])
+            continue
+        if failed:
             errors.append(f"{candidate}: {failed}"[:300])
             continue
         try:
             return LibSlurm(lib, candidate, conf)
         except AttributeError as exc:
             errors.append(f"{candidate}: {exc}"[:300])
+    if unsure:
+        raise TransientError("; ".join(unsure))
     key = ";".join(errors)
     if key not in _failed_once:
         _failed_once.add(key)
@@ -237,7 +246,7 @@ def _candidates() -> list[str]:
     return [p for p in LIBRARY_PATHS if not p.startswith("/") or Path(p).exists()]
 
 
-CANARY_TIMEOUT_S = 5.0
+CANARY_TIMEOUT_S = 10.0
 CANARY_PREFIX: tuple[str, ...] = ()
 """Put before the canary's interpreter (tests: another release's dynamic loader)."""
 
@@ -247,6 +256,8 @@ def canary(path: str, conf: str | None) -> str:
 
     libslurm's ``fatal()`` (no slurm.conf, plugins of another release) ends the child, not
     slonkd. slurmctld unreachable is no reason to refuse (the child asked and lived).
+    Raises TransientError when the child could not start or did not end in
+    ``CANARY_TIMEOUT_S``: that says nothing about the library.
     """
     argv = [
         *CANARY_PREFIX,
@@ -261,7 +272,7 @@ def canary(path: str, conf: str | None) -> str:
             argv, capture_output=True, text=True, timeout=CANARY_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"canary: {exc}"
+        raise TransientError(f"canary: {exc}") from None
     if done.returncode == 0:
         return ""
     said = (done.stderr or done.stdout).strip().splitlines()

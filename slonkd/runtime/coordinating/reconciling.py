@@ -259,6 +259,7 @@ class Coordinator:
                 "first_ms": self.first_pass_ms,
                 "slurm_change_polls": self.watch.probes if self.watch else 0,
                 "slurm_poll_backend": self.watch.backend if self.watch else "off",
+                "slurm_poll_why": self.watch.why if self.watch else "poll_s is 0",
             }
         }
         if self.topology is not None:
