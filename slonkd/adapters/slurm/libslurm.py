@@ -247,6 +247,9 @@ def _candidates() -> list[str]:
 
 
 CANARY_TIMEOUT_S = 10.0
+"""The canary child's whole life: start, imports, ``slurm_init`` and its one ask."""
+CANARY_ASK_S = 2.5
+"""How long the child waits for its ask (an unreachable slurmctld is no reason to refuse)."""
 CANARY_PREFIX: tuple[str, ...] = ()
 """Put before the canary's interpreter (tests: another release's dynamic loader)."""
 
@@ -300,7 +303,7 @@ def _canary_main(argv: list[str]) -> NoReturn:
     lib._busy.acquire()
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
-    thread.join(CANARY_TIMEOUT_S / 2)
+    thread.join(CANARY_ASK_S)
     if terminal:
         print(terminal[0], file=sys.stderr, flush=True)
     os._exit(2 if terminal else 0)
