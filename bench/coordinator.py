@@ -344,7 +344,7 @@ def change_poll_cost(
     ``declared``: slurmd-less nodes added to the 4 real ones (the table's size). Keys carry
     ``_t<SlurmdTimeout>`` and, with declared nodes, ``_n<declared>``.
     """
-    from slonkd.adapters.slurm import libslurm
+    from slonkd.adapters.slurm import libslurm_child
     from slonkd.adapters.slurm.runner import SlurmSettings
     from slonkd.adapters.slurm.scontrol import ScontrolBackend
     from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
@@ -356,7 +356,7 @@ def change_poll_cost(
     try:
         wait_registered(slurm, declared)
         backend = ScontrolBackend(SlurmSettings(env={"SLURM_CONF": str(slurm.conf)}))
-        lib = libslurm.load(conf=str(slurm.conf))
+        lib = libslurm_child.load(conf=str(slurm.conf))
         if lib is None:
             raise SystemExit("libslurm did not load")
         for key, probe in (("scontrol_poll", None), ("change_poll", lib)):
@@ -428,7 +428,7 @@ def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
         # the same events through the libslurm change poll (5 Hz, scontrol only on a change)
         fast = Coordinator(root / "lat-change", kube, slurm, change_poll=True, **config)
         try:
-            wait_for(  # libslurm loads beside the scontrol poll, after a canary child
+            wait_for(  # libslurm's child starts beside the scontrol poll
                 "change poll in use",
                 lambda: (
                     fast.passes() > 0

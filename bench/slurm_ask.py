@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench.coordinator import _print, cluster_of, node_info_of, wait_registered
 from slonkd_sandbox.slurm import QUIET_SLURMD_TIMEOUT_S, SlurmLayout
-from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV, ChrootSlurmCluster
+from slonkd_sandbox.slurm_chroot import CHILD_PREFIX_ENV, ChrootSlurmCluster
 
 PERIOD_S = 0.2
 """The coordinator's change poll period (``change_poll_s``)."""
@@ -40,12 +40,12 @@ PERIOD_S = 0.2
 
 async def _ask(seconds: float) -> dict[str, int]:
     """The child: load libslurm and ask every PERIOD_S for ``seconds``, after one first ask."""
-    from slonkd.adapters.slurm import libslurm
+    from slonkd.adapters.slurm import libslurm_child
 
-    prefix = os.environ.get(CANARY_PREFIX_ENV)
+    prefix = os.environ.get(CHILD_PREFIX_ENV)
     if prefix:
-        libslurm.CANARY_PREFIX = tuple(json.loads(prefix))
-    lib = libslurm.load()
+        libslurm_child.CHILD_PREFIX = tuple(json.loads(prefix))
+    lib = libslurm_child.load()
     if lib is None:
         raise SystemExit("libslurm did not load")
     since = (await lib.changed_since(0)).last_update

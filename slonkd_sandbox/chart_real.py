@@ -286,20 +286,25 @@ def _add_user(release: Release) -> None:
     (home / ".ssh").chmod(0o700)
     (home / "hb.sh").chmod(0o755)
     for pod, container in ((LOGIN, "login"), (CONTROLLER, "slurmctld")):
-        release.exec(
-            pod,
-            container,
-            "useradd",
-            "-M",
-            "-d",
-            f"/home/{USER}",
-            "-s",
-            "/bin/sh",
-            "-u",
-            str(USER_ID),
-            "-U",
-            USER,
-        )
+        add_account(release, pod, container)
+
+
+def add_account(release: Release, pod: str, container: str) -> None:
+    """The user's account in one container (again after that pod was replaced)."""
+    release.exec(
+        pod,
+        container,
+        "useradd",
+        "-M",
+        "-d",
+        f"/home/{USER}",
+        "-s",
+        "/bin/sh",
+        "-u",
+        str(USER_ID),
+        "-U",
+        USER,
+    )
 
 
 @contextmanager

@@ -187,8 +187,12 @@ class Coordinators:
         log: Path | None = None,
         until: str | None = COORDINATOR_SYNCED,
         timeout_s: float = 30.0,
+        prefix: Sequence[str] = (),
     ) -> Daemon:
-        """Start a candidate as pod ``identity``; return once it logs ``until`` anew."""
+        """Start a candidate as pod ``identity``; return once it logs ``until`` anew.
+
+        ``prefix``: what runs its interpreter (e.g. a mount namespace with its own files).
+        """
         full = {**env, "POD_NAME": identity}
         if isinstance(config, Path):
             full["SLONKD_CONFIG"] = str(config)
@@ -201,6 +205,7 @@ class Coordinators:
             env=full,
             log=log or self.root / f"{identity}.log",
             python_args=self.python_args,
+            prefix=prefix,
         )
         self.started.append(daemon)
         return daemon.start(until=until, timeout_s=timeout_s)

@@ -1,13 +1,13 @@
-"""``slonkd`` with libslurm's canary child run under another release's loader (the harness's).
+"""``slonkd`` with its libslurm child run under another release's loader (the harness's).
 
 ``python -m slonkd_sandbox.libslurm_launch ROLE ...`` is ``python -m slonkd.cli.main ROLE ...``
-after :data:`slonkd.adapters.slurm.libslurm.CANARY_PREFIX` is set from
-:data:`~slonkd_sandbox.slurm_chroot.CANARY_PREFIX_ENV`: a process that
+after :data:`slonkd.adapters.slurm.libslurm_child.CHILD_PREFIX` is set from
+:data:`~slonkd_sandbox.slurm_chroot.CHILD_PREFIX_ENV`: a process that
 :meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv` started on a release
-root's loader starts its canary the same way, so the root's library loads in both. Used by
+root's loader starts its libslurm child the same way, so the root's library loads in both. Used by
 bench/coordinator.py for 24.11's change poll; a release's own image needs none of it.
 Neighbours: :mod:`slonkd_sandbox.daemon` (runs it as a :class:`~slonkd_sandbox.daemon.Daemon`'s
-module), :mod:`slonkd.adapters.slurm.libslurm` (the canary).
+module), :mod:`slonkd.adapters.slurm.libslurm_child` (the child).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import json
 import os
 import sys
 
-from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm import libslurm_child
 from slonkd.cli.main import main
-from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV
+from slonkd_sandbox.slurm_chroot import CHILD_PREFIX_ENV
 
 if __name__ == "__main__":
-    prefix = os.environ.get(CANARY_PREFIX_ENV)
+    prefix = os.environ.get(CHILD_PREFIX_ENV)
     if prefix:
-        libslurm.CANARY_PREFIX = tuple(json.loads(prefix))
+        libslurm_child.CHILD_PREFIX = tuple(json.loads(prefix))
     raise SystemExit(main(sys.argv[1:]))

@@ -34,7 +34,7 @@ from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_conf import render_slurm_conf
 from slonkd_sandbox.slurm_root import ensure_accounting, ensure_slurm_root
 
-CANARY_PREFIX_ENV = "SLONKD_SANDBOX_CANARY_PREFIX"
+CHILD_PREFIX_ENV = "SLONKD_SANDBOX_LIBSLURM_CHILD_PREFIX"
 """A JSON list: what libslurm's canary child runs under (see ``libslurm_argv``)."""
 
 SLURM_CLIENTS = (
@@ -111,7 +111,7 @@ class ChrootSlurmCluster(SlurmCluster):
         The program runs on the root's dynamic loader and C library, ``SLURM_LIBRARY`` names
         the root's library, and in a private mount namespace the root's plugins and cluster
         directory stand where that library looks for them (its compiled-in PluginDir,
-        slurm.conf's inner paths). :data:`CANARY_PREFIX_ENV` says what libslurm's canary child
+        slurm.conf's inner paths). :data:`CHILD_PREFIX_ENV` says what libslurm's canary child
         must run under (the same loader); :mod:`slonkd_sandbox.libslurm_launch` applies it to
         ``slonkd``. As a release's own image would be, without building one.
         """
@@ -139,7 +139,7 @@ class ChrootSlurmCluster(SlurmCluster):
         return wrapped, {
             **env,
             "SLURM_LIBRARY": str(root / "usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"),
-            CANARY_PREFIX_ENV: json.dumps([str(loader), "--library-path", path]),
+            CHILD_PREFIX_ENV: json.dumps([str(loader), "--library-path", path]),
         }
 
     def _check_programs(self) -> None:

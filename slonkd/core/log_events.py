@@ -32,3 +32,11 @@ AGENT_SYNCED: Final = "agent.synced"
 AGENT_POD_REPLACED: Final = "agent.pod_replaced"
 """An agent bound to its pod's uid saw a successor pod of its name: it leaves the node to the
 successor's agent from now on (``uid``, ``successor_uid``)."""
+
+SLURM_LIBSLURM_CHILD_EXITED: Final = "slurm.libslurm_child_exited"
+"""The child process holding libslurm for the change poll ended on a question (``rc``, its
+last words ``said``, ``restart_s``): exit 40 with "Name or service not known" is slurmctld's
+name not resolving. The next question after ``restart_s`` starts a new child."""
+
+COORDINATOR_CHANGE_POLL_LOADED: Final = "coordinator.change_poll_loaded"
+"""The change poll's libslurm child is ready (``library``, ``load_s``): polls ask it now."""

@@ -8,12 +8,12 @@ slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than
 ``max_reads_per_s`` reads in any second, whatever happens.
 
-With libslurm loaded (:mod:`slonkd.adapters.slurm.libslurm`), the poll first asks slurmctld
-"node table changed since T?" every ``change_poll_s`` (an answer of a few bytes, no table
-packed) and runs the scontrol read only when the answer is yes; a library that cannot talk
-to this slurmctld is dropped (logged once) and the poll reads with scontrol as before; a
-load that failed only for now (its canary child slow to answer on a busy node) is tried
-again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
+With libslurm loaded (in a child: :mod:`slonkd.adapters.slurm.libslurm_child`), the poll
+first asks slurmctld "node table changed since T?" every ``change_poll_s`` (an answer of a
+few bytes, no table packed) and runs the scontrol read only when the answer is yes. A
+library that cannot talk to this slurmctld is dropped (logged once) and the poll reads with
+scontrol as before; a load that failed only for now (its child slow to start on a busy
+node) is tried again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
 "no change" also tells the backend that the table its last read kept is still SLURM's
 (:meth:`~slonkd.adapters.slurm.scontrol.ScontrolBackend.confirm_table`), so passes take that
 table instead of reading it again.
@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm import libslurm_child
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.libslurm import LibSlurm
+from slonkd.adapters.slurm.libslurm import ChangeProbe
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+from slonkd.core.log_events import COORDINATOR_CHANGE_POLL_LOADED
 from slonkd.core.slurm_node import SlurmNode
 
 if TYPE_CHECKING:
@@ -89,12 +90,12 @@ class ReadLimiter:
                 self._on_read()
 
 
-def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None:
+def change_probe(s: CoordinatorSettings) -> Callable[[], ChangeProbe | None] | None:
     """How to get libslurm for the change poll, or None (then the scontrol poll, as before).
 
     None when the setting is off or SLURM is behind an argv prefix (another release's
-    clients, which the installed library may not speak). The loader blocks (a canary child
-    process) and loads once per process (libslurm configures itself once): the watch runs it
+    clients, which the installed library may not speak). The loader blocks (it starts the
+    child) and loads once per process and configuration: the watch runs it
     in a thread, off the event loop. A load that failed for now (TransientError) is not
     kept: the watch's next try loads again.
     """
@@ -102,15 +103,15 @@ def change_probe(s: CoordinatorSettings) -> Callable[[], LibSlurm | None] | None
         return None
     conf = s.slurm.env.get("SLURM_CONF")
 
-    def loader() -> LibSlurm | None:
+    def loader() -> ChangeProbe | None:
         if conf not in _loaded:
-            _loaded[conf] = libslurm.load(conf=conf)
+            _loaded[conf] = libslurm_child.load(conf=conf)
         return _loaded[conf]
 
     return loader
 
 
-_loaded: dict[str | None, LibSlurm | None] = {}
+_loaded: dict[str | None, ChangeProbe | None] = {}
 
 RELOAD_S = 30.0
 """The wait before loading libslurm again after a load that failed for now (then doubled)."""
@@ -133,8 +134,8 @@ class SlurmWatch:
         changed: Callable[[Sequence[SlurmNode]], None],
         *,
         poll_s: float,
-        change_probe: LibSlurm | None = None,
-        probe_loader: Callable[[], LibSlurm | None] | None = None,
+        change_probe: ChangeProbe | None = None,
+        probe_loader: Callable[[], ChangeProbe | None] | None = None,
         change_poll_s: float = 0.2,
         reload_s: float = RELOAD_S,
     ) -> None:
@@ -225,7 +226,7 @@ class SlurmWatch:
             period = self.change_poll_s if fast else self.poll_s
             await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
 
-    def _load(self, now: float) -> asyncio.Future[LibSlurm | None] | None:
+    def _load(self, now: float) -> asyncio.Future[ChangeProbe | None] | None:
         """Start the loader in a thread, when there is one to run and it is time to."""
         if self._loader is None or self.probe is not None:
             return None
@@ -236,8 +237,8 @@ class SlurmWatch:
         return asyncio.ensure_future(asyncio.to_thread(self._loader))
 
     def _loaded(
-        self, loading: asyncio.Future[LibSlurm | None] | None, now: float
-    ) -> asyncio.Future[LibSlurm | None] | None:
+        self, loading: asyncio.Future[ChangeProbe | None] | None, now: float
+    ) -> asyncio.Future[ChangeProbe | None] | None:
         """Take a finished load's outcome; start the next try when one is due."""
         if loading is None:
             return self._load(now)
@@ -245,7 +246,7 @@ class SlurmWatch:
             return loading
         try:
             self.probe = loading.result()
-        except TransientError as exc:  # a canary slow to answer on a busy node: not a verdict
+        except TransientError as exc:  # a child slow to start on a busy node: not a verdict
             self._reload_at = now + self._reload_s
             self.why = f"libslurm not loaded yet, next try in {self._reload_s:g} s: {exc}"[:300]
             log.warning(
@@ -263,7 +264,7 @@ class SlurmWatch:
         else:
             self.why = ""
             log.info(
-                "coordinator.change_poll_loaded",
+                COORDINATOR_CHANGE_POLL_LOADED,
                 library=self.probe.path, load_s=round(now - self._load_began, 2),
             )  # fmt: skip
         return None

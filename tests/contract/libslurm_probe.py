@@ -3,7 +3,8 @@
 libslurm reads ``SLURM_CONF`` once per process, so each cluster gets its own probe. Each
 line on stdin is a time T; each answer on stdout is one JSON line: ``{"changed", "last_update"}``
 or ``{"error": class name, "message"}``; ``{"loaded": path or null}`` comes first.
-``SLONKD_SANDBOX_CANARY_PREFIX`` (a JSON list): what the library's canary child runs under.
+``SLONKD_SANDBOX_LIBSLURM_CHILD_PREFIX`` (a JSON list): what the library's child runs
+under.
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ import json
 import os
 import sys
 
-from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm import libslurm_child
 from slonkd.core.errors import SlonkdError
-from slonkd_sandbox.slurm_chroot import CANARY_PREFIX_ENV
+from slonkd_sandbox.slurm_chroot import CHILD_PREFIX_ENV
 
 
 async def main() -> None:
     """Answer one question per stdin line until stdin closes."""
-    prefix = os.environ.get(CANARY_PREFIX_ENV)
+    prefix = os.environ.get(CHILD_PREFIX_ENV)
     if prefix:
-        libslurm.CANARY_PREFIX = tuple(json.loads(prefix))
-    lib = libslurm.load()
+        libslurm_child.CHILD_PREFIX = tuple(json.loads(prefix))
+    lib = libslurm_child.load()
     print(json.dumps({"loaded": lib.path if lib else None}), flush=True)
     for line in sys.stdin:
         if lib is None:

@@ -6,6 +6,7 @@ The probe (tests/contract/libslurm_probe.py) runs in its own process with the cl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -15,6 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from slonkd.adapters.slurm import libslurm_child
+from slonkd.core.errors import TransientError
 from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
@@ -91,3 +96,33 @@ def test_change_detection_against_slurmctld(
         assert probe.proc.poll() is None
     finally:
         probe.close()
+
+
+UNRESOLVABLE = """\
+ClusterName=nowhere
+SlurmctldHost=slurmctld-0.slurmctld.nowhere.invalid
+AuthType=auth/munge
+NodeName=n1 CPUs=1 State=UNKNOWN
+PartitionName=p Nodes=n1 Default=YES
+"""
+
+
+def test_a_controller_name_that_does_not_resolve_ends_the_child_not_slonkd(
+    tmp_path: Path,
+) -> None:
+    """The installed libslurm ends its process when slurmctld's name does not resolve.
+
+    That is slurmctld's pod restarting behind a headless Service: loaded into the
+    coordinator, the library ended it (exit 40). In its child, the question is a transient
+    error and this process lives; the next question starts a new child.
+    """
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(UNRESOLVABLE)
+    lib = libslurm_child.load(conf=str(conf))
+    assert isinstance(lib, libslurm_child.ChildLibSlurm), "libslurm did not load"
+    try:
+        with pytest.raises(TransientError, match="exited"):
+            asyncio.run(lib.changed_since(0, timeout_s=30))
+        assert lib.starts == 1
+    finally:
+        lib.close()

@@ -48,6 +48,7 @@ from slonkd_sandbox.chart_real import (
     RELEASE,
     Obj,
     Release,
+    add_account,
     install,
     ready,
     workers,
@@ -470,6 +471,76 @@ def test_helm_upgrade_of_an_agent_setting_rolls_the_workers_one_at_a_time_killin
 
 def _node_obj(deployed: Release) -> Obj:
     return dict(deployed.kube.api.request("GET", f"/api/v1/nodes/{deployed.node.name}"))
+
+
+def test_slurmctld_restarting_ends_no_coordinator_and_the_change_poll_comes_back(
+    deployed: Release,
+) -> None:
+    """slurmctld's pod replaced: no coordinator ends, and the leader's change poll returns.
+
+    The chart's slurm.conf names slurmctld by its pod's DNS name (a headless Service): from
+    the old pod's end until the new one has an address, that name does not resolve, and
+    libslurm ends the process that asks (``fatal()``, exit 40). It used to ask from inside
+    the coordinator, which the kubelet then restarted; a coordinator started in such a
+    window (at install, on a busy machine) kept the scontrol poll for good (stop 35's CI).
+    Now the library lives in a child process that the coordinator starts again.
+
+    Before the SLURM failure test, which leaves the only node cordoned: slurmctld's new pod
+    could not be placed after it.
+    """
+    coords = {"app.kubernetes.io/component": "coordinator"}
+
+    def restarts() -> dict[str, int]:
+        return {
+            p["metadata"]["name"]: sum(
+                c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])
+            )
+            for p in deployed.pods(**coords)
+        }
+
+    def passes() -> dict[str, Any]:
+        shown = deployed.exec(leader, "coordinator", "slonkd", "status", "-o", "json")
+        return dict(json.loads(shown)["passes"])
+
+    leader = _leader(deployed)
+    before = restarts()
+    old = deployed.pod_uid(CONTROLLER)
+    assert old is not None
+    deployed.delete_pod(CONTROLLER)
+    wait_for(
+        "slurmctld replaced and ready",
+        lambda: deployed.replaced_and_ready(CONTROLLER, old),
+        timeout_s=240,
+        interval_s=1,
+    )
+    add_account(deployed, CONTROLLER, "slurmctld")  # the user's, lost with the old pod
+    asked = passes()["slurm_change_polls"]
+    try:
+        wait_for(
+            "the leader's change poll answering again",
+            lambda: passes()["slurm_change_polls"] > asked + 5,
+            timeout_s=120,
+            interval_s=2,
+        )
+    except HarnessError:
+        pytest.fail(f"{passes()}\n{deployed.diagnose()}")
+    assert restarts() == before, deployed.diagnose()
+    assert _leader(deployed) == leader
+    shown = passes()
+    assert shown["slurm_poll_backend"] == "libslurm", shown
+    said = [
+        line
+        for line in deployed.logs(leader, "coordinator").splitlines()
+        if "libslurm_child" in line
+    ]
+    print(f"[chart-real] the leader's libslurm child across slurmctld's restart: {said[-3:]}")
+    wait_for(  # the next test starts from settled workers
+        "every worker idle under the new slurmctld",
+        lambda: all(deployed.sinfo_states().get(w) == "idle" for w in WORKERS),
+        timeout_s=120,
+        interval_s=2,
+    )
+    assert not _node_obj(deployed)["spec"].get("unschedulable"), "marked by the restart"
 
 
 def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_eviction(

@@ -24,6 +24,7 @@ from slonkd.core.log_events import (
     COORDINATOR_API_LISTENING,
     COORDINATOR_LEADING,
     COORDINATOR_SYNCED,
+    SLURM_LIBSLURM_CHILD_EXITED,
 )
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.procs import HarnessError, wait_for
@@ -889,3 +890,75 @@ def test_at_rest_the_change_polls_no_change_serves_passes_and_a_change_still_sho
         return "DRAIN" in rows["w-3"]["slurm_state"]
 
     wait_for("the operator's drain in the status", drained, timeout_s=10)
+
+
+CTL_NAME = "slonkd-e2e-slurmctld"
+"""slurmctld's name for the next test's coordinator: in its private /etc/hosts, or not."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a private /etc/hosts needs a mount namespace")
+def test_slurmctlds_name_not_resolving_ends_no_coordinator_and_the_change_poll_follows(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """libslurm ends the process that asks when slurmctld's name does not resolve (exit 40).
+
+    That is every coordinator start before slurmctld's pod has an address, and every restart
+    of that pod behind a headless Service. With the library loaded into the coordinator, a
+    start in that window kept the scontrol poll for good (stop 35's CI: the chart's leader
+    showed ``scontrol``) and a later window ended the coordinator. Here the coordinator runs
+    in a mount namespace whose /etc/hosts the test writes: slurmctld's name missing at start,
+    then there, gone, and back. The coordinator lives throughout, and its change poll answers
+    once the name resolves, each time.
+    """
+    hosts = tmp_path / "hosts"
+    base = Path("/etc/hosts").read_text()
+
+    def resolvable(yes: bool) -> None:  # same file, same inode: the bind mount shows it
+        hosts.write_text(base + (f"127.0.0.1 {CTL_NAME}\n" if yes else ""))
+
+    resolvable(False)
+    conf = fleet.slurm.conf.with_name("slurm-by-name.conf")
+    conf.write_text(
+        re.sub(r"^SlurmctldHost=(\S+)\(127\.0\.0\.1\)", rf"SlurmctldHost=\1({CTL_NAME})",
+               fleet.slurm.conf.read_text(), flags=re.M)
+    )  # fmt: skip
+    assert CTL_NAME in conf.read_text()
+    fleet.first.stop()
+    named = fleet.coordinators.start(
+        {**fleet.env, "SLURM_CONF": str(conf)},
+        identity="coordinator-named",
+        until=COORDINATOR_API_LISTENING,
+        prefix=("unshare", "-m", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)),
+    )  # fmt: skip
+
+    def passes() -> dict[str, Any]:
+        port = named.events(COORDINATOR_API_LISTENING)[-1]["port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=10) as resp:
+            return dict(json.loads(resp.read())["passes"])
+
+    named.wait(SLURM_LIBSLURM_CHILD_EXITED, timeout_s=30)  # its first question ended it
+    assert named.running, named.exited()
+    resolvable(True)
+    wait_for(
+        "the change poll answering once the name resolves",
+        lambda: passes()["slurm_change_polls"] > 5,
+        timeout_s=60,
+    )
+    shown = passes()
+    assert shown["slurm_poll_backend"] == "libslurm", shown
+    died = len(named.events(SLURM_LIBSLURM_CHILD_EXITED))
+    resolvable(False)
+    named.wait(SLURM_LIBSLURM_CHILD_EXITED, count=died + 1, timeout_s=30)
+    time.sleep(3)
+    assert named.running, named.exited()
+    exited = named.events(SLURM_LIBSLURM_CHILD_EXITED)[-1]
+    assert exited["rc"] != 0, exited
+    asked = passes()["slurm_change_polls"]
+    resolvable(True)
+    wait_for(
+        "the change poll answering again",
+        lambda: passes()["slurm_change_polls"] > asked + 5,
+        timeout_s=60,
+    )
+    assert named.running, named.exited()

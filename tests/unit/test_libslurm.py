@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm import libslurm, libslurm_child
 from slonkd.adapters.slurm.libslurm import (
     SLURM_NO_CHANGE_IN_DATA,
     SLURM_PROTOCOL_VERSION_ERROR,
@@ -47,7 +48,7 @@ def test_unloadable_library_gives_none() -> None:
     def refuse(path: str) -> Any:
         raise OSError(f"{path}: cannot open shared object file")
 
-    assert libslurm.load("/nonexistent/libslurm.so", opener=refuse) is None
+    assert libslurm_child.load("/nonexistent/libslurm.so", opener=refuse) is None
 
 
 class _Fn:
@@ -102,24 +103,61 @@ async def test_timeout_is_transient_and_one_call_in_flight() -> None:
 def test_a_library_that_would_exit_slonkd_is_not_loaded(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """libslurm's fatal() on a missing slurm.conf ends the canary child, not this process."""
+    """libslurm's fatal() on a missing slurm.conf ends its child, before it is ready: None."""
     if not any(Path(p).exists() for p in libslurm.LIBRARY_PATHS if p.startswith("/")):
         pytest.skip("no libslurm installed")
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing" / "slurm.conf"))
     monkeypatch.delenv("SLURM_LIBRARY", raising=False)
-    assert libslurm.load() is None
+    assert libslurm_child.load() is None
 
 
-def test_a_canary_that_outlives_its_wait_is_a_retry_not_a_verdict(
+def test_a_child_that_outlives_its_start_is_a_retry_not_a_verdict(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A canary child slow to answer (a busy node at start) says nothing about the library.
+    """A child slow to start (a busy node) says nothing about the library.
 
     load() raises TransientError so that the caller tries again later; it used to give None,
-    and the coordinator then kept the scontrol poll for the life of the process (CI, stop 35:
-    the chart's leader showed ``slurm_poll_backend: scontrol``).
+    and the coordinator then kept the scontrol poll for the life of the process.
     """
-    monkeypatch.setattr(libslurm, "CANARY_PREFIX", ("sh", "-c", 'sleep 5; exec "$@"', "canary"))
-    monkeypatch.setattr(libslurm, "CANARY_TIMEOUT_S", 0.3)
-    with pytest.raises(TransientError, match="canary"):
-        libslurm.load("libc.so.6")  # any library dlopen() takes: the canary decides
+    monkeypatch.setattr(libslurm_child, "CHILD_PREFIX", ("sh", "-c", 'sleep 5; exec "$@"', "slow"))
+    monkeypatch.setattr(libslurm_child, "CHILD_START_S", 0.3)
+    with pytest.raises(TransientError, match="not ready"):
+        libslurm_child.load("libc.so.6")
+
+
+FAKE_CHILD = """
+import json, sys
+print(json.dumps({"ready": "fake"}), flush=True)
+for line in sys.stdin:
+    if int(line) == 13:
+        print("Name or service not known", file=sys.stderr, flush=True)
+        sys.exit(40)
+    print(json.dumps({"changed": True, "last_update": int(line) + 1}), flush=True)
+"""
+
+
+async def test_a_child_that_dies_on_a_question_is_an_error_and_is_started_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libslurm's fatal() at a question ends its child, not slonkd.
+
+    A transient error, then a new child once the restart wait is over (it ended the
+    coordinator, exit 40, before).
+    """
+    fake = tmp_path / "child.py"
+    fake.write_text(FAKE_CHILD)
+    monkeypatch.setattr(libslurm_child, "CHILD_PREFIX", (sys.executable, str(fake)))
+    monkeypatch.setattr(libslurm_child, "RESTART_S", 0.3)
+    lib = libslurm_child.load("fake-libslurm.so")
+    assert isinstance(lib, libslurm_child.ChildLibSlurm)
+    try:
+        assert (await lib.changed_since(5)).last_update == 6
+        with pytest.raises(TransientError, match="exited 40: Name or service not known"):
+            await lib.changed_since(13)
+        with pytest.raises(TransientError, match="next start in"):
+            await lib.changed_since(7)  # not at once: a child that keeps dying costs little
+        await asyncio.sleep(0.35)
+        assert (await lib.changed_since(7)).last_update == 8
+        assert lib.starts == 2
+    finally:
+        lib.close()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from slonkd.adapters.slurm import libslurm
+from slonkd.adapters.slurm import libslurm_child
 from slonkd.adapters.slurm.libslurm import NodeTableStamp
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError, TransientError
@@ -166,7 +166,7 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
 
 
 async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
-    """A load that failed for now (a slow canary) is tried again: the change poll follows.
+    """A load that failed for now (a child slow to start) is tried again: the change poll follows.
 
     Before, the first load's failure held for the life of the process: the scontrol poll
     alone, whatever the library could do a minute later.
@@ -178,7 +178,7 @@ async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
     def loader() -> object:
         tries.append(time.monotonic())
         if len(tries) == 1:
-            raise TransientError("canary: no answer in 5 s")
+            raise TransientError("libslurm child: not ready in 10 s")
         return probe
 
     watch = SlurmWatch(
@@ -187,7 +187,7 @@ async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
     )  # fmt: skip
     await run_for(watch.run, 0.06)
     assert watch.backend == "scontrol"
-    assert "canary" in watch.why
+    assert "not ready" in watch.why
     await run_for(watch.run, 0.4)
     assert len(tries) == 2
     assert tries[1] - tries[0] >= 0.1  # not at once: after reload_s
@@ -221,7 +221,7 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
         loaded.append(conf)
         return "lib"
 
-    monkeypatch.setattr(libslurm, "load", fake_load)
+    monkeypatch.setattr(libslurm_child, "load", fake_load)
     monkeypatch.setattr(slurm_watch, "_loaded", {})
 
     def settings(slurm: SlurmSettings, *, on: bool = True) -> CoordinatorSettings:

@@ -25,41 +25,34 @@ What is bound, and why it is safe across SLURM 22.05 and 24.11:
 The library is the one of the SLURM installed next to slonkd (Debian's package ships it as
 ``slurm-wlm/libslurmfull.so``; ``libslurm.so.N`` where a distribution ships that). When it
 cannot be loaded (absent, a C library too old for it) or speaks another protocol than
-slurmctld, :func:`load` returns None or the poll drops it, logged once, and the poll
-reads with scontrol every period as before.
+slurmctld, the poll reads with scontrol every period as before (logged once).
 
 PyPI's ``pyslurm`` is not used: its releases are built for SLURM 25.11 only, a release no
 Debian ships (bookworm has 22.05, trixie 24.11), and it must be compiled against the exact
 release it talks to. Two ctypes calls with stable signatures fit every release slonkd runs on.
 
-libslurm ends its process (``fatal()``) where its configuration or plugins do not fit it (no
-slurm.conf, another release's plugins in PluginDir): so before loading it into slonkd,
-:func:`load` has a child process do the same (init and one call) and loads only when that
-child lived.
+libslurm ends its process (``fatal()``) where its configuration or plugins do not fit it,
+and when the controller's name does not resolve, at any call: so slonkd never loads it
+into its own process. :mod:`slonkd.adapters.slurm.libslurm_child` runs :func:`child_main`
+in a child and asks through it; :class:`LibSlurm` is that child's side.
 
-Each call runs in a worker thread (libslurm blocks) with a bounded wait, and at most one
-is in flight per process: a call that outlived its wait keeps the slot until libslurm's
-own MessageTimeout ends it, and calls meanwhile fail fast with a transient error.
+Each question runs in a worker thread (it blocks) with a bounded wait, and at most one
+is in flight (:class:`ChangeProbe`): a question that outlived its wait keeps the slot until
+libslurm's own MessageTimeout ends it, and questions meanwhile fail fast with a transient
+error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import os
-import subprocess
+import json
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, NoReturn
-
-import structlog
+from typing import Any
 
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
-
-log = structlog.get_logger("slonkd.slurm")
 
 LIBRARY_PATHS = (
     "/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so",
@@ -123,44 +116,26 @@ class _NodeInfoMsg(ctypes.Structure):
     _fields_ = [("last_update", ctypes.c_int64)]
 
 
-class LibSlurm:
-    """The bound library; :meth:`changed_since` is the only question it answers."""
+class ChangeProbe:
+    """Asks "changed since T?" one call at a time, each in a worker thread with a bounded wait.
 
-    def __init__(self, lib: Any, path: str, conf: str | None = None) -> None:
+    :class:`LibSlurm` answers in this process (the child's side);
+    :class:`~slonkd.adapters.slurm.libslurm_child.ChildLibSlurm` through a child process
+    (the coordinator's side).
+    """
+
+    def __init__(self, path: str) -> None:
         self.path = path
-        self._lib = lib
         self._busy = threading.Lock()
-        lib.slurm_load_node.argtypes = [
-            ctypes.c_int64,
-            ctypes.POINTER(ctypes.POINTER(_NodeInfoMsg)),
-            ctypes.c_uint16,
-        ]
-        lib.slurm_load_node.restype = ctypes.c_int
-        lib.slurm_free_node_info_msg.argtypes = [ctypes.POINTER(_NodeInfoMsg)]
-        lib.slurm_free_node_info_msg.restype = None
-        lib.slurm_strerror.argtypes = [ctypes.c_int]
-        lib.slurm_strerror.restype = ctypes.c_char_p
-        lib.slurm_init.argtypes = [ctypes.c_char_p]
-        lib.slurm_init.restype = None
-        lib.slurm_init(conf.encode() if conf else None)
+
+    def _ask(self, since: int) -> NodeTableStamp:
+        """The blocking question (worker thread)."""
+        raise NotImplementedError
 
     def _call(self, since: int) -> NodeTableStamp:
         """The blocking call (worker thread); releases the one-in-flight slot when done."""
         try:
-            resp = ctypes.POINTER(_NodeInfoMsg)()
-            ctypes.set_errno(0)
-            rc = self._lib.slurm_load_node(since, ctypes.byref(resp), SHOW_ALL)
-            errno = ctypes.get_errno()
-            last: int | None = None
-            if rc == SLURM_SUCCESS and resp:
-                last = int(resp.contents.last_update)
-                self._lib.slurm_free_node_info_msg(resp)
-            try:
-                return interpret(rc, errno, since, last)
-            except SlonkdError as exc:
-                raw = self._lib.slurm_strerror(errno)
-                text = raw.decode(errors="replace") if raw else ""
-                raise error_for(errno, text) from exc
+            return self._ask(since)
         finally:
             self._busy.release()
 
@@ -185,129 +160,70 @@ class LibSlurm:
             raise TransientError(f"slurm_load_node: no answer in {timeout_s:g} s") from None
 
 
+class LibSlurm(ChangeProbe):
+    """The library bound in this process (the child's side: libslurm may end its process)."""
+
+    def __init__(self, lib: Any, path: str, conf: str | None = None) -> None:
+        super().__init__(path)
+        self._lib = lib
+        lib.slurm_load_node.argtypes = [
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.POINTER(_NodeInfoMsg)),
+            ctypes.c_uint16,
+        ]
+        lib.slurm_load_node.restype = ctypes.c_int
+        lib.slurm_free_node_info_msg.argtypes = [ctypes.POINTER(_NodeInfoMsg)]
+        lib.slurm_free_node_info_msg.restype = None
+        lib.slurm_strerror.argtypes = [ctypes.c_int]
+        lib.slurm_strerror.restype = ctypes.c_char_p
+        lib.slurm_init.argtypes = [ctypes.c_char_p]
+        lib.slurm_init.restype = None
+        lib.slurm_init(conf.encode() if conf else None)
+
+    def _ask(self, since: int) -> NodeTableStamp:
+        resp = ctypes.POINTER(_NodeInfoMsg)()
+        ctypes.set_errno(0)
+        rc = self._lib.slurm_load_node(since, ctypes.byref(resp), SHOW_ALL)
+        errno = ctypes.get_errno()
+        last: int | None = None
+        if rc == SLURM_SUCCESS and resp:
+            last = int(resp.contents.last_update)
+            self._lib.slurm_free_node_info_msg(resp)
+        try:
+            return interpret(rc, errno, since, last)
+        except SlonkdError as exc:
+            raw = self._lib.slurm_strerror(errno)
+            text = raw.decode(errors="replace") if raw else ""
+            raise error_for(errno, text) from exc
+
+
 def _drop_result(task: asyncio.Future[NodeTableStamp]) -> None:
     """Collect a timed-out call's late result so that asyncio does not log it as lost."""
     if not task.cancelled():
         task.exception()
 
 
-_failed_once: set[str] = set()
+def child_main(argv: list[str]) -> None:
+    """The child's side (``python -m slonkd.adapters.slurm.libslurm PATH CONF``).
 
-
-def load(
-    path: str | None = None,
-    *,
-    conf: str | None = None,
-    opener: Callable[[str], Any] | None = None,
-) -> LibSlurm | None:
-    """The installed libslurm, or None (logged once per reason) when it cannot be used.
-
-    ``conf``: slurm.conf's path (None: ``SLURM_CONF`` from the environment, else the
-    compiled-in default). libslurm initialises once per process: the first load's
-    configuration holds for every later one. Raises TransientError when no candidate loaded
-    and one's canary only failed to answer in time (a busy node): try again later.
+    Opens and initialises the library, says ``{"ready": path}``, then answers one JSON line
+    per time read from stdin until stdin closes: ``{"changed", "last_update"}`` or
+    ``{"error": "transient" | "terminal", "detail"}``. A ``fatal()`` of libslurm (no
+    slurm.conf; the controller's name that does not resolve, at any call) ends this child.
     """
-    candidates = [path] if path else _candidates()
-    open_lib = opener or (lambda p: ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL, use_errno=True))
-    errors: list[str] = []
-    unsure: list[str] = []
-    for candidate in candidates:
+    path, conf = argv[0], argv[1] or None
+    lib = LibSlurm(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL, use_errno=True), path, conf)
+    print(json.dumps({"ready": path}), flush=True)
+    for line in sys.stdin:
         try:
-            lib = open_lib(candidate)  # dlopen alone runs no SLURM code that may exit
-        except OSError as exc:
-            errors.append(f"{candidate}: {exc}"[:300])
-            continue
-        try:
-            failed = canary(candidate, conf) if opener is None else ""
-        except TransientError as exc:
-            unsure.append(f"{candidate}: {exc}"[:300])
-            continue
-        if failed:
-            errors.append(f"{candidate}: {failed}"[:300])
-            continue
-        try:
-            return LibSlurm(lib, candidate, conf)
-        except AttributeError as exc:
-            errors.append(f"{candidate}: {exc}"[:300])
-    if unsure:
-        raise TransientError("; ".join(unsure))
-    key = ";".join(errors)
-    if key not in _failed_once:
-        _failed_once.add(key)
-        log.info("slurm.libslurm_unavailable", tried=errors or ["none found"])
-    return None
-
-
-def _candidates() -> list[str]:
-    """The library paths to try: SLURM_LIBRARY, then the installed files of LIBRARY_PATHS."""
-    env = os.environ.get("SLURM_LIBRARY")
-    if env:
-        return [env]
-    return [p for p in LIBRARY_PATHS if not p.startswith("/") or Path(p).exists()]
-
-
-CANARY_TIMEOUT_S = 10.0
-"""The canary child's whole life: start, imports, ``slurm_init`` and its one ask."""
-CANARY_ASK_S = 2.5
-"""How long the child waits for its ask (an unreachable slurmctld is no reason to refuse)."""
-CANARY_PREFIX: tuple[str, ...] = ()
-"""Put before the canary's interpreter (tests: another release's dynamic loader)."""
-
-
-def canary(path: str, conf: str | None) -> str:
-    """Empty when a child process could init ``path`` and ask once; else why not.
-
-    libslurm's ``fatal()`` (no slurm.conf, plugins of another release) ends the child, not
-    slonkd. slurmctld unreachable is no reason to refuse (the child asked and lived).
-    Raises TransientError when the child could not start or did not end in
-    ``CANARY_TIMEOUT_S``: that says nothing about the library.
-    """
-    argv = [
-        *CANARY_PREFIX,
-        sys.executable,
-        "-m",
-        "slonkd.adapters.slurm.libslurm",
-        path,
-        conf or "",
-    ]
-    try:
-        done = subprocess.run(  # noqa: S603 (our interpreter, our module, paths as arguments)
-            argv, capture_output=True, text=True, timeout=CANARY_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TransientError(f"canary: {exc}") from None
-    if done.returncode == 0:
-        return ""
-    said = (done.stderr or done.stdout).strip().splitlines()
-    return f"canary exited {done.returncode}: {said[-1][-200:] if said else ''}"
-
-
-def _canary_main(argv: list[str]) -> NoReturn:
-    """The child's side of :func:`canary`: exits 0 when it initialised and asked once.
-
-    The call runs in a daemon thread joined with a bound: a hung slurmctld does not hold
-    the child (the library lived, which is what the canary is for).
-    """
-    lib = LibSlurm(ctypes.CDLL(argv[0], mode=ctypes.RTLD_GLOBAL, use_errno=True), argv[0],
-                   argv[1] or None)  # fmt: skip
-    terminal: list[str] = []
-
-    def ask() -> None:
-        try:
-            lib._call(0)
-        except TerminalError as exc:
-            terminal.append(str(exc))
-        except SlonkdError:
-            pass  # slurmctld unreachable: the library itself lived
-
-    lib._busy.acquire()
-    thread = threading.Thread(target=ask, daemon=True)
-    thread.start()
-    thread.join(CANARY_ASK_S)
-    if terminal:
-        print(terminal[0], file=sys.stderr, flush=True)
-    os._exit(2 if terminal else 0)
+            stamp = lib._ask(int(line))
+        except SlonkdError as exc:
+            kind = "terminal" if isinstance(exc, TerminalError) else "transient"
+            said: dict[str, object] = {"error": kind, "detail": str(exc)[:300]}
+        else:
+            said = {"changed": stamp.changed, "last_update": stamp.last_update}
+        print(json.dumps(said), flush=True)
 
 
 if __name__ == "__main__":
-    _canary_main(sys.argv[1:])
+    child_main(sys.argv[1:])
