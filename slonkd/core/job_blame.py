@@ -94,7 +94,8 @@ class Blame:
 
     node: NodeName
     jobs: tuple[JobId, ...]
-    """The infrastructure-failed jobs it is blamed for, oldest first."""
+    """The infrastructure-failed jobs it is blamed for, by id (submission order): jobs that
+    end in the same second come back from SLURM in either order."""
     partners: tuple[NodeName, ...]
     """Every other node of those jobs (sorted): many different ones is the point."""
     independent: int
@@ -203,7 +204,7 @@ def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
             best = key
             chosen = Blame(
                 node=node,
-                jobs=tuple(j.job_id for j in failed_jobs),
+                jobs=tuple(sorted(j.job_id for j in failed_jobs)),
                 partners=tuple(sorted(partners)),
                 independent=independent,
                 ran=ran[node],

@@ -219,3 +219,26 @@ def test_binomial_tail_matches_exact_values() -> None:
     assert binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
     assert binomial_tail(1, 3, 0.5) == pytest.approx(7 / 8)
     assert binomial_tail(2, 4, 0.1) == pytest.approx(1 - 0.9**4 - 4 * 0.1 * 0.9**3)
+
+
+def test_the_evidence_lists_jobs_by_id_whatever_order_they_ended_in() -> None:
+    """The evidence lists jobs by id, whatever order they ended in.
+
+    Jobs that end in the same second come back from SLURM in either order: the reason and
+    the Event list them by id, so they read the same on every leader.
+
+    On 24.11 the e2e test saw "jobs 8,7,9" for jobs 7, 8 and 9 (a full run, 2026-12-04).
+    """
+    bad = NODES[0]
+    outcomes = [
+        JobOutcome(job_id=JobId(i), nodes=frozenset({bad, NODES[i]}), infrastructure_failure=True)
+        for i in (8, 7, 9)
+    ]
+    outcomes += [
+        JobOutcome(job_id=JobId(10 + i), nodes=frozenset({NODES[i]}), infrastructure_failure=False)
+        for i in range(1, 40)
+    ]
+    found = blame(outcomes, BlamePolicy(min_failures=3, max_p_value=1.0))
+    assert [b.node for b in found] == [bad]
+    assert found[0].jobs == (7, 8, 9)
+    assert found[0].describe().endswith("jobs 7,8,9")
