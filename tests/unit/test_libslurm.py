@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,15 @@ async def test_a_child_that_dies_on_a_question_is_an_error_and_is_started_again(
         assert lib.starts == 2
     finally:
         lib.close()
+
+
+def test_a_child_that_says_something_else_first_is_refused_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A live child whose first line is not ``ready`` is ended and refused (it hung load)."""
+    fake = tmp_path / "chatty.py"
+    fake.write_text("import time\nprint('hello', flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(libslurm_child, "CHILD_PREFIX", (sys.executable, str(fake)))
+    began = time.monotonic()
+    assert libslurm_child.load("fake-libslurm.so") is None
+    assert time.monotonic() - began < 10

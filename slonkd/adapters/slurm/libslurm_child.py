@@ -92,6 +92,8 @@ def _started(path: str, conf: str | None) -> tuple[subprocess.Popen[str], deque[
         proc.kill()
         proc.wait()
         raise TransientError(f"libslurm child: not ready in {CHILD_START_S:g} s")
+    if proc.poll() is None:  # alive, but it said something else: not a child of ours
+        proc.kill()
     rc = proc.wait()
     time.sleep(0.05)  # its last words, read by the stderr thread
     raise TerminalError(f"libslurm child exited {rc}: {said[-1] if said else ''}")
