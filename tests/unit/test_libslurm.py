@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from slonkd.adapters.slurm import libslurm, libslurm_child
 from slonkd.adapters.slurm.libslurm import (
@@ -110,6 +112,48 @@ def test_a_library_that_would_exit_slonkd_is_not_loaded(
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing" / "slurm.conf"))
     monkeypatch.delenv("SLURM_LIBRARY", raising=False)
     assert libslurm_child.load() is None
+
+
+def test_the_child_refuses_a_missing_slurm_conf_before_any_library_call(tmp_path: Path) -> None:
+    """A slurm.conf that cannot be read: exit 2, one line naming the path, no library opened.
+
+    libslurm itself would fall back to a configless DNS SRV lookup, which hangs where the
+    resolver does not answer (issue 37 item 10: ``load()`` took 10.75 s and raised). The
+    library path here does not exist either: only a child that never touched it says this.
+    """
+    missing = tmp_path / "missing" / "slurm.conf"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slonkd.adapters.slurm.libslurm",
+            "/nonexistent/lib.so",
+            str(missing),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"libslurm child: cannot read slurm.conf {missing}: No such file or directory"
+    ]
+
+
+def test_a_missing_slurm_conf_is_refused_at_once_and_logged_with_its_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SLURM_CONF names a missing file: load() is None within seconds, the log names it."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
+    monkeypatch.delenv("SLURM_LIBRARY", raising=False)
+    began = time.monotonic()
+    with structlog.testing.capture_logs() as logs:
+        assert libslurm_child.load("/nonexistent/lib.so") is None
+    assert time.monotonic() - began < 5
+    (said,) = [e for e in logs if e["event"] == "slurm.libslurm_unavailable"]
+    assert f"cannot read slurm.conf {tmp_path / 'gone.conf'}" in said["tried"][0]
 
 
 def test_a_child_that_outlives_its_start_is_a_retry_not_a_verdict(

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from typing import Any
 
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 
+DEFAULT_CONF = "/etc/slurm/slurm.conf"  # libslurm's compiled-in default on Debian
 LIBRARY_PATHS = (
     "/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so",
     "/usr/lib/aarch64-linux-gnu/slurm-wlm/libslurmfull.so",
@@ -203,15 +205,36 @@ def _drop_result(task: asyncio.Future[NodeTableStamp]) -> None:
         task.exception()
 
 
+def unreadable_conf(conf: str | None) -> str | None:
+    """Why the slurm.conf libslurm would read cannot be read (None: it can).
+
+    ``conf``, else ``SLURM_CONF``, else Debian's compiled-in default. Checked before any
+    library call: with no file libslurm falls back to a configless DNS SRV lookup, which
+    hangs where the resolver does not answer and then ends the process.
+    """
+    path = conf or os.environ.get("SLURM_CONF") or DEFAULT_CONF
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot read slurm.conf {path}: {exc.strerror or exc}"
+    return None
+
+
 def child_main(argv: list[str]) -> None:
     """The child's side (``python -m slonkd.adapters.slurm.libslurm PATH CONF``).
 
     Opens and initialises the library, says ``{"ready": path}``, then answers one JSON line
     per time read from stdin until stdin closes: ``{"changed", "last_update"}`` or
     ``{"error": "transient" | "terminal", "detail"}``. A ``fatal()`` of libslurm (no
-    slurm.conf; the controller's name that does not resolve, at any call) ends this child.
+    slurm.conf; the controller's name that does not resolve, at any call) ends this child,
+    so a slurm.conf it cannot read ends it first, with exit 2 and one line naming the path.
     """
     path, conf = argv[0], argv[1] or None
+    problem = unreadable_conf(conf)
+    if problem:
+        print(f"libslurm child: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
     lib = LibSlurm(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL, use_errno=True), path, conf)
     print(json.dumps({"ready": path}), flush=True)
     for line in sys.stdin:
