@@ -23,6 +23,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from tests import timing
 from tests.rig import Rig
 from tests.started import Started
 
@@ -31,6 +32,12 @@ HARNESS_PREFIX = "slonkd-test-"
 # Wall-clock deadlines per example fail on a loaded 2-core machine: correctness only here.
 settings.register_profile("slonkd", deadline=None, print_blob=True)
 settings.load_profile("slonkd")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every run records each test's phases and slow fixtures in its JUnit XML (tests.timing)."""
+    if not config.pluginmanager.has_plugin("slonkd-timing"):
+        config.pluginmanager.register(timing, "slonkd-timing")
 
 
 def _short_tmp(tag: str) -> Path:

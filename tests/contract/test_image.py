@@ -26,6 +26,8 @@ import slonkd
 from slonkd_sandbox.chart_images import SPECS, ensure_chart_images
 from slonkd_sandbox.procs import HarnessError
 
+pytestmark = pytest.mark.real
+
 DRIVER = ["--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER", "vfs")]
 # what `buildah run` itself adds to stderr when the command exits non-zero
 BUILDAH_SAYS = ("subprocess exited with status", "Error: exit status")

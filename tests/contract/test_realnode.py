@@ -23,7 +23,7 @@ from slonkd_sandbox import procs, realnode_host
 from slonkd_sandbox.kubeapi import ApiError
 from slonkd_sandbox.realnode import RealNode
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.real]
 
 OFF_MACHINE = "198.51.100.1"
 """TEST-NET-2: not this machine. (192.0.2.1, TEST-NET-1, is this VM's real gateway.)"""

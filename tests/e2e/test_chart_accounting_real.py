@@ -23,7 +23,7 @@ from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.realnode import RealNode
 from tests.e2e.chart_install import reported
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.kube, pytest.mark.real, pytest.mark.timeout(1500)]
 
 LOGIN = f"{RELEASE}-login-0"
 DBD = f"{RELEASE}-slurmdbd"

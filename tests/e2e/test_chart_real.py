@@ -59,7 +59,7 @@ from tests.e2e.chart_install import reported
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
 # builds them ahead; cold about 6 minutes on 2 cores) and starts the node: more than the
 # default 300 s per test.
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.kube, pytest.mark.real, pytest.mark.timeout(1200)]
 
 WORKERS = workers(2)
 CLUSTER = "slonk"

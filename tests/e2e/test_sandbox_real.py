@@ -30,6 +30,7 @@ from tests.e2e.sandbox_cli import (
 
 pytestmark = [
     pytest.mark.kube,
+    pytest.mark.real,
     pytest.mark.timeout(2400),
     pytest.mark.skipif(os.geteuid() != 0, reason="the real node needs root"),
 ]
