@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -23,7 +24,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from tests import timing
+from tests import parallel, timing
 from tests.rig import Rig
 from tests.started import Started
 
@@ -38,6 +39,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every run records each test's phases and slow fixtures in its JUnit XML (tests.timing)."""
     if not config.pluginmanager.has_plugin("slonkd-timing"):
         config.pluginmanager.register(timing, "slonkd-timing")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``real`` mark agrees with the groups; an xdist worker sorts them (tests.parallel)."""
+    parallel.check_marks(items)
+    if hasattr(config, "workerinput"):  # every worker the same order: units go out in it
+        items.sort(key=lambda item: parallel.rank(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Share tests out by :func:`tests.parallel.group_of` (the real node's tests together)."""
+    return parallel.make_scheduler(config, log)
 
 
 def _short_tmp(tag: str) -> Path:

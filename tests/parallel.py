@@ -1,0 +1,81 @@
+"""How the suite's tests are shared out between pytest-xdist workers.
+
+``scripts/test`` runs pytest with ``-n``: each worker has its own services (the harness makes
+ports, directories, namespaces and node names unique), so only two things are decided
+here, both from a test's node id (the controller that hands out work sees no marks):
+
+- :func:`group_of`: the work unit a test belongs to. Every test of the real node (the
+  modules of :data:`REAL_MODULES`, exactly the tests marked ``real``) is one unit, so one
+  real node at a time runs on the machine (the kubelet's device-plugin socket is a fixed
+  host path); every other contract and e2e module is a unit, so its module-scoped fixtures
+  (fleets, installs) are built once; unit tests go one by one wherever a worker is free.
+- :func:`rank`: units are handed out in collection order, so the workers sort their
+  collections the same way: the real node's unit first, then e2e's, so that no worker is
+  left alone with a long unit at the end.
+
+Loaded by ``tests/conftest.py``. pytest-xdist's own ``--dist loadgroup`` is not used: with
+pytest 9 its renaming of node ids has no effect and every test ran alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+REAL = "real"
+REAL_MODULES = frozenset(
+    {
+        "tests/contract/test_image.py",
+        "tests/contract/test_realnode.py",
+        "tests/e2e/test_chart_accounting_real.py",
+        "tests/e2e/test_chart_real.py",
+        "tests/e2e/test_sandbox_real.py",
+    }
+)
+"""The modules marked ``real`` (checked at collection: the mark and this list agree)."""
+
+
+def group_of(nodeid: str) -> str | None:
+    """The work unit of the test ``nodeid``; None: a unit of its own."""
+    module = nodeid.split("::", 1)[0]
+    if module in REAL_MODULES:
+        return REAL
+    if module.startswith(("tests/contract/", "tests/e2e/")):
+        return module
+    return None
+
+
+def rank(nodeid: str) -> int:
+    """Sort key of a test in every worker's collection: real node, e2e, the rest."""
+    if group_of(nodeid) == REAL:
+        return 0
+    return 1 if nodeid.startswith("tests/e2e/") else 2
+
+
+class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist: untyped
+    """xdist's scope scheduling with :func:`group_of` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid) or nodeid
+
+
+def check_marks(items: list[pytest.Item]) -> None:
+    """Fail the collection where the ``real`` mark and :data:`REAL_MODULES` disagree."""
+    wrong = sorted(
+        {
+            item.nodeid.split("::", 1)[0]
+            for item in items
+            if bool(item.get_closest_marker(REAL)) != (group_of(item.nodeid) == REAL)
+        }
+    )
+    if wrong:
+        raise pytest.UsageError(
+            f"the `real` mark and tests.parallel.REAL_MODULES disagree on: {', '.join(wrong)}"
+        )
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> GroupedScheduling:
+    """The scheduler for ``pytest_xdist_make_scheduler``."""
+    return GroupedScheduling(config, log)
