@@ -39,6 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every run records each test's phases and slow fixtures in its JUnit XML (tests.timing)."""
     if not config.pluginmanager.has_plugin("slonkd-timing"):
         config.pluginmanager.register(timing, "slonkd-timing")
+    turns = parallel.make_lock_dir(config)
+    if turns is not None:
+        config.add_cleanup(lambda: shutil.rmtree(turns, ignore_errors=True))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -47,6 +50,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     parallel.check_marks(items)
     if hasattr(config, "workerinput"):  # every worker the same order: units go out in it
         items.sort(key=lambda item: parallel.rank(item.nodeid))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under xdist, a test marked ``alone`` runs while no other worker runs one.
+
+    Outermost (tryfirst), so the wait for the turn is not counted in the test's timeout.
+    """
+    where = parallel.lock_dir(item.config)
+    if where is None:
+        yield
+        return
+    with parallel.turn(where, alone=item.get_closest_marker(parallel.ALONE) is not None):
+        yield
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -13,18 +13,31 @@ here, both from a test's node id (the controller that hands out work sees no mar
   collections the same way: the real node's unit first, then e2e's, so that no worker is
   left alone with a long unit at the end.
 
+And one thing from a test's marks, on the workers: a test marked ``alone`` (its assertion is
+about timing that a busy machine stretches, e.g. how many passes a burst spreads over) runs
+while no other worker runs a test (:func:`turn`: the others hold a shared lock per test, it
+an exclusive one, and a gate lets it in ahead of tests that arrive after it). Its own
+worker's earlier module-scoped services keep running meanwhile; other workers wait.
+
 Loaded by ``tests/conftest.py``. pytest-xdist's own ``--dist loadgroup`` is not used: with
 pytest 9 its renaming of node ids has no effect and every test ran alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 REAL = "real"
+ALONE = "alone"
 REAL_MODULES = frozenset(
     {
         "tests/contract/test_image.py",
@@ -79,3 +92,44 @@ def check_marks(items: list[pytest.Item]) -> None:
 def make_scheduler(config: pytest.Config, log: Any) -> GroupedScheduling:
     """The scheduler for ``pytest_xdist_make_scheduler``."""
     return GroupedScheduling(config, log)
+
+
+@contextlib.contextmanager
+def turn(lock_dir: Path, *, alone: bool) -> Iterator[None]:
+    """Hold the run's test lock: shared for a test, exclusive for one that runs ``alone``.
+
+    Taking it passes through ``gate`` (held exclusively only while waiting), so a test
+    waiting to run alone is not starved by the shared holders that keep arriving.
+    """
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / "gate").open("a+") as gate, (lock_dir / "tests").open("a+") as held:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+TURNS_ENV = "SLONKD_TEST_TURNS"
+"""The directory of the run's test lock: made by the controller, inherited by its workers."""
+
+
+def make_lock_dir(config: pytest.Config) -> Path | None:
+    """In an xdist controller, make the run's lock directory and name it to the workers."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return None
+    where = Path(tempfile.mkdtemp(prefix="slonkd-test-turns-"))
+    os.environ[TURNS_ENV] = str(where)
+    return where
+
+
+def lock_dir(config: pytest.Config) -> Path | None:
+    """The run's lock directory, in an xdist worker; None elsewhere (nothing to share)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    where = os.environ.get(TURNS_ENV)
+    return Path(where) if where else None

@@ -134,6 +134,7 @@ def big_fleet(
     )
 
 
+@pytest.mark.alone  # "a few bulk calls" needs the 50 cordons to land within a pass or two
 @pytest.mark.parametrize(
     "big_config", [{**CONFIG, "max_out": 60, "max_out_percent": 100, "mass_percent": 100}]
 )
