@@ -56,7 +56,33 @@ LISTEN_FLOOR = 10000
 """The lowest port the harness listens on (below it: well-known and registered services)."""
 
 
+PORT_SLICE_ENV = "SLONKD_SANDBOX_PORT_SLICE"
+"""``K/N``: this process (and its children) listen only in the K-th of N equal slices of
+:func:`listen_span` (K from 0). Runs side by side (parallel test workers) set it so that
+two of them never pick the same free port in the moment between the check and the bind."""
+
+
 def listen_span() -> tuple[int, int]:
+    """The ports ``[first, stop)`` this process's servers listen on (see :func:`whole_span`).
+
+    Its slice of them where :data:`PORT_SLICE_ENV` names one; a malformed value is an error
+    that names the variable.
+    """
+    first, stop = whole_span()
+    raw = os.environ.get(PORT_SLICE_ENV)
+    if not raw:
+        return first, stop
+    try:
+        k, n = (int(x) for x in raw.split("/"))
+        if not 0 <= k < n:
+            raise ValueError
+    except ValueError:
+        raise HarnessError(f"{PORT_SLICE_ENV}={raw!r}: want K/N with 0 <= K < N") from None
+    width = (stop - first) // n
+    return first + k * width, first + (k + 1) * width
+
+
+def whole_span() -> tuple[int, int]:
     """The ports ``[first, stop)`` the harness's servers listen on: outside the ephemeral range.
 
     A daemon the harness restarts on its port (an agent, a coordinator, slurmctld, the

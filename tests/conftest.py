@@ -23,6 +23,7 @@ from hypothesis import settings
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
+from slonkd_sandbox.procs import PORT_SLICE_ENV
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from tests import parallel, timing
 from tests.rig import Rig
@@ -39,6 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every run records each test's phases and slow fixtures in its JUnit XML (tests.timing)."""
     if not config.pluginmanager.has_plugin("slonkd-timing"):
         config.pluginmanager.register(timing, "slonkd-timing")
+    worker, workers = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    if worker and workers:  # this worker's ports, disjoint from the others' (and its children's)
+        os.environ[PORT_SLICE_ENV] = f"{worker.removeprefix('gw')}/{workers}"
     turns = parallel.make_lock_dir(config)
     if turns is not None:
         config.add_cleanup(lambda: shutil.rmtree(turns, ignore_errors=True))

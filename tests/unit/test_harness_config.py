@@ -72,3 +72,32 @@ def test_the_harness_listens_outside_the_ephemeral_port_range(
         monkeypatch.setattr(procs, "listen_span", lambda: (ports[0], ports[0] + 3))
         rest = [p for p in (ports[0] + 1, ports[0] + 2) if procs._port_free(p)]
         assert sorted(procs.free_ports(len(rest))) == rest
+
+
+def test_parallel_runs_listen_in_disjoint_slices_of_the_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K/N gives the K-th of N slices: two test workers never pick the same free port."""
+    first, stop = procs.whole_span()
+    slices = []
+    for k in range(3):
+        monkeypatch.setenv(procs.PORT_SLICE_ENV, f"{k}/3")
+        slices.append(procs.listen_span())
+        ports = [*procs.free_ports(20), procs.free_port_range(10)]
+        assert all(slices[k][0] <= p < slices[k][1] for p in ports)
+    assert slices[0][0] == first
+    assert slices[0][1] == slices[1][0]
+    assert slices[1][1] == slices[2][0]
+    assert slices[2][1] <= stop
+    monkeypatch.delenv(procs.PORT_SLICE_ENV)
+    assert procs.listen_span() == (first, stop)
+
+
+@pytest.mark.parametrize("raw", ["3/3", "x/2", "1", "-1/2"])
+def test_a_malformed_port_slice_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    """A slice that is not K/N with 0 <= K < N is an error naming the variable."""
+    monkeypatch.setenv(procs.PORT_SLICE_ENV, raw)
+    with pytest.raises(procs.HarnessError, match=procs.PORT_SLICE_ENV):
+        procs.listen_span()
