@@ -1,10 +1,11 @@
 """Turn the suite's JUnit XML into tables: by tier, by module and by slow fixture.
 
-``python -m tests.timing_report [.test-results/junit.xml] [--top N]`` prints Markdown tables
+``python -m tests.timing_report [XML ...] [--top N]`` prints Markdown tables
 (``docs/testing.md`` keeps them before and after each change to the suite's cost). Reads the
 properties :mod:`tests.timing` adds (``setup_s``, ``call_s``, ``teardown_s``,
 ``fixture:NAME[scope]``); a file without them (another runner's) still gives each test's total.
-Sums are test time; under pytest-xdist the wall time (the testsuite's ``time``) is less.
+Several files (``scripts/test``'s phases) are read as one run whose wall time is the sum of
+theirs. Sums are test time; under pytest-xdist the wall time (the testsuite's ``time``) is less.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_XML = Path(".test-results/junit.xml")
+DEFAULT_XML = Path(".test-results/junit-parallel.xml")
 PHASES = ("setup_s", "call_s", "teardown_s")
 
 
@@ -152,14 +153,17 @@ def report(run: Run, top: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the tables for one JUnit XML file; exit 2 with one line if it cannot be read."""
     parser = argparse.ArgumentParser(prog="python -m tests.timing_report", description=__doc__)
-    parser.add_argument("xml", nargs="?", type=Path, default=DEFAULT_XML)
+    parser.add_argument("xml", nargs="*", type=Path, default=[DEFAULT_XML])
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
-    try:
-        run = read(args.xml)
-    except (OSError, ET.ParseError) as exc:
-        print(f"timing_report: cannot read {args.xml}: {exc}", file=sys.stderr)
-        return 2
+    runs = []
+    for path in args.xml:
+        try:
+            runs.append(read(path))
+        except (OSError, ET.ParseError) as exc:
+            print(f"timing_report: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    run = Run([c for r in runs for c in r.cases], sum(r.wall_s for r in runs))
     sys.stdout.write(report(run, args.top))
     return 0
 

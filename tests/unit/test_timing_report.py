@@ -102,3 +102,15 @@ def test_the_plugin_writes_phases_and_slow_fixtures_to_the_junit_xml(
     assert one.fixtures["slow[module]"] >= 0.2
     assert two.fixtures == {}  # a module fixture is charged to the first test only
     assert two.phases["teardown_s"] >= 0.1  # the module's teardown runs after the last test
+
+
+def test_the_phases_xml_files_are_read_as_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scripts/test's two phases: cases together, wall times added."""
+    (tmp_path / "a.xml").write_text(XML)
+    (tmp_path / "b.xml").write_text(XML)
+    assert timing_report.main([str(tmp_path / "a.xml"), str(tmp_path / "b.xml")]) == 0
+    assert "6 tests (2 failed, 2 passed, 2 skipped); test time 53 s; wall time 61 s" in (
+        capsys.readouterr().out
+    )
