@@ -294,6 +294,7 @@ def retained_online(bench: Bench, topic: object) -> bool:
     return bool(out.stdout.strip()) and bool(json.loads(out.stdout).get("online"))
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_a_publish_on_a_connection_that_drops_fails_at_once_not_at_its_timeout(
     bench: Bench,
 ) -> None:

@@ -18,6 +18,7 @@ from slonkd_sandbox.slurm import SlurmCluster
 from tests.cli import slonkd
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_a_late_command_is_killed_and_reported() -> None:
     """A probe past its deadline comes back timed out at once and its process is gone."""
     guard = probes.ProbeGuard()
@@ -58,6 +59,7 @@ async def test_a_stuck_probe_is_never_started_again_on_top_of_itself() -> None:
     assert (await probes.run_command("nvidia-smi", ["true"], timeout_s=1, guard=guard)).rc == 0
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_a_hung_mount_gives_unknown_within_its_deadline(tmp_path: Path) -> None:
     """A mount whose read blocks answers unknown, timed out, within its deadline.
 

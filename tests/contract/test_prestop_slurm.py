@@ -57,6 +57,7 @@ def _prestop(
     return proc.returncode, time.monotonic() - began, proc.stderr
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 def test_idle_node_is_drained_then_down_with_slonkds_reason(slurm: SlurmCluster) -> None:
     """No jobs: prestop drains and downs the node at once, under slonkd:pod-terminating."""
     rc, took, _ = _prestop(slurm, "n1", grace=10)
@@ -95,6 +96,7 @@ def test_a_job_that_finishes_in_time_is_not_requeued(slurm: SlurmCluster) -> Non
     assert "State=DOWN" in slurm.run("scontrol", "-o", "show", "node", "n3").stdout
 
 
+@pytest.mark.alone  # a bound in seconds: the 4-worker phase on a busy machine broke it
 def test_prestop_exits_in_time_when_slurmctld_is_down(slurm: SlurmCluster) -> None:
     """With slurmctld gone, prestop still exits 0 within the grace and logs what failed."""
     slurm.kill_slurmctld()
@@ -104,6 +106,7 @@ def test_prestop_exits_in_time_when_slurmctld_is_down(slurm: SlurmCluster) -> No
     assert "prestop.step_failed" in log
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 def test_the_grace_counts_from_the_hooks_start_not_from_pythons_imports(
     slurm: SlurmCluster,
 ) -> None:
@@ -181,6 +184,7 @@ def _state(cluster: SlurmCluster, job: str) -> str:
     return out or "GONE"
 
 
+@pytest.mark.alone  # a bound in seconds: the 4-worker phase on a busy machine broke it
 def test_a_report_nobody_takes_neither_delays_nor_stops_the_requeue_and_down(
     cluster_factory: Callable[..., SlurmCluster],
 ) -> None:

@@ -34,6 +34,7 @@ async def test_sdiag_counts_the_node_reads_slonkd_makes(
     assert stats.rpcs["REQUEST_STATS_INFO"].count >= 1  # the first sdiag
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_a_stopped_slurmctld_is_a_counted_failure_within_the_timeout(
     cluster: SlurmCluster,
 ) -> None:

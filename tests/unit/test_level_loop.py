@@ -108,6 +108,7 @@ async def test_the_wake_hook_runs_before_the_debounce_and_the_pass() -> None:
     assert rec.order == ["pass", "wake", "pass", "wake", "pass"]
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_settle_returns_within_its_bound_under_endless_marks() -> None:
     """Marks that never go quiet hold the debounce for max_wait_s, not for ever."""
     dirty = asyncio.Event()
@@ -125,6 +126,7 @@ async def test_settle_returns_within_its_bound_under_endless_marks() -> None:
     assert 0.3 <= took < 1.5
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_wait_marked_returns_at_once_on_a_mark_already_made() -> None:
     """A mark set before the wait is seen at once (True); none times out (False)."""
     dirty = asyncio.Event()

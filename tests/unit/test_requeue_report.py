@@ -98,6 +98,7 @@ def _histogram(registry: CollectorRegistry) -> dict[tuple[str, str, str], float]
     return out
 
 
+@pytest.mark.alone  # a bound in seconds, kept beside parallel workers
 async def test_a_report_over_loopback_lands_in_the_histogram_by_cause() -> None:
     """The hook's POST is observed under the cause the agent derives; a scrape ends the linger."""
     registry = CollectorRegistry()
