@@ -98,6 +98,20 @@ class Fleet(OnRig):
         """The first coordinator's JSON log lines, or only those of event ``name``."""
         return self.first.events(name)
 
+    def cordons(self) -> list[tuple[str, str]]:
+        """``(SLURM node, K8s node)`` of each cordon the first coordinator made, in order.
+
+        What a test that waits for a failure's marks asks: the cordon of a pod's failure is
+        lifted again (within about 0.2 s here) once the evicted pod's replacement settles on
+        another K8s node and the healthy sibling left on this one passes, so the node's own
+        ``unschedulable`` can be missed by a poll.
+        """
+        return [
+            (e["node"], e["kube_node"])
+            for e in self.events("kube.cordon")
+            if e.get("outcome") == "changed"
+        ]
+
     def pods_on(self, kube_node: str) -> list[str]:
         """Names of the live pods on ``kube_node``."""
         items = self.kube.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")["items"]
@@ -343,7 +357,8 @@ def test_with_the_change_poll_off_the_scontrol_poll_alone_marks_a_failure(fleet:
     change poll. This one never asks libslurm.
     """
     fleet.fail(["w-2"])
-    wait_for("marked", lambda: len(fleet.cordoned()) == 1, timeout_s=20)
+    wait_for("marked", lambda: bool(fleet.cordons()), timeout_s=20)
+    assert [slurm for slurm, _ in fleet.cordons()] == ["w-2"]
     passes = _passes(fleet)
     assert passes["slurm_poll_backend"] == "scontrol", passes
     assert "change_poll is false" in passes["slurm_poll_why"], passes
@@ -417,10 +432,12 @@ def test_pause_stops_automated_actions_until_unpause(fleet: Fleet) -> None:
     fleet.fail(["w-2"])
     time.sleep(4)
     assert not fleet.cordoned()
+    assert not fleet.cordons()  # not even for a moment
     explained = json.loads(fleet.slonkd("explain", "w-2").stdout)
     assert any("paused" in n for n in explained["decision"]["notes"])
     assert fleet.slonkd("unpause", "--namespace", fleet.namespace).returncode == 0
-    wait_for("marked after unpause", lambda: len(fleet.cordoned()) == 1, timeout_s=45)
+    wait_for("marked after unpause", lambda: bool(fleet.cordons()), timeout_s=45)
+    assert [slurm for slurm, _ in fleet.cordons()] == ["w-2"]
 
 
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "dry_run": True}])
@@ -627,6 +644,7 @@ def test_a_corrupt_state_pauses_the_coordinator_until_state_reset(fleet: Fleet) 
     time.sleep(4)  # several passes (resync 1 s)
     assert fleet.first.exited() is None, fleet.first.exited()
     assert not fleet.cordoned()
+    assert not fleet.cordons()  # not even for a moment
     assert len(corrupt_logged()) == 1  # once per distinct error, not every pass
     shown = fleet.slonkd("status", "-o", "json")
     assert shown.returncode == 0, shown.stderr
@@ -646,7 +664,8 @@ def test_a_corrupt_state_pauses_the_coordinator_until_state_reset(fleet: Fleet) 
     assert reset.returncode == 0, reset.stderr
     assert json.loads(reset.stdout.splitlines()[0])["discarded"] == corrupt
     assert fleet.state()["fencingToken"] == "0"
-    wait_for("w-2 marked after the reset", lambda: len(fleet.cordoned()) == 1, timeout_s=30)
+    wait_for("w-2 marked after the reset", lambda: bool(fleet.cordons()), timeout_s=30)
+    assert [slurm for slurm, _ in fleet.cordons()] == ["w-2"]
     assert fleet.events("coordinator.state_readable")
 
 
