@@ -14,11 +14,13 @@ factory of the e2e tests) and stops them all, failing when one ignored SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,11 @@ STOP_GRACE_S = 15.0
 
 DUMP_S = 1.0
 """How long a stuck daemon has to print its tasks (SIGUSR1) before SIGKILL."""
+
+STARTS: deque[tuple[int, Daemon]] = deque(maxlen=256)
+"""This process's latest daemon starts, numbered in order (a failed test's report shows
+their logs: ``tests/failure_logs.py``)."""
+_starts = itertools.count(1)
 
 
 def read_json_log(path: Path) -> list[dict[str, Any]]:
@@ -89,6 +96,7 @@ class Daemon:
             raise HarnessError(f"slonkd {self.role}: already running as {self.pid}")
         seen = len(self.events(until)) if until is not None else 0
         self.proc = spawn(self.argv, log=self.log, env=self.env)
+        STARTS.append((next(_starts), self))
         if until is not None:
             self.wait(until, count=seen + 1, timeout_s=timeout_s)
         return self

@@ -25,7 +25,7 @@ from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import PORT_SLICE_ENV
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from tests import parallel, timing
+from tests import failure_logs, parallel, timing
 from tests.rig import Rig
 from tests.started import Started
 
@@ -37,9 +37,14 @@ settings.load_profile("slonkd")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every run records each test's phases and slow fixtures in its JUnit XML (tests.timing)."""
-    if not config.pluginmanager.has_plugin("slonkd-timing"):
-        config.pluginmanager.register(timing, "slonkd-timing")
+    """Register the suite's plugins; set this worker's ports and the turns' lock folder.
+
+    Each test's phases and slow fixtures go to its JUnit XML (tests.timing); a failure shows
+    its daemons' logs (tests.failure_logs).
+    """
+    for name, plugin in (("slonkd-timing", timing), ("slonkd-failure-logs", failure_logs)):
+        if not config.pluginmanager.has_plugin(name):
+            config.pluginmanager.register(plugin, name)
     worker, workers = (
         os.environ.get("PYTEST_XDIST_WORKER"),
         os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
