@@ -83,6 +83,31 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+class TolerationOperator(StrEnum):
+    """How a toleration compares a taint's value (Kubernetes: no operator means Equal)."""
+
+    EQUAL = "Equal"
+    EXISTS = "Exists"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toleration:
+    """One entry of a pod's ``spec.tolerations``, as Kubernetes defines it.
+
+    Which taints it makes the pool's nature rather than maintenance is
+    :mod:`slonkd.core.tolerations`' to say.
+    """
+
+    key: str = ""
+    """Empty: every key (only with Exists: a wildcard)."""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = ""
+    effect: TaintEffect | None = None
+    """None: every effect (Kubernetes' empty effect)."""
+    seconds: int | None = None
+    """``tolerationSeconds``: how long a NoExecute taint lets the pod stay (None: for ever)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerState:
     """One container of a pod: is it ready, how often has it restarted."""
@@ -114,6 +139,8 @@ class Pod:
     disruption: str | None = None
     """The reason of the pod's ``DisruptionTarget`` condition (True): who ends it and why,
     e.g. ``PreemptionByScheduler``; None when it has none (a plain DELETE)."""
+    tolerations: tuple[Toleration, ...] = ()
+    """``spec.tolerations`` (those that could be read): the taints its pool runs under."""
 
     @property
     def terminating(self) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 from slonkd.adapters.kube.parsing import field_owners, node_from_json, pod_from_json
 from slonkd.core.errors import ParseError
-from slonkd.core.kube_objects import PodPhase, TaintEffect
+from slonkd.core.kube_objects import PodPhase, TaintEffect, Toleration, TolerationOperator
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kube"
 
@@ -82,3 +82,68 @@ def test_unknown_pod_phase_reads_as_unknown() -> None:
     pod = pod_from_json({"metadata": {"name": "p"}, "status": {"phase": "Hibernating"}})
     assert pod.phase is PodPhase.UNKNOWN
     assert not pod.ready
+
+
+def test_a_worker_pods_tolerations_are_read_as_its_spec_lists_them() -> None:
+    """spec.tolerations of the recorded pod: key, operator, value, effect and seconds kept."""
+    pod = pod_from_json(_load("pod-worker-running-1.36.json"))
+    exists = TolerationOperator.EXISTS
+    assert pod.tolerations == (
+        Toleration(key="kwok.x-k8s.io/node", operator=exists, effect=TaintEffect.NO_SCHEDULE),
+        Toleration(
+            key="node.kubernetes.io/not-ready",
+            operator=exists,
+            effect=TaintEffect.NO_EXECUTE,
+            seconds=300,
+        ),
+        Toleration(
+            key="node.kubernetes.io/unreachable",
+            operator=exists,
+            effect=TaintEffect.NO_EXECUTE,
+            seconds=300,
+        ),
+    )
+
+
+def test_an_equal_toleration_without_operator_or_effect_reads_as_equal_for_every_effect() -> None:
+    """Kubernetes' defaults: no operator is Equal, no effect (or "") matches every effect."""
+    raw = {"key": "nvidia.com/gpu", "value": "present"}
+    pod = pod_from_json({"metadata": {"name": "p"}, "spec": {"tolerations": [raw]}})
+    assert pod.tolerations == (
+        Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EQUAL, value="present"),
+    )
+    assert pod.tolerations[0].effect is None
+
+
+@pytest.mark.parametrize(
+    "tolerations",
+    [
+        "nvidia.com/gpu",
+        {"key": "nvidia.com/gpu"},
+        [
+            "nvidia.com/gpu",
+            None,
+            {"key": 3, "operator": "Exists"},
+            {"key": "a", "operator": "Gt", "value": "3"},
+            {"key": "a", "operator": ["Exists"]},
+            {"key": "a", "value": 5},
+            {"key": "a", "operator": "Exists", "effect": "Sometimes"},
+            {"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "soon"},
+            {"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": True},
+        ],
+    ],
+    ids=["a-string", "an-object", "entries"],
+)
+def test_tolerations_that_cannot_be_read_are_left_out_never_a_crash(tolerations: Any) -> None:
+    """What cannot be read tolerates nothing: such a toleration is dropped, the pod still reads.
+
+    A dropped toleration hides no taint, so slonkd then drains for it as before tolerations
+    were read (the safe side); an unknown operator (a newer Kubernetes') is dropped the same.
+    """
+    ok = {"key": "ok", "operator": "Exists"}
+    listed = [*tolerations, ok] if isinstance(tolerations, list) else tolerations
+    pod = pod_from_json({"metadata": {"name": "p"}, "spec": {"tolerations": listed}})
+    want = (
+        (Toleration(key="ok", operator=TolerationOperator.EXISTS),) if listed != tolerations else ()
+    )
+    assert pod.tolerations == want

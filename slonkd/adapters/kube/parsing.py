@@ -26,6 +26,8 @@ from slonkd.core.kube_objects import (
     PodPhase,
     Taint,
     TaintEffect,
+    Toleration,
+    TolerationOperator,
 )
 
 _INTERN_MAX = 64
@@ -108,7 +110,41 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         labels=_labels(meta.get("labels")),
         annotations=_our_annotations(meta.get("annotations")),
         disruption=disruption,
+        tolerations=_tolerations(spec.get("tolerations")),
     )
+
+
+def _tolerations(raw: Any) -> tuple[Toleration, ...]:
+    """The pod's ``spec.tolerations``; an entry that cannot be read is left out.
+
+    A toleration left out hides no taint (:mod:`slonkd.core.tolerations`): slonkd then treats
+    that taint as maintenance, the safe side. The apiserver validates tolerations, so this
+    only guards against a newer Kubernetes' operator or a malformed object.
+    """
+    if not isinstance(raw, list):
+        return ()
+    return tuple(t for t in map(_toleration, raw) if t is not None)
+
+
+def _toleration(raw: Any) -> Toleration | None:
+    """One toleration, or None when a field is not what Kubernetes allows there."""
+    if not isinstance(raw, Mapping):
+        return None
+    key, value = raw.get("key", ""), raw.get("value", "")
+    operator, effect = raw.get("operator") or "Equal", raw.get("effect") or None
+    seconds = raw.get("tolerationSeconds")
+    if not isinstance(key, str | None) or not isinstance(value, str | None):
+        return None
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+        return None
+    if not isinstance(operator, str) or not isinstance(effect, str | None):
+        return None
+    try:
+        op = TolerationOperator(operator)
+        kind = None if effect is None else TaintEffect(effect)
+    except ValueError:
+        return None
+    return Toleration(key=_s(key), operator=op, value=_s(value), effect=kind, seconds=seconds)
 
 
 def taint_from_json(raw: Mapping[str, Any]) -> Taint:
