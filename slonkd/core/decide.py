@@ -24,6 +24,10 @@ The rules, highest priority first:
 5. Kubernetes maintenance (cordon by someone else, NoSchedule/NoExecute taints that are
    not slonkd's, NotReady, deletion) -> drain; a node whose K8s node is being deleted is
    set DOWN once drained with no job left (never while a job runs: it could not be saved).
+   A taint the node's worker pod tolerates by design (a managed GPU pool's
+   ``nvidia.com/gpu=present:NoSchedule``) is the pool's nature, not maintenance
+   (:mod:`slonkd.core.tolerations`: Kubernetes' matching, but a wildcard toleration or one
+   with ``tolerationSeconds`` never hides maintenance).
 6. Pod lifecycle: terminating -> drain (agent, not budgeted); absent, not ready or
    restarting past a grace -> drain (coordinator).
 7. Healthy: every slonkd cause that no longer applies is released, each by its writer;
@@ -45,7 +49,7 @@ from dataclasses import replace
 from slonkd.core.errors import ParseError
 from slonkd.core.health import Remediation, Verdict
 from slonkd.core.kube_actions import kube_actions
-from slonkd.core.kube_objects import Node, PodPhase, TaintEffect
+from slonkd.core.kube_objects import Node, PodPhase, TaintEffect, Toleration
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Policy, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, cause_detail, decode_causes, parse_reason
 from slonkd.core.revalidation import (
@@ -58,6 +62,7 @@ from slonkd.core.revalidation import (
     judge,
 )
 from slonkd.core.slurm_node import DrainStatus, SlurmNode, failure_fingerprint
+from slonkd.core.tolerations import tolerated
 
 REASON_CLOCK_SLACK_S = 2.0
 """SLURM stamps reasons to the second: comparisons with observed times allow this much."""
@@ -117,7 +122,10 @@ def _slurm_failure(view: NodeView, policy: Policy) -> str | None:
     return None
 
 
-def _maintenance(node: Node | None) -> Cause | None:
+def _maintenance(
+    node: Node | None, tolerations: tuple[Toleration, ...], notes: list[str]
+) -> Cause | None:
+    """Kubernetes maintenance on the pod's K8s node; a taint its pod tolerates is none."""
     if node is None:
         return None
     if node.deletion_timestamp:
@@ -133,8 +141,13 @@ def _maintenance(node: Node | None) -> Cause | None:
         and not t.key.startswith("node.kubernetes.io/unreachable")
         and t.key != "node.kubernetes.io/unschedulable"
     ]
-    if foreign:
-        return _c("k8s-tainted", foreign[0].key.rsplit("/", 1)[-1])
+    natural = [t for t in foreign if tolerated(t, tolerations)]
+    if natural:
+        shown = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in natural[:4])
+        notes.append(f"taint {shown} tolerated by the pod: the pool's nature, not maintenance")
+    untolerated = [t for t in foreign if t not in natural]
+    if untolerated:
+        return _c("k8s-tainted", untolerated[0].key.rsplit("/", 1)[-1])
     if node.ready is False:
         return _c("k8s-notready")
     return None
@@ -197,7 +210,8 @@ def decide(view: NodeView, policy: Policy) -> Plan:
         notes.append(f"revalidation timed out: {judgement.why}")
 
     wanted: set[Cause] = set(health_causes)
-    maintenance = _maintenance(kube)
+    tolerations = view.pod.tolerations if view.pod is not None else ()
+    maintenance = _maintenance(kube, tolerations, notes)
     if maintenance is not None:
         wanted.add(maintenance)
     lifecycle = _lifecycle(view, policy)

@@ -33,6 +33,8 @@ from slonkd.core.kube_objects import (
     Pod,
     Taint,
     TaintEffect,
+    Toleration,
+    TolerationOperator,
 )
 from slonkd.core.plan import Kind, Policy
 from slonkd.core.reasons import Cause
@@ -599,3 +601,32 @@ async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked(
     assert writer.calls == []  # the pass's read had no failure
     await c.fast_marks()
     assert ("cordon", "kn-1") in writer.calls, writer.calls
+
+
+async def test_a_gpu_pools_tolerated_taint_opens_no_breaker_and_maintenance_still_drains() -> None:
+    """Issue 37 item 1: every node tainted nvidia.com/gpu=present:NoSchedule, tolerated.
+
+    The pool tolerates its nodes' taint (the chart's ``pools[].tolerations``): the first pass
+    under the default budget (10 %, mass 20 %) drains nothing, refuses nothing and leaves the
+    breaker shut; it wanted all twenty out as ``k8s-tainted`` and opened it. A maintenance
+    taint the pool does not tolerate on one node then drains that node alone.
+    """
+    gpu = Taint(key="nvidia.com/gpu", effect=TaintEffect.NO_SCHEDULE, value="present")
+    slurm = FakeSlurm([_slurm(i) for i in range(20)], failing=set())
+    writer = FakeNodeWriter()
+    nodes = [replace(_node(i), taints=(gpu,)) for i in range(20)]
+    c = _coordinator(slurm, writer, nodes, max_out=10, max_out_percent=10, mass_percent=20)
+    toleration = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EXISTS)
+    for key, p in c.pods._cache.items():
+        c.pods._cache[key] = replace(p, tolerations=(toleration,))
+    await c.reconcile_all()
+    store = cast(FakeStore, c.memory.store)
+    assert not store.state.breaker_open, store.state.breaker_reason
+    assert c.snapshot is not None
+    assert c.snapshot.admission.refused == {}
+    assert (slurm.drained, writer.calls) == ([], [])
+    maint = Taint(key="example.com/maint", effect=TaintEffect.NO_EXECUTE)
+    c.nodes._cache["kn-3"] = replace(nodes[3], taints=(gpu, maint))
+    await c.reconcile_all()
+    assert slurm.drained == [("k8s-tainted:maint", ["w-3"])]
+    assert not store.state.breaker_open, store.state.breaker_reason
