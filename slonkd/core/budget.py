@@ -44,7 +44,9 @@ def out_of_service(slurm: SlurmNode | None, kube: Node | None) -> bool:
 
     The one rule of what uses a pool's room, for the coordinator's pass and the rollout alike.
     slonkd's NoSchedule taints keep the worker pod from coming back, so a node carrying one
-    is out even when it is not cordoned.
+    is out even when it is not cordoned. Someone else's taint is not counted here: one the
+    pool tolerates (:mod:`slonkd.core.tolerations`) keeps nothing out, and one it does not
+    is counted once ``decide`` drained the node for it (``k8s-tainted``).
 
     A node that SLURM itself marks DOWN or FAIL is not counted until someone takes it out:
     marking it is what the budget must weigh (a slurmctld outage makes every node
