@@ -318,6 +318,7 @@ def install(
     say: Callable[[str], None] = lambda _msg: None,
     set_json: Sequence[str] = (),
     on_node: Callable[[RealNode], None] = lambda _node: None,
+    started: Callable[[RealNode], None] = lambda _node: None,
     specs: Sequence[ImageSpec] = SPECS,
     volumes: Callable[[RealNode, str], None] = lambda _node, _ns: None,
     extra_pods: int = 0,
@@ -328,7 +329,8 @@ def install(
     nothing), node start and install-to-ready seconds. On a pod that never gets Ready the
     error carries :meth:`Release.diagnose`. Leaving stops the node and the control plane.
     ``on_node`` gets the node before it starts (its :meth:`RealNode.leftovers` after leaving,
-    even when the install failed).
+    even when the install failed). ``started`` gets it once it runs and is registered, before
+    anything is installed (e.g. the taint every node of a managed GPU pool carries).
     ``specs``: the images to build and import (more for optional parts, e.g. accounting);
     ``volumes(node, namespace)`` makes the ``local`` volumes those parts claim; ``extra_pods``
     is how many pods they add.
@@ -348,6 +350,7 @@ def install(
         kube.start()
         node.start()
         timings["node_ready_s"] = time.monotonic() - t0
+        started(node)
         t0 = time.monotonic()
         imported = import_images(node, images)
         timings["image_import_s"] = time.monotonic() - t0
