@@ -44,7 +44,6 @@ REAL_MODULES = frozenset(
         "tests/contract/test_realnode.py",
         "tests/e2e/test_chart_accounting_real.py",
         "tests/e2e/test_chart_real.py",
-        "tests/e2e/test_chart_tolerated_real.py",
         "tests/e2e/test_sandbox_real.py",
     }
 )

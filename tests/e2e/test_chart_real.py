@@ -10,16 +10,21 @@ claims are bound to ``local`` PersistentVolumes on the node, as an administrator
 provisioner would make them. Only the node's size is told to the chart (no GPUs, the
 machine's CPUs, 1 GiB per SLURM node) and where pods reach the API by name
 (``kubernetesService``: no kube-proxy runs here, so no request ever goes to a ClusterIP).
+The node is tainted as every node of a managed GPU pool is (``nvidia.com/gpu=present:
+NoSchedule``) before anything is installed, and every pod of the release tolerates it, as a
+GPU pool's values say (the release's other pods only because this node is the cluster's only
+one; a site runs them on untainted nodes).
 
 A user (the site's directory service, played by ``useradd`` on the login and controller
 pods) has a home on a third ``local`` volume behind ``home.existingClaim``; the harness
 reaches the login pod's sshd from inside the node's network namespace (a pod address, never
 off the machine) with a key in that home; it reads the broker's retained messages the same
 way (:mod:`slonkd_sandbox.chart_bus`), as the chart's dynsec admin. The tests run in order on
-the one release: the agents' credentials and retained status, the preStop requeue, the
-agent's log, the same deletion with ``workers.prestop.enabled: false`` (after slonkd's
-rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM failure that
-cordons the only node. About 8 minutes with the images cached.
+the one release: the pool's tolerated taint drains nothing while a maintenance taint it
+does not tolerate drains the workers, the agents' credentials and retained status, the
+preStop requeue, the agent's log, the same deletion with ``workers.prestop.enabled: false``
+(after slonkd's rollout), a ``helm upgrade`` rollout that puts it back, and last a SLURM
+failure that cordons the only node. About 8 minutes with the images cached.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from slonkd_sandbox.chart_real import (
     workers,
 )
 from slonkd_sandbox.procs import HarnessError, wait_for
+from slonkd_sandbox.realnode import RealNode
 from tests.e2e.chart_install import reported
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap
@@ -70,17 +76,38 @@ MARGIN_S = 8
 FAILURE_GRACE_S = 10
 DRAIN_MS: list[float] = []
 """Pod DELETE -> slurmctld logs slonkd's drain reason, per deletion with preStop."""
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+"""The taint of every node of a managed GPU pool (issue 37 item 1)."""
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+"""The pool's toleration of it, as a GPU pool's values give it."""
+MAINT = "example.com/maint"
+"""A node maintenance's taint, which the pool does not tolerate."""
+COMPONENTS = ("controller", "login", "coordinator", "mosquitto")
+"""The chart's other pods, each with its own ``tolerations`` value."""
+COORDINATOR = {"app.kubernetes.io/component": "coordinator"}
+WORKER = {"app.kubernetes.io/component": "slurmd"}
+
+
+def _taint_like_a_gpu_pool(node: RealNode) -> None:
+    taint = f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{GPU_TAINT['effect']}"
+    node.cluster.kubectl("taint", "nodes", node.name, taint)
 
 
 @pytest.fixture(scope="module")
 def deployed(session_root: Path) -> Iterator[Release]:
     """The chart installed once on a fresh real node; every pod Ready (or a diagnosis)."""
+    tolerations = json.dumps([TOLERATION])
     installing = install(
         session_root,
         replicas=len(WORKERS),
         grace_s=GRACE_S,
         margin_s=MARGIN_S,
         failure_grace_s=FAILURE_GRACE_S,
+        started=_taint_like_a_gpu_pool,
+        set_json=(
+            f"pools[0].tolerations={tolerations}",  # into the harness's one pool, kept whole
+            *(f"{c}.tolerations={tolerations}" for c in COMPONENTS),
+        ),
     )
     with reported("chart-real", installing) as release:
         yield release
@@ -136,6 +163,121 @@ def test_one_coordinator_leads_through_the_lease_and_the_standby_is_ready(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{deployed.ns}/leases/{RELEASE}-coordinator"
     )
     assert lease["spec"]["holderIdentity"] in names, lease["spec"]
+
+
+def _slonkd(deployed: Release, *argv: str) -> dict[str, Any]:
+    """``slonkd ARGV`` on the leader (status, explain), its JSON answer."""
+    out = deployed.exec(_leader(deployed), "coordinator", "slonkd", *argv)
+    return dict(json.loads(out))
+
+
+def _coordinator_log(deployed: Release) -> list[dict[str, Any]]:
+    """Both coordinators' JSON log lines (the lease may have moved)."""
+    return [
+        line
+        for pod in deployed.pods(**COORDINATOR)
+        for line in json_lines(deployed.logs(pod["metadata"]["name"], "coordinator"))
+    ]
+
+
+def _worker_lines(deployed: Release) -> dict[str, str]:
+    """``STATE|REASON`` of each worker's SLURM node."""
+    return {w: deployed.node_line(w) for w in WORKERS}
+
+
+def _wait_workers(
+    deployed: Release, what: str, want: Callable[[str], bool], timeout_s: float
+) -> None:
+    seen: dict[str, str] = {}
+
+    def done() -> bool:
+        seen.clear()
+        seen.update(_worker_lines(deployed))
+        return all(want(line) for line in seen.values())
+
+    try:
+        wait_for(what, done, timeout_s=timeout_s, interval_s=1)
+    except HarnessError:
+        pytest.fail(f"{what}: {seen}\n{deployed.diagnose()}")
+
+
+def _idle(line: str) -> bool:
+    """Idle and not drained (sinfo shows a drained idle node as ``drained``).
+
+    The reason column is not read: SLURM 24.11 keeps an old reason's text after a resume.
+    """
+    return line.partition("|")[0] == "idle"
+
+
+def test_the_pools_tolerated_taint_drains_nothing_and_opens_no_breaker(deployed: Release) -> None:
+    """Node tainted nvidia.com/gpu=present:NoSchedule, tolerated: idle workers, no breaker.
+
+    Before the fix (issue 37 item 1) the first pass wanted both workers drained
+    ``k8s-tainted:gpu``; under the default budget that is a mass event and opens the breaker
+    at install. The taint was there before the install, so every pass of the leader saw it:
+    the workers stay idle (not drained), the leader's ``slonkd status`` shows the breaker
+    closed and no slonkd cause or pending action, ``slonkd explain`` names the tolerated
+    taint, and neither coordinator logged a refusal, an opened breaker or a ``k8s-tainted``
+    drain.
+    """
+    taints = _node_obj(deployed)["spec"].get("taints", [])
+    assert any({k: t.get(k) for k in GPU_TAINT} == GPU_TAINT for t in taints), taints
+    for pod in deployed.pods(**WORKER):
+        assert TOLERATION in pod["spec"].get("tolerations", []), pod["spec"].get("tolerations")
+    _wait_workers(deployed, "every worker idle", _idle, timeout_s=90)
+    wait_for(  # nothing drained is not for want of a pass: the leader looked twice at least
+        "two passes of the leader",
+        lambda: _slonkd(deployed, "status", "-o", "json")["passes"]["count"] >= 2,
+        timeout_s=150,
+        interval_s=2,
+    )
+    status = _slonkd(deployed, "status", "-o", "json")
+    assert not status["state"].get("breakerOpen"), status["state"]
+    rows = {row["node"]: row for row in status["nodes"]}
+    for w in WORKERS:
+        assert (rows[w]["causes"], rows[w]["drift"]) == ([], []), rows[w]
+        notes = _slonkd(deployed, "explain", w)["decision"]["notes"]
+        assert any("nvidia.com/gpu" in n and "tolerated" in n for n in notes), notes
+    assert all(_idle(line) for line in _worker_lines(deployed).values()), _worker_lines(deployed)
+    said = [
+        e
+        for e in _coordinator_log(deployed)
+        if e.get("event") in ("budget.refused", "budget.breaker_opened")
+        or (e.get("event") == "slurm.nodes_drain" and "k8s-tainted" in str(e.get("cause")))
+    ]
+    assert said == [], said[:5]
+
+
+def test_a_maintenance_taint_the_pool_does_not_tolerate_drains_the_workers(
+    deployed: Release,
+) -> None:
+    """example.com/maint=ticket-37:NoSchedule beside the GPU taint: both workers drained for it.
+
+    The drain's reason names the untolerated taint's key (``slonkd:k8s-tainted:maint``), not
+    the tolerated one; the breaker stays closed (the harness's budget admits both). Once the
+    maintenance taint is lifted, slonkd releases them and they are idle again. NoSchedule: a
+    NoExecute taint would evict every pod of this one-node cluster (slurmctld and the
+    coordinators with the workers); NoExecute is in tests/unit/test_decide_tolerations.py.
+    """
+    name = deployed.node.name
+    deployed.kube.kubectl("taint", "nodes", name, f"{MAINT}=ticket-37:NoSchedule")
+    try:
+        _wait_workers(
+            deployed,
+            "every worker drained k8s-tainted:maint",
+            lambda line: "slonkd:k8s-tainted:maint" in line,
+            timeout_s=60,
+        )
+        assert not _slonkd(deployed, "status", "-o", "json")["state"].get("breakerOpen")
+        drains = [
+            e
+            for e in _coordinator_log(deployed)
+            if e.get("event") == "slurm.nodes_drain" and "k8s-tainted" in str(e.get("cause"))
+        ]
+        assert {str(e.get("cause")) for e in drains} == {"k8s-tainted:maint"}, drains
+    finally:
+        deployed.kube.kubectl("taint", "nodes", name, f"{MAINT}-")
+    _wait_workers(deployed, "every worker idle again", _idle, timeout_s=60)
 
 
 def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Release) -> None:
