@@ -9,9 +9,11 @@ here, both from a test's node id (the controller that hands out work sees no mar
   real node at a time runs on the machine (the kubelet's device-plugin socket is a fixed
   host path); every other contract and e2e module is a unit, so its module-scoped fixtures
   (fleets, installs) are built once; unit tests go one by one wherever a worker is free.
-- :func:`rank`: units are handed out in collection order, so the workers sort their
-  collections the same way: the real node's unit first, then e2e's, so that no worker is
-  left alone with a long unit at the end.
+- :func:`rank`: units are handed out in collection order (xdist's own reordering by test
+  count is turned off), so the workers sort their collections the same way: longest unit
+  first, by the seconds :data:`DURATIONS` measured (``python -m tests.timing_report
+  --durations-out tests/durations.json``), so that no worker is left alone with a long unit
+  at the end. A module not measured yet counts :data:`UNMEASURED_S` of its tier.
 
 And one thing from a test's marks, on the workers: a test marked ``alone`` (its assertion is
 about timing that a busy machine stretches, e.g. how many passes a burst spreads over) runs
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,10 @@ REAL_MODULES = frozenset(
     }
 )
 """The modules marked ``real`` (checked at collection: the mark and this list agree)."""
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Seconds per test module, as a full run measured them (what :func:`rank` sorts by)."""
+UNMEASURED_S = {"tests/e2e/": 60.0, "tests/contract/": 20.0}
+"""What a module missing from :data:`DURATIONS` counts, by tier (a unit test module: 1 s)."""
 
 
 def group_of(nodeid: str) -> str | None:
@@ -60,11 +68,41 @@ def group_of(nodeid: str) -> str | None:
     return None
 
 
-def rank(nodeid: str) -> int:
-    """Sort key of a test in every worker's collection: real node, e2e, the rest."""
-    if group_of(nodeid) == REAL:
-        return 0
-    return 1 if nodeid.startswith("tests/e2e/") else 2
+@functools.cache
+def measured(path: Path = DURATIONS) -> Mapping[str, float]:
+    """The seconds per module in ``path``; {} when it is missing or unreadable (defaults)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+    }
+
+
+def expected_s(module: str, durations: Mapping[str, float]) -> float:
+    """The seconds a module is expected to take."""
+    if module in durations:
+        return durations[module]
+    tier = next((t for t in UNMEASURED_S if module.startswith(t)), None)
+    return UNMEASURED_S[tier] if tier is not None else 1.0
+
+
+def rank(nodeid: str, durations: Mapping[str, float] | None = None) -> tuple[float, str]:
+    """Sort key of a test in every worker's collection: longest unit first.
+
+    A unit's expected seconds (the real node's unit counts all its modules); the tests of a
+    unit stay together, in collection order (the sort is stable).
+    """
+    known = measured() if durations is None else durations
+    module = nodeid.split("::", 1)[0]
+    group = group_of(nodeid) or module
+    modules = sorted(REAL_MODULES) if group == REAL else [module]
+    return (-sum(expected_s(m, known) for m in modules), group)
 
 
 class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist: untyped
@@ -90,7 +128,8 @@ def check_marks(items: list[pytest.Item]) -> None:
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> GroupedScheduling:
-    """The scheduler for ``pytest_xdist_make_scheduler``."""
+    """The scheduler for ``pytest_xdist_make_scheduler``: units in :func:`rank`'s order."""
+    config.option.loadscopereorder = False  # xdist's reorder is by test count, not by time
     return GroupedScheduling(config, log)
 
 

@@ -6,11 +6,14 @@ properties :mod:`tests.timing` adds (``setup_s``, ``call_s``, ``teardown_s``,
 ``fixture:NAME[scope]``); a file without them (another runner's) still gives each test's total.
 Several files (``scripts/test``'s phases) are read as one run whose wall time is the sum of
 theirs. Sums are test time; under pytest-xdist the wall time (the testsuite's ``time``) is less.
+``--durations-out tests/durations.json`` writes the seconds per module that
+:mod:`tests.parallel` hands the longest work out first by (refresh it from a full run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -150,11 +153,20 @@ def report(run: Run, top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def durations(run: Run) -> dict[str, float]:
+    """Seconds per test module (its path), summed over its cases, longest first."""
+    per: dict[str, float] = defaultdict(float)
+    for case in run.cases:
+        per[case.module.replace(".", "/") + ".py"] += case.total_s
+    return {m: round(s, 1) for m, s in sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the tables for one JUnit XML file; exit 2 with one line if it cannot be read."""
     parser = argparse.ArgumentParser(prog="python -m tests.timing_report", description=__doc__)
     parser.add_argument("xml", nargs="*", type=Path, default=[DEFAULT_XML])
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--durations-out", type=Path, help="write seconds per module (JSON)")
     args = parser.parse_args(argv)
     runs = []
     for path in args.xml:
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     run = Run([c for r in runs for c in r.cases], sum(r.wall_s for r in runs))
     sys.stdout.write(report(run, args.top))
+    if args.durations_out is not None:
+        args.durations_out.write_text(json.dumps(durations(run), indent=1) + "\n")
     return 0
 
 

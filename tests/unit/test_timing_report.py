@@ -114,3 +114,15 @@ def test_the_phases_xml_files_are_read_as_one_run(
     assert "6 tests (2 failed, 2 passed, 2 skipped); test time 53 s; wall time 61 s" in (
         capsys.readouterr().out
     )
+
+
+def test_the_seconds_per_module_for_the_schedulers_order(tmp_path: Path) -> None:
+    """--durations-out: each module's path and its cases' seconds, longest first."""
+    (tmp_path / "a.xml").write_text(XML)
+    out = tmp_path / "durations.json"
+    assert timing_report.main([str(tmp_path / "a.xml"), "--durations-out", str(out)]) == 0
+    assert out.read_text().startswith('{\n "tests/e2e/test_a.py": 26.0,')
+    assert timing_report.durations(timing_report.read(tmp_path / "a.xml")) == {
+        "tests/e2e/test_a.py": 26.0,
+        "tests/unit/test_b.py": 0.5,
+    }
