@@ -171,6 +171,18 @@ def coordinator_env(
     }
 
 
+def loopback_api(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A test coordinator's settings with its API on a free loopback port unless they name one.
+
+    The product's default is 0.0.0.0:8081; two coordinators of tests in parallel workers
+    would both ask for it ("address already in use"), so a harness coordinator gets
+    127.0.0.1:0 (the port it got is logged as ``coordinator.api_listening``).
+    """
+    if "api_port" in config:
+        return dict(config)
+    return {"api_host": "127.0.0.1", **config, "api_port": 0}
+
+
 @dataclass(slots=True, kw_only=True)
 class Coordinators:
     """The ``slonkd coordinator`` candidates of one test; a context manager that stops them.
@@ -206,8 +218,12 @@ class Coordinators:
             full["SLONKD_CONFIG"] = str(config)
         elif config is not None:
             path = self.root / f"{identity}.json"
-            path.write_text(json.dumps(config))
+            path.write_text(json.dumps(loopback_api(config)))
             full["SLONKD_CONFIG"] = str(path)
+        if "SLONKD_CONFIG" in full:
+            full["SLONKD_CONFIG"] = str(
+                self._with_loopback_api(Path(full["SLONKD_CONFIG"]), identity)
+            )
         daemon = Daemon(
             role="coordinator",
             env=full,
@@ -217,6 +233,22 @@ class Coordinators:
         )
         self.started.append(daemon)
         return daemon.start(until=until, timeout_s=timeout_s)
+
+    def _with_loopback_api(self, config: Path, identity: str) -> Path:
+        """``config``, or a copy of it beside the log with :func:`loopback_api`'s defaults.
+
+        Read at each start (a test may rewrite its file between starts); a file that is not
+        a JSON object is the test's own business and passes as it is.
+        """
+        try:
+            data = json.loads(config.read_text())
+        except (OSError, ValueError):
+            return config
+        if not isinstance(data, dict) or "api_port" in data:
+            return config
+        copy = self.root / f"{identity}.api.json"
+        copy.write_text(json.dumps(loopback_api(data)))
+        return copy
 
     def __getitem__(self, index: int) -> Daemon:
         return self.started[index]

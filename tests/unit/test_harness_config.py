@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox import procs, toolchain
+from slonkd_sandbox import daemon, procs, toolchain
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_conf import render_slurm_conf
 
@@ -101,3 +102,32 @@ def test_a_malformed_port_slice_names_the_variable(
     monkeypatch.setenv(procs.PORT_SLICE_ENV, raw)
     with pytest.raises(procs.HarnessError, match=procs.PORT_SLICE_ENV):
         procs.listen_span()
+
+
+def test_a_test_coordinators_api_listens_on_a_free_loopback_port_unless_named(
+    tmp_path: Path,
+) -> None:
+    """Two parallel workers' coordinators never both ask for the product's 0.0.0.0:8081.
+
+    A mapping, a file or the environment's SLONKD_CONFIG without ``api_port`` gets
+    127.0.0.1:0; one that names a port (or is not a JSON object) is left as it is.
+    """
+    assert daemon.loopback_api({"resync_s": 1}) == {
+        "api_host": "127.0.0.1",
+        "resync_s": 1,
+        "api_port": 0,
+    }
+    named = {"api_host": "0.0.0.0", "api_port": 9000}  # noqa: S104 - a test's own choice
+    assert daemon.loopback_api(named) == named
+    group = daemon.Coordinators(root=tmp_path)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"resync_s": 2}))
+    copy = group._with_loopback_api(plain, "coordinator-0")
+    assert json.loads(copy.read_text())["api_port"] == 0
+    assert json.loads(plain.read_text()) == {"resync_s": 2}  # the test's file is untouched
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps(named))
+    assert group._with_loopback_api(own, "coordinator-0") == own
+    odd = tmp_path / "odd.json"
+    odd.write_text("[1]")
+    assert group._with_loopback_api(odd, "coordinator-0") == odd
