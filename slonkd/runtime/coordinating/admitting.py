@@ -4,7 +4,9 @@ Every node an automated cause wants out is a request to :func:`slonkd.core.budge
 (per pool, or per pool and topology block); past the budget it is refused, and a mass event
 or a suspected check opens the breaker, persisted in the state (:mod:`.remembering`) until a
 human resets it. Failures still standing at a reset are admitted within the budget, never as
-a new mass event. Used by the pass (:mod:`.reconciling`) and the fast path (:mod:`.fast_path`).
+a new mass event; so are nodes returning from a failure to prove their health
+(``revalidating``, :mod:`slonkd.core.revalidation`). Used by the pass (:mod:`.reconciling`)
+and the fast path (:mod:`.fast_path`).
 """
 
 from __future__ import annotations
