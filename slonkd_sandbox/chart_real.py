@@ -250,7 +250,7 @@ def chart_values(
         "controller": {"persistence": {"size": "1Gi"}},
         "home": {"existingClaim": HOME_CLAIM},
         # Every worker shares the one K8s node: cordoning it takes the whole pool out, which
-        # the default budget (10 %, mass 20 %) rightly refuses as a mass event.
+        # the default budget (10 %, mass 20 %) rightly refuses (past its room).
         "coordinator": {
             "failureGraceSeconds": failure_grace_s,
             "budget": {"maxOut": 10, "maxOutPercent": 100, "massPercent": 100},

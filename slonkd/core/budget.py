@@ -8,7 +8,13 @@ rollout), nothing more is taken and the breaker opens; it stays open until a hum
 (``slonkd budget reset``), and while it is open no automated cause takes a node out.
 Bringing nodes back is never budgeted. Nodes out only because their pod is restarting
 (a rollout, a preemption) use the budget too, but a request they crowd out is deferred, not
-a reason to open the breaker: a rolling update must never open it.
+a reason to open the breaker: a rolling update must never open it. Nor does a node's return
+from a failure: its proof of health (``revalidating``, :mod:`slonkd.core.revalidation`)
+takes it out within the budget, deferred past it, never as a new failure.
+
+Neighbours: :mod:`slonkd.runtime.coordinating.admitting` builds the requests from a pass's
+plans (:mod:`slonkd.core.decide`, :mod:`slonkd.core.fleet_decide`) and opens the breaker;
+:mod:`slonkd.core.rollout` asks the same room.
 """
 
 from __future__ import annotations
@@ -96,6 +102,14 @@ class Request:
     unit: str = ""
     """Nodes that go out together (the SLURM nodes of one K8s node: its cordon takes them all
     out); admitted all or none. Empty: the node alone."""
+    wants: bool = True
+    """The node's own plan wants it out. False: only its unit takes it (a failing sibling's
+    cordon of their K8s node): it costs room, but it is no candidate of a mass event."""
+    returning: bool = False
+    """The node comes back from a failure the budget weighed already: SLURM or an operator
+    returned it after the remediation ladder acted, and it is drained ``revalidating`` until
+    its new pod proves its health. No new failure: admitted within the budget, the rest
+    deferred; never a mass event nor a reason to open the breaker."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,14 +150,23 @@ def admit(
     of them that are out only while their pod restarts. ``standing``: candidates that were
     already held back when a human reset the breaker: they are admitted first, within the
     budget, the rest deferred; they never make a mass event nor open the breaker again
-    (the reset was the human's answer to them). Candidates new since the reset follow the
-    mass and exhaustion rules as usual. A request's ``unit`` groups nodes that go out together
-    (the pods of one K8s node): a unit costs each of its nodes not out yet, and is admitted
-    whole or not at all, so a cordon never takes more out than the budget allows.
+    (the reset was the human's answer to them). Units whose nodes all return from a failure
+    (:attr:`Request.returning`) are taken the same way. Candidates new since the reset follow
+    the mass and exhaustion rules as usual; only nodes that want out themselves
+    (:attr:`Request.wants`) count toward a mass event. A request's ``unit`` groups nodes that
+    go out together (the pods of one K8s node): a unit costs each of its nodes not out yet,
+    and is admitted whole or not at all, so a cordon never takes more out than the budget
+    allows.
     """
     by_pool: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    candidates: set[str] = set()  # nodes that want out themselves, not returning
+    returning: set[str] = set()
     for r in requests:
         by_pool[r.pool][r.unit or r.node].add(r.node)
+        if r.returning:
+            returning.add(r.node)
+        elif r.wants:
+            candidates.add(r.node)
     admitted: set[str] = set()
     refused: dict[str, str] = {}
     reasons: list[str] = []
@@ -166,22 +189,28 @@ def admit(
             )
             continue
         room = max(0, limit - len(out))
-        held_over = {u: ns for u, ns in units.items() if any(n in standing for n in ns)}
+        held_over = {
+            u: ns
+            for u, ns in units.items()
+            if any(n in standing for n in ns) or all(n in returning for n in ns)
+        }
         held_in, held_out = _fit(held_over, room)
         admitted.update(n for u in held_in for n in held_over[u])
         taken = sum(len(held_over[u]) for u in held_in)
         room -= taken
-        deferred = (
-            f"deferred: standing since the breaker reset; pool {pool} has "
-            f"{len(out)} of {size} out, limit {limit}"
-        )
-        refused.update((n, deferred) for u in held_out for n in held_over[u])
+        used = f"pool {pool} has {len(out)} of {size} out, limit {limit}"
+        for u in held_out:
+            since = "standing since the breaker reset"
+            if not any(n in standing for n in held_over[u]):
+                since = "returning from a failure, revalidated once there is room"
+            refused.update((n, f"deferred: {since}; {used}") for n in held_over[u])
         new = {u: ns for u, ns in units.items() if u not in held_over}
         wanted = sum(len(ns) for ns in new.values())
         if not new:
             continue
-        if wanted > policy.mass(size):
-            why = f"mass event in pool {pool}: {wanted} of {size} nodes at once"
+        asking = sum(1 for ns in new.values() for n in ns if n in candidates)
+        if asking > policy.mass(size):
+            why = f"mass event in pool {pool}: {asking} of {size} nodes at once"
             refused.update((n, why) for ns in new.values() for n in ns)
             reasons.append(why)
             continue

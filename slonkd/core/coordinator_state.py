@@ -32,6 +32,10 @@ SCHEMA = "2"
 _READABLE = {"1", "2"}
 MAX_TEXT = 500
 """Operator-given texts (pause reason, who) are cut to this length."""
+MAX_TOKEN = 2**31 - 2
+"""The highest fencing token a state may hold: the token is the Lease's ``leaseTransitions``,
+an int32, and the next term's must be above it. A higher one is corrupt state (no term could
+ever exceed it), and it is not salvaged as a floor."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +173,8 @@ class CoordinatorState:
 def salvage_token(data: Mapping[str, str] | None) -> int:
     """The last writer's fencing token from ``data``, even a corrupt one (-1: none readable).
 
-    A new leader's token must exceed it, whatever else the state holds.
+    A new leader's token must exceed it, whatever else the state holds. A token no term could
+    exceed (above :data:`MAX_TOKEN`) is not kept: -1.
     """
     try:
         return _token((data or {}).get("fencingToken", "-1"))
@@ -213,7 +218,12 @@ def _token(value: object) -> int:
     except ValueError as exc:
         raise StateCorrupt(f"coordinator state fencingToken is {value[:40]!r}") from exc
     if token < -1:
-        raise StateCorrupt(f"coordinator state fencingToken is {token}")
+        raise StateCorrupt(f"coordinator state fencingToken is {str(token)[:40]}")
+    if token > MAX_TOKEN:
+        raise StateCorrupt(
+            f"coordinator state fencingToken is {str(token)[:40]}: no term's token can exceed it "
+            "(the Lease's leaseTransitions is an int32)"
+        )
     return token
 
 

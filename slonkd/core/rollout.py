@@ -87,7 +87,8 @@ class RolloutSettings:
     """Jobs still running after ``job_wait_s``, all requeueable: evict the pod with them and
     let its preStop hook signal them for a checkpoint, wait its window and requeue them (the
     chart sets it with ``workers.prestop.checkpoint.signal``). Off: the rollout requeues
-    them itself, unsignalled. Either way a job that cannot be requeued blocks the node."""
+    them itself, unsignalled. Either way a job that cannot be requeued blocks the node, and
+    none of its other jobs is requeued until it has ended."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.requeue_in_prestop, bool):

@@ -4,7 +4,9 @@ Issued credentials must not outlive their pod. The leader's worker pod informer 
 deletion to :meth:`CredentialReaper.on_pod_event`; :meth:`CredentialReaper.run` deletes that
 agent's dynsec client (and its role) if it was issued to the deleted pod's uid (a successor of
 the same name that already got its own client keeps it) and, when no pod of that name is left (a
-scale-down), purges the session the broker keeps for its client id. At leader start, and
+scale-down), purges the session the broker keeps for its client id. Every delete is of the client
+as read: one issued anew between the read and the delete (another replica serving the successor)
+is left alone (:meth:`~slonkd.adapters.bus.dynsec.DynSecAdmin.delete_if_held`). At leader start, and
 then every ``sweep_s``, :meth:`CredentialReaper.sweep` catches what was missed (deletions
 while no leader ran, a failed revocation): it deletes every agent client whose worker pod
 (by uid, or by name for a client issued before uids were recorded) no longer exists, and
@@ -99,8 +101,7 @@ class CredentialReaper:
         held = await self.admin.client(username)
         if held is None or (held.pod_uid and held.pod_uid != uid):
             return False
-        await self._delete(held, purge=self._cached(name) is None, cause="pod-deleted")
-        return True
+        return await self._delete(held, purge=self._cached(name) is None, cause="pod-deleted")
 
     def _cached(self, name: str) -> Pod | None:
         return self._pods.get(f"{self._namespace}/{name}")
@@ -117,8 +118,7 @@ class CredentialReaper:
                 gone = purge = await self._coordinator_gone(held)
             else:
                 continue  # not issued by slonkd (the admin)
-            if gone:
-                await self._delete(held, purge=purge, cause="sweep")
+            if gone and await self._delete(held, purge=purge, cause="sweep"):
                 removed.append(held.username)
         log.info("bus.credentials_swept", removed=len(removed))
         return removed
@@ -150,8 +150,17 @@ class CredentialReaper:
         found = await find_worker_pod(self._transport, self._namespace, pod, selector="")
         return found is None
 
-    async def _delete(self, held: ClientRecord, *, purge: bool, cause: str) -> None:
-        await self.admin.delete_client(held.username)
+    async def _delete(self, held: ClientRecord, *, purge: bool, cause: str) -> bool:
+        """Delete ``held`` if dynsec still holds it as read; whether it was deleted."""
+        if not await self.admin.delete_if_held(held):
+            log.info(
+                "bus.credentials_kept",
+                username=held.username,
+                pod_uid=held.pod_uid,
+                cause=cause,
+                detail="gone or issued anew since it was read (a successor's): left alone",
+            )
+            return False
         client_id = held.client_id
         if not client_id and held.username.startswith(AGENT_PREFIX):
             client_id = agent_client_id(held.username.removeprefix(AGENT_PREFIX))
@@ -165,3 +174,4 @@ class CredentialReaper:
             session_purged=purge and bool(client_id),
             cause=cause,
         )
+        return True

@@ -319,3 +319,79 @@ def test_out_of_service_is_drained_cordoned_or_tainted_by_slonkd() -> None:
     assert not out_of_service(slurm("IDLE"), kube(taint=no_schedule, ours=False))
     assert not out_of_service(slurm("IDLE"), kube(taint=prefer))
     assert not out_of_service(None, None)
+
+
+def test_returning_nodes_are_admitted_within_the_budget_and_never_a_mass_event() -> None:
+    """Nodes back from a failure (their ``revalidating`` drain) are no new failure (issue 37 #4).
+
+    Three of four return at once: one fits the limit, the others wait, the breaker stays
+    shut; a node new in the same pass still follows the mass and exhaustion rules.
+    """
+    policy = BudgetPolicy(max_out=10, max_out_percent=10, mass_percent=20)  # 4: limit 1, mass 1
+    back = [Request(node=n, pool="gpu", returning=True) for n in ("r0", "r1", "r2")]
+    result = _admit(back, size=4, policy=policy)
+    assert result.admitted == {"r0"}
+    assert all(why.startswith("deferred: returning") for why in result.refused.values())
+    assert set(result.refused) == {"r1", "r2"}
+    assert not result.open_breaker
+    result = _admit([*back, "f0"], size=4, policy=policy)
+    assert "budget of pool gpu exhausted" in result.open_breaker
+    assert "f0" in result.refused
+
+
+def test_a_sibling_that_wants_nothing_costs_room_but_is_no_candidate_of_a_mass_event() -> None:
+    """One failing pod of a K8s node holding two: its cordon takes both, one wants out.
+
+    Two such K8s nodes and a lone node are three candidates (no mass event in a pool of 20
+    with mass 4), costing five nodes of room (4): on the old rule every pod of a unit counted
+    toward the mass event (5 of 20).
+    """
+    policy = BudgetPolicy(max_out=4, max_out_percent=100, mass_percent=10)  # mass: 4
+    requests = [
+        Request(node="a1", pool="gpu", unit="k8s-node/c1"),
+        Request(node="a2", pool="gpu", unit="k8s-node/c1", wants=False),
+        Request(node="b1", pool="gpu", unit="k8s-node/c2"),
+        Request(node="b2", pool="gpu", unit="k8s-node/c2", wants=False),
+        Request(node="c1", pool="gpu"),
+        Request(node="c2", pool="gpu"),
+        Request(node="c3", pool="gpu"),
+    ]
+    result = _admit(requests, size=20, policy=policy)
+    assert "mass event" in result.open_breaker  # five want out: past 4
+    assert "5 of 20" in result.open_breaker
+    result = _admit(requests[:5], size=20, policy=policy)
+    assert not result.open_breaker.startswith("mass event"), result.open_breaker
+    assert result.admitted == {"c1", "a1", "a2"}  # first fit by name; c2's two do not fit
+    assert "budget of pool gpu exhausted" in result.open_breaker
+
+
+@given(
+    wanted=st.sets(st.integers(0, 99), max_size=60),
+    out=st.sets(st.integers(0, 99), max_size=30),
+    back=st.sets(st.integers(0, 99), max_size=30),
+    idle=st.sets(st.integers(0, 99), max_size=30),
+    max_out=st.integers(0, 20),
+    mass=st.floats(0, 100),
+)
+def test_returning_and_idle_siblings_never_pass_the_limit(
+    wanted: set[int], out: set[int], back: set[int], idle: set[int], max_out: int, mass: float
+) -> None:
+    """Whatever the flags: never past the limit; returning nodes alone never open the breaker."""
+    policy = BudgetPolicy(max_out=max_out, max_out_percent=100, mass_percent=mass)
+    out_names = frozenset(f"n{i}" for i in out)
+    requests = [
+        Request(
+            node=f"n{i}",
+            pool="gpu",
+            unit=f"u{i // 2}",
+            returning=i in back,
+            wants=i not in idle,
+        )
+        for i in wanted
+    ]
+    result = _admit(requests, out=out_names, policy=policy)
+    new = result.admitted - out_names
+    assert len(out_names) + len(new) <= max(len(out_names), policy.limit(100))
+    assert result.admitted | set(result.refused) == {r.node for r in requests}
+    if all(i in back for i in wanted):
+        assert not result.open_breaker

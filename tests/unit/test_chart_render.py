@@ -1208,3 +1208,43 @@ def test_the_agent_sidecar_requests_cpu_so_busy_jobs_cannot_starve_its_drain(hel
         one(render(helm, set_json=(f"agent.resources={mine}",)), "StatefulSet", "rel-gpu")
     )
     assert custom["initContainers"][0]["resources"]["limits"] == {"memory": "512Mi"}
+
+
+def test_slurm_conf_names_a_reboot_program_so_the_reboot_steps_slurm_half_succeeds(
+    helm: Helm,
+) -> None:
+    """The ladder's reboot step asks ``scontrol reboot ASAP``: slurmctld refuses it without one.
+
+    slurmd runs in the worker pod and cannot reboot its host; the site's tooling reboots the
+    machine for the ``slonk.dev/reboot-requested`` taint. So the chart's RebootProgram does
+    nothing (``/bin/true``) and only lets slurmctld take the request: the node is held
+    REBOOT_REQUESTED until slurmd registers from the rebooted host, then SLURM returns it.
+    ResumeTimeout is how long SLURM waits for that: the site's reboot time, not SLURM's 60 s
+    default (past it the node goes DOWN "reboot timed out"). Issue 37 item 9.
+    """
+    conf = slurm_conf(render(helm))
+    assert "RebootProgram=/bin/true\n" in conf
+    assert "ResumeTimeout=3600\n" in conf
+    site = slurm_conf(
+        render(helm, set_json=('slurm.reboot={"program":"/opt/site/reboot","timeoutSeconds":900}',))
+    )
+    assert "RebootProgram=/opt/site/reboot\n" in site
+    assert "ResumeTimeout=900\n" in site
+    off = slurm_conf(render(helm, set_json=('slurm.reboot={"program":""}',)))
+    assert "RebootProgram" not in off  # the step is the taint alone: its SLURM half fails
+    assert "ResumeTimeout=3600\n" in off
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('{"timeoutSeconds":70000}', "/slurm/reboot/timeoutSeconds': maximum: got 70,000"),
+        ('{"timeoutSeconds":0}', "/slurm/reboot/timeoutSeconds': minimum: got 0, want 60"),
+        ('{"program":"true"}', "/slurm/reboot/program'"),
+    ],
+)
+def test_a_reboot_setting_slurm_cannot_use_is_refused(helm: Helm, value: str, why: str) -> None:
+    """ResumeTimeout is 16 bits in slurmctld (at most 65535 s); the program an absolute path."""
+    proc = helm.template("rel", set_json=(f"slurm.reboot={value}",), check=False)
+    assert proc.returncode != 0
+    assert why in proc.stderr, proc.stderr

@@ -471,6 +471,28 @@ async def test_fast_marks_go_through_the_budget_and_only_mark() -> None:
     assert c.observer.fresh == []  # taken: the next fast path does not mark them again
 
 
+async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
+    """Issue 37 item 8c: a FencedError in the fast path propagates out of ``mark``.
+
+    A write refused for a newer fencing token is not a failed mark to leave to the next pass:
+    the term must end (the elector gives the Lease up), as in a pass.
+    """
+    slurm = FakeSlurm([_slurm(i) for i in range(3)], failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    await c.reconcile_all()
+
+    async def fenced(name: str, *, cause: str, **_: Any) -> Any:
+        raise FencedError("state written by token 9")
+
+    writer.cordon = fenced  # type: ignore[method-assign]
+    writer.cordon_and_taint = fenced  # type: ignore[method-assign]
+    c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+    with pytest.raises(FencedError):
+        await c.fast_marks()
+    assert writer.calls == []
+
+
 async def test_fast_marks_leave_reasons_that_are_not_slurms_to_the_pass() -> None:
     """A reason an operator set (not SLURM's own) is not the fast path's: nothing is marked."""
     slurm = FakeSlurm([_slurm(i) for i in range(3)], failing=set())

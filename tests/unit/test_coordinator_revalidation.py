@@ -17,11 +17,13 @@ from slonkd.core.reasons import Cause
 from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.commands import CommandSender
+from tests.unit.pods import running_pod
 from tests.unit.test_coordinator_pass import (
     TOKEN,
     FakeNodeWriter,
     FakePodWriter,
     FakeSlurm,
+    FakeStore,
     _coordinator,
     _node,
     _slurm,
@@ -185,3 +187,65 @@ async def test_without_revalidation_an_eviction_records_nothing() -> None:
     await c.reconcile_all()
     assert cast(FakePodWriter, c.executor.remediator.pods).evicted == ["w-0"]
     assert c.memory.state.revalidating == {}
+
+
+async def test_returning_nodes_after_a_reset_open_no_breaker_and_revalidate_in_turn() -> None:
+    """The sandbox's scenario of issue 37 item 4, pass by pass with the fakes.
+
+    Four workers, limit 1. Two fail at once: a mass event opens the breaker (right). A person
+    resets it: slonkd cordons and evicts them one after the other (right). Their new pods
+    land on kn-4 and beside w-1 on kn-1; the operator resumes both SLURM nodes. Their
+    revalidation is no new failure: w-0 is drained ``revalidating`` within the budget, w-2
+    waits its turn, the breaker stays shut (on the old code: "mass event in pool default:
+    3 of 4 nodes at once", w-1 counted for w-2's drain, and no revalidation until a second
+    reset).
+    """
+    failed = [
+        _slurm(i, "IDLE+FAIL", "Kill task failed") if i in (0, 2) else _slurm(i) for i in range(4)
+    ]
+    slurm = FakeSlurm(failed, failing=set())
+    writer = FakeNodeWriter()
+    c = _coordinator(
+        slurm,
+        writer,
+        [_node(i) for i in range(5)],
+        max_out=10,
+        max_out_percent=10,
+        mass_percent=20,
+    )
+    del c.pods._cache["slonk/w-4"]  # five K8s nodes, four workers (as in the sandbox)
+    sender = FakeSender()
+    c.commands = cast(CommandSender, sender)
+    c.policy = c.s.policy  # revalidation on (the fakes have no bus)
+    c.revalidator = replace(c.revalidator, commands=cast(Any, sender))
+    store = cast(FakeStore, c.memory.store)
+    await c.reconcile_all()
+    assert "mass event" in store.state.breaker_reason
+    store.state = replace(store.state, breaker_open=False, breaker_reason="reset by alice")
+    evicted = cast(FakePodWriter, c.executor.remediator.pods).evicted
+    await c.reconcile_all()
+    assert evicted == ["w-0"]
+    c.pods._cache["slonk/w-0"] = running_pod(
+        "w-0", uid="u0b", on="kn-4", ready_since="2026-01-01T00:00:00Z"
+    )
+    await c.reconcile_all()
+    assert evicted == ["w-0", "w-2"]
+    c.pods._cache["slonk/w-2"] = running_pod(
+        "w-2", uid="u2b", on="kn-1", ready_since="2026-01-01T00:00:00Z"
+    )
+    await c.reconcile_all()
+    assert not store.state.breaker_open
+    assert set(store.state.revalidating) == {"w-0", "w-2"}  # the ladder's records
+
+    slurm.nodes = [_slurm(i) for i in range(4)]  # the operator resumes w-0 and w-2
+    await c.reconcile_all()
+    assert not store.state.breaker_open, store.state.breaker_reason
+    assert slurm.drained == [("revalidating", ["w-0"])]
+    assert c.snapshot is not None
+    assert c.snapshot.admission.refused["w-2"].startswith("deferred: returning")
+    assert "w-1" not in c.snapshot.admission.refused
+
+    slurm.nodes[0] = _slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
+    await c.reconcile_all()
+    assert not store.state.breaker_open, store.state.breaker_reason
+    assert ("revalidating", ["w-2"]) not in slurm.drained  # w-0 holds the pool's one place

@@ -159,3 +159,24 @@ def test_the_token_is_salvaged_from_a_corrupt_state() -> None:
     assert salvage_token(None) == -1
     assert salvage_token({}) == -1
     assert salvage_token({"fencingToken": "12"}) == 12
+
+
+@pytest.mark.parametrize("token", [2**31 - 1, 2**31, 10**30])
+def test_a_token_no_lease_can_exceed_is_corrupt_and_not_salvaged(token: int) -> None:
+    """Issue 37 item 8a: a token at or above 2^31-1 is corrupt state, and no salvaged floor.
+
+    The token is the Lease's ``leaseTransitions``, an int32: no new term's token can ever be
+    above 2^31-1, so a state claiming it can only be corruption. Read as a token, every acquire
+    asked the apiserver for a ``leaseTransitions`` above the int32 range: no leader ever.
+    ``slonkd state reset --yes-discard-state`` must not keep it either.
+    """
+    with pytest.raises(StateCorrupt, match="fencingToken"):
+        CoordinatorState.from_data({**GOOD, "fencingToken": str(token)})
+    assert salvage_token({**GOOD, "fencingToken": str(token)}) == -1
+
+
+def test_the_highest_token_a_successor_can_still_exceed_is_read() -> None:
+    """2^31-2 is a state a leader may have written: the next term's token, 2^31-1, is above it."""
+    highest = {**GOOD, "fencingToken": str(2**31 - 2)}
+    assert CoordinatorState.from_data(highest).fencing_token == 2**31 - 2
+    assert salvage_token(highest) == 2**31 - 2

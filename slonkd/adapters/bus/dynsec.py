@@ -15,10 +15,12 @@ revoked when that pod is gone and never when its successor of the same name hold
 its password is derived from the admin's secret and the pod uid (:func:`pod_password`): any
 replica answers a retried request for the same pod uid with the same password and without
 touching the broker (the description also holds a tag of the password, so a changed admin
-secret re-keys it). Deleting a client closes its connection; :meth:`DynSecAdmin.purge_session`
-also drops the session the broker keeps for its client id. With ``ca_file`` the admin talks
-TLS, verifying the broker as the bus does (:func:`~slonkd.adapters.bus.client.tls_context`).
-The clients' names and roles are in :mod:`.dynsec_roles`.
+secret re-keys it). Deleting a client closes its connection; :meth:`DynSecAdmin.delete_if_held`
+deletes only the client a caller read (not one issued anew meanwhile);
+:meth:`DynSecAdmin.purge_session` also drops the session the broker keeps for its client id.
+With ``ca_file`` the admin talks TLS, verifying the broker as the bus does
+(:func:`~slonkd.adapters.bus.client.tls_context`). The clients' names and roles are in
+:mod:`.dynsec_roles`.
 """
 
 from __future__ import annotations
@@ -320,6 +322,28 @@ class DynSecAdmin:
                 {"command": "deleteRole", "rolename": own_role(name)},
             ]
         )
+
+    async def delete_if_held(self, held: ClientRecord) -> bool:
+        """Delete ``held``'s client and role only if dynsec still holds that very client.
+
+        dynsec has no conditional delete, and between a caller's read and its delete another
+        replica may issue the name anew (a pod's successor): by name alone, the successor's
+        fresh client would go. So the client is read again on the delete's own connection,
+        right before it, and deleted only if its record is the one read (the pod uid and the
+        password tag an issue writes, the client id, the coordinator pod). The window left is
+        one round trip on one connection. Whether it was deleted (False: gone or re-issued).
+        """
+        name = check_name(held.username, "client")
+        async with self._link() as link:
+            if await _client(link, name) != held:
+                return False
+            await link.ask(
+                [
+                    {"command": "deleteClient", "username": name},
+                    {"command": "deleteRole", "rolename": own_role(name)},
+                ]
+            )
+        return True
 
     async def purge_session(self, client_id: str) -> None:
         """Drop the session the broker keeps for ``client_id`` (and what it queued).

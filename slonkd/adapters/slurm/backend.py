@@ -99,8 +99,8 @@ class SlurmBackend(Protocol):
         """Set node comments."""
         ...
 
-    async def requeue_jobs(self, name: str) -> RequeueResult:
-        """Requeue what can be requeued on a node."""
+    async def requeue_jobs(self, name: str, *, all_or_none: bool = False) -> RequeueResult:
+        """Requeue what can be requeued on a node (``all_or_none``: nothing unless all can)."""
         ...
 
 

@@ -390,17 +390,17 @@ def json_job(
 ) -> SlurmJob:
     """A job of ``squeue --json`` in either schema; ``job_states`` reads ``job_state``.
 
-    v0.0.38 writes one state, v0.0.42 a list (base state first, then flags): the job's state
-    is the first, its raw state all of them joined by ``+``.
+    v0.0.38 writes one word (the first flag set, else the base state), v0.0.42 a list (the
+    base state, then every flag): the job keeps them all, as printed, and
+    :func:`slonkd.core.slurm_job.presence` reads them (a word it does not know keeps the job
+    on its nodes).
     """
     batch, requeue = raw.get("batch_flag"), raw.get("requeue")
     if not isinstance(batch, bool) or not isinstance(requeue, bool):
         raise ParseError("batch_flag/requeue are not booleans")
-    states = job_states(raw)
     return SlurmJob(
         job_id=JobId(int_field(raw.get("job_id"), "job_id")),
-        state=JobState.parse(states[0]),
-        raw_state="+".join(states),
+        states=tuple(job_states(raw)),
         nodes=expand_hostlist(str_field(raw, "nodes", nullable=True)),
         batch=batch,
         requeue=requeue,

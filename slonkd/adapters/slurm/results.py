@@ -33,7 +33,9 @@ class UpdateResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequeueResult:
-    """Jobs of a node put back in the queue, and those that could not be."""
+    """Jobs of a node put back in the queue, those that could not be, those held back."""
 
     requeued: tuple[JobId, ...] = ()
     not_requeueable: tuple[JobId, ...] = ()
+    held_back: tuple[JobId, ...] = ()
+    """Requeueable jobs left running because another on the node is not (``all_or_none``)."""

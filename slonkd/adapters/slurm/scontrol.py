@@ -336,11 +336,17 @@ class ScontrolBackend:
                 await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
 
-    async def requeue_jobs(self, name: str) -> RequeueResult:
-        """Requeue every requeueable job on node ``name``; report the others."""
+    async def requeue_jobs(self, name: str, *, all_or_none: bool = False) -> RequeueResult:
+        """Requeue every requeueable job on node ``name``; report the others.
+
+        ``all_or_none``: when any job there cannot be requeued, requeue none (``held_back``
+        names the others), judged on the same read the requeue would act on.
+        """
         jobs = await self.jobs_on(name)
         can = [j.job_id for j in jobs if j.requeueable]
         cannot = tuple(j.job_id for j in jobs if not j.requeueable)
+        if cannot and all_or_none:
+            return RequeueResult(not_requeueable=cannot, held_back=tuple(can))
         if can:
             with self.kept.writing():
                 await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))

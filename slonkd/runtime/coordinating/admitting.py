@@ -4,7 +4,9 @@ Every node an automated cause wants out is a request to :func:`slonkd.core.budge
 (per pool, or per pool and topology block); past the budget it is refused, and a mass event
 or a suspected check opens the breaker, persisted in the state (:mod:`.remembering`) until a
 human resets it. Failures still standing at a reset are admitted within the budget, never as
-a new mass event. Used by the pass (:mod:`.reconciling`) and the fast path (:mod:`.fast_path`).
+a new mass event; so are nodes returning from a failure to prove their health
+(``revalidating``, :mod:`slonkd.core.revalidation`). Used by the pass (:mod:`.reconciling`)
+and the fast path (:mod:`.fast_path`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from slonkd.core.budget import (
     out_of_service,
 )
 from slonkd.core.plan import Kind, NodeView, Plan, Writer
+from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeFlag
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
@@ -33,6 +36,9 @@ log = structlog.get_logger("slonkd.coordinator")
 
 KUBE_LIFTS = frozenset({Kind.UNCORDON, Kind.UNTAINT})
 """Actions on a K8s node that put back every pod on it (one pod's plan carries them)."""
+KUBE_NODE_OUT = frozenset({Kind.CORDON, Kind.TAINT, Kind.REQUEST_REBOOT, Kind.MARK_MANUAL})
+"""Budgeted actions that take a whole K8s node out: every SLURM node of its pods goes with it.
+A drain or an eviction takes out one SLURM node, never its siblings on the same K8s node."""
 
 
 def is_out(view: NodeView) -> bool:
@@ -88,9 +94,13 @@ class Gate:
     def admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
         """The budget's answer for every node an automated cause wants out now.
 
-        A budgeted action on a K8s node (cordon, taint, reboot) takes every SLURM node of its
-        pods out: they are one request unit, admitted together (after ``merge_shared_nodes``
-        only one of them carries the action).
+        A budgeted action on a K8s node (:data:`KUBE_NODE_OUT`: cordon, taint, reboot, manual
+        repair) takes every SLURM node of its pods out: they are one request unit, admitted
+        together (after ``merge_shared_nodes`` only one of them carries the action). A sibling
+        that wants nothing itself costs room but is no candidate of a mass event; a drain or
+        an eviction makes no unit. A node whose only budgeted action is the ``revalidating``
+        drain of its return (SLURM or an operator put it back after the ladder acted) is
+        returning, no new failure: admitted within the budget, never a mass event.
         """
         sizes: dict[str, int] = defaultdict(int)
         out: dict[str, set[str]] = defaultdict(set)
@@ -98,6 +108,8 @@ class Gate:
         wanting: set[str] = set()  # K8s nodes a budgeted action takes out
         lifting: dict[str, set[Kind]] = defaultdict(set)  # K8s node -> what the pass lifts there
         budgeted: set[str] = set()  # SLURM nodes whose plan has a budgeted coordinator action
+        wants: set[str] = set()  # SLURM nodes that want out themselves (not only a unit's)
+        returning: set[str] = set()  # ... only to revalidate on their return from a failure
         for view, plan in zip(views, plans, strict=True):
             if view.kube_node is not None and plan.actions:  # most plans of a pass are empty
                 lifting[view.kube_node.name] |= {a.kind for a in plan.actions} & KUBE_LIFTS
@@ -112,19 +124,29 @@ class Gate:
                 out[pool].add(view.node)
                 if view.pod is None or view.pod.terminating or view.pod_ready_since is None:
                     restarting[pool].add(view.node)
-            if any(a.budgeted for a in ours):
+            if plan.failure is not None:
+                wants.add(view.node)  # its marks may be carried by a sibling's plan
+            if takes := [a for a in ours if a.budgeted]:
                 budgeted.add(view.node)
-                if view.kube_node is not None:
+                wants.add(view.node)
+                if all(a.kind is Kind.DRAIN and a.cause == REVALIDATING for a in takes):
+                    returning.add(view.node)
+                if view.kube_node is not None and any(a.kind in KUBE_NODE_OUT for a in takes):
                     wanting.add(view.kube_node.name)
         requests = []
         for view in views:
             kube = view.kube_node.name if view.kube_node is not None else ""
-            if kube in wanting:
+            unit = f"k8s-node/{kube}" if kube in wanting else ""
+            if unit or view.node in budgeted:
                 requests.append(
-                    Request(node=view.node, pool=self._group(view), unit=f"k8s-node/{kube}")
+                    Request(
+                        node=view.node,
+                        pool=self._group(view),
+                        unit=unit,
+                        wants=view.node in wants,
+                        returning=view.node in returning,
+                    )
                 )
-            elif view.node in budgeted:
-                requests.append(Request(node=view.node, pool=self._group(view)))
         return admit(
             requests,
             out_now={k: frozenset(v) for k, v in out.items()},

@@ -10,6 +10,9 @@ from __future__ import annotations
 from slonkd.core.reasons import Cause
 from slonkd.runtime.audit import AuditLog, DryRunSeen
 
+_NOTHING_DONE = frozenset({"dry-run", "not implemented", "blocked"})
+"""Outcomes of an action that was not taken: the record has no "after"."""
+
 
 class Auditor:
     """The audit log of this leader's term, and which dry-run plans were said already."""
@@ -30,7 +33,11 @@ class Auditor:
         before: str | None,
         **extra: str | list[str],
     ) -> None:
-        """One action on one node: what it was before, and after (unless nothing was done)."""
+        """One action on one node: what it was before, and after.
+
+        No "after" when nothing was done: a dry run, an action not implemented, or one
+        ``blocked`` (the rollout's requeue while a job on the node cannot be requeued).
+        """
         self.log.record(
             action=action,
             node=node,
@@ -38,7 +45,7 @@ class Auditor:
             fencing_token=token,
             outcome=outcome,
             before=before,
-            after=None if outcome in ("dry-run", "not implemented") else f"{action} {cause}",
+            after=None if outcome in _NOTHING_DONE else f"{action} {cause}",
             dry_run=self.dry_run,
             **extra,
         )

@@ -131,14 +131,12 @@ def record_requeue(
     requeued: RequeueResult,
     token: int,
     before: str | None,
-    *,
-    log_none_requeued: bool = True,
 ) -> None:
     """The requeue of a node's jobs: its audit record and its log line.
 
-    One audit record with the jobs requeued and those left, logged as ``slurm.jobs_requeued``;
-    ``log_none_requeued=False``: no log line when no job could be requeued (the rollout,
-    :mod:`.replacing`, logs what blocks the node instead).
+    One audit record with the jobs requeued and those left, logged as ``slurm.jobs_requeued``
+    (the rollout, :mod:`.replacing`, requeues all of a node's jobs or none: what holds them
+    back is its own ``rollout.blocked`` record).
     """
     auditor.record(
         "requeue",
@@ -150,15 +148,14 @@ def record_requeue(
         jobs=[str(j) for j in requeued.requeued],
         not_requeueable=[str(j) for j in requeued.not_requeueable],
     )
-    if requeued.requeued or log_none_requeued:
-        log.info(
-            "slurm.jobs_requeued",
-            node=node,
-            cause=str(cause),
-            jobs=list(requeued.requeued),
-            not_requeueable=list(requeued.not_requeueable),
-            fencing_token=token,
-        )
+    log.info(
+        "slurm.jobs_requeued",
+        node=node,
+        cause=str(cause),
+        jobs=list(requeued.requeued),
+        not_requeueable=list(requeued.not_requeueable),
+        fencing_token=token,
+    )
 
 
 @dataclass(slots=True, kw_only=True)

@@ -7,7 +7,9 @@ needs to mark their K8s nodes: cordon, taint, the ``SlurmHealthy`` condition and
 (:data:`.executing.MARKS`). Only those marking actions are taken, inside the disruption
 budget, asked as a pass asks it (:mod:`.admitting`); the full pass that follows
 (:mod:`.reconciling`, as soon as the read limiter allows) does everything else. The lease is
-checked right before each write; a failure is logged and left to that pass.
+checked right before each write; a failure is logged and left to that pass, except a newer
+fencing token (:class:`~slonkd.adapters.kube.lease.Superseded`): raised, the term ends as it
+does when a pass meets one (:mod:`.leading`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from slonkd.adapters.kube.lease import Superseded
 from slonkd.core.errors import SlonkdError
 from slonkd.core.plan import NodeView, Plan, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
@@ -60,6 +63,8 @@ class FastPath:
         patched = [failing.get(n.name, n) for n in last_read]
         try:
             await self._apply_marks(patched, set(failing))
+        except Superseded:
+            raise  # a newer token (FencedError among them): the elector ends this term
         except SlonkdError as exc:
             log.warning("coordinator.fast_marks_failed", error=str(exc)[:300])
 

@@ -4,6 +4,8 @@
 for the Lease and, while it holds it, runs one :class:`~.reconciling.Coordinator` term
 (:func:`lead`): the informers, the bus (:mod:`.observing`), topology, rollouts and the
 credential reaper as tasks, and a pass on every change (debounced), poll change and resync.
+The term writes its token into the state first (:meth:`.remembering.Memory.claim`); only
+reads run beside that claim, every task that writes starts once it has completed.
 The term ends when the lease is lost; SIGTERM ends the process (:mod:`slonkd.runtime.process`).
 """
 
@@ -56,13 +58,19 @@ async def lead(c: Coordinator, token: int) -> None:
 async def _lead(c: Coordinator, token: int) -> None:
     s, dirty = c.s, c.observer.dirty
     async with asyncio.TaskGroup() as group:
-        # the term's token in the state before anything acts (a dry run writes nothing)
+        # the term's token in the state before anything writes (a dry run writes nothing);
+        # only reads run beside it: the informers' lists, the bus's statuses, the SLURM read
         claim = None if c.auditor.dry_run else group.create_task(c.memory.claim(token))
         group.create_task(c.nodes.run())
         group.create_task(c.pods.run())
         if c.bus is not None:
             group.create_task(c.bus.run())
             group.create_task(c.observer.read_statuses(c.bus))
+        c.read_slurm_ahead()  # side by side with the lists: the first pass waits for both
+        if claim is not None:
+            await claim
+            c.first_pass_ms["claim_ms"] = round((time.monotonic() - c.began) * 1000, 1)
+        # what writes is fenced like a pass's writes: it starts once the term is on record
         if c.commands is not None:
             group.create_task(c.commands.announce_when_connected())
         group.create_task(c.triggers.run())
@@ -70,7 +78,6 @@ async def _lead(c: Coordinator, token: int) -> None:
             group.create_task(c.topology.run())
         if c.rollout is not None:
             group.create_task(c.rollout.run())
-        c.read_slurm_ahead()  # side by side with the lists: the first pass waits for both
         await c.nodes.synced.wait()
         await c.pods.synced.wait()
         c.first_pass_ms["lists_ms"] = round((time.monotonic() - c.began) * 1000, 1)
@@ -86,8 +93,6 @@ async def _lead(c: Coordinator, token: int) -> None:
             group.create_task(
                 c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
             )
-        if claim is not None:
-            await claim
         await run_level_triggered(
             dirty,
             lambda _cause: _pass(c),

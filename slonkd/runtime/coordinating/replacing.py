@@ -3,13 +3,20 @@
 :class:`~.rolling.RolloutController` drains the chosen outdated workers for the
 rollout and releases them once their new pod is Ready; in between, for each node drained for
 the rollout whose pod is still outdated, it asks :meth:`Replacer.step` for the next step: wait
-for the node's jobs up to ``job_wait_s``, then requeue them (with ``requeue_in_prestop``,
-leave them running to the pod's preStop hook, which signals them for a checkpoint before it
-requeues them); a job that cannot be requeued blocks the node (its pod is not evicted; the
-job is never killed) until it ends; then evict the pod through the Eviction API with its uid
-as precondition, so the pool's PodDisruptionBudget holds too (a refusal is retried next
-pass). What blocks each node is kept for ``slonkd status``. The lease is checked right before
-each write; every write is audited and counted as the coordinator's others are.
+for the node's jobs up to ``job_wait_s``, then judge them all. All or none: when a job there
+cannot be requeued (``--no-requeue``, not a batch job, or a state that is not plainly running,
+:func:`slonkd.core.slurm_job.presence`), none of the others is requeued either; the node stays
+drained, its pod is not evicted, the job is never killed, and why (with the job ids) is
+logged (``rollout.blocked``) and audited once. Once those jobs have ended, the rest are
+requeued (with ``requeue_in_prestop``, left running to the pod's preStop hook, which signals
+them for a checkpoint before it requeues them); then the pod is evicted through the Eviction
+API with its uid as precondition, so the pool's PodDisruptionBudget holds too (a refusal is
+retried next pass). Requeueing the others at once would send them back to the queue,
+unsignalled, for a node that may wait days for the last job (issue 37 item 5). The requeue
+is judged again on its own read (``requeue_jobs(all_or_none=True)``), so a job that turns
+unrequeueable in between holds back the others too. What blocks each node is kept for
+``slonkd status``. The lease is checked right before each write; every write is audited and
+counted as the coordinator's others are.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.plan import Kind
 from slonkd.core.rollout import REVISION_LABEL, ROLLOUT_CAUSE, RolloutSettings, WorkerView
+from slonkd.core.slurm_job import JobId
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.executing import record_requeue
 from slonkd.runtime.metrics import Metrics
@@ -79,8 +87,17 @@ class Replacer:
                 )
             self.blocked[name] = f"waiting for {len(jobs)} job(s)"
             return
-        stuck = [j.job_id for j in jobs if not j.requeueable]
-        if jobs and self.settings.requeue_in_prestop and not stuck:
+        stuck = [j for j in jobs if not j.requeueable]
+        if stuck:  # all or none: the others stay, unrequeued, until these have ended
+            self._block(
+                name,
+                [j.job_id for j in stuck],
+                [j.job_id for j in jobs if j.requeueable],
+                before,
+                states={str(j.job_id): j.raw_state for j in stuck},
+            )
+            return
+        if jobs and self.settings.requeue_in_prestop:
             log.info(  # the preStop hook signals them for a checkpoint, then requeues them
                 "rollout.requeue_left_to_prestop",
                 node=name,
@@ -89,17 +106,11 @@ class Replacer:
             )
         elif jobs:
             token = self.check_valid()
-            requeued = await self.slurm.requeue_jobs(name)
-            record_requeue(  # the ones that cannot be: rollout.blocked below, once
-                self.auditor, name, ROLLOUT_CAUSE, requeued, token, before,
-                log_none_requeued=False,
-            )  # fmt: skip
-            if requeued.not_requeueable:
-                why = f"job(s) {list(requeued.not_requeueable)} cannot be requeued: waiting"
-                if self.blocked.get(name) != why:
-                    log.warning("rollout.blocked", node=name, cause=str(ROLLOUT_CAUSE), detail=why)
-                self.blocked[name] = why
+            requeued = await self.slurm.requeue_jobs(name, all_or_none=True)
+            if requeued.not_requeueable:  # one changed since the judgement: none requeued
+                self._block(name, list(requeued.not_requeueable), list(requeued.held_back), before)
                 return
+            record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
         token = self.check_valid()
         result = await self.pods.evict(pod.namespace, pod.name, uid=pod.uid)
         outcome = result.outcome.value
@@ -127,3 +138,36 @@ class Replacer:
             self.blocked[name] = refused
         else:
             self.blocked.pop(name, None)
+
+    def _block(
+        self,
+        name: str,
+        stuck: list[JobId],
+        held_back: list[JobId],
+        before: str | None,
+        *,
+        states: dict[str, str] | None = None,
+    ) -> None:
+        """Requeue nothing on ``name`` while ``stuck`` jobs are there; say so once per change."""
+        why = (
+            f"job(s) {stuck} cannot be requeued: none of the node's jobs is requeued, "
+            f"waiting for them to end"
+        )
+        if self.blocked.get(name) != why:
+            token = self.check_valid()
+            log.warning(
+                "rollout.blocked",
+                node=name,
+                cause=str(ROLLOUT_CAUSE),
+                jobs=stuck,
+                held_back=held_back,
+                states=states or {},
+                detail=why,
+                fencing_token=token,
+            )
+            self.auditor.record(
+                "requeue", name, ROLLOUT_CAUSE, token, "blocked", before,
+                jobs=[], not_requeueable=[str(j) for j in stuck],
+                held_back=[str(j) for j in held_back],
+            )  # fmt: skip
+        self.blocked[name] = why

@@ -7,10 +7,10 @@ once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 - drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
 - for each node drained for the rollout whose pod is still outdated
   (:mod:`slonkd.runtime.coordinating.replacing`): wait for its jobs up to
-  ``job_wait_s``, then requeue them (with ``requeue_in_prestop``, leave them running to
-  the pod's preStop hook, which signals them for a checkpoint before it requeues them); a
-  job that cannot be requeued blocks the node's rollout (its pod is not evicted; the job is
-  never killed) until it ends; then evict the
+  ``job_wait_s``, then requeue them all or none (with ``requeue_in_prestop``, leave them
+  running to the pod's preStop hook, which signals them for a checkpoint before it requeues
+  them); a job that cannot be requeued blocks the node's rollout (its pod is not evicted, no
+  other job there is requeued, the job is never killed) until it ends; then evict the
   pod through the Eviction API with its uid as precondition, so the pool's
   PodDisruptionBudget holds too (a refusal is retried next pass); its preStop hook drains,
   waits and downs the node, and the StatefulSet makes the new pod from the update revision;
