@@ -235,20 +235,20 @@ class Coordinators:
         return daemon.start(until=until, timeout_s=timeout_s)
 
     def _with_loopback_api(self, config: Path, identity: str) -> Path:
-        """``config``, or a copy of it beside the log with :func:`loopback_api`'s defaults.
+        """``config`` with :func:`loopback_api`'s defaults written into it where it has none.
 
-        Read at each start (a test may rewrite its file between starts); a file that is not
-        a JSON object is the test's own business and passes as it is.
+        In place, not a copy: a test that rewrites its file and restarts the daemon (the same
+        environment) must be read again. A file that is not a JSON object is the test's own
+        business and is left as it is.
         """
+        del identity  # the same file for every candidate that names it
         try:
             data = json.loads(config.read_text())
         except (OSError, ValueError):
             return config
-        if not isinstance(data, dict) or "api_port" in data:
-            return config
-        copy = self.root / f"{identity}.api.json"
-        copy.write_text(json.dumps(loopback_api(data)))
-        return copy
+        if isinstance(data, dict) and "api_port" not in data:
+            config.write_text(json.dumps(loopback_api(data)))
+        return config
 
     def __getitem__(self, index: int) -> Daemon:
         return self.started[index]

@@ -96,7 +96,9 @@ def test_the_coordinator_factory_starts_candidates_and_fails_on_one_that_ignores
     (ready,) = polite.events("child.ready")
     assert ready["argv"] == ["-m", "slonkd.cli.main", "coordinator"]
     assert ready["pod"] == "coordinator-0"
-    assert json.loads(Path(ready["config"]).read_text()) == {"resync_s": 1}
+    written = json.loads(Path(ready["config"]).read_text())
+    # the settings given, and the API on a free loopback port (never 0.0.0.0:8081 in tests)
+    assert written == {"resync_s": 1, "api_host": "127.0.0.1", "api_port": 0}
     assert stubborn.events("child.ready")[0]["config"] == str(tmp_path / "mine.json")
     assert polite.log != stubborn.log
     with pytest.raises(HarnessError, match=r"\['coordinator-1'\] ignored SIGTERM(.|\n)*child.dump"):

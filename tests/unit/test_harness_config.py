@@ -110,7 +110,8 @@ def test_a_test_coordinators_api_listens_on_a_free_loopback_port_unless_named(
     """Two parallel workers' coordinators never both ask for the product's 0.0.0.0:8081.
 
     A mapping, a file or the environment's SLONKD_CONFIG without ``api_port`` gets
-    127.0.0.1:0; one that names a port (or is not a JSON object) is left as it is.
+    127.0.0.1:0 (a file in place); one that names a port (or is not a JSON object) is left
+    as it is.
     """
     assert daemon.loopback_api({"resync_s": 1}) == {
         "api_host": "127.0.0.1",
@@ -122,9 +123,9 @@ def test_a_test_coordinators_api_listens_on_a_free_loopback_port_unless_named(
     group = daemon.Coordinators(root=tmp_path)
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"resync_s": 2}))
-    copy = group._with_loopback_api(plain, "coordinator-0")
-    assert json.loads(copy.read_text())["api_port"] == 0
-    assert json.loads(plain.read_text()) == {"resync_s": 2}  # the test's file is untouched
+    # in place: a test that rewrites its file and restarts the same daemon is read again
+    assert group._with_loopback_api(plain, "coordinator-0") == plain
+    assert json.loads(plain.read_text()) == {"api_host": "127.0.0.1", "resync_s": 2, "api_port": 0}
     own = tmp_path / "own.json"
     own.write_text(json.dumps(named))
     assert group._with_loopback_api(own, "coordinator-0") == own
