@@ -152,6 +152,8 @@ def _rollout_lines(r: dict[str, Any]) -> list[str]:
     if r.get("leading") is False:
         head += ", NOT LEADING"
     lines = [head]
+    if r.get("paused"):  # nothing of the rollout is written meanwhile
+        lines.append(f"  paused: {escape(r['paused'])}")
     for key, label, sep in (
         ("in_progress", "in progress", " "),
         ("waiting", "waiting", ": "),

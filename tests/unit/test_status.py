@@ -169,3 +169,11 @@ def test_rollout_and_topology_sections_read_as_lines_not_json() -> None:
         )
     )
     assert "rollout: 5 updated, complete" in done.split("\n")
+
+
+def test_a_paused_rollout_says_why_it_writes_nothing() -> None:
+    """slonkd paused (or its state corrupt): the rollout's section says so under its head."""
+    text = render_table(_body(rollout={**ROLLOUT, "paused": "slonkd is paused: maint\u202e"}))
+    lines = text.split("\n")
+    head = lines.index("rollout: 3 updated, 2 outdated, 2 in progress (max parallel 1)")
+    assert lines[head + 1] == "  paused: slonkd is paused: maint\\u202e"
