@@ -152,6 +152,8 @@ def _rollout_lines(r: dict[str, Any]) -> list[str]:
     if r.get("leading") is False:
         head += ", NOT LEADING"
     lines = [head]
+    if r.get("paused"):  # nothing of the rollout is written meanwhile
+        lines.append(f"  paused: {escape(r['paused'])}")
     for key, label, sep in (
         ("in_progress", "in progress", " "),
         ("waiting", "waiting", ": "),
@@ -181,6 +183,8 @@ def _topology_lines(t: dict[str, Any]) -> list[str]:
     ]
     if t.get("waiting_for_copy_since"):
         lines.append(f"  waiting for slurmctld's copy since {_when(t['waiting_for_copy_since'])}")
+    if t.get("reconfigure_deferred_until"):  # min_reconfigure_interval_s not over yet
+        lines.append(f"  next reconfigure not before {_when(t['reconfigure_deferred_until'])}")
     last = t.get("last_reconfigure")
     if isinstance(last, dict):
         took = last.get("took_s")

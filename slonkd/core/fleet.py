@@ -133,7 +133,7 @@ def count_fleet(
 
 
 def _reason_since(node: SlurmNode, now: float) -> float:
-    """When SLURM says the reason was set (slurmctld's local time), never in the future."""
+    """When SLURM says the reason was set (an aware time), never in the future."""
     if node.reason_time is None or not node.live_reason:
         return now
     return min(node.reason_time.timestamp(), now)

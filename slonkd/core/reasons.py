@@ -165,8 +165,8 @@ def reason_owner(text: str) -> ReasonOwner:
 def split_text_suffix(raw: str) -> tuple[str, str | None, datetime | None]:
     """Split ``<reason> [<user>@<time>]`` of ``scontrol show node`` into its parts.
 
-    Returns ``(raw, None, None)`` when there is no suffix. The time is naive (slurmctld's
-    local time) and None when SLURM printed ``Unknown``.
+    Returns ``(raw, None, None)`` when there is no suffix. The time is naive (the client's
+    local time, which slonkd makes UTC) and None when SLURM printed ``Unknown``.
     """
     match = _SUFFIX_RE.match(raw)
     if match is None:

@@ -17,7 +17,9 @@ coordinator does, one node (or a few) at a time inside the disruption budget:
 
 The state of a rollout is read from the world, not kept in memory: a node whose SLURM
 reason set holds ``rollout`` is in progress, so a new leader after a failover carries on
-where the old one stopped. Pure functions only: nothing here reads or writes anything.
+where the old one stopped. While slonkd is paused (by an operator, or by a corrupt state) the
+rollout writes nothing in any phase, and carries on where it stands once unpaused. Pure
+functions only: nothing here reads or writes anything.
 """
 
 from __future__ import annotations
@@ -243,6 +245,8 @@ class RolloutPlan:
     """Outdated workers not started this pass, and why."""
     held: Mapping[str, str] = field(default_factory=dict)
     """Workers on a held K8s node (any phase): nothing is done to them, and why."""
+    paused: str = ""
+    """Why nothing is done to any worker now (slonkd paused), "" when the rollout may act."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,6 +297,7 @@ def plan_rollout(
     *,
     policy: BudgetPolicy,
     hold: str = "",
+    paused: str = "",
 ) -> RolloutPlan:
     """The next steps of the rollout over ``views``.
 
@@ -303,7 +308,10 @@ def plan_rollout(
     yet costs one unit of its pool's budget when its drain starts; a refused one waits (the
     rollout never opens the breaker). At most
     ``settings.max_parallel`` workers are in the rollout at once.
-    ``hold`` (slonkd paused, breaker open) stops new starts; work in progress goes on.
+    ``hold`` (the breaker open) stops new starts; work in progress goes on.
+    ``paused`` (slonkd paused by an operator, or its state corrupt or not read yet) stops
+    everything: no start, no wait-and-evict, no release; the phases are still read, and the
+    rollout carries on from them once unpaused.
     An operator's hold on a worker's K8s node (:func:`operator_hold`) stops everything for
     that worker: it is not started, not evicted, not released, and it takes no slot of
     ``max_parallel`` (the operator has it; the rest of the rollout goes on).
@@ -321,7 +329,7 @@ def plan_rollout(
     start: list[str] = []
     waiting: dict[str, str] = {}
     for view in candidates:
-        why = held.get(view.node) or hold or _why_not(view)
+        why = held.get(view.node) or paused or hold or _why_not(view)
         if why:
             waiting[view.node] = why
             continue
@@ -336,6 +344,8 @@ def plan_rollout(
             out = len(pools.out.get(view.pool, ()))  # counting this pass's starts
             limit = policy.limit(pools.sizes.get(view.pool, 0))
             waiting[view.node] = f"disruption budget of pool {view.pool}: {out} of {limit} out"
+    if paused:
+        return RolloutPlan(phases=phases, waiting=waiting, held=held, paused=paused)
     return RolloutPlan(
         start=tuple(start),
         release=tuple(sorted(n for n, p in phases.items() if p is Phase.DONE and n not in held)),
@@ -372,6 +382,7 @@ def progress(
         "in_progress": in_progress,
         "waiting": dict(sorted(plan.waiting.items())),
         "held": dict(sorted(plan.held.items())),
+        "paused": plan.paused,
         "statefulsets": per_sts,
         "complete": counts[Phase.OUTDATED.value] == 0 and not in_progress,
     }

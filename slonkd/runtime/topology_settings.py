@@ -36,6 +36,9 @@ class TopologySettings:
     copy_timeout_s: float = 300.0
     """How long to wait for slurmctld's copy to carry a new hash before trying again later."""
     copy_poll_s: float = 1.0
+    min_reconfigure_interval_s: float = 60.0
+    """At most one ``scontrol reconfigure`` in this long (24.11 restarts slurmctld on each):
+    a change within it is published and applied once it is over, the latest labels then."""
 
     def __post_init__(self) -> None:
         if self.configmap is None and self.path is None:
@@ -45,9 +48,16 @@ class TopologySettings:
                 "topology: set slurmctld_copy (the file slurmctld reads, as the coordinator "
                 "sees it): reconfigure waits until it carries the new content"
             )
-        for name in ("debounce_s", "max_delay_s", "resync_s", "copy_timeout_s", "copy_poll_s"):
+        for name in (
+            "debounce_s",
+            "max_delay_s",
+            "resync_s",
+            "copy_timeout_s",
+            "copy_poll_s",
+            "min_reconfigure_interval_s",
+        ):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"topology: {name} must be a non-negative number")
         if self.spec.plugin not in ("tree", "block"):
             raise ValueError(f"topology: plugin must be tree or block, not {self.spec.plugin!r}")
@@ -69,6 +79,7 @@ _KEYS = _SPEC_KEYS | {
     "resync_s",
     "copy_timeout_s",
     "copy_poll_s",
+    "min_reconfigure_interval_s",
 }
 
 

@@ -3,8 +3,11 @@
 While leading, the coordinator runs :meth:`TopologySync.run` as one extra task. It reuses the
 coordinator's node and pod informers: a worker pod's SLURM node is the pod's name and its
 labels are those of the K8s node the pod runs on (``pod.spec.nodeName``), so a pod that moves
-moves its SLURM node in the topology. Every SLURM node slurmctld knows is rendered (one without
-a pod, or whose K8s node lacks the labels, goes to the documented default of
+moves its SLURM node in the topology. Only a Running pod places its node: one whose pod is
+absent or not Running (deleted and not yet made again, Pending, scheduled or not) keeps its
+place in the last rendering, so replacing a worker pod reconfigures nothing unless its
+successor runs elsewhere. Every SLURM node slurmctld knows is rendered (one never placed by a
+pod, or whose K8s node lacks the labels, goes to the documented default of
 :mod:`slonkd.core.topology`); pods that are not SLURM nodes are left out, since slurmctld
 refuses a file naming unknown nodes.
 
@@ -12,10 +15,12 @@ On changes (debounced) and on a resync period it renders the file, and when its 
 differs from what slurmctld was last reconfigured with it publishes the stamped file (the first
 line carries the hash) to the ConfigMap it owns and/or a path, waits until slurmctld's copy (a
 file the coordinator can read: the kubelet updates a mounted ConfigMap late) carries the new
-hash, then runs ``scontrol reconfigure`` once. A new leader whose desired file slurmctld
-already runs (its copy carries the hash and ``scontrol show topology`` matches) does not
-reconfigure. :meth:`TopologySync.status` reports hashes, the last reconfigure and the drift
-between the labels and ``scontrol show topology``.
+hash, then runs ``scontrol reconfigure`` once; the loop runs at most one in
+``min_reconfigure_interval_s`` (24.11 restarts slurmctld on each): a change within it waits,
+unpublished, and the labels as they are when it ends are applied. A new leader whose desired
+file slurmctld already runs (its copy carries the hash and ``scontrol show topology``
+matches) does not reconfigure. :meth:`TopologySync.status` reports hashes, the last
+reconfigure and the drift between the labels and ``scontrol show topology``.
 
 A rendering slurmctld would die on (:func:`slonkd.core.topology.check`: 24.11's
 ``topology/block`` rules) is never published: it is logged (``topology.refused``) and shown
@@ -44,7 +49,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import SlonkdError, TerminalError
 from slonkd.core.kube_changes import ChangeOutcome
-from slonkd.core.kube_objects import Node, Pod
+from slonkd.core.kube_objects import Node, Pod, PodPhase
 from slonkd.core.topology import (
     Rendered,
     UnsafeTopology,
@@ -94,13 +99,28 @@ def write_if_changed(path: Path, text: str, sha256: str) -> bool:
 
 
 def labels_by_slurm_node(
-    slurm_names: Sequence[str], pods: Mapping[str, Pod], nodes: Callable[[str], Node | None]
+    slurm_names: Sequence[str],
+    pods: Mapping[str, Pod],
+    nodes: Callable[[str], Node | None],
+    last: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Mapping[str, str]]:
-    """``{SLURM node: labels of the K8s node its pod runs on}``; no pod or node: no labels."""
-    pod_node: dict[str, str] = {p.name: p.node_name for p in pods.values() if p.node_name}
+    """``{SLURM node: labels of the K8s node its pod runs on}``.
+
+    A Running pod places its SLURM node on its K8s node (no labels when that node is not
+    known: deleted). A SLURM node whose pod is absent or not Running keeps its labels in
+    ``last`` (the previous rendering's): a pod merely pending or being replaced moves
+    nothing. One not in ``last`` gets the labels of the K8s node its pod is scheduled to, or
+    none.
+    """
+    by_name: dict[str, Pod] = {p.name: p for p in pods.values()}
     out: dict[str, Mapping[str, str]] = {}
     for name in slurm_names:
-        kube_name = pod_node.get(name)
+        pod = by_name.get(name)
+        running = pod is not None and pod.phase is PodPhase.RUNNING and bool(pod.node_name)
+        if not running and last is not None and name in last:
+            out[name] = last[name]
+            continue
+        kube_name = pod.node_name if pod is not None else None
         kube = nodes(kube_name) if kube_name else None
         out[name] = kube.labels if kube is not None else {}
     return out
@@ -123,6 +143,12 @@ class _State:
     renders: int = 0
     last_render: dict[str, Any] | None = None
     """When and why labels were last rendered (a resync renders too, silently when unchanged)."""
+    reconfigure_began: float | None = None
+    """When the last ``scontrol reconfigure`` began (monotonic), None: none in this term."""
+    deferred_until: float | None = None
+    """A changed rendering waits until then (monotonic) for its publish and reconfigure."""
+    deferred_cause: str = ""
+    """Why the rendering that waits was made (its apply logs that cause, not the timer's)."""
 
 
 class TopologyApplier:
@@ -142,12 +168,18 @@ class TopologyApplier:
         self.check_valid = check_valid
         self.state = _State()
 
-    async def apply(self, labels: Mapping[str, Mapping[str, str]], *, cause: str) -> bool:
+    async def apply(
+        self, labels: Mapping[str, Mapping[str, str]], *, cause: str, not_before: float = 0.0
+    ) -> bool:
         """Render ``labels``; if slurmctld does not run it yet, publish, wait, reconfigure.
 
-        A rendering that fails :func:`check` is refused: nothing is published (False).
+        A rendering that fails :func:`check` is refused: nothing is published (False). A
+        changed rendering before ``not_before`` (monotonic; the loop's reconfigure interval)
+        is deferred: nothing is published yet (False, ``reconfigure_deferred_until``).
         """
         st = self.state
+        if st.deferred_until is not None and cause == "resync":
+            cause = st.deferred_cause or cause  # the deferred change, applied by the timer
         st.renders += 1
         st.last_render = {"at": time.time(), "cause": cause}
         try:
@@ -168,6 +200,10 @@ class TopologyApplier:
             return False
         st.refused = ""
         st.desired = rendered
+        if rendered.sha256 != st.applied and time.monotonic() < not_before:
+            self._defer(rendered, not_before, cause)
+            return False
+        st.deferred_until, st.deferred_cause = None, ""
         if rendered.sha256 == st.applied:
             if cause != "resync":
                 log.info("topology.unchanged", sha256=rendered.sha256[:16], cause=cause)
@@ -185,6 +221,7 @@ class TopologyApplier:
             return False
         token = self.check_valid()  # a paused old leader stops here
         began = time.monotonic()
+        st.reconfigure_began = began  # a failed one counts too: it may have restarted slurmctld
         await self.slurm.runner.run("scontrol", "reconfigure")
         took = time.monotonic() - began
         st.applied = rendered.sha256
@@ -203,6 +240,20 @@ class TopologyApplier:
         return True
 
     # -- steps -------------------------------------------------------------------------------
+
+    def _defer(self, rendered: Rendered, until: float, cause: str) -> None:
+        """Keep ``rendered`` unpublished until ``until``; logged once per deferral."""
+        st = self.state
+        if st.deferred_until is None:
+            log.info(
+                "topology.reconfigure_deferred",
+                sha256=rendered.sha256[:16],
+                cause=cause,
+                wait_s=round(until - time.monotonic(), 3),
+                detail="at most one reconfigure per min_reconfigure_interval_s",
+            )
+            st.deferred_cause = cause
+        st.deferred_until = until
 
     async def _publish(self, rendered: Rendered, cause: str) -> None:
         text = stamped(rendered)
@@ -306,6 +357,11 @@ class TopologyApplier:
             "reconfigures": st.reconfigures,
             "renders": st.renders,
             "last_render": st.last_render,
+            "reconfigure_deferred_until": (
+                None
+                if st.deferred_until is None
+                else time.time() + st.deferred_until - time.monotonic()
+            ),
             "drift_count": len(st.drift),
             "drift": {
                 n: {"labels": want, "slurmctld": have}
@@ -337,6 +393,8 @@ class TopologySync(TopologyApplier):
         super().__init__(s, configmap=configmap, slurm=slurm, check_valid=check_valid)
         self.nodes = nodes
         self.pods = pods
+        self._placed: dict[str, Mapping[str, str]] = {}
+        """The labels each SLURM node was last rendered with (its place while it has no pod)."""
         self._dirty = asyncio.Event()
         nodes.add_handler(self._on_node)
         pods.add_handler(lambda _e: self._dirty.set())
@@ -374,10 +432,19 @@ class TopologySync(TopologyApplier):
         except (SlonkdError, OSError) as exc:
             self.state.error = str(exc)[:300]
             log.warning("topology.sync_failed", error=self.state.error, cause=why)
+        until = self.state.deferred_until
+        if until is not None:  # look again when the interval is over, not a resync later
+            return min(self.s.resync_s, max(0.01, until - time.monotonic()))
         return self.s.resync_s
+
+    def not_before(self) -> float:
+        """When the next reconfigure may begin (monotonic): the interval after the last."""
+        began = self.state.reconfigure_began
+        return 0.0 if began is None else began + self.s.min_reconfigure_interval_s
 
     async def sync_once(self, *, cause: str) -> bool:
         """Render from the caches; publish and reconfigure if it changed. True: reconfigured."""
         names = [n.name for n in await self.slurm.read_nodes()]
-        labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get)
-        return await self.apply(labels, cause=cause)
+        labels = labels_by_slurm_node(names, self.pods.items(), self.nodes.get, self._placed)
+        self._placed = labels
+        return await self.apply(labels, cause=cause, not_before=self.not_before())

@@ -162,6 +162,7 @@ def topo(
                     "resync_s": 30,
                     "copy_timeout_s": 30,
                     "copy_poll_s": 0.2,
+                    "min_reconfigure_interval_s": 1,  # a relabel right after the first
                 },
             }
         )

@@ -68,6 +68,7 @@ def test_a_second_writer_follows_a_rotation_it_did_not_do(tmp_path: Path) -> Non
     second = AuditLog(path, identity="c-1", max_bytes=8192, keep=5)
     try:
         _write(first, 20)  # rotates at least once
+        assert first.flush(timeout_s=5)  # written by its thread
         assert path.with_name("audit.jsonl.1").exists()
         rotated = path.with_name("audit.jsonl.1").read_text()
         _write(second, 1, start=1000)

@@ -306,13 +306,16 @@ def test_a_released_node_holds_the_slot_until_back_in_service() -> None:
 
 
 def test_a_hold_stops_new_starts_but_not_work_in_progress() -> None:
-    """slonkd paused (or its breaker open): nothing new is drained; a Ready new pod is released."""
+    """The breaker open: nothing new is drained; a Ready new pod is released.
+
+    A pause stops everything instead (``test_rollout_pause.py``).
+    """
     views = fleet()
     views[0] = view("w-0", pod("w-0", "w-new"), node("w-0", "DOWN+DRAIN", DRAINED))
-    plan = plan_rollout(views, RolloutSettings(max_parallel=3), policy=ROOMY, hold="paused")
+    plan = plan_rollout(views, RolloutSettings(max_parallel=3), policy=ROOMY, hold="breaker open")
     assert plan.start == ()
     assert plan.release == ("w-0",)
-    assert plan.waiting["w-1"] == "paused"
+    assert plan.waiting["w-1"] == "breaker open"
 
 
 def test_each_pool_has_its_own_budget() -> None:

@@ -110,7 +110,9 @@ VIEW = WorkerView(
 )
 
 
-def _audit(path: Path) -> list[dict[str, Any]]:
+def _audit(replacer: Replacer, path: Path) -> list[dict[str, Any]]:
+    """The audit records written so far (the writer thread drained first)."""
+    assert replacer.auditor.log.flush(timeout_s=5)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -132,7 +134,7 @@ async def test_one_job_that_cannot_be_requeued_holds_back_the_others(
     assert slurm.writes == []  # no `scontrol requeue 11`
     assert pods.evicted == []
     assert "[12]" in replacer.blocked[NODE]
-    blocked = [r for r in _audit(audit) if r["action"] == "requeue"]
+    blocked = [r for r in _audit(replacer, audit) if r["action"] == "requeue"]
     assert len(blocked) == 1, blocked  # said once, not every pass
     assert blocked[0]["outcome"] == "blocked"
     assert (blocked[0]["jobs"], blocked[0]["not_requeueable"]) == ([], ["12"])

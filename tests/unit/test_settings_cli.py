@@ -47,6 +47,10 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"revalidate_timeout_s": 0}, "revalidate_timeout_s"),
     ({"revalidate_recheck_s": "soon"}, "revalidate_recheck_s"),
     ({"revalidate_checks": "dcgm-diag"}, "revalidate_checks"),
+    (
+        {"topology": {"slurmctld_copy": "/c", "min_reconfigure_interval_s": -1}},
+        "min_reconfigure_interval_s",
+    ),
 ]
 
 AGENT_CASES: list[tuple[dict[str, object], str]] = [

@@ -169,3 +169,21 @@ def test_rollout_and_topology_sections_read_as_lines_not_json() -> None:
         )
     )
     assert "rollout: 5 updated, complete" in done.split("\n")
+
+
+def test_a_deferred_reconfigure_says_when_it_may_run() -> None:
+    """A changed topology waiting for min_reconfigure_interval_s says until when."""
+    deferred = {**TOPOLOGY, "reconfigure_deferred_until": 1764590460.0}
+    lines = render_table(_body(topology=deferred)).split("\n")
+    assert "  next reconfigure not before 2025-12-01T12:01:00Z" in lines
+    assert not any(
+        "not before" in line for line in render_table(_body(topology=TOPOLOGY)).split("\n")
+    )
+
+
+def test_a_paused_rollout_says_why_it_writes_nothing() -> None:
+    """slonkd paused (or its state corrupt): the rollout's section says so under its head."""
+    text = render_table(_body(rollout={**ROLLOUT, "paused": "slonkd is paused: maint\u202e"}))
+    lines = text.split("\n")
+    head = lines.index("rollout: 3 updated, 2 outdated, 2 in progress (max parallel 1)")
+    assert lines[head + 1] == "  paused: slonkd is paused: maint\\u202e"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -55,6 +56,7 @@ def test_settings_from_the_config_object() -> None:
             "block_sizes": [4, 8],
             "slurmctld_copy": "/etc/slurm/topology.conf",
             "debounce_s": 0.5,
+            "min_reconfigure_interval_s": 30,
         },
         default_configmap="rel-topology",
     )
@@ -62,10 +64,12 @@ def test_settings_from_the_config_object() -> None:
     assert s.configmap == "rel-topology"
     assert s.copy == "/etc/slurm/topology.conf"
     assert s.debounce_s == 0.5
+    assert s.min_reconfigure_interval_s == 30
     tree = topology_settings({"tree_keys": ["a", "b"], "path": "/x/topology.conf"})
     assert tree.spec.tree_keys == ("a", "b")
     assert tree.copy == "/x/topology.conf"  # no separate copy: the path slurmctld reads
     assert tree.configmap == "slonkd-topology"
+    assert tree.min_reconfigure_interval_s == 60.0  # the default
 
 
 @pytest.mark.parametrize(
@@ -84,6 +88,9 @@ def test_settings_from_the_config_object() -> None:
         ({"debounce_s": -1, "slurmctld_copy": "/c"}, "debounce_s"),
         ({"debounce_s": "1", "slurmctld_copy": "/c"}, "debounce_s"),
         ({"path": 3, "slurmctld_copy": "/c"}, "path must be a string"),
+        ({"min_reconfigure_interval_s": -1, "slurmctld_copy": "/c"}, "min_reconfigure_interval"),
+        ({"min_reconfigure_interval_s": "1", "slurmctld_copy": "/c"}, "min_reconfigure_interval"),
+        ({"min_reconfigure_interval_s": True, "slurmctld_copy": "/c"}, "min_reconfigure_interval"),
     ],
 )
 def test_bad_settings_are_refused_with_a_reason(doc: Any, why: str) -> None:
@@ -102,6 +109,27 @@ def test_each_slurm_node_gets_the_labels_of_the_node_its_pod_runs_on() -> None:
     assert got == {"w-0": {"rack": "r1"}, "w-1": {"rack": "r2"}, "w-2": {}, "w-3": {}, "w-4": {}}
     moved = {**pods, "ns/w-0": _pod("w-0", "k2")}  # the pod moved: its SLURM node moves
     assert labels_by_slurm_node(["w-0"], moved, nodes.get) == {"w-0": {"rack": "r2"}}
+
+
+def test_a_node_without_a_running_pod_keeps_its_last_place() -> None:
+    """Absent, Pending (scheduled or not): the last rendering's labels; Running: its node's."""
+    nodes = {"k1": _node("k1", rack="r1"), "k2": _node("k2", rack="r2")}
+    last = {n: {"rack": "r1"} for n in ("w-0", "w-1", "w-2", "w-3")}
+    pods = {f"ns/{p.name}": p for p in (
+        _pod("w-0", "k2"),  # Running on k2 now: moves
+        replace(_pod("w-1", "k2"), phase=PodPhase.PENDING, ready=False),  # scheduled, pending
+        replace(_pod("w-2", None), phase=PodPhase.PENDING, ready=False),  # not scheduled
+    )}  # fmt: skip
+    got = labels_by_slurm_node(["w-0", "w-1", "w-2", "w-3", "w-4"], pods, nodes.get, last)
+    assert got == {
+        "w-0": {"rack": "r2"},
+        "w-1": {"rack": "r1"},
+        "w-2": {"rack": "r1"},
+        "w-3": {"rack": "r1"},  # no pod at all
+        "w-4": {},  # never placed, no pod
+    }
+    # never placed: the K8s node its pod is scheduled to, as before
+    assert labels_by_slurm_node(["w-1"], pods, nodes.get, {}) == {"w-1": {"rack": "r2"}}
 
 
 def test_the_file_is_written_only_when_its_content_changed(tmp_path: Path) -> None:
@@ -164,11 +192,14 @@ class _Runner:
 
     def __init__(self) -> None:
         self.reconfigures = 0
+        self.at: list[float] = []
+        """When each reconfigure ran (monotonic)."""
         self.during_reconfigure: list[Callable[[], None]] = []
 
     async def run(self, *argv: str) -> str:
         if argv[1:] == ("reconfigure",):
             self.reconfigures += 1
+            self.at.append(time.monotonic())
             while self.during_reconfigure:
                 self.during_reconfigure.pop(0)()
         return ""  # show topology: slurmctld runs nothing yet, so the first render applies
@@ -191,11 +222,11 @@ def _node_json(name: str, rv: int, **labels: str) -> dict[str, Any]:
     return {"metadata": meta, "spec": {}, "status": {}}
 
 
-def _pod_json(name: str, node: str) -> dict[str, Any]:
+def _pod_json(name: str, node: str | None, phase: str = "Running") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "resourceVersion": "1"},
-        "spec": {"nodeName": node},
-        "status": {"phase": "Running"},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
     }
 
 
@@ -220,6 +251,17 @@ class _Loop:
         """``{SLURM node: leaf switch}`` of the file last published (slurmctld's copy)."""
         return leaf_membership(self.path.read_text())
 
+    async def rendered_after(self, change: Callable[[], None]) -> None:
+        """Make ``change``, then wait until the loop rendered once more (and finished it)."""
+        renders = self.sync.status()["renders"]
+        change()
+        deadline = time.monotonic() + 5
+        while self.sync.status()["renders"] <= renders:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no render within 5 s; status: {self.sync.status()}")
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # past the render: its publish and reconfigure, if any
+
     async def reconfigures(self, n: int, *, within_s: float) -> None:
         """Wait until ``n`` reconfigures happened; AssertionError with the state if not."""
         deadline = time.monotonic() + within_s
@@ -233,7 +275,9 @@ class _Loop:
 
 
 @contextlib.asynccontextmanager
-async def _loop(tmp_path: Path, *, resync_s: float) -> AsyncIterator[_Loop]:
+async def _loop(
+    tmp_path: Path, *, resync_s: float, min_reconfigure_interval_s: float = 0.0
+) -> AsyncIterator[_Loop]:
     """w-0/w-1 on k1 (leaf l1), w-2/w-3 on k2 (leaf l2); the loop started and first applied."""
     path = tmp_path / "topology.conf"
     path.write_text("")
@@ -245,6 +289,7 @@ async def _loop(tmp_path: Path, *, resync_s: float) -> AsyncIterator[_Loop]:
         max_delay_s=0.05,
         resync_s=resync_s,
         copy_poll_s=0.01,
+        min_reconfigure_interval_s=min_reconfigure_interval_s,
     )
     nodes: Informer[Node] = Informer(cast(KubeTransport, None), node_source())
     pods: Informer[Pod] = Informer(cast(KubeTransport, None), pod_source("ns"))
@@ -309,3 +354,53 @@ async def test_the_resync_renders_when_no_handler_saw_the_change(tmp_path: Path)
         loop.nodes._cache["k2"] = replace(cast(Node, loop.nodes.get("k2")), labels={"leaf": "l3"})
         await loop.reconfigures(2, within_s=3)
         assert loop.leaves()["w-2"] == "l0-l3"
+
+
+async def test_a_pod_merely_pending_or_absent_keeps_its_node_in_place(tmp_path: Path) -> None:
+    """w-2's pod deleted, then Pending: no reconfigure; Running elsewhere: one, which moves it.
+
+    Issue 37 item 8. Pending both unscheduled and scheduled onto the other K8s node. Each
+    worker replacement (a rollout, an eviction) leaves its SLURM node without a running pod
+    for a while; rendering it unlabelled meanwhile reconfigured slurmctld twice per pod
+    (24.11 restarts on a reconfigure), for a node whose place had not changed.
+    """
+    async with _loop(tmp_path, resync_s=60) as loop:
+        for kind, obj in (
+            ("DELETED", _pod_json("w-2", "k2")),
+            ("ADDED", _pod_json("w-2", None, "Pending")),
+            ("MODIFIED", _pod_json("w-2", "k1", "Pending")),
+        ):
+            await loop.rendered_after(lambda: loop.watch(loop.pods, kind, obj))  # noqa: B023
+            assert loop.slurm.runner.reconfigures == 1, (kind, obj["status"], loop.leaves())
+            assert loop.leaves()["w-2"] == "l0-l2"
+        loop.watch(loop.pods, "MODIFIED", _pod_json("w-2", "k1"))  # Running on k1 now
+        await loop.reconfigures(2, within_s=5)
+        assert loop.leaves() == {"w-0": "l0-l1", "w-1": "l0-l1", "w-2": "l0-l1", "w-3": "l0-l2"}
+
+
+async def test_at_most_one_reconfigure_per_interval(tmp_path: Path) -> None:
+    """Relabels in quick succession: each reconfigure at least the interval after the last.
+
+    The loop defers the publish and the reconfigure (``topology.reconfigure_deferred``, and
+    ``reconfigure_deferred_until`` in the status), then applies the latest labels once the
+    interval is over: nothing is lost, slurmctld is not restarted on every change.
+    """
+    interval = 0.6
+    async with _loop(tmp_path, resync_s=60, min_reconfigure_interval_s=interval) as loop:
+        with structlog.testing.capture_logs() as logs:
+            loop.watch(loop.nodes, "MODIFIED", _node_json("k2", 2, leaf="l3"))
+            await asyncio.sleep(0.2)  # rendered, but deferred
+            assert loop.slurm.runner.reconfigures == 1
+            assert loop.sync.status()["reconfigure_deferred_until"] is not None
+            assert loop.leaves()["w-2"] == "l0-l2"  # not even published yet
+            loop.watch(loop.nodes, "MODIFIED", _node_json("k1", 2, leaf="l4"))
+            await loop.reconfigures(2, within_s=5)
+            loop.watch(loop.nodes, "MODIFIED", _node_json("k2", 3, leaf="l5"))
+            await loop.reconfigures(3, within_s=5)
+        at = loop.slurm.runner.at
+        gaps = [b - a for a, b in itertools.pairwise(at)]
+        assert all(gap >= interval for gap in gaps), gaps
+        assert loop.leaves() == {"w-0": "l0-l4", "w-1": "l0-l4", "w-2": "l0-l5", "w-3": "l0-l5"}
+        assert loop.sync.status()["reconfigure_deferred_until"] is None
+        deferred = [e for e in logs if e["event"] == "topology.reconfigure_deferred"]
+        assert deferred, [e["event"] for e in logs]

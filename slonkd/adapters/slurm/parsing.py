@@ -7,6 +7,9 @@
   reads ``sinfo --json`` instead: a guess could show a foreign reason as slonkd's.
 - ``sinfo --json`` (openapi v0.0.38): unambiguous, slower.
 - ``sinfo -R -h -o '%N|%T|%H|%U|%E'``: only the nodes that carry a reason, grouped.
+
+A time in text output has no zone: it is read as UTC (:func:`utc_time`), which is what the
+runner makes every client print.
 - ``squeue --json``: jobs and their nodes.
 
 Anything of the wrong shape raises :class:`slonkd.core.errors.ParseError`; nothing here
@@ -143,9 +146,14 @@ def int_field(raw: object, what: str) -> int:
         raise ParseError(f"{what} is not an integer: {str(raw)[:40]!r}") from exc
 
 
-def _local_time(naive: datetime | None) -> datetime | None:
-    # The text format prints slurmctld's local time without a zone; we run beside it.
-    return naive.astimezone(UTC) if naive is not None else None
+def utc_time(naive: datetime | None) -> datetime | None:
+    """A time SLURM's text output printed without a zone, read as UTC.
+
+    The client prints in its own process's zone, and slonkd runs every client with
+    ``TZ=UTC0`` and ``SLURM_TIME_FORMAT=standard`` (``runner.py``'s ``CLIENT_TIME_ENV``), so
+    the text is UTC whatever the zone of this process, the client's host or slurmctld.
+    """
+    return naive.replace(tzinfo=UTC) if naive is not None else None
 
 
 def parse_show_node_line(line: str) -> SlurmNode:
@@ -179,7 +187,7 @@ def parse_show_node_line(line: str) -> SlurmNode:
     if match["reason"] is not None:
         stamp = match["time"]
         reason, user, naive = split_text_suffix(f"{match['reason']} [{match['user']}@{stamp}]")
-        when = _local_time(naive)
+        when = utc_time(naive)
     return SlurmNode(
         name=node_name(fields["NodeName"]),
         state=cached_state(base, tuple(flags)),
@@ -443,7 +451,7 @@ def parse_sinfo_reasons(text: str) -> list[ReasonGroup]:
                 state=match["state"],
                 reason=match["reason"],
                 user=match["user"],
-                time=_local_time(naive),
+                time=utc_time(naive),
             )
         )
     return groups

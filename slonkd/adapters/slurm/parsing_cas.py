@@ -27,9 +27,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
-from slonkd.adapters.slurm.parsing import AmbiguousOutput, cached_state, node_name, output_lines
+from slonkd.adapters.slurm.parsing import (
+    AmbiguousOutput,
+    cached_state,
+    node_name,
+    output_lines,
+    utc_time,
+)
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.slurm_node import NodeName, SlurmNode
 
@@ -81,8 +87,7 @@ def _line(line: str) -> SlurmNode | NodeName:
     base, *flags = match["state"].split("+")
     when = None
     if stamp != "Unknown":
-        # Printed in slurmctld's local time without a zone; slonkd runs beside it.
-        when = datetime.fromisoformat(stamp).astimezone(UTC)
+        when = utc_time(datetime.fromisoformat(stamp))  # printed in UTC: see utc_time
     return SlurmNode(
         name=name,
         state=cached_state(base, tuple(flags)),

@@ -12,21 +12,21 @@ scontrol's interactive line parser is not argv: quotes and backslashes are its o
 updates whose every value is in :data:`SAFE_VALUE` go this way (slonkd's reasons are
 sanitised to that already, see ``core/reasons.py``); any other takes the argv path, as does
 a transient failure (with the runner's retries). One update per primed process; the process
-is closed after the write either way. Neighbours: ``runner.py`` (argv prefix, environment,
-timeouts, failure translation), ``scontrol.py`` (the read, the plans, the argv writes).
+is closed after the write either way. Neighbours: ``runner.py`` (argv prefix, environment
+with the time fixed to UTC, timeouts, failure translation), ``scontrol.py`` (the read, the
+plans, the argv writes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import tempfile
 from collections.abc import Sequence
 from typing import IO
 
-from slonkd.adapters.slurm.runner import SlurmSettings, translate_failure
+from slonkd.adapters.slurm.runner import SlurmSettings, client_env, translate_failure
 from slonkd.core.errors import TerminalError, TransientError
 
 SAFE_VALUE = re.compile(r"[A-Za-z0-9:._,/@+()\[\]%#-]{1,8192}")
@@ -71,7 +71,7 @@ class PrimedScontrol:
         s = self._settings
         if not s.primed_writes:
             return
-        env = {**os.environ, **s.env} if s.env else None
+        env = client_env(s)
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         try:
             self._proc = await asyncio.create_subprocess_exec(

@@ -1,9 +1,11 @@
 """Runs SLURM client commands as subprocesses and translates their failures.
 
 Owns: the argv prefix (``chroot ROOT env SLURM_CONF=...`` for a SLURM in another root), the
-environment, a timeout on every call, the mapping of exit codes and stderr to
-:class:`TransientError` / :class:`TerminalError`, and tenacity retries of transient errors
-only. Never a shell: argv lists only. Knows nothing of node states (see ``scontrol.py``).
+environment (:func:`client_env`: every client prints times in UTC and in SLURM's standard
+format, whatever this process's zone), a timeout on every call, the mapping of exit codes
+and stderr to :class:`TransientError` / :class:`TerminalError`, and tenacity retries of
+transient errors only. Never a shell: argv lists only. Knows nothing of node states (see
+``scontrol.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ class SlurmSettings:
     once (``primed.py``); False: every write is a new process."""
 
 
+CLIENT_TIME_ENV: Mapping[str, str] = {"TZ": "UTC0", "SLURM_TIME_FORMAT": "standard"}
+"""Set for every SLURM client, over this process's environment and ``SlurmSettings.env``.
+
+sinfo and scontrol print a reason's time in their own process's zone, in the format
+``SLURM_TIME_FORMAT`` names, and without a zone: a client in another zone than the reader
+would shift every ``reason_time`` by hours, and ``relative`` or a strftime format would not
+parse. ``UTC0`` is POSIX for UTC and needs no zoneinfo file in a chroot's SLURM root. The
+parsers read these times as UTC (``parsing.py``, ``parsing_cas.py``).
+"""
+
+
+def client_env(settings: SlurmSettings) -> dict[str, str]:
+    """The environment of a SLURM client: this process's, the settings', the time fixed."""
+    return {**os.environ, **settings.env, **CLIENT_TIME_ENV}
+
+
 class NodeNotFoundError(TerminalError):
     """scontrol named a node slurmctld does not know."""
 
@@ -108,7 +126,7 @@ class CommandRunner:
 
     async def _once(self, tool: str, *args: str) -> str:
         argv = self.argv(tool, *args)
-        env = {**os.environ, **self.settings.env} if self.settings.env else None
+        env = client_env(self.settings)
         self.calls += 1
         # Output goes to unlinked temporary files, not pipes: a 5,000-node read is
         # megabytes, the event loop's pipe reads in small pieces double its cost, and pipe
@@ -117,7 +135,7 @@ class CommandRunner:
             proc: asyncio.subprocess.Process | Child
             try:
                 if _PIDFD:  # no waiter thread per call (see spawn.py)
-                    proc = spawn(argv, env or os.environ, sink.fileno(), errors.fileno())
+                    proc = spawn(argv, env, sink.fileno(), errors.fileno())
                 else:
                     proc = await asyncio.create_subprocess_exec(
                         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=errors, env=env

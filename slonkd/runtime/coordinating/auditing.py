@@ -2,7 +2,8 @@
 
 Every write (or planned write, in a dry run) of :mod:`.executing`, :mod:`.remediating` and
 :mod:`.admitting` (the breaker) goes through :class:`Auditor` into the JSON-lines
-:class:`~slonkd.runtime.audit.AuditLog`.
+:class:`~slonkd.runtime.audit.AuditLog`, which writes the file from its own thread (a record
+costs the loop no I/O); the term drains it when it ends (:mod:`.leading`).
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
             if coordinator.fleet is not None:
                 coordinator.fleet.unregister()
             api.leader = None
-            coordinator.audit.close()
+            await coordinator.audit.aclose()  # every record of the term written, off the loop
 
     async def campaign() -> None:
         await elector.run(term)

@@ -237,7 +237,8 @@ class Coordinator:
                 s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
                 slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
                 block_label=s.budget_block_label,
-                hold=self._rollout_hold, kube_nodes=self.nodes, auditor=self.auditor,
+                hold=self._rollout_hold, paused=self._rollout_paused, kube_nodes=self.nodes,
+                auditor=self.auditor,
                 metrics=self.metrics, table_age_s=s.poll_s,
             )  # fmt: skip
 
@@ -275,13 +276,27 @@ class Coordinator:
         await self.reads.acquire()
         return await self._scontrol.finished_jobs()
 
-    def _rollout_hold(self) -> str:
-        """Why rollouts may not take another node now ("" when they may)."""
+    def _rollout_paused(self) -> str:
+        """Why the rollout may write nothing now, in any phase ("" when it may).
+
+        Paused by an operator, or by a corrupt state (:mod:`.remembering` reads it as
+        paused), or the term has not read its state yet: until then the state is the
+        default, unpaused, whatever the ConfigMap says.
+        """
+        if not self.memory.known:
+            return "the state ConfigMap has not been read in this term yet"
         if self.state.paused:
             return f"slonkd is paused: {self.state.paused_reason}"
+        return ""
+
+    def _rollout_hold(self) -> str:
+        """Why rollouts may not take another node now ("" when they may)."""
         if self.state.breaker_open:
             return f"breaker open: {self.state.breaker_reason}"
         return ""
+
+    def _rollout_verdict(self) -> tuple[str, str]:
+        return self._rollout_paused(), self._rollout_hold()
 
     def _plans(self, views: list[NodeView]) -> tuple[list[Plan], frozenset[Cause]]:
         plans = merge_shared_nodes(views, [decide(v, self.policy) for v in views])
@@ -316,10 +331,12 @@ class Coordinator:
         self._last_slurm = slurm_nodes
         self.observer.read_since(read_began)  # what the poll handed over before, this read has
         read_at = time.monotonic()
-        was_open = self.state.breaker_open
+        was_open, rollout_was = self.state.breaker_open, self._rollout_verdict()
         await self.memory.load()
         if was_open and not self.state.breaker_open:
             self.gate.reset_seen()
+        if self.rollout is not None and self._rollout_verdict() != rollout_was:
+            self.rollout.poke()  # paused, unpaused or reset: the rollout looks again now
         state_at = time.monotonic()
         views = self.observer.views(slurm_nodes, time.time(), self.state)
         if self.job_outcomes is not None:

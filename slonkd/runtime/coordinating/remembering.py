@@ -38,6 +38,9 @@ class Memory:
     """Breaker, pause, remediation history and handled failures, as last read/written."""
     error: str = ""
     """Why the state ConfigMap is unreadable ("": it is readable)."""
+    known: bool = False
+    """Whether ``state`` was read or written in this term (or the ConfigMap found corrupt,
+    which reads as paused); until then it is the default, not paused, whatever is stored."""
 
     async def load(self) -> CoordinatorState:
         """Read the state (an operator's pause or reset is seen here); corrupt: paused."""
@@ -47,6 +50,7 @@ class Memory:
             await self._unreadable(exc)  # a paused pass: status served, nothing done
         else:
             self._readable()
+            self.known = True
         return self.state
 
     async def update(
@@ -54,6 +58,7 @@ class Memory:
     ) -> CoordinatorState:
         """Write ``change`` as the leader holding ``token``; the result is the known state."""
         self.state = await self.store.update(token, change)
+        self.known = True
         return self.state
 
     async def claim(self, token: int) -> None:
@@ -65,11 +70,14 @@ class Memory:
         term (a deleted Lease is seen at the next renewal) could write and act until the new
         term's first write. A corrupt or unreachable state is left to the pass (it pauses, or
         its first write raises the token); a newer token than this term's ends the term.
+        A corrupt state pauses this term at once (what the term starts after its claim, the
+        rollout among them, must not act before the first pass reads it).
         """
         try:
             await self.update(token, lambda st: st)
-        except StateCorrupt:
-            return  # the pass reads it, pauses and says why
+        except StateCorrupt as exc:
+            await self._unreadable(exc)  # paused now; the pass reads it again and says why
+            return
         except Superseded:
             raise  # a newer term wrote: this one ends
         except SlonkdError as exc:
@@ -117,6 +125,7 @@ class Memory:
             "until it is repaired or `slonkd state reset --yes-discard-state`"
         )
         self.state = replace(self.state, paused=True, paused_by="slonkd", paused_reason=why)
+        self.known = True  # known to be unusable: paused
         if self.error == str(exc):
             return
         self.error = str(exc)

@@ -15,8 +15,11 @@ retried next pass). Requeueing the others at once would send them back to the qu
 unsignalled, for a node that may wait days for the last job (issue 37 item 5). The requeue
 is judged again on its own read (``requeue_jobs(all_or_none=True)``), so a job that turns
 unrequeueable in between holds back the others too. What blocks each node is kept for
-``slonkd status``. The lease is checked right before each write; every write is audited and
-counted as the coordinator's others are.
+``slonkd status``. The lease is checked right before each write, and so is the pause
+(``paused``: an operator's, a corrupt state's, or a state the term has not read yet): a pass
+may have read one while this step waited for SLURM, and then nothing is requeued nor evicted
+(the next step, once unpaused, goes on from there). Every write is audited and counted as
+the coordinator's others are.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class Replacer:
     """The fencing token, or an error when the lease is not held right now."""
     read_turn: Callable[[], Awaitable[None]]
     """Waits for a turn of the coordinator's slurmctld read limiter."""
+    paused: Callable[[], str] = lambda: ""
+    """Why nothing may be written now (slonkd paused), "" when it may: asked before each write."""
     drained_at: dict[str, float] = field(default_factory=dict)
     """Node -> when this leader first saw it drained for the rollout (monotonic)."""
     blocked: dict[str, str] = field(default_factory=dict)
@@ -68,7 +73,7 @@ class Replacer:
     async def step(self, view: WorkerView, before: str | None) -> None:
         """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
         pod = view.pod
-        if pod is None or pod.terminating:
+        if pod is None or pod.terminating or self.paused():
             return
         name = view.node
         drained_at = self.drained_at.setdefault(name, time.monotonic())
@@ -105,12 +110,16 @@ class Replacer:
                 jobs=[j.job_id for j in jobs],
             )
         elif jobs:
+            if self._paused_now(name):
+                return
             token = self.check_valid()
             requeued = await self.slurm.requeue_jobs(name, all_or_none=True)
             if requeued.not_requeueable:  # one changed since the judgement: none requeued
                 self._block(name, list(requeued.not_requeueable), list(requeued.held_back), before)
                 return
             record_requeue(self.auditor, name, ROLLOUT_CAUSE, requeued, token, before)
+        if self._paused_now(name):
+            return
         token = self.check_valid()
         result = await self.pods.evict(pod.namespace, pod.name, uid=pod.uid)
         outcome = result.outcome.value
@@ -138,6 +147,13 @@ class Replacer:
             self.blocked[name] = refused
         else:
             self.blocked.pop(name, None)
+
+    def _paused_now(self, name: str) -> bool:
+        """Whether a pause came while this step waited: then it writes nothing (logged)."""
+        why = self.paused()
+        if why:
+            log.info("rollout.paused", node=name, cause=str(ROLLOUT_CAUSE), detail=why[:200])
+        return bool(why)
 
     def _block(
         self,

@@ -19,10 +19,15 @@ once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 
 A worker whose K8s node carries the operator's ``slonk.dev/hold`` is left alone in every
 phase (not drained, not evicted, not released) and reported under ``held``; the rest of the
-rollout goes on, and the held worker carries on once the hold is lifted.
+rollout goes on, and the held worker carries on once the hold is lifted. While slonkd is
+paused (``paused``: an operator's pause, a corrupt state ConfigMap, or a state this term has
+not read yet, :mod:`.reconciling`) the whole rollout is: nothing is drained, requeued,
+evicted or released, in any phase, and it carries on where it stands once unpaused (the
+coordinator looks again at once, :meth:`RolloutController.poke`). An open breaker
+(``hold``) stops only new drains.
 
-The lease is checked right before each write. :meth:`RolloutController.status` gives the
-progress as a JSON-able dict for ``slonkd status``.
+The lease and the pause are checked right before each write.
+:meth:`RolloutController.status` gives the progress as a JSON-able dict for ``slonkd status``.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class RolloutController:
         block_label: str = "",
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
+        paused: Callable[[], str] = lambda: "",
         kube_nodes: Informer[Node] | None = None,
         auditor: Auditor,
         metrics: Metrics,
@@ -108,7 +114,9 @@ class RolloutController:
         self.reads = reads
         """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
-        """Why no new node may be taken now (paused, breaker open); "" when it may."""
+        """Why no new node may be taken now (breaker open); "" when it may."""
+        self.paused = paused
+        """Why nothing of the rollout may be written now (slonkd paused); "" when it may."""
         self.auditor = auditor
         """The coordinator's audit log: every write (or, in a dry run, plan) of the rollout."""
         self.dry_run = auditor.dry_run
@@ -119,6 +127,7 @@ class RolloutController:
         self.replacer = Replacer(  # wait for jobs, requeue, evict: see rollout_replacing
             settings=settings, slurm=slurm, pods=PodWriter(transport), auditor=auditor,
             metrics=metrics, check_valid=elector.check_valid, read_turn=self._read_turn,
+            paused=paused,
         )  # fmt: skip
         self._dirty = asyncio.Event()
         self._settling: dict[str, float] = {}
@@ -137,6 +146,10 @@ class RolloutController:
     def status(self) -> dict[str, Any]:
         """Rollout progress (JSON-able): updated, outdated, in progress, waiting, per pool."""
         return dict(self._status)
+
+    def poke(self) -> None:
+        """Look again now (the coordinator saw a pause, an unpause or a breaker reset)."""
+        self._dirty.set()
 
     def _on_node_change(self, event: CacheEvent[Node]) -> None:
         """A hold put on or lifted: look again now (other node changes are not the rollout's)."""
@@ -239,7 +252,9 @@ class RolloutController:
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
-        plan = plan_rollout(views, self.s, policy=self.budget, hold=self.hold())
+        plan = plan_rollout(
+            views, self.s, policy=self.budget, hold=self.hold(), paused=self.paused()
+        )
         by_node = {v.node: v for v in views}
         self._report_held(plan.held)
         before = {name: slurm_text(node) for name, node in slurm_nodes.items()}
@@ -265,7 +280,7 @@ class RolloutController:
                 self.replacer.forget(name)
                 if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
                     self._settling[name] = time.monotonic()
-        if plan.start:
+        if plan.start and not self.paused():  # a pause read while the release was written
             token = self.elector.check_valid()
             revisions = sorted(
                 {s.update_revision for n in plan.start if (s := by_node[n].statefulset)}
@@ -287,6 +302,8 @@ class RolloutController:
             if plan.phases.get(name) not in ACTIVE and name not in plan.start:
                 self.replacer.forget(name)
         self._publish(self._summary(views, plan))
+        if plan.paused:  # nothing moves: look again on a change, or when poked on an unpause
+            return False
         return bool(plan.start or plan.draining or self._status["in_progress"])
 
     def _report_held(self, held: Mapping[str, str]) -> None:

@@ -255,6 +255,7 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "max_delay_s" $t.maxDelaySeconds
   "resync_s" $t.resyncSeconds
   "copy_timeout_s" $t.copyTimeoutSeconds
+  "min_reconfigure_interval_s" $t.minReconfigureIntervalSeconds
 -}}
 {{- if eq $t.plugin "tree" -}}
 {{- $_ := set $topo "tree_keys" $t.treeKeys -}}
