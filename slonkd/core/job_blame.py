@@ -19,6 +19,11 @@ only together with it is explained by it. The rule here, applied to a window of 
   failed are explained by it before the next one is judged (two bad nodes are both found;
   their common partners are not).
 
+A "node" here is any string that names one piece of hardware for a while: the coordinator
+judges **places** (:mod:`slonkd.core.job_places`: a SLURM node name with the pod that served
+it when the job ran, so a failure on a previous pod never counts against the new one); the
+tests and the bench judge plain node names.
+
 Successful jobs are evidence too (they give each node's rate): feed every finished job, not
 only the failures. Neighbours: :mod:`slonkd.core.slurm_job` (job ids and states),
 :mod:`slonkd.core.budget` (a blamed node is drained within the budget like any automated
@@ -34,7 +39,6 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from slonkd.core.slurm_job import JobId, JobState
-from slonkd.core.slurm_node import NodeName
 
 # States that mean the machine failed the job whatever its exit code (SLURM sets them).
 _INFRASTRUCTURE_STATES = frozenset({JobState.NODE_FAIL, JobState.BOOT_FAIL})
@@ -58,7 +62,8 @@ class JobOutcome:
     """One finished job: where it ran and whether it ended in an infrastructure failure."""
 
     job_id: JobId
-    nodes: frozenset[NodeName]
+    nodes: frozenset[str]
+    """Where it ran: node names, or the coordinator's places (``slonkd.core.job_places``)."""
     infrastructure_failure: bool
 
     def __post_init__(self) -> None:
@@ -92,11 +97,11 @@ class BlamePolicy:
 class Blame:
     """A node blamed for failed jobs, with the evidence an operator reads in the Event."""
 
-    node: NodeName
+    node: str
     jobs: tuple[JobId, ...]
     """The infrastructure-failed jobs it is blamed for, by id (submission order): jobs that
     end in the same second come back from SLURM in either order."""
-    partners: tuple[NodeName, ...]
+    partners: tuple[str, ...]
     """Every other node of those jobs (sorted): many different ones is the point."""
     independent: int
     """Its failures, those shared with its most frequent partner counted as one."""
@@ -148,9 +153,9 @@ def binomial_tail(successes: int, trials: int, p: float) -> float:
     return min(1.0, total)
 
 
-def _independent(node: NodeName, failed: Iterable[JobOutcome]) -> tuple[int, set[NodeName]]:
+def _independent(node: str, failed: Iterable[JobOutcome]) -> tuple[int, set[str]]:
     """The node's failures, those shared with its most frequent partner counted as one."""
-    shared: Counter[NodeName] = Counter()
+    shared: Counter[str] = Counter()
     count = 0
     for job in failed:
         count += 1
@@ -174,8 +179,8 @@ def blame(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> tuple[Blame, .
 
 
 def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
-    ran: Counter[NodeName] = Counter()
-    failures: Counter[NodeName] = Counter()
+    ran: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
     for job in jobs:
         ran.update(job.nodes)
         if job.infrastructure_failure:

@@ -1,7 +1,9 @@
 """Nodes blamed for failed jobs, wired: the window of reads, decide's ``job-failures``, its end.
 
 The coordinator's part (slonkd/runtime/coordinating/job_outcomes.py) with a scripted read
-(no SLURM), and ``decide`` on the views it annotates.
+(no SLURM), and ``decide`` on the views it annotates. The workers' pods (``test_decide``'s,
+one per name, long running) are fed as the pod cache's events, as the coordinator does:
+jobs are kept by the pods that ran them (slonkd/core/job_places.py, tests/unit/test_job_places.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from slonkd.adapters.kube.informer import CacheEvent, EventType
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import JOB_FAILURES, decide
 from slonkd.core.plan import Kind, Writer
@@ -18,7 +21,7 @@ from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
-from tests.unit.test_decide import POLICY, kinds, slurm, view
+from tests.unit.test_decide import POLICY, kinds, pod, slurm, view
 
 BAD = NodeName("w-0")
 SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5, infrastructure_exit_codes=(42,))
@@ -42,13 +45,21 @@ def _history(failures: int) -> list[FinishedJob]:
     return jobs
 
 
+def _fed(outcomes: JobOutcomes) -> JobOutcomes:
+    """``outcomes`` with the pods of w-0..w-9 in its history, as the pod cache lists them."""
+    for i in range(10):
+        worker = pod(name=f"w-{i}", on=f"kn-{i}")
+        outcomes.on_pod_event(CacheEvent(type=EventType.ADDED, key=f"slonk/w-{i}", obj=worker))
+    return outcomes
+
+
 def _outcomes() -> tuple[JobOutcomes, list[int]]:
     changes: list[int] = []
 
     async def never() -> list[FinishedJob]:
         raise AssertionError("not read in these tests")
 
-    return JobOutcomes(SETTINGS, never, lambda: changes.append(1)), changes
+    return _fed(JobOutcomes(SETTINGS, never, lambda: changes.append(1))), changes
 
 
 def test_a_node_failing_with_different_partners_is_blamed_after_k_failures() -> None:
@@ -164,7 +175,7 @@ def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
         return item
 
     async def scenario() -> tuple[JobOutcomes, int]:
-        outcomes = JobOutcomes(replace(SETTINGS, poll_s=1), read, lambda: changes.append(1))
+        outcomes = _fed(JobOutcomes(replace(SETTINGS, poll_s=1), read, lambda: changes.append(1)))
         task = asyncio.create_task(outcomes.run())
         try:
             async with asyncio.timeout(15):

@@ -9,6 +9,12 @@ wants the cause ``job-failures``: a SLURM drain ``slonkd:job-failures`` inside t
 every automated cause, with a ``JobFailures`` Event carrying the evidence (job ids, partners),
 and the same line in ``slonkd explain``.
 
+Hardware, not names: the pod cache's events (:meth:`JobOutcomes.on_pod_event`) keep the pods of
+every node name (:class:`slonkd.core.job_places.PodHistory`), and each job is kept by its
+places, the pods that served its nodes when it ran (:func:`slonkd.core.job_places.locate`).
+Only a place that is its node's current pod is drained; a blamed pod that is gone is reported
+(``status``, ``job_blame.gone_pod_blamed`` with its K8s node) for an operator to look at.
+
 How the blame ends: slonkd never releases ``job-failures`` by itself (a blamed node has
 shown nothing that proves it repaired). An operator's resume (``scontrol update
 nodename=N state=resume``) ends it: the next pass sees the cause gone from a node this term
@@ -30,10 +36,13 @@ from typing import Any
 
 import structlog
 
+from slonkd.adapters.kube.informer import CacheEvent, EventType
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import JOB_FAILURES, held_causes
 from slonkd.core.errors import SlonkdError
 from slonkd.core.job_blame import Blame, JobOutcome, blame, is_infrastructure_failure
+from slonkd.core.job_places import UNKNOWN_POD, Lives, PodHistory, locate, place_parts
+from slonkd.core.kube_objects import Pod
 from slonkd.core.plan import NodeView
 from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName
@@ -49,16 +58,27 @@ class JobOutcomes:
     """The window of finished jobs of one leader's term and the nodes it blames."""
 
     def __init__(
-        self, settings: JobBlameSettings, read: ReadFinished, on_change: Callable[[], None]
+        self,
+        settings: JobBlameSettings,
+        read: ReadFinished,
+        on_change: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.s = settings
         self.policy = settings.policy()
         self.read = read
         self.on_change = on_change
         """Called when the blamed nodes changed (starts a pass)."""
+        self.clock = clock
+        self.history = PodHistory()
+        """The pods of every node name (fed by the pod cache: :meth:`on_pod_event`)."""
         self.outcomes: dict[JobId, JobOutcome] = {}
-        """The window, oldest first (insertion order)."""
+        """The window, oldest first (insertion order); jobs kept by their places."""
+        self.found: dict[str, Blame] = {}
+        """Every blamed place, drained or not (a gone pod, a retired place)."""
         self.blamed: dict[NodeName, Blame] = {}
+        """The blamed places that are their node's current pod: these are drained."""
         self.drained: set[NodeName] = set()
         """Nodes seen drained for ``job-failures`` in this term (an operator may resume them)."""
         self._listed: frozenset[JobId] = frozenset()
@@ -82,45 +102,87 @@ class JobOutcomes:
                     self.on_change()
             await asyncio.sleep(self.s.poll_s)
 
+    def on_pod_event(self, event: CacheEvent[Pod]) -> None:
+        """The pod cache's handler: record where each node name runs (quick, no I/O)."""
+        self.history.observe(event.obj, self.clock(), gone=event.type is EventType.DELETED)
+
     def ingest(self, jobs: Sequence[FinishedJob]) -> int:
-        """Add the jobs not seen before (by id, oldest first); returns how many."""
+        """Add the jobs not seen before (by id, oldest first) at their places; how many."""
         listed = frozenset(j.job_id for j in jobs)
         new = sorted(
-            (j for j in jobs if j.nodes and j.job_id not in self._listed),
+            (
+                j
+                for j in jobs
+                if j.nodes and j.job_id not in self._listed and j.job_id not in self.outcomes
+            ),
             key=lambda j: j.job_id,
         )
         self._listed = listed
+        for outcome in self._prepare(new, self.history.lives(), self.clock()):
+            self.outcomes[outcome.job_id] = outcome
+        while len(self.outcomes) > self.s.max_jobs:
+            del self.outcomes[next(iter(self.outcomes))]
+        return len(new)
+
+    def _prepare(self, jobs: Sequence[FinishedJob], lives: Lives, now: float) -> list[JobOutcome]:
+        """The outcomes of new jobs, each at its places (reads only its arguments)."""
         codes = self.s.infrastructure_exit_codes
-        added = 0
-        for job in new:
-            if job.job_id in self.outcomes:
-                continue
+        made: list[JobOutcome] = []
+        for job in jobs:
+            where = locate(lives, job.nodes, start=job.start, end=job.end, now=now)
             failed = is_infrastructure_failure(job.state, job.exit_code, codes)
-            self.outcomes[job.job_id] = JobOutcome(
-                job_id=job.job_id, nodes=frozenset(job.nodes), infrastructure_failure=failed
+            made.append(
+                JobOutcome(job_id=job.job_id, nodes=where.places, infrastructure_failure=failed)
             )
-            added += 1
             if failed:
                 log.info(
                     "job_blame.job_failed",
                     job=int(job.job_id),
                     state=job.state.value,
                     exit_code=job.exit_code,
-                    nodes=sorted(job.nodes)[:50],
+                    places=sorted(where.places)[:50],
                 )
-        while len(self.outcomes) > self.s.max_jobs:
-            del self.outcomes[next(iter(self.outcomes))]
-        return added
+        return made
 
     def judge(self) -> bool:
-        """Run the triangulation over the window; returns whether the blamed nodes changed."""
-        found = {b.node: b for b in blame(list(self.outcomes.values()), self.policy)}
-        changed = set(found) != set(self.blamed)
-        for node in sorted(set(found) - set(self.blamed)):
-            b = found[node]
-            log.warning(
-                "job_blame.node_blamed",
+        """Run the triangulation over the window; returns whether the drained blame changed."""
+        return self._apply(blame(list(self.outcomes.values()), self.policy))
+
+    def _current(self, where: str) -> NodeName | None:
+        """The node whose current pod ``where`` is (None: a gone pod, unknown or retired)."""
+        node, pod, era = place_parts(where)
+        life = self.history.current(node)
+        if era or pod == UNKNOWN_POD or life is None or life.uid != pod:
+            return None
+        return node
+
+    def _kube_node(self, where: str) -> str:
+        node, pod, _ = place_parts(where)
+        life = next((x for x in self.history.lives().get(node, ()) if x.uid == pod), None)
+        return life.kube_node if life is not None else ""
+
+    def _apply(self, found: Sequence[Blame]) -> bool:
+        """Take a judgement: the places it blames, and which of them are drained."""
+        by_place = {b.node: b for b in found}
+        blamed: dict[NodeName, Blame] = {}
+        for where, b in by_place.items():
+            node = self._current(where)
+            if node is not None:
+                blamed[node] = b
+        changed = {n: b.node for n, b in blamed.items()} != {
+            n: b.node for n, b in self.blamed.items()
+        }
+        for where in sorted(set(by_place) - set(self.found)):
+            b = by_place[where]
+            node, pod, era = place_parts(where)
+            if era:
+                continue  # an operator resumed it: already reported, never drained
+            current = self._current(where) is not None
+            (log.warning if current else log.info)(
+                "job_blame.node_blamed" if current else "job_blame.gone_pod_blamed",
                 node=node,
+                pod=pod,
+                kube_node=self._kube_node(where),
                 cause=str(JOB_FAILURES),
                 owner="coordinator",
                 jobs=[int(j) for j in b.jobs][:50],
@@ -128,8 +190,10 @@ class JobOutcomes:
                 independent=b.independent,
                 ran=b.ran,
                 p_value=b.p_value,
+                **({} if current else {"detail": "the pod is gone: its K8s node may be bad"}),
             )
-        self.blamed = found
+        self.found = by_place
+        self.blamed = blamed
         return changed
 
     def forgive(self, node: NodeName) -> None:
@@ -138,7 +202,7 @@ class JobOutcomes:
         self.outcomes = {
             k: o
             for k, o in self.outcomes.items()
-            if not (o.infrastructure_failure and node in o.nodes)
+            if not (o.infrastructure_failure and any(_of(node, p) for p in o.nodes))
         }
         self.drained.discard(node)
         self.judge()
@@ -162,9 +226,16 @@ class JobOutcomes:
             elif view.node in self.drained:
                 self.forgive(view.node)
         return [
-            replace(v, job_blame=self.blamed[v.node].describe()) if v.node in self.blamed else v
+            replace(v, job_blame=b.describe()) if (b := self._blame_of(v)) is not None else v
             for v in views
         ]
+
+    def _blame_of(self, view: NodeView) -> Blame | None:
+        """The blame of the view's pod (a blame of an earlier pod of the name is not its)."""
+        b = self.blamed.get(view.node)
+        if b is None or view.pod is None or place_parts(b.node)[1] != view.pod.uid:
+            return None
+        return b
 
     def status(self) -> dict[str, Any]:
         """The ``job_blame`` section of ``slonkd status``."""
@@ -175,4 +246,16 @@ class JobOutcomes:
             "read_errors": self.read_errors,
             "last_read_at": self.last_read_at or None,
             "blamed": {n: b.describe() for n, b in sorted(self.blamed.items())},
+            "blamed_gone_pods": {
+                f"{node} pod {pod} on {self._kube_node(where) or '?'}": b.describe()
+                for where, b in sorted(self.found.items())
+                for node, pod, era in [place_parts(where)]
+                if not era and pod != UNKNOWN_POD and self._current(where) is None
+            },
         }
+
+
+def _of(node: NodeName, where: str) -> bool:
+    """Whether ``where`` is a place of ``node`` (not one retired by a resume)."""
+    name, _, era = place_parts(where)
+    return name == node and not era
