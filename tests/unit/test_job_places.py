@@ -1,4 +1,4 @@
-"""Job blame judges where a job ran, not the name it ran under (issue 37 item 7 (a)).
+"""Job blame judges where a job ran, not the name it ran under (issue 37 item 7 (a), (b)).
 
 The pure part (slonkd/core/job_places.py: the pods behind each SLURM node name over time,
 and where a job of a given time ran) and the coordinator's part wired to it
@@ -12,11 +12,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from slonkd.adapters.kube.informer import CacheEvent, EventType
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import decide
 from slonkd.core.job_places import UNKNOWN_POD, PodHistory, locate, place, place_parts
-from slonkd.core.kube_objects import Pod
+from slonkd.core.kube_objects import Pod, PodPhase
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
@@ -172,3 +174,71 @@ def test_a_job_is_placed_by_its_start_on_the_pod_that_then_served_the_name() -> 
     }
     assert place_parts(place(BAD, "a")) == (BAD, "a", 0)
     assert lives[BAD][0].kube_node == "kn-1"
+
+
+# -- (b) a failure the pod's own lifecycle explains is not the hardware's -------------------
+
+
+@pytest.mark.parametrize(
+    "going",
+    [
+        {"deletion_timestamp": _stamp(T0 + 1030), "deletion_grace_s": 30},
+        {
+            "disruption": "PreemptionByScheduler",
+            "disruption_since": _stamp(T0 + 1000),
+            "deletion_timestamp": _stamp(T0 + 1030),
+            "deletion_grace_s": 30,
+        },
+        {
+            "disruption": "EvictionByEvictionAPI",
+            "disruption_since": _stamp(T0 + 1000),
+            "deletion_timestamp": _stamp(T0 + 1030),
+            "deletion_grace_s": 30,
+        },
+        {
+            "disruption": "TerminationByKubelet",
+            "disruption_since": _stamp(T0 + 1000),
+            "phase": PodPhase.FAILED,
+        },
+    ],
+    ids=["deleted", "preempted", "evicted", "terminated-by-kubelet"],
+)
+def test_node_fail_ending_after_the_pod_was_asked_to_go_is_not_the_hardwares(
+    going: dict[str, Any],
+) -> None:
+    """The pod is being deleted, preempted, evicted: its jobs end NODE_FAIL. Nobody is blamed.
+
+    They are counted as excused (status) and none of them is a failure of w-0 or a partner.
+    """
+    fleet = Fleet()
+    fleet.event(EventType.MODIFIED, replace(fleet.pods["w-0"], **going), at=T0 + 1000)
+    jobs = _successes(10, T0 + 50)
+    jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 1000 + i) for i in range(1, 4)]
+    fleet.now = T0 + 1100
+    fleet.judge(jobs)
+    assert fleet.outcomes.blamed == {}
+    assert fleet.outcomes.status()["excused"] == 3
+    assert fleet.outcomes.status()["failed"] == 0
+
+
+def test_a_pod_replaced_under_a_running_job_explains_its_failure() -> None:
+    """The job started on the old pod and ended after the new one came: the pod went away."""
+    fleet = Fleet()
+    fleet.replace_pod("w-0", "new", on="kn-0", deleted=T0 + 1000, created=T0 + 1100)
+    history = fleet.outcomes.history.lives()
+    found = locate(history, [BAD, NodeName("w-1")], start=T0 + 900, end=T0 + 1130, now=T0 + 1200)
+    assert found.lifecycle
+    assert found.places == {place(BAD, "u0"), place(NodeName("w-1"), "u1")}
+
+
+def test_a_failure_before_the_pod_was_asked_to_go_still_counts() -> None:
+    """NODE_FAIL first, the pod's deletion after (a remediation, an operator): hardware."""
+    fleet = Fleet()
+    jobs = _successes(10, T0 + 50)
+    jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 100 * i) for i in range(1, 4)]
+    going = replace(fleet.pods["w-0"], deletion_timestamp=_stamp(T0 + 1030), deletion_grace_s=30)
+    fleet.event(EventType.MODIFIED, going, at=T0 + 1000)
+    fleet.now = T0 + 1100
+    fleet.judge(jobs)
+    assert set(fleet.outcomes.blamed) == {BAD}
+    assert fleet.outcomes.status()["excused"] == 0

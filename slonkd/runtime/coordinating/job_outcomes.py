@@ -13,7 +13,10 @@ Hardware, not names: the pod cache's events (:meth:`JobOutcomes.on_pod_event`) k
 every node name (:class:`slonkd.core.job_places.PodHistory`), and each job is kept by its
 places, the pods that served its nodes when it ran (:func:`slonkd.core.job_places.locate`).
 Only a place that is its node's current pod is drained; a blamed pod that is gone is reported
-(``status``, ``job_blame.gone_pod_blamed`` with its K8s node) for an operator to look at.
+(``status``, ``job_blame.gone_pod_blamed`` with its K8s node) for an operator to look at. A
+failure whose pod was asked to go before the job ended (deleted, preempted, evicted, ended by
+its kubelet) or was replaced under it is the pod's lifecycle, not its hardware: it is kept
+as a job that ran, not as a failure, and counted in ``status`` as ``excused``.
 
 How the blame ends: slonkd never releases ``job-failures`` by itself (a blamed node has
 shown nothing that proves it repaired). An operator's resume (``scontrol update
@@ -83,6 +86,9 @@ class JobOutcomes:
         """Nodes seen drained for ``job-failures`` in this term (an operator may resume them)."""
         self._listed: frozenset[JobId] = frozenset()
         """Job ids of the last read: a job slurmctld still lists is not new again."""
+        self.excused = 0
+        """Failed jobs the pods' own lifecycle explains (deleted, preempted, evicted under
+        them): kept as jobs that ran, never as failures."""
         self.reads = 0
         self.read_errors = 0
         self.last_read_at = 0.0
@@ -131,9 +137,16 @@ class JobOutcomes:
         for job in jobs:
             where = locate(lives, job.nodes, start=job.start, end=job.end, now=now)
             failed = is_infrastructure_failure(job.state, job.exit_code, codes)
+            excused = failed and bool(where.lifecycle)
             made.append(
-                JobOutcome(job_id=job.job_id, nodes=where.places, infrastructure_failure=failed)
+                JobOutcome(
+                    job_id=job.job_id,
+                    nodes=where.places,
+                    infrastructure_failure=failed and not excused,
+                )
             )
+            if excused:
+                self.excused += 1
             if failed:
                 log.info(
                     "job_blame.job_failed",
@@ -141,6 +154,7 @@ class JobOutcomes:
                     state=job.state.value,
                     exit_code=job.exit_code,
                     places=sorted(where.places)[:50],
+                    **({"excused": where.lifecycle} if excused else {}),
                 )
         return made
 
@@ -242,6 +256,7 @@ class JobOutcomes:
         return {
             "jobs": len(self.outcomes),
             "failed": sum(1 for o in self.outcomes.values() if o.infrastructure_failure),
+            "excused": self.excused,
             "reads": self.reads,
             "read_errors": self.read_errors,
             "last_read_at": self.last_read_at or None,
