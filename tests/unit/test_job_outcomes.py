@@ -140,6 +140,50 @@ def test_an_operators_resume_ends_the_blame_and_it_is_not_drained_again() -> Non
     assert set(outcomes.blamed) == {BAD}
 
 
+def test_an_operators_resume_keeps_the_evidence_the_jobs_hold_against_the_other_nodes() -> None:
+    """w-0 and w-1 failed two jobs together; w-0 is the stronger (5 failures, 4 independent).
+
+    w-0 is blamed and explains the shared jobs; w-1 (2 failures of its own) is not. An
+    operator resumes w-1 (say it was drained earlier): its jobs count for w-1 no more, but
+    they are still w-0's failures. Forgetting them would leave w-0 three failures, under K=4.
+    """
+    outcomes, _ = _outcomes()
+    outcomes.s = replace(SETTINGS, min_failures=4)
+    outcomes.policy = outcomes.s.policy()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(2, 8)]
+    jobs += [
+        _job(101, "w-0", "w-1", state=JobState.NODE_FAIL),
+        _job(102, "w-0", "w-1", "w-5", state=JobState.NODE_FAIL),
+        *(_job(100 + i, "w-0", f"w-{i - 1}", state=JobState.NODE_FAIL) for i in (3, 4, 5)),
+        _job(106, "w-1", "w-6", state=JobState.NODE_FAIL),
+        _job(107, "w-1", "w-7", state=JobState.NODE_FAIL),
+    ]
+    outcomes.ingest(jobs)
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+    outcomes.forgive(NodeName("w-1"))
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+    assert outcomes.blamed[BAD].jobs == (101, 102, 103, 104, 105)
+
+
+def test_a_partner_that_failed_only_with_the_resumed_node_is_still_not_blamed() -> None:
+    """w-9 failed three jobs, every one with w-0: after w-0's resume it is still explained.
+
+    (w-0 also failed three without w-9: it is the one blamed.)
+    """
+    outcomes, _ = _outcomes()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    jobs += [_job(100 + i, "w-0", "w-9", f"w-{i}", state=JobState.NODE_FAIL) for i in (1, 2, 3)]
+    jobs += [_job(100 + i, "w-0", f"w-{i}", state=JobState.NODE_FAIL) for i in (4, 5, 6)]
+    outcomes.ingest(jobs)
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+    outcomes.forgive(BAD)
+    outcomes.judge()
+    assert outcomes.blamed == {}
+
+
 def test_a_drain_slonkd_did_not_make_is_never_touched() -> None:
     """Blamed, but an operator drained the node with a reason of their own: no action."""
     outcomes, _ = _outcomes()

@@ -242,3 +242,27 @@ def test_a_failure_before_the_pod_was_asked_to_go_still_counts() -> None:
     fleet.judge(jobs)
     assert set(fleet.outcomes.blamed) == {BAD}
     assert fleet.outcomes.status()["excused"] == 0
+
+
+# -- (c) an operator's resume retires the node's place, the jobs stay -----------------------
+
+
+def test_a_job_that_ended_before_the_resume_and_is_read_after_it_counts_for_it_no_more() -> None:
+    """slurmctld lists a job for MinJobAge: one that ended before the resume is its past."""
+    fleet = Fleet()
+    jobs = _successes(10, T0 + 50)
+    jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 100 * i) for i in range(1, 4)]
+    fleet.now = T0 + 400
+    fleet.judge(jobs)
+    assert set(fleet.outcomes.blamed) == {BAD}
+    fleet.now = T0 + 1000
+    fleet.outcomes.forgive(BAD, "u0")
+    assert fleet.outcomes.blamed == {}
+    late = _job(104, "w-0", "w-4", end=T0 + 900)
+    fresh = [_job(100 + i, "w-0", f"w-{i}", end=T0 + 1100 + i) for i in (5, 6)]
+    fleet.now = T0 + 1200
+    fleet.judge([*jobs, late, *fresh])
+    assert fleet.outcomes.blamed == {}
+    fleet.judge([*jobs, late, *fresh, _job(107, "w-0", "w-7", end=T0 + 1150)])
+    assert set(fleet.outcomes.blamed) == {BAD}
+    assert fleet.outcomes.blamed[BAD].jobs == (105, 106, 107)

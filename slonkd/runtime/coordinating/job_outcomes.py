@@ -21,8 +21,9 @@ as a job that ran, not as a failure, and counted in ``status`` as ``excused``.
 How the blame ends: slonkd never releases ``job-failures`` by itself (a blamed node has
 shown nothing that proves it repaired). An operator's resume (``scontrol update
 nodename=N state=resume``) ends it: the next pass sees the cause gone from a node this term
-saw drained for it, and the jobs that implicated the node leave the window, so it is not
-drained again for the same evidence; new failures blame it afresh. A drain that is not
+saw drained for it, and the node's past jobs count for it no more (they stay, under a
+retired place, evidence for and against the other nodes they ran on), so it is not drained
+again for the same evidence; new failures blame it afresh. A drain that is not
 slonkd's is never touched (``decide`` leaves such nodes alone).
 
 The window lives in the leader's memory: a new leader starts with the jobs slurmctld still
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -44,7 +46,16 @@ from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import JOB_FAILURES, held_causes
 from slonkd.core.errors import SlonkdError
 from slonkd.core.job_blame import Blame, JobOutcome, blame, is_infrastructure_failure
-from slonkd.core.job_places import UNKNOWN_POD, Lives, PodHistory, locate, place_parts
+from slonkd.core.job_places import (
+    UNKNOWN_POD,
+    Lives,
+    Place,
+    PodHistory,
+    locate,
+    place,
+    place_parts,
+    retired,
+)
 from slonkd.core.kube_objects import Pod
 from slonkd.core.plan import NodeView
 from slonkd.core.slurm_job import JobId
@@ -84,6 +95,12 @@ class JobOutcomes:
         """The blamed places that are their node's current pod: these are drained."""
         self.drained: set[NodeName] = set()
         """Nodes seen drained for ``job-failures`` in this term (an operator may resume them)."""
+        self._eras: Counter[NodeName] = Counter()
+        """Resumes per node name in this term: the era of its next retired places."""
+        self._retired: dict[Place, tuple[float, int]] = {}
+        """Places an operator's resume retired: when, and as which era."""
+        self._generation = 0
+        """Counts resumes: a judgement begun before one is taken again."""
         self._listed: frozenset[JobId] = frozenset()
         """Job ids of the last read: a job slurmctld still lists is not new again."""
         self.excused = 0
@@ -124,8 +141,10 @@ class JobOutcomes:
             key=lambda j: j.job_id,
         )
         self._listed = listed
-        for outcome in self._prepare(new, self.history.lives(), self.clock()):
-            self.outcomes[outcome.job_id] = outcome
+        for job, outcome in zip(
+            new, self._prepare(new, self.history.lives(), self.clock()), strict=True
+        ):
+            self.outcomes[outcome.job_id] = self._retire_late(outcome, job.end)
         while len(self.outcomes) > self.s.max_jobs:
             del self.outcomes[next(iter(self.outcomes))]
         return len(new)
@@ -210,24 +229,63 @@ class JobOutcomes:
         self.blamed = blamed
         return changed
 
-    def forgive(self, node: NodeName) -> None:
-        """An operator resumed the node: the failures that implicated it leave the window."""
-        before = len(self.outcomes)
-        self.outcomes = {
-            k: o
-            for k, o in self.outcomes.items()
-            if not (o.infrastructure_failure and any(_of(node, p) for p in o.nodes))
-        }
+    def forgive(self, node: NodeName, pod: str | None = None) -> None:
+        """An operator resumed the node (its pod ``pod``; None: any): its jobs retire.
+
+        Its past jobs count for it no more: its place in them becomes a retired place
+        (:func:`slonkd.core.job_places.retired`), judged like any but never drained, so the
+        jobs stay what they were for their other places (evidence against a partner, or
+        explained by the resumed node for a partner that only failed with it). Jobs that
+        ended before now and are read later retire too. The drained blame ends at once; the
+        next judgement (the task's) sees the same evidence under the retired name.
+        """
+        self._eras[node] += 1
+        era = self._eras[node]
+
+        def mine(where: str) -> bool:
+            name, uid, retired_era = place_parts(where)
+            return name == node and not retired_era and (pod is None or uid == pod)
+
+        count = 0
+        for key, outcome in self.outcomes.items():
+            if any(mine(p) for p in outcome.nodes):
+                nodes = frozenset(retired(p, era) if mine(p) else p for p in outcome.nodes)
+                self.outcomes[key] = replace(outcome, nodes=nodes)
+                count += 1
+        places = {p for o in self.outcomes.values() for p in o.nodes if mine(p)}
+        places |= {w for w in self.found if mine(w)}
+        if pod is not None:
+            places.add(place(node, pod))
+        now = self.clock()
+        for where in places:
+            self._retired[Place(where)] = (now, era)
+        self.found = {retired(w, era) if mine(w) else w: b for w, b in self.found.items()}
+        if node in self.blamed and mine(self.blamed[node].node):
+            del self.blamed[node]
         self.drained.discard(node)
-        self.judge()
+        self._generation += 1
         log.info(
             "job_blame.node_resumed",
             node=node,
+            pod=pod,
             cause=str(JOB_FAILURES),
             owner="coordinator",
-            forgotten_jobs=before - len(self.outcomes),
-            detail="an operator ended the blame: its failed jobs leave the window",
+            retired_jobs=count,
+            detail="an operator ended the blame: its past jobs count for it no more, and stay "
+            "evidence for and against the other nodes they ran on",
         )
+
+    def _retire_late(self, outcome: JobOutcome, end: float | None) -> JobOutcome:
+        """A job read after a resume that ended before it: at its retired place."""
+        if not self._retired or end is None:
+            return outcome
+        nodes = frozenset(
+            retired(p, hit[1])
+            if (hit := self._retired.get(Place(p))) is not None and end <= hit[0]
+            else p
+            for p in outcome.nodes
+        )
+        return outcome if nodes == outcome.nodes else replace(outcome, nodes=nodes)
 
     def annotate(self, views: Sequence[NodeView]) -> list[NodeView]:
         """The views with each blamed node's evidence; notes an operator's resume first."""
@@ -238,7 +296,7 @@ class JobOutcomes:
             if JOB_FAILURES in held:
                 self.drained.add(view.node)
             elif view.node in self.drained:
-                self.forgive(view.node)
+                self.forgive(view.node, view.pod.uid if view.pod is not None else None)
         return [
             replace(v, job_blame=b.describe()) if (b := self._blame_of(v)) is not None else v
             for v in views
@@ -268,9 +326,3 @@ class JobOutcomes:
                 if not era and pod != UNKNOWN_POD and self._current(where) is None
             },
         }
-
-
-def _of(node: NodeName, where: str) -> bool:
-    """Whether ``where`` is a place of ``node`` (not one retired by a resume)."""
-    name, _, era = place_parts(where)
-    return name == node and not era
