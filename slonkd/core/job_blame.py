@@ -34,7 +34,7 @@ cause); the wiring into the coordinator (the job-outcome source and the
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -130,7 +130,11 @@ def window(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> Sequence[JobO
 
 
 def binomial_tail(successes: int, trials: int, p: float) -> float:
-    """P[X >= successes] for X ~ Binomial(trials, p)."""
+    """P[X >= successes] for X ~ Binomial(trials, p).
+
+    Terms by their ratio (one log each, not three lgammas), and no further once past the
+    mode they no longer change the sum (they only shrink from there).
+    """
     if successes <= 0:
         return 1.0
     if successes > trials:
@@ -140,16 +144,22 @@ def binomial_tail(successes: int, trials: int, p: float) -> float:
     if p >= 1.0:
         return 1.0
     log_p, log_q = math.log(p), math.log1p(-p)
+    mode = (trials + 1) * p
+    log_term = (
+        math.lgamma(trials + 1)
+        - math.lgamma(successes + 1)
+        - math.lgamma(trials - successes + 1)
+        + successes * log_p
+        + (trials - successes) * log_q
+    )
     total = 0.0
     for k in range(successes, trials + 1):
-        log_term = (
-            math.lgamma(trials + 1)
-            - math.lgamma(k + 1)
-            - math.lgamma(trials - k + 1)
-            + k * log_p
-            + (trials - k) * log_q
-        )
-        total += math.exp(log_term)
+        term = math.exp(log_term)
+        total += term
+        if k >= mode and term <= total * 1e-17:
+            break
+        if k < trials:
+            log_term += math.log(trials - k) - math.log(k + 1) + log_p - log_q
     return min(1.0, total)
 
 
@@ -179,30 +189,34 @@ def blame(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> tuple[Blame, .
 
 
 def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
+    # one pass over the jobs: every node's runs and failed jobs (not a scan per node)
     ran: Counter[str] = Counter()
-    failures: Counter[str] = Counter()
+    failed_by: dict[str, list[JobOutcome]] = defaultdict(list)
+    total_failed = 0
     for job in jobs:
         ran.update(job.nodes)
         if job.infrastructure_failure:
-            failures.update(job.nodes)
+            total_failed += 1
+            for node in job.nodes:
+                failed_by[node].append(job)
     total_jobs = len(jobs)
-    total_failed = sum(1 for j in jobs if j.infrastructure_failure)
     threshold = policy.max_p_value / max(1, len(ran))
     best: tuple[float, int, str] | None = None
     chosen: Blame | None = None
-    for node, failed_count in failures.items():
+    for node, failed_jobs in failed_by.items():
+        failed_count = len(failed_jobs)
         if failed_count < policy.min_failures:
             continue
-        failed_jobs = [j for j in jobs if j.infrastructure_failure and node in j.nodes]
-        independent, partners = _independent(node, failed_jobs)
-        if independent < policy.min_failures:
-            continue
-        # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1)
+        # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1);
+        # tested first, it is the cheaper of the two tests
         others_jobs = total_jobs - ran[node]
         others_failed = total_failed - failed_count
         rate = (others_failed + 1) / (others_jobs + 2)
         p_value = binomial_tail(failed_count, ran[node], rate)
         if p_value > threshold:
+            continue
+        independent, partners = _independent(node, failed_jobs)
+        if independent < policy.min_failures:
             continue
         key = (p_value, -independent, node)
         if best is None or key < best:

@@ -6,6 +6,7 @@ Every ``random.Random`` here is a seeded simulation of job placement, not a secr
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -219,6 +220,35 @@ def test_binomial_tail_matches_exact_values() -> None:
     assert binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
     assert binomial_tail(1, 3, 0.5) == pytest.approx(7 / 8)
     assert binomial_tail(2, 4, 0.1) == pytest.approx(1 - 0.9**4 - 4 * 0.1 * 0.9**3)
+
+
+def _direct_tail(successes: int, trials: int, p: float) -> float:
+    """The tail term by term, each from three lgammas (the definition)."""
+    return sum(
+        math.exp(
+            math.lgamma(trials + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(trials - k + 1)
+            + k * math.log(p)
+            + (trials - k) * math.log1p(-p)
+        )
+        for k in range(successes, trials + 1)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    trials=st.integers(1, 3000),
+    share=st.floats(0.0, 1.0),
+    p=st.floats(1e-6, 1 - 1e-6),
+)
+def test_binomial_tail_by_ratios_equals_the_sum_of_its_terms(
+    trials: int, share: float, p: float
+) -> None:
+    """The tail by term ratios, cut where the terms stop counting, is the direct sum."""
+    successes = max(1, round(share * trials))
+    direct = min(1.0, _direct_tail(successes, trials, p))
+    assert binomial_tail(successes, trials, p) == pytest.approx(direct, rel=1e-9, abs=1e-300)
 
 
 def test_the_evidence_lists_jobs_by_id_whatever_order_they_ended_in() -> None:

@@ -9,6 +9,8 @@ jobs are kept by the pods that ran them (slonkd/core/job_places.py, tests/unit/t
 from __future__ import annotations
 
 import asyncio
+import random
+import time
 from dataclasses import replace
 
 import pytest
@@ -238,6 +240,64 @@ def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
     assert changes == [1]
     assert set(outcomes.blamed) == {BAD}
     assert outcomes.status()["blamed"].keys() == {"w-0"}
+
+
+def _heavy_history(count: int) -> list[FinishedJob]:
+    """``count`` finished jobs of 1 to 64 nodes among 1,024; a quarter fail, n0007 mostly."""
+    rng = random.Random(7)  # noqa: S311 - a seeded simulation, not a secret
+    names = [f"n{i:04d}" for i in range(1024)]
+    jobs = []
+    for i in range(1, count + 1):
+        nodes = rng.sample(names, rng.choice((1, 4, 16, 64)))
+        failed = ("n0007" in nodes and rng.random() < 0.9) or rng.random() < 0.25
+        jobs.append(_job(i, *nodes, state=JobState.NODE_FAIL if failed else JobState.COMPLETED))
+    return jobs
+
+
+def test_judging_twenty_thousand_jobs_leaves_the_event_loop_responsive() -> None:
+    """The task's read, its 20,000 jobs placed and judged: the loop never stalls 0.2 s.
+
+    The window spans every job (window_failures = max_jobs = 20,000), the worst case the
+    settings allow. A heartbeat task beside the term's task measures the loop's longest gap;
+    a lease renewal and a pass run on that loop. The task's second read starts once the
+    first read's jobs were placed and judged.
+    """
+    heavy = _heavy_history(20_000)
+    settings = replace(SETTINGS, poll_s=1, window_failures=20_000, max_jobs=20_000)
+    reads = 0
+
+    async def read() -> list[FinishedJob]:
+        nonlocal reads
+        reads += 1
+        return heavy
+
+    async def scenario() -> tuple[float, float]:
+        outcomes = JobOutcomes(settings, read, lambda: None)
+        gaps: list[float] = []
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        began = time.monotonic()
+        task = asyncio.create_task(outcomes.run())
+        try:
+            async with asyncio.timeout(120):
+                while reads < 2:  # noqa: ASYNC110 - polls the scripted read's counter
+                    await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            beat.cancel()
+        assert len(outcomes.outcomes) == 20_000
+        return max(gaps), time.monotonic() - began
+
+    worst, took = asyncio.run(scenario())
+    assert worst < 0.2, f"the loop stalled {worst:.2f} s (the first read judged in {took:.1f} s)"
 
 
 @pytest.mark.parametrize(

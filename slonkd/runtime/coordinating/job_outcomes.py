@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -121,16 +121,50 @@ class JobOutcomes:
             else:
                 self.reads += 1
                 self.last_read_at = time.time()
-                if self.ingest(jobs) and self.judge():
+                if await self.step(jobs):
                     self.on_change()
             await asyncio.sleep(self.s.poll_s)
+
+    async def step(self, jobs: Sequence[FinishedJob]) -> bool:
+        """:meth:`ingest` and :meth:`judge` with their CPU work in a worker thread.
+
+        The loop keeps a lease renewal and the passes going meanwhile (20,000 jobs take a
+        second or more to place and judge). The thread reads only immutable snapshots (the
+        new jobs, the pods' lives, the window as a tuple of frozen outcomes); the loop alone
+        changes this object. A judgement begun before an operator's resume is taken again.
+        Returns whether the drained blame changed.
+        """
+        new = self._new(jobs)
+        if not new:
+            return False
+        made, excused = await asyncio.to_thread(
+            _prepare, new, self.history.lives(), self.clock(), self.s.infrastructure_exit_codes
+        )
+        self._add(new, made, excused)
+        while True:
+            generation = self._generation
+            found = await asyncio.to_thread(blame, tuple(self.outcomes.values()), self.policy)
+            if generation == self._generation:
+                return self._apply(found)
 
     def on_pod_event(self, event: CacheEvent[Pod]) -> None:
         """The pod cache's handler: record where each node name runs (quick, no I/O)."""
         self.history.observe(event.obj, self.clock(), gone=event.type is EventType.DELETED)
 
     def ingest(self, jobs: Sequence[FinishedJob]) -> int:
-        """Add the jobs not seen before (by id, oldest first) at their places; how many."""
+        """Add the jobs not seen before (by id, oldest first) at their places; how many.
+
+        On the caller's thread: the task uses :meth:`step`.
+        """
+        new = self._new(jobs)
+        made, excused = _prepare(
+            new, self.history.lives(), self.clock(), self.s.infrastructure_exit_codes
+        )
+        self._add(new, made, excused)
+        return len(new)
+
+    def _new(self, jobs: Sequence[FinishedJob]) -> list[FinishedJob]:
+        """The jobs of a read not seen before, oldest first (a listed job is not new again)."""
         listed = frozenset(j.job_id for j in jobs)
         new = sorted(
             (
@@ -141,41 +175,15 @@ class JobOutcomes:
             key=lambda j: j.job_id,
         )
         self._listed = listed
-        for job, outcome in zip(
-            new, self._prepare(new, self.history.lives(), self.clock()), strict=True
-        ):
+        return new
+
+    def _add(self, new: Sequence[FinishedJob], made: Sequence[JobOutcome], excused: int) -> None:
+        """Put prepared outcomes into the window (the oldest leave past ``max_jobs``)."""
+        for job, outcome in zip(new, made, strict=True):
             self.outcomes[outcome.job_id] = self._retire_late(outcome, job.end)
+        self.excused += excused
         while len(self.outcomes) > self.s.max_jobs:
             del self.outcomes[next(iter(self.outcomes))]
-        return len(new)
-
-    def _prepare(self, jobs: Sequence[FinishedJob], lives: Lives, now: float) -> list[JobOutcome]:
-        """The outcomes of new jobs, each at its places (reads only its arguments)."""
-        codes = self.s.infrastructure_exit_codes
-        made: list[JobOutcome] = []
-        for job in jobs:
-            where = locate(lives, job.nodes, start=job.start, end=job.end, now=now)
-            failed = is_infrastructure_failure(job.state, job.exit_code, codes)
-            excused = failed and bool(where.lifecycle)
-            made.append(
-                JobOutcome(
-                    job_id=job.job_id,
-                    nodes=where.places,
-                    infrastructure_failure=failed and not excused,
-                )
-            )
-            if excused:
-                self.excused += 1
-            if failed:
-                log.info(
-                    "job_blame.job_failed",
-                    job=int(job.job_id),
-                    state=job.state.value,
-                    exit_code=job.exit_code,
-                    places=sorted(where.places)[:50],
-                    **({"excused": where.lifecycle} if excused else {}),
-                )
-        return made
 
     def judge(self) -> bool:
         """Run the triangulation over the window; returns whether the drained blame changed."""
@@ -326,3 +334,36 @@ class JobOutcomes:
                 if not era and pod != UNKNOWN_POD and self._current(where) is None
             },
         }
+
+
+def _prepare(
+    jobs: Sequence[FinishedJob], lives: Lives, now: float, codes: Collection[int]
+) -> tuple[list[JobOutcome], int]:
+    """The outcomes of new jobs, each at its places, and how many failures were excused.
+
+    Reads only its arguments (immutable): it runs in a worker thread.
+    """
+    made: list[JobOutcome] = []
+    excused = 0
+    for job in jobs:
+        where = locate(lives, job.nodes, start=job.start, end=job.end, now=now)
+        failed = is_infrastructure_failure(job.state, job.exit_code, codes)
+        lifecycle = failed and bool(where.lifecycle)
+        made.append(
+            JobOutcome(
+                job_id=job.job_id,
+                nodes=where.places,
+                infrastructure_failure=failed and not lifecycle,
+            )
+        )
+        excused += lifecycle
+        if failed:
+            log.info(
+                "job_blame.job_failed",
+                job=int(job.job_id),
+                state=job.state.value,
+                exit_code=job.exit_code,
+                places=sorted(where.places)[:50],
+                **({"excused": where.lifecycle} if lifecycle else {}),
+            )
+    return made, excused
