@@ -17,7 +17,12 @@ only together with it is explained by it. The rule here, applied to a window of 
   jobs fail for their own reasons, a busy node is not blamed for being busy;
 - blamed nodes are taken one at a time, strongest evidence first, and the jobs a blamed node
   failed are explained by it before the next one is judged (two bad nodes are both found;
-  their common partners are not).
+  their common partners are not);
+- a failure by an exit code the policy names is the user's program speaking: it counts
+  against a node only once jobs of ``exit_code_min_users`` (2) different users failed that
+  way on it. Otherwise any user who can pick nodes (``sbatch -w``) and exit with that code
+  could drain them alone; two colluding users, or one user beside a genuine failure of
+  another's, still can (a site whose users can pick nodes names few or no codes).
 
 A "node" here is any string that names one piece of hardware for a while: the coordinator
 judges **places** (:mod:`slonkd.core.job_places`: a SLURM node name with the pod that served
@@ -65,6 +70,11 @@ class JobOutcome:
     nodes: frozenset[str]
     """Where it ran: node names, or the coordinator's places (``slonkd.core.job_places``)."""
     infrastructure_failure: bool
+    by_exit_code: bool = False
+    """Its failure is an exit code the policy names (the user's program chose it), not a
+    state SLURM set (NODE_FAIL, BOOT_FAIL)."""
+    user: int | None = None
+    """The uid it ran as (None: not known; all such count as one user)."""
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -83,6 +93,11 @@ class BlamePolicy:
     max_p_value: float = 1e-4
     """How improbable a failure rate must be under the peers' rate to blame a node, for the
     whole window (each node is held to this divided by the number of nodes in the window)."""
+    exit_code_min_users: int = 2
+    """Different users whose jobs failed on a node with an infrastructure exit code before
+    such failures count against it (1: no bound). A user who can pick nodes (``-w``) and
+    exit with that code could otherwise drain them alone; NODE_FAIL and BOOT_FAIL, which
+    SLURM sets, always count."""
 
     def __post_init__(self) -> None:
         if self.min_failures < 2:
@@ -91,6 +106,8 @@ class BlamePolicy:
             raise ValueError("window_failures must be at least min_failures")
         if not 0 < self.max_p_value <= 1:
             raise ValueError("max_p_value must be in (0, 1]")
+        if self.exit_code_min_users < 1:
+            raise ValueError("exit_code_min_users must be at least 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +205,20 @@ def blame(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> tuple[Blame, .
         jobs = [j for j in jobs if j.job_id not in explained]
 
 
+def _counted(failed: list[JobOutcome], policy: BlamePolicy) -> list[JobOutcome]:
+    """A node's failed jobs that count against it.
+
+    Its exit-code failures count only once jobs of ``exit_code_min_users`` different users
+    failed that way on it.
+    """
+    if policy.exit_code_min_users <= 1:
+        return failed
+    users = {j.user for j in failed if j.by_exit_code}
+    if not users or len(users) >= policy.exit_code_min_users:
+        return failed
+    return [j for j in failed if not j.by_exit_code]
+
+
 def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
     # one pass over the jobs: every node's runs and failed jobs (not a scan per node)
     ran: Counter[str] = Counter()
@@ -203,14 +234,17 @@ def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
     threshold = policy.max_p_value / max(1, len(ran))
     best: tuple[float, int, str] | None = None
     chosen: Blame | None = None
-    for node, failed_jobs in failed_by.items():
+    for node, all_failed in failed_by.items():
+        if len(all_failed) < policy.min_failures:
+            continue
+        failed_jobs = _counted(all_failed, policy)
         failed_count = len(failed_jobs)
         if failed_count < policy.min_failures:
             continue
         # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1);
         # tested first, it is the cheaper of the two tests
         others_jobs = total_jobs - ran[node]
-        others_failed = total_failed - failed_count
+        others_failed = total_failed - len(all_failed)
         rate = (others_failed + 1) / (others_jobs + 2)
         p_value = binomial_tail(failed_count, ran[node], rate)
         if p_value > threshold:

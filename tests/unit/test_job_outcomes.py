@@ -30,10 +30,19 @@ SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5, infrastructure_exit
 
 
 def _job(
-    job_id: int, *nodes: str, state: JobState = JobState.COMPLETED, code: int = 0
+    job_id: int,
+    *nodes: str,
+    state: JobState = JobState.COMPLETED,
+    code: int = 0,
+    user: int | None = None,
 ) -> FinishedJob:
+    """Job ``job_id`` on ``nodes``; run by user ``user`` (default: a user of its own)."""
     return FinishedJob(
-        job_id=JobId(job_id), state=state, exit_code=code, nodes=tuple(NodeName(n) for n in nodes)
+        job_id=JobId(job_id),
+        state=state,
+        exit_code=code,
+        nodes=tuple(NodeName(n) for n in nodes),
+        user=1000 + job_id if user is None else user,
     )
 
 
@@ -242,6 +251,50 @@ def test_the_task_reads_judges_and_starts_a_pass_on_a_new_blame() -> None:
     assert outcomes.status()["blamed"].keys() == {"w-0"}
 
 
+def test_one_user_exiting_with_an_infrastructure_code_cannot_drain_the_nodes_they_pick() -> None:
+    """A user picks w-0 and three partners, and exits 42 (a code the policy names) each time.
+
+    One user is not enough (exit_code_min_users, 2 by default): nobody is blamed. A second
+    user's job failing that way on w-0 makes them count. NODE_FAIL, which SLURM sets, never
+    needed more than one user.
+    """
+    outcomes, _ = _outcomes()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    mine = [
+        _job(100 + i, "w-0", f"w-{i}", state=JobState.FAILED, code=42, user=666) for i in (1, 2, 3)
+    ]
+    outcomes.ingest(jobs + mine)
+    outcomes.judge()
+    assert outcomes.blamed == {}
+    other = _job(104, "w-0", "w-4", state=JobState.FAILED, code=42, user=1001)
+    outcomes.ingest([*jobs, *mine, other])
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+    assert outcomes.blamed[BAD].jobs == (101, 102, 103, 104)
+
+    lost, _ = _outcomes()
+    lost.ingest(
+        jobs
+        + [_job(100 + i, "w-0", f"w-{i}", state=JobState.NODE_FAIL, user=666) for i in (1, 2, 3)]
+    )
+    lost.judge()
+    assert set(lost.blamed) == {BAD}
+
+
+def test_without_the_bound_one_users_exit_code_is_enough() -> None:
+    """exit_code_min_users 1: the old behaviour, for a site whose users cannot pick nodes."""
+    outcomes, _ = _outcomes()
+    outcomes.s = replace(SETTINGS, exit_code_min_users=1)
+    outcomes.policy = outcomes.s.policy()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    jobs += [
+        _job(100 + i, "w-0", f"w-{i}", state=JobState.FAILED, code=42, user=666) for i in (1, 2, 3)
+    ]
+    outcomes.ingest(jobs)
+    outcomes.judge()
+    assert set(outcomes.blamed) == {BAD}
+
+
 def _heavy_history(count: int) -> list[FinishedJob]:
     """``count`` finished jobs of 1 to 64 nodes among 1,024; a quarter fail, n0007 mostly."""
     rng = random.Random(7)  # noqa: S311 - a seeded simulation, not a secret
@@ -313,6 +366,9 @@ def test_judging_twenty_thousand_jobs_leaves_the_event_loop_responsive() -> None
         ({"infrastructure_exit_codes": 42}, "infrastructure_exit_codes"),
         ({"poll_s": 0.5}, "poll_s"),
         ({"max_jobs": 10}, "max_jobs"),
+        ({"exit_code_min_users": 0}, "exit_code_min_users"),
+        ({"exit_code_min_users": 1.5}, "exit_code_min_users"),
+        ({"exit_code_min_users": True}, "exit_code_min_users"),
         ({"k": 3}, "k"),
     ],
 )

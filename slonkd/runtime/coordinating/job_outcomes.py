@@ -58,7 +58,7 @@ from slonkd.core.job_places import (
 )
 from slonkd.core.kube_objects import Pod
 from slonkd.core.plan import NodeView
-from slonkd.core.slurm_job import JobId
+from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.settings import JobBlameSettings
 
@@ -354,6 +354,8 @@ def _prepare(
                 job_id=job.job_id,
                 nodes=where.places,
                 infrastructure_failure=failed and not lifecycle,
+                by_exit_code=failed and job.state is JobState.FAILED,
+                user=job.user,
             )
         )
         excused += lifecycle
