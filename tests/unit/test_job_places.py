@@ -8,6 +8,7 @@ scripted read (no SLURM, no apiserver).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -266,3 +267,17 @@ def test_a_job_that_ended_before_the_resume_and_is_read_after_it_counts_for_it_n
     fleet.judge([*jobs, late, *fresh, _job(107, "w-0", "w-7", end=T0 + 1150)])
     assert set(fleet.outcomes.blamed) == {BAD}
     assert fleet.outcomes.blamed[BAD].jobs == (105, 106, 107)
+
+
+def test_a_read_without_new_jobs_stops_draining_a_blamed_pod_that_was_replaced() -> None:
+    """The blamed pod goes and a new one serves w-0: the next read says so, no new job needed."""
+    fleet = Fleet()
+    jobs = _successes(10, T0 + 50)
+    jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 100 * i) for i in range(1, 4)]
+    fleet.now = T0 + 400
+    fleet.judge(jobs)
+    assert set(fleet.outcomes.blamed) == {BAD}
+    fleet.replace_pod("w-0", "new", on="kn-9", deleted=T0 + 1000, created=T0 + 1100)
+    assert asyncio.run(fleet.outcomes.step(jobs))  # the same read: the drained blame changed
+    assert fleet.outcomes.blamed == {}
+    assert list(fleet.outcomes.status()["blamed_gone_pods"]) == ["w-0 pod u0 on kn-0"]

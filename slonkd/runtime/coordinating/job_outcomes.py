@@ -132,11 +132,13 @@ class JobOutcomes:
         second or more to place and judge). The thread reads only immutable snapshots (the
         new jobs, the pods' lives, the window as a tuple of frozen outcomes); the loop alone
         changes this object. A judgement begun before an operator's resume is taken again.
-        Returns whether the drained blame changed.
+        A read without new jobs maps the last judgement to the pods as they are now (a
+        blamed pod replaced since is drained no more). Returns whether the drained blame
+        changed.
         """
         new = self._new(jobs)
-        if not new:
-            return False
+        if not new:  # the same judgement, mapped to the pods as they are now
+            return self._apply(list(self.found.values()))
         made, excused = await asyncio.to_thread(
             _prepare, new, self.history.lives(), self.clock(), self.s.infrastructure_exit_codes
         )
