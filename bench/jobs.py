@@ -53,7 +53,7 @@ def simulate(
     names = [NodeName(f"n{i:03d}") for i in range(NODES)]
     bad = rng.choice(names)
     history: list[JobOutcome] = []
-    wrongly: set[NodeName] = set()
+    wrongly: set[str] = set()
     bad_failures = 0
     detected: int | None = None
     placeable = names

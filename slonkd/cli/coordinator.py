@@ -17,8 +17,9 @@ topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONF
 ``requeue_in_prestop``, or null: off) tunes the worker rollouts of OnDelete StatefulSets (on
 by default).
 ``job_blame`` (an object with ``min_failures``, ``window_failures``, ``max_p_value``,
-``infrastructure_exit_codes``, ``poll_s``, ``max_jobs``; off by default) drains nodes that keep
-failing multi-node jobs (see :mod:`slonkd.runtime.coordinating.job_outcomes`).
+``infrastructure_exit_codes``, ``exit_code_min_users``, ``poll_s``, ``max_jobs``; off by
+default) drains nodes that keep failing multi-node jobs (see
+:mod:`slonkd.runtime.coordinating.job_outcomes`).
 ``trigger_program`` (a path where slurmctld runs; off by default) makes the leader install
 slurmctld's PERM node triggers running it (see :mod:`slonkd.runtime.coordinating.triggering`);
 ``SLONKD_NUDGE_MQTT_USER`` and ``SLONKD_NUDGE_MQTT_PASSWORD`` (both or neither) name the

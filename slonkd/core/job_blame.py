@@ -17,7 +17,17 @@ only together with it is explained by it. The rule here, applied to a window of 
   jobs fail for their own reasons, a busy node is not blamed for being busy;
 - blamed nodes are taken one at a time, strongest evidence first, and the jobs a blamed node
   failed are explained by it before the next one is judged (two bad nodes are both found;
-  their common partners are not).
+  their common partners are not);
+- a failure by an exit code the policy names is the user's program speaking: it counts
+  against a node only once jobs of ``exit_code_min_users`` (2) different users failed that
+  way on it. Otherwise any user who can pick nodes (``sbatch -w``) and exit with that code
+  could drain them alone; two colluding users, or one user beside a genuine failure of
+  another's, still can (a site whose users can pick nodes names few or no codes).
+
+A "node" here is any string that names one piece of hardware for a while: the coordinator
+judges **places** (:mod:`slonkd.core.job_places`: a SLURM node name with the pod that served
+it when the job ran, so a failure on a previous pod never counts against the new one); the
+tests and the bench judge plain node names.
 
 Successful jobs are evidence too (they give each node's rate): feed every finished job, not
 only the failures. Neighbours: :mod:`slonkd.core.slurm_job` (job ids and states),
@@ -29,12 +39,11 @@ cause); the wiring into the coordinator (the job-outcome source and the
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from slonkd.core.slurm_job import JobId, JobState
-from slonkd.core.slurm_node import NodeName
 
 # States that mean the machine failed the job whatever its exit code (SLURM sets them).
 _INFRASTRUCTURE_STATES = frozenset({JobState.NODE_FAIL, JobState.BOOT_FAIL})
@@ -58,8 +67,14 @@ class JobOutcome:
     """One finished job: where it ran and whether it ended in an infrastructure failure."""
 
     job_id: JobId
-    nodes: frozenset[NodeName]
+    nodes: frozenset[str]
+    """Where it ran: node names, or the coordinator's places (``slonkd.core.job_places``)."""
     infrastructure_failure: bool
+    by_exit_code: bool = False
+    """Its failure is an exit code the policy names (the user's program chose it), not a
+    state SLURM set (NODE_FAIL, BOOT_FAIL)."""
+    user: int | None = None
+    """The uid it ran as (None: not known; all such count as one user)."""
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -78,6 +93,11 @@ class BlamePolicy:
     max_p_value: float = 1e-4
     """How improbable a failure rate must be under the peers' rate to blame a node, for the
     whole window (each node is held to this divided by the number of nodes in the window)."""
+    exit_code_min_users: int = 2
+    """Different users whose jobs failed on a node with an infrastructure exit code before
+    such failures count against it (1: no bound). A user who can pick nodes (``-w``) and
+    exit with that code could otherwise drain them alone; NODE_FAIL and BOOT_FAIL, which
+    SLURM sets, always count."""
 
     def __post_init__(self) -> None:
         if self.min_failures < 2:
@@ -86,17 +106,19 @@ class BlamePolicy:
             raise ValueError("window_failures must be at least min_failures")
         if not 0 < self.max_p_value <= 1:
             raise ValueError("max_p_value must be in (0, 1]")
+        if self.exit_code_min_users < 1:
+            raise ValueError("exit_code_min_users must be at least 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Blame:
     """A node blamed for failed jobs, with the evidence an operator reads in the Event."""
 
-    node: NodeName
+    node: str
     jobs: tuple[JobId, ...]
     """The infrastructure-failed jobs it is blamed for, by id (submission order): jobs that
     end in the same second come back from SLURM in either order."""
-    partners: tuple[NodeName, ...]
+    partners: tuple[str, ...]
     """Every other node of those jobs (sorted): many different ones is the point."""
     independent: int
     """Its failures, those shared with its most frequent partner counted as one."""
@@ -125,7 +147,11 @@ def window(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> Sequence[JobO
 
 
 def binomial_tail(successes: int, trials: int, p: float) -> float:
-    """P[X >= successes] for X ~ Binomial(trials, p)."""
+    """P[X >= successes] for X ~ Binomial(trials, p).
+
+    Terms by their ratio (one log each, not three lgammas), and no further once past the
+    mode they no longer change the sum (they only shrink from there).
+    """
     if successes <= 0:
         return 1.0
     if successes > trials:
@@ -135,22 +161,28 @@ def binomial_tail(successes: int, trials: int, p: float) -> float:
     if p >= 1.0:
         return 1.0
     log_p, log_q = math.log(p), math.log1p(-p)
+    mode = (trials + 1) * p
+    log_term = (
+        math.lgamma(trials + 1)
+        - math.lgamma(successes + 1)
+        - math.lgamma(trials - successes + 1)
+        + successes * log_p
+        + (trials - successes) * log_q
+    )
     total = 0.0
     for k in range(successes, trials + 1):
-        log_term = (
-            math.lgamma(trials + 1)
-            - math.lgamma(k + 1)
-            - math.lgamma(trials - k + 1)
-            + k * log_p
-            + (trials - k) * log_q
-        )
-        total += math.exp(log_term)
+        term = math.exp(log_term)
+        total += term
+        if k >= mode and term <= total * 1e-17:
+            break
+        if k < trials:
+            log_term += math.log(trials - k) - math.log(k + 1) + log_p - log_q
     return min(1.0, total)
 
 
-def _independent(node: NodeName, failed: Iterable[JobOutcome]) -> tuple[int, set[NodeName]]:
+def _independent(node: str, failed: Iterable[JobOutcome]) -> tuple[int, set[str]]:
     """The node's failures, those shared with its most frequent partner counted as one."""
-    shared: Counter[NodeName] = Counter()
+    shared: Counter[str] = Counter()
     count = 0
     for job in failed:
         count += 1
@@ -173,31 +205,52 @@ def blame(outcomes: Sequence[JobOutcome], policy: BlamePolicy) -> tuple[Blame, .
         jobs = [j for j in jobs if j.job_id not in explained]
 
 
+def _counted(failed: list[JobOutcome], policy: BlamePolicy) -> list[JobOutcome]:
+    """A node's failed jobs that count against it.
+
+    Its exit-code failures count only once jobs of ``exit_code_min_users`` different users
+    failed that way on it.
+    """
+    if policy.exit_code_min_users <= 1:
+        return failed
+    users = {j.user for j in failed if j.by_exit_code}
+    if not users or len(users) >= policy.exit_code_min_users:
+        return failed
+    return [j for j in failed if not j.by_exit_code]
+
+
 def _strongest(jobs: Sequence[JobOutcome], policy: BlamePolicy) -> Blame | None:
-    ran: Counter[NodeName] = Counter()
-    failures: Counter[NodeName] = Counter()
+    # one pass over the jobs: every node's runs and failed jobs (not a scan per node)
+    ran: Counter[str] = Counter()
+    failed_by: dict[str, list[JobOutcome]] = defaultdict(list)
+    total_failed = 0
     for job in jobs:
         ran.update(job.nodes)
         if job.infrastructure_failure:
-            failures.update(job.nodes)
+            total_failed += 1
+            for node in job.nodes:
+                failed_by[node].append(job)
     total_jobs = len(jobs)
-    total_failed = sum(1 for j in jobs if j.infrastructure_failure)
     threshold = policy.max_p_value / max(1, len(ran))
     best: tuple[float, int, str] | None = None
     chosen: Blame | None = None
-    for node, failed_count in failures.items():
+    for node, all_failed in failed_by.items():
+        if len(all_failed) < policy.min_failures:
+            continue
+        failed_jobs = _counted(all_failed, policy)
+        failed_count = len(failed_jobs)
         if failed_count < policy.min_failures:
             continue
-        failed_jobs = [j for j in jobs if j.infrastructure_failure and node in j.nodes]
-        independent, partners = _independent(node, failed_jobs)
-        if independent < policy.min_failures:
-            continue
-        # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1)
+        # the peers' rate: the jobs this node did not run in (Laplace-smoothed, never 0 or 1);
+        # tested first, it is the cheaper of the two tests
         others_jobs = total_jobs - ran[node]
-        others_failed = total_failed - failed_count
+        others_failed = total_failed - len(all_failed)
         rate = (others_failed + 1) / (others_jobs + 2)
         p_value = binomial_tail(failed_count, ran[node], rate)
         if p_value > threshold:
+            continue
+        independent, partners = _independent(node, failed_jobs)
+        if independent < policy.min_failures:
             continue
         key = (p_value, -independent, node)
         if best is None or key < best:

@@ -139,6 +139,11 @@ class Pod:
     disruption: str | None = None
     """The reason of the pod's ``DisruptionTarget`` condition (True): who ends it and why,
     e.g. ``PreemptionByScheduler``; None when it has none (a plain DELETE)."""
+    disruption_since: str | None = None
+    """When that condition became True (RFC 3339), as its ``lastTransitionTime`` says."""
+    created: str | None = None
+    """``metadata.creationTimestamp`` (RFC 3339): where a job of a given time ran
+    (:mod:`slonkd.core.job_places`)."""
     tolerations: tuple[Toleration, ...] = ()
     """``spec.tolerations`` (those that could be read): the taints its pool runs under."""
 

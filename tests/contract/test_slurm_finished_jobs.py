@@ -47,8 +47,9 @@ async def test_failed_and_node_failed_multi_node_jobs_are_read_with_their_nodes(
     """A 2-node job exiting 42, a 2-node job whose node went DOWN, a 1-node success.
 
     Each is listed once it ended, with the state SLURM gave it (FAILED, NODE_FAIL,
-    COMPLETED), its exit code, and every node it ran on; FAILED 42 and NODE_FAIL count as
-    infrastructure failures under a policy naming 42, the success does not.
+    COMPLETED), its exit code, every node it ran on, its start and end, and its uid; FAILED
+    42 and NODE_FAIL count as infrastructure failures under a policy naming 42, the success
+    does not.
     """
     assert await backend.finished_jobs() == []
     failed = _submit(cluster, "n1,n2", "exit 42")
@@ -74,6 +75,14 @@ async def test_failed_and_node_failed_multi_node_jobs_are_read_with_their_nodes(
     assert got[ok].nodes == ("n1",)
     assert got[lost].state is JobState.NODE_FAIL
     assert got[lost].nodes == ("n3", "n4")
+    # where each ran when (job blame keys jobs by the pod that served a node at the time):
+    # SLURM's local time stamps read as this process's local time land near our clock
+    for job in (got[failed], got[ok], got[lost]):
+        assert job.start is not None
+        assert job.end is not None
+        assert job.start <= job.end
+        assert abs(job.end - time.time()) < 600, (job.end, time.time())
+        assert job.user is not None
     codes = {42}
     assert is_infrastructure_failure(got[failed].state, got[failed].exit_code, codes)
     assert is_infrastructure_failure(got[lost].state, got[lost].exit_code, codes)

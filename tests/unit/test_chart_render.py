@@ -179,7 +179,7 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
     """coordinator.jobBlame is off by default; on, its policy reaches the coordinator's settings.
 
     The rendered keys load as the coordinator's ``job_blame`` settings (K, M, p, the
-    infrastructure exit codes, the poll period).
+    infrastructure exit codes and their bound in users, the poll period).
     """
     default = render(helm)
     config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
@@ -200,7 +200,11 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
     assert loaded.job_blame.window_failures == 200
     assert loaded.job_blame.max_p_value == 1e-4
     assert loaded.job_blame.infrastructure_exit_codes == (42, 43)
+    assert loaded.job_blame.exit_code_min_users == 2  # one user cannot drain what they pick
     assert loaded.job_blame.poll_s == 30
+    three = render(helm, set_json=('coordinator.jobBlame={"enabled":true,"exitCodeMinUsers":3}',))
+    config = json.loads(one(three, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    assert config["job_blame"]["exit_code_min_users"] == 3
 
 
 def test_revalidation_values_reach_the_coordinator(helm: Helm) -> None:

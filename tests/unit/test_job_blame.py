@@ -6,6 +6,7 @@ Every ``random.Random`` here is a seeded simulation of job placement, not a secr
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -198,12 +199,48 @@ def test_which_job_ends_count_against_their_nodes(
         ({"min_failures": 1}, "min_failures"),
         ({"min_failures": 5, "window_failures": 4}, "window_failures"),
         ({"max_p_value": 0.0}, "max_p_value"),
+        ({"exit_code_min_users": 0}, "exit_code_min_users"),
     ],
 )
 def test_a_bad_policy_is_refused_naming_the_key(kwargs: dict[str, float], message: str) -> None:
     """Nonsense settings are an error naming the setting, never a silent blame-nothing."""
     with pytest.raises(ValueError, match=message):
         BlamePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_exit_code_failures_count_against_a_node_once_enough_different_users_had_them() -> None:
+    """FAILED with a policy's exit code is a user's program speaking: one user is not enough.
+
+    The same node and partners: three exit-code failures of one user blame nobody; of two
+    users, they count; NODE_FAIL (SLURM's word) counts whoever ran the job.
+    """
+    bad = NODES[0]
+
+    def history(users: list[int], *, by_exit_code: bool) -> list[JobOutcome]:
+        jobs = [
+            JobOutcome(
+                job_id=JobId(i + 1),
+                nodes=frozenset({bad, NODES[i + 1]}),
+                infrastructure_failure=True,
+                by_exit_code=by_exit_code,
+                user=user,
+            )
+            for i, user in enumerate(users)
+        ]
+        jobs += [
+            JobOutcome(
+                job_id=JobId(10 + i), nodes=frozenset({NODES[i]}), infrastructure_failure=False
+            )
+            for i in range(1, 40)
+        ]
+        return jobs
+
+    policy = BlamePolicy(min_failures=3, max_p_value=1.0)
+    assert blame(history([7, 7, 7], by_exit_code=True), policy) == ()
+    assert [b.node for b in blame(history([7, 7, 8], by_exit_code=True), policy)] == [bad]
+    assert [b.node for b in blame(history([7, 7, 7], by_exit_code=False), policy)] == [bad]
+    unbounded = BlamePolicy(min_failures=3, max_p_value=1.0, exit_code_min_users=1)
+    assert [b.node for b in blame(history([7, 7, 7], by_exit_code=True), unbounded)] == [bad]
 
 
 def test_a_job_without_nodes_is_refused() -> None:
@@ -219,6 +256,35 @@ def test_binomial_tail_matches_exact_values() -> None:
     assert binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
     assert binomial_tail(1, 3, 0.5) == pytest.approx(7 / 8)
     assert binomial_tail(2, 4, 0.1) == pytest.approx(1 - 0.9**4 - 4 * 0.1 * 0.9**3)
+
+
+def _direct_tail(successes: int, trials: int, p: float) -> float:
+    """The tail term by term, each from three lgammas (the definition)."""
+    return sum(
+        math.exp(
+            math.lgamma(trials + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(trials - k + 1)
+            + k * math.log(p)
+            + (trials - k) * math.log1p(-p)
+        )
+        for k in range(successes, trials + 1)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    trials=st.integers(1, 3000),
+    share=st.floats(0.0, 1.0),
+    p=st.floats(1e-6, 1 - 1e-6),
+)
+def test_binomial_tail_by_ratios_equals_the_sum_of_its_terms(
+    trials: int, share: float, p: float
+) -> None:
+    """The tail by term ratios, cut where the terms stop counting, is the direct sum."""
+    successes = max(1, round(share * trials))
+    direct = min(1.0, _direct_tail(successes, trials, p))
+    assert binomial_tail(successes, trials, p) == pytest.approx(direct, rel=1e-9, abs=1e-300)
 
 
 def test_the_evidence_lists_jobs_by_id_whatever_order_they_ended_in() -> None:

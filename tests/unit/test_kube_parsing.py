@@ -67,6 +67,25 @@ def test_worker_pod_is_read_running_ready_and_maybe_terminating(
     assert pod.labels["slonk.dev/pool"] == "worker"
     if terminating:
         assert pod.deletion_grace_s == 30
+    assert pod.created == "2026-11-30T04:11:35Z"  # where a job ran when (job blame)
+    assert pod.disruption is None
+    assert pod.disruption_since is None
+
+
+def test_a_disrupted_pod_is_read_with_who_ends_it_and_since_when() -> None:
+    """The DisruptionTarget condition (True): its reason and lastTransitionTime (job blame)."""
+    raw = _load("pod-worker-terminating-1.36.json")
+    raw["status"]["conditions"].append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "lastTransitionTime": "2026-11-30T04:12:00Z",
+        }
+    )
+    pod = pod_from_json(raw)
+    assert pod.disruption == "PreemptionByScheduler"
+    assert pod.disruption_since == "2026-11-30T04:12:00Z"
 
 
 def test_objects_without_a_name_are_refused() -> None:

@@ -40,6 +40,7 @@ COORDINATOR_CASES: list[tuple[dict[str, object], str]] = [
     ({"fleet_metrics": "yes"}, "fleet_metrics"),
     ({"job_blame": {"min_failures": 1}}, "min_failures"),
     ({"job_blame": {"infrastructure_exit_codes": [256]}}, "infrastructure_exit_codes"),
+    ({"job_blame": {"exit_code_min_users": 0}}, "exit_code_min_users"),
     ({"job_blame": ["on"]}, "job_blame"),
     ({"change_poll": "yes"}, "change_poll"),
     ({"change_poll_s": 0}, "change_poll_s"),

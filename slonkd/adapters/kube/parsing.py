@@ -69,9 +69,9 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
     ]
     ready = bool(ready_conditions)
     ready_at = ready_conditions[0].get("lastTransitionTime") if ready_conditions else None
-    disruption = next(
+    disrupted = next(
         (
-            _s(c.get("reason"))
+            c
             for c in status.get("conditions") or ()
             if isinstance(c, Mapping)
             and c.get("type") == "DisruptionTarget"
@@ -79,6 +79,9 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         ),
         None,
     )
+    disruption = _s(disrupted.get("reason")) if disrupted is not None else None
+    disrupted_at = disrupted.get("lastTransitionTime") if disrupted is not None else None
+    created = meta.get("creationTimestamp")
     containers = tuple(
         ContainerState(
             name=_s(c.get("name")),
@@ -110,6 +113,8 @@ def pod_from_json(obj: Mapping[str, Any]) -> Pod:
         labels=_labels(meta.get("labels")),
         annotations=_our_annotations(meta.get("annotations")),
         disruption=disruption,
+        disruption_since=disrupted_at if isinstance(disrupted_at, str) else None,
+        created=created if isinstance(created, str) else None,
         tolerations=_tolerations(spec.get("tolerations")),
     )
 

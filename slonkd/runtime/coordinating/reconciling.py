@@ -186,6 +186,8 @@ class Coordinator:
             if s.job_blame is not None
             else None
         )
+        if self.job_outcomes is not None:  # where each node name ran when: its pods
+            self.pods.add_handler(self.job_outcomes.on_pod_event)
         self.passes = 0
         self.suspected: frozenset[Cause] = frozenset()
         self.bus = coordinator_bus(s)

@@ -48,6 +48,10 @@ class JobBlameSettings:
     infrastructure_exit_codes: tuple[int, ...] = ()
     """Exit codes (1..255) of FAILED jobs that count against their nodes (NODE_FAIL and
     BOOT_FAIL always do)."""
+    exit_code_min_users: int = 2
+    """Those exit codes count against a node only once jobs of this many different users
+    failed with them on it (1: no bound): a user who can pick nodes and exit with such a code
+    could otherwise drain the nodes they pick."""
     poll_s: float = 30.0
     """Finished jobs are read this often: well below slurmctld's MinJobAge (300 s by default),
     which is how long it remembers a finished job."""
@@ -69,6 +73,7 @@ class JobBlameSettings:
             min_failures=self.min_failures,
             window_failures=self.window_failures,
             max_p_value=self.max_p_value,
+            exit_code_min_users=self.exit_code_min_users,
         )
 
     @classmethod

@@ -276,6 +276,7 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "window_failures" (int $jb.windowFailures)
   "max_p_value" (float64 $jb.maxPValue)
   "infrastructure_exit_codes" $codes
+  "exit_code_min_users" (int (default 2 $jb.exitCodeMinUsers))
   "poll_s" $jb.pollSeconds) -}}
 {{- end -}}
 {{- /* Checkpoint before requeue: a rollout leaves the requeue to the preStop hook, which
