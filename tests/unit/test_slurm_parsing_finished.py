@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,7 @@ from slonkd.core.slurm_node import NodeName
 
 START, END = "2026-12-01T10:00:00", "2026-12-01T10:05:00"
 T = f"{START}|{END}|1000|"
-"""The start, end and uid fields of a line (the local time of this process, as slurmctld's)."""
+"""The start, end and uid fields of a line (UTC: the clients run with TZ=UTC0)."""
 
 
 def _job(job_id: int, state: JobState, code: int, *nodes: str, ran: bool = True) -> FinishedJob:
@@ -28,8 +29,8 @@ def _job(job_id: int, state: JobState, code: int, *nodes: str, ran: bool = True)
         state=state,
         exit_code=code,
         nodes=tuple(NodeName(n) for n in nodes),
-        start=datetime.fromisoformat(START).timestamp() if ran else None,
-        end=datetime.fromisoformat(END).timestamp() if ran else None,
+        start=datetime.fromisoformat(START).replace(tzinfo=UTC).timestamp() if ran else None,
+        end=datetime.fromisoformat(END).replace(tzinfo=UTC).timestamp() if ran else None,
         user=1000,
     )
 
@@ -122,3 +123,22 @@ def test_fuzzed_output_parses_or_is_refused(text: str) -> None:
     for job in jobs:
         assert 0 <= job.exit_code <= 255
         assert job.state is not JobState.UNRECOGNISED
+
+
+def test_a_jobs_times_are_read_as_utc_whatever_this_processs_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The clients run with TZ=UTC0 (runner.client_env): a start of 10:00 is 10:00 UTC.
+
+    Read as this process's local time, a coordinator in another zone placed every job
+    hours away from the pods that ran it.
+    """
+    monkeypatch.setenv("TZ", "EST+5")
+    time.tzset()
+    try:
+        (job,) = parse_finished_jobs(f"7|FAILED|1:0|n1|{T}\n")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert job.start == datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp()
+    assert job.end == datetime(2026, 12, 1, 10, 5, tzinfo=UTC).timestamp()

@@ -9,9 +9,10 @@ code of 42); both are read. Fields are separated by ``|`` (the suffix of each ``
 field; blanks around a field are stripped); a job id, state, exit code or node list never holds
 a blank or a ``|``, and the job name (which a user chooses) is not read at all, so no job can
 forge another's line. Each job's start and end (where it ran when: the pods behind its nodes
-then, :mod:`slonkd.core.job_places`) are SLURM's standard time stamps in slurmctld's local
-time, read as this process's local time like every SLURM time slonkd reads (it runs beside
-slurmctld; ``Unknown``, ``N/A`` or ``None``: not known); the user is the numeric uid (the
+then, :mod:`slonkd.core.job_places`) are SLURM's standard time stamps, printed in UTC
+because every client runs with ``TZ=UTC0`` and ``SLURM_TIME_FORMAT=standard`` (``runner.py``)
+and read as UTC like every SLURM time slonkd reads (``Unknown``, ``N/A`` or ``None``: not
+known); the user is the numeric uid (the
 bound on exit-code blame counts different users, :mod:`slonkd.core.job_blame`).
 
 A malformed line, a state not asked for, a bad exit code or hostlist, or a cut-off output is
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from slonkd.adapters.slurm.parsing import expand_hostlist, output_lines, squeue_args
 from slonkd.core.errors import ParseError
@@ -89,7 +90,8 @@ class FinishedJob:
 def _time(text: str, job_id: str) -> float | None:
     """Seconds since the epoch of a SLURM time stamp of job ``job_id``; None: none given.
 
-    The standard form is local time without a zone; digits alone are seconds since the epoch
+    The standard form is UTC without a zone (the clients run with ``TZ=UTC0``:
+    :func:`~slonkd.adapters.slurm.parsing.utc_time`); digits alone are seconds since the epoch
     (``SLURM_TIME_FORMAT=%s``). Anything else is a ParseError.
     """
     if text in _NO_TIME:
@@ -98,7 +100,7 @@ def _time(text: str, job_id: str) -> float | None:
         return float(text)
     if _TIME.fullmatch(text):
         try:
-            return datetime.fromisoformat(text).timestamp()
+            return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
         except ValueError:
             pass
     raise ParseError(f"bad time {text[:30]!r} of job {job_id}")
