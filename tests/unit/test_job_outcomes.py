@@ -377,3 +377,22 @@ def test_bad_settings_name_their_key(raw: dict[str, object], key: str) -> None:
     with pytest.raises(ValueError, match=key):
         JobBlameSettings.from_mapping(raw)
     assert JobBlameSettings.from_mapping({}) == JobBlameSettings()
+
+
+async def test_a_read_with_no_new_jobs_after_a_resume_does_not_drain_the_node_again() -> None:
+    """The resumed node's blame stays ended when the next read brings nothing new.
+
+    slurmctld lists the same finished jobs for minutes (MinJobAge): such a read maps the last
+    judgement to the pods as they are now. The e2e test saw w-5 drained again 0.1 s after the
+    operator's resume, for the same jobs 7, 8 and 9: the judgement kept the unretired place.
+    """
+    outcomes, _ = _outcomes()
+    jobs = [_job(i, f"w-{i}", f"w-{i + 1}") for i in range(1, 8)]
+    jobs += [_job(100 + i, "w-0", f"w-{i}", state=JobState.NODE_FAIL) for i in (1, 2, 3)]
+    assert await outcomes.step(jobs)
+    assert set(outcomes.blamed) == {BAD}
+    outcomes.forgive(BAD)
+    assert outcomes.blamed == {}
+    await outcomes.step(jobs)  # the same listing again: nothing new
+    assert outcomes.blamed == {}
+    assert BAD not in outcomes.drained

@@ -269,7 +269,12 @@ class JobOutcomes:
         now = self.clock()
         for where in places:
             self._retired[Place(where)] = (now, era)
-        self.found = {retired(w, era) if mine(w) else w: b for w, b in self.found.items()}
+        self.found = {  # the judgement's blames carry their place too: both retire
+            (retired(w, era) if mine(w) else w): (
+                replace(b, node=retired(b.node, era)) if mine(b.node) else b
+            )
+            for w, b in self.found.items()
+        }
         if node in self.blamed and mine(self.blamed[node].node):
             del self.blamed[node]
         self.drained.discard(node)
