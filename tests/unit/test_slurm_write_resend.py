@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.adapters.slurm.runner import CommandRunner, NotReachedError, SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.core.errors import TransientError
+from slonkd.core.errors import OutcomeUnknownError, TransientError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
 from tests.unit.recorded import recorded
@@ -112,7 +112,7 @@ async def test_an_update_answered_late_is_not_sent_again(tmp_path: Path, primed:
     """
     clients = Clients(tmp_path)
     backend = ScontrolBackend(clients.settings(primed=primed))
-    with pytest.raises(TransientError, match="timed out"):
+    with pytest.raises(OutcomeUnknownError, match="timed out"):
         await backend.resume(["n2"], POD)
     assert len(clients.sent) == 1, clients.sent
     assert clients.sent[0].endswith("nodename=n2 state=resume")
@@ -153,3 +153,32 @@ async def test_an_update_that_never_reached_slurmctld_goes_again_if_the_node_is_
     result = await backend.resume(["n2"], POD)
     assert len(clients.sent) == 2, clients.sent
     assert result.changed == ("n2",)
+
+
+async def test_the_runner_sends_a_write_again_only_when_it_never_reached_slurmctld(
+    tmp_path: Path,
+) -> None:
+    """``write``: a late answer is raised after one sending, a refused one is retried.
+
+    A read of the same late answer is still retried (reads change nothing).
+    """
+    log = tmp_path / "sent"
+    runner = CommandRunner(
+        SlurmSettings(timeout_s=0.3, attempts=3, retry_wait_min_s=0.0, retry_wait_max_s=0.0)
+    )
+    late = f'echo sent >> "{log}"; exec sleep 30'
+    refused = f'echo sent >> "{log}"; {UNREACHED}'
+
+    def sent() -> int:
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    with pytest.raises(OutcomeUnknownError, match="may have been applied"):
+        await runner.write("/bin/sh", "-c", late)
+    assert sent() == 1
+    with pytest.raises(NotReachedError):
+        await runner.write("/bin/sh", "-c", refused)
+    assert sent() == 1 + 3
+    with pytest.raises(TransientError) as read:
+        await runner.run("/bin/sh", "-c", late)
+    assert not isinstance(read.value, OutcomeUnknownError)
+    assert sent() == 4 + 3
