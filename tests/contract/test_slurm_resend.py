@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.core.errors import TransientError
+from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
 from slonkd_sandbox.slurm import SlurmCluster
@@ -59,10 +59,14 @@ async def _until_idle(cluster: SlurmCluster, node: str, timeout_s: float) -> Non
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("primed", [True, False], ids=["primed", "argv"])
 async def test_a_resume_answered_late_does_not_clear_the_operators_drain_made_after_it(
-    cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, primed: bool
 ) -> None:
-    """Resume sent, slurmctld stopped, client timed out, continued, operator drains: it stays."""
+    """Resume sent, slurmctld stopped, client timed out, continued, operator drains: it stays.
+
+    Through the primed scontrol (the default) and by argv (a new process per write).
+    """
     drained = await ScontrolBackend(settings_for(cluster)).drain(["n1"], POD, "pod is terminating")
     assert drained.changed == ("n1",), drained
     pid = _slurmctld_pid(cluster)
@@ -86,6 +90,7 @@ async def test_a_resume_answered_late_does_not_clear_the_operators_drain_made_af
             retry_wait_min_s=RETRY_WAIT_S,
             retry_wait_max_s=RETRY_WAIT_S,
             retry_total_s=60.0,
+            primed_writes=primed,
         )
     )
     release = asyncio.create_task(slonkd.resume(["n1"], POD))
@@ -107,4 +112,4 @@ async def test_a_resume_answered_late_does_not_clear_the_operators_drain_made_af
     assert f"Reason={OPERATOR_REASON} [" in shown, (outcome, shown)
     assert "DRAIN" in shown, shown
     assert again.skipped_for(SkipReason.FOREIGN_REASON) == {"n1"}, again
-    assert isinstance(outcome, TransientError), outcome
+    assert isinstance(outcome, OutcomeUnknownError), outcome  # raised after one sending
