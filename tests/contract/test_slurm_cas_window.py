@@ -38,6 +38,10 @@ class Wrapped:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
+    def __getattr__(self, name: str) -> Any:
+        """What a wrapper does not intercept is the real runner's (``write``, ``argv``...)."""
+        return getattr(self.inner, name)
+
     @property
     def calls(self) -> int:
         """The runner's count of scontrol calls."""
@@ -65,16 +69,26 @@ async def test_operator_drain_between_chunks_survives_a_bulk_resume(many: SlurmC
             try:  # 22.05 answers "Invalid node state" for resumes it carried out
                 return str(await self.inner.run(*argv, **kw))
             finally:
-                if argv[:2] == ("scontrol", "update"):
-                    if not writes:
-                        many.run(
-                            "scontrol",
-                            "update",
-                            f"nodename={victim}",
-                            "state=drain",
-                            "reason=bad PSU",
-                        )
-                    writes.append(time.monotonic())
+                self._after(argv)
+
+        async def write(self, *argv: str, **kw: Any) -> str:
+            """Writes go through ``write`` (never sent again blind), reads through ``run``."""
+            try:
+                return str(await self.inner.write(*argv, **kw))
+            finally:
+                self._after(argv)
+
+        def _after(self, argv: tuple[str, ...]) -> None:
+            if argv[:2] == ("scontrol", "update"):
+                if not writes:
+                    many.run(
+                        "scontrol",
+                        "update",
+                        f"nodename={victim}",
+                        "state=drain",
+                        "reason=bad PSU",
+                    )
+                writes.append(time.monotonic())
 
     backend.runner = OperatorBetweenChunks(backend.runner)  # type: ignore[assignment]
     resumed = await backend.resume(names, K8S)
