@@ -46,6 +46,17 @@ def conf_arg(cluster: SlurmCluster) -> str:
     return str(cluster.conf)
 
 
+def slurmctld_pid(cluster: SlurmCluster) -> int:
+    """Host pid of the cluster's slurmctld (the supervisor only knows namespace pids)."""
+    out = subprocess.run(
+        ["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True, timeout=30
+    )
+    wanted = f"slurmctld -D -f {conf_arg(cluster)}"
+    pids = [int(line.split(None, 1)[0]) for line in out.stdout.splitlines() if wanted in line]
+    assert len(pids) == 1, out.stdout
+    return pids[0]
+
+
 @pytest.fixture(params=SLURM_RELEASES)
 def slurm_release(request: pytest.FixtureRequest) -> str:
     """The SLURM release a contract test runs against."""

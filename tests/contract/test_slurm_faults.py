@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 
 import pytest
 
@@ -15,20 +14,11 @@ from slonkd.core.errors import TransientError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus
 from slonkd_sandbox.slurm import SlurmCluster
-from tests.contract.conftest import conf_arg, settings_for
+from tests.contract.conftest import settings_for, slurmctld_pid
 
 pytestmark = pytest.mark.slurm
 
 POD = Cause.parse("pod-terminating")
-
-
-def _slurmctld_pid(cluster: SlurmCluster) -> int:
-    """Host pid of the cluster's slurmctld (the supervisor only knows namespace pids)."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-    wanted = f"slurmctld -D -f {conf_arg(cluster)}"
-    pids = [int(line.split(None, 1)[0]) for line in out.stdout.splitlines() if wanted in line]
-    assert len(pids) == 1, out.stdout
-    return pids[0]
 
 
 async def test_controller_down_is_transient_then_works_after_restart(cluster: SlurmCluster) -> None:
@@ -53,7 +43,7 @@ async def test_controller_down_is_transient_then_works_after_restart(cluster: Sl
 async def test_killed_mid_call_then_retries_succeed(cluster: SlurmCluster) -> None:
     """slurmctld frozen and SIGKILLed while a call waits: TransientError; retries then succeed."""
     quick = ScontrolBackend(settings_for(cluster, attempts=1, timeout_s=2.0))
-    pid = _slurmctld_pid(cluster)
+    pid = slurmctld_pid(cluster)
     os.kill(pid, signal.SIGSTOP)
     try:
         call = asyncio.create_task(quick.drain(["n2"], POD))
@@ -85,7 +75,7 @@ async def test_killed_mid_call_then_retries_succeed(cluster: SlurmCluster) -> No
 async def test_timeout_kills_the_client_and_is_transient(cluster: SlurmCluster) -> None:
     """A call that outlives its timeout is killed and reported as transient, not hung."""
     backend = ScontrolBackend(settings_for(cluster, attempts=1, timeout_s=1.0))
-    pid = _slurmctld_pid(cluster)
+    pid = slurmctld_pid(cluster)
     os.kill(pid, signal.SIGSTOP)
     try:
         loop = asyncio.get_running_loop()

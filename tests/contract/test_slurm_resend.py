@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
 from slonkd_sandbox.slurm import SlurmCluster
-from tests.contract.conftest import conf_arg, settings_for
+from tests.contract.conftest import settings_for, slurmctld_pid
 
 pytestmark = pytest.mark.slurm
 
@@ -40,15 +39,6 @@ on it (the primed write's timeout and its close, the first argv attempt of the o
 RETRY_WAIT_S = 8.0
 """The runner's wait between attempts (0.5-5 s in production): the operator acts in it."""
 OPERATOR_REASON = "operator maintenance ticket 42"
-
-
-def _slurmctld_pid(cluster: SlurmCluster) -> int:
-    """Host pid of the cluster's slurmctld (the supervisor only knows namespace pids)."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-    wanted = f"slurmctld -D -f {conf_arg(cluster)}"
-    pids = [int(line.split(None, 1)[0]) for line in out.stdout.splitlines() if wanted in line]
-    assert len(pids) == 1, out.stdout
-    return pids[0]
 
 
 async def _until_idle(cluster: SlurmCluster, node: str, timeout_s: float) -> None:
@@ -69,7 +59,7 @@ async def test_a_resume_answered_late_does_not_clear_the_operators_drain_made_af
     """
     drained = await ScontrolBackend(settings_for(cluster)).drain(["n1"], POD, "pod is terminating")
     assert drained.changed == ("n1",), drained
-    pid = _slurmctld_pid(cluster)
+    pid = slurmctld_pid(cluster)
     stopped = asyncio.Event()
     real_read = ScontrolBackend.read_for_update
 
