@@ -14,6 +14,16 @@ from typing import Any
 
 from slonkd.core.topology import TopologySpec, block_sizes
 
+_TIMES = (
+    "debounce_s",
+    "max_delay_s",
+    "resync_s",
+    "copy_timeout_s",
+    "copy_poll_s",
+    "min_reconfigure_interval_s",
+)
+"""The settings that are seconds (each a non-negative number), checked in this order."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopologySettings:
@@ -48,14 +58,7 @@ class TopologySettings:
                 "topology: set slurmctld_copy (the file slurmctld reads, as the coordinator "
                 "sees it): reconfigure waits until it carries the new content"
             )
-        for name in (
-            "debounce_s",
-            "max_delay_s",
-            "resync_s",
-            "copy_timeout_s",
-            "copy_poll_s",
-            "min_reconfigure_interval_s",
-        ):
+        for name in _TIMES:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"topology: {name} must be a non-negative number")
@@ -69,18 +72,7 @@ class TopologySettings:
 
 
 _SPEC_KEYS = {"plugin", "tree_keys", "block_key", "block_sizes"}
-_KEYS = _SPEC_KEYS | {
-    "configmap",
-    "configmap_key",
-    "path",
-    "slurmctld_copy",
-    "debounce_s",
-    "max_delay_s",
-    "resync_s",
-    "copy_timeout_s",
-    "copy_poll_s",
-    "min_reconfigure_interval_s",
-}
+_KEYS = _SPEC_KEYS | set(_TIMES) | {"configmap", "configmap_key", "path", "slurmctld_copy"}
 
 
 def topology_settings(doc: Any, *, default_configmap: str | None = None) -> TopologySettings:
