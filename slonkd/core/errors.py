@@ -1,6 +1,8 @@
 """slonkd's error types: adapters translate every library error into one of these.
 
 - :class:`TransientError`: worth retrying (controller unreachable, timeout, 5xx, conflict).
+- :class:`OutcomeUnknownError`: a transient failure of a *write* that may have been applied;
+  the caller re-reads and plans again, never sends the same write blind.
 - :class:`TerminalError`: retrying cannot help (permission denied, invalid request).
 - :class:`ParseError`: input that does not have the expected shape; nothing was acted on.
 
@@ -16,6 +18,16 @@ class SlonkdError(Exception):
 
 class TransientError(SlonkdError):
     """A failure that may succeed when retried later."""
+
+
+class OutcomeUnknownError(TransientError):
+    """A write whose request left but whose answer never came: it may or may not have landed.
+
+    Never sent again as it was: the state it was planned on may have changed since, and the
+    write itself may be what changed it (a resume slurmctld applied but answered late, sent
+    again after an operator's drain, clears that drain). Retrying means reading afresh and
+    planning again, as a reconcile or the next pass does.
+    """
 
 
 class TerminalError(SlonkdError):

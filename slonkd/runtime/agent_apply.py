@@ -16,7 +16,10 @@ A write that reached SLURM is recorded even when what follows it fails or is can
 SIGTERM while the agent's pod goes away): the line then says the state after is unknown.
 A write cancelled while in flight may or may not have reached slurmctld (the update line can
 already be on scontrol's stdin): ``agent.mirror_interrupted`` says so, with the action and
-its cause, before the cancellation goes on.
+its cause, before the cancellation goes on. So does ``agent.mirror_outcome_unknown`` for a
+write whose request left without an answer in time (the adapter's ``OutcomeUnknownError``,
+never sent again): the error goes on to the reconcile loop, whose retry reads the node
+afresh and decides again (``reconcile.py``), so a drain an operator made meanwhile is theirs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.plan import Action, Kind
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.metrics import Metrics
@@ -49,7 +53,22 @@ async def apply_action(
         # decide() gives the agent nothing else; refuse loudly rather than guess
         bound.error("agent.unexpected_action", action=action.kind.value, cause=str(action.cause))
         return False
-    result = await _write(backend, key, action, bound)
+    try:
+        result = await _write(backend, key, action, bound)
+    except OutcomeUnknownError as exc:
+        metrics.applied(
+            action.kind.value, action.cause.name, changed=False, skipped=["outcome-unknown"]
+        )
+        bound.warning(
+            "agent.mirror_outcome_unknown",
+            action=action.kind.value,
+            cause=str(action.cause),
+            state_before=str(before.state) if before else None,
+            error=str(exc)[:300],
+            note="SLURM may hold it; judged again on a fresh read, never sent again as it was",
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+        )
+        raise
     written_at = time.time()
     after: SlurmNode | None = None
     try:

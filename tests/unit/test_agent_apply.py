@@ -16,6 +16,7 @@ import pytest
 import structlog
 
 from slonkd.adapters.slurm.results import UpdateResult
+from slonkd.core.errors import OutcomeUnknownError, TransientError
 from slonkd.core.plan import Action, Kind, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
@@ -125,4 +126,37 @@ async def test_a_write_cancelled_in_flight_says_it_may_have_landed() -> None:
     logs = await _cancel_when(started, backend)
     (line,) = [e for e in logs if e["event"] == "agent.mirror_interrupted"]
     assert (line["action"], line["cause"]) == ("drain", "pod-terminating")
+    assert not [e for e in logs if e["event"] == "agent.mirror_applied"]
+
+
+async def test_a_write_of_unknown_outcome_is_logged_and_left_to_the_reconcile_retry() -> None:
+    """No answer after the write left (issue 37 item 2): mirror_outcome_unknown, then raised.
+
+    The error is transient: the reconcile loop retries with a fresh read and a new decision
+    (``reconcile.py``), never the same write blind; an operator's drain meanwhile is theirs.
+    """
+    backend = Backend()
+
+    async def answered_late(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        raise OutcomeUnknownError(
+            "scontrol update timed out after 20.0 s; it may have been applied"
+        )
+
+    backend.drain = answered_late  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as logs, pytest.raises(TransientError):
+        await apply_action(
+            backend,  # type: ignore[arg-type]
+            Metrics(role="agent"),
+            "n1",
+            DRAIN,
+            _node("IDLE"),
+            structlog.get_logger("test").bind(node="n1"),
+        )
+    (line,) = [e for e in logs if e["event"] == "agent.mirror_outcome_unknown"]
+    assert (line["action"], line["cause"], line["state_before"]) == (
+        "drain",
+        "pod-terminating",
+        "IDLE",
+    )
+    assert "may have been applied" in line["error"]
     assert not [e for e in logs if e["event"] == "agent.mirror_applied"]

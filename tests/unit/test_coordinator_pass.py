@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
+import structlog
 
 from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.lease import LeaderElector
@@ -23,7 +24,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+from slonkd.core.errors import OutcomeUnknownError, SlonkdError, TerminalError, TransientError
 from slonkd.core.health import Remediation, fail
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import (
@@ -37,7 +38,7 @@ from slonkd.core.kube_objects import (
     TolerationOperator,
 )
 from slonkd.core.plan import Kind, Policy
-from slonkd.core.reasons import Cause
+from slonkd.core.reasons import Cause, format_reason
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
@@ -269,6 +270,37 @@ async def test_a_failing_slurm_write_does_not_abort_the_rest_of_the_pass() -> No
     assert slurm.drained == [("k8s-tainted:repair", ["w-1"])]
     assert ("cordon", "kn-2") in writer.calls  # the SLURM failure on w-2 is still marked
     assert c.passes == 1
+
+
+async def test_a_slurm_write_of_unknown_outcome_is_recorded_so_and_the_next_pass_reads_it() -> None:
+    """The drain timed out after it left (issue 37 item 2): audited and logged as unknown.
+
+    slurmctld applied it late; the next pass reads the drain and sends nothing again. The
+    adapter never re-sends such a write itself; a pass is what judges it, on its own read.
+    """
+    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    sent: list[list[str]] = []
+
+    async def answered_late(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
+        sent.append(list(names))
+        slurm.nodes[0] = _slurm(0, "IDLE+DRAIN", format_reason(cause, text))  # applied, late
+        raise OutcomeUnknownError(
+            "scontrol update timed out after 20.0 s; it may have been applied"
+        )
+
+    slurm.drain = answered_late  # type: ignore[method-assign]
+    c = _coordinator(slurm, FakeNodeWriter(), [_node(0, cordoned=True), _node(1)])
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+    with structlog.testing.capture_logs() as logs:
+        await c.reconcile_all()
+    (record,) = [r for r in audit.records if r["action"] == "drain"]
+    assert record["outcome"].startswith("outcome unknown: scontrol update timed out"), record
+    (line,) = [e for e in logs if e["event"] == "coordinator.action_outcome_unknown"]
+    assert (line["nodes"], line["cause"]) == (["w-0"], "k8s-cordoned")
+    assert not [e for e in logs if e["event"] == "coordinator.action_failed"]
+    await c.reconcile_all()
+    assert sent == [["w-0"]]
 
 
 async def test_a_failing_kube_write_does_not_abort_the_other_nodes() -> None:

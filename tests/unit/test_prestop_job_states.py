@@ -37,6 +37,10 @@ class _Slurm:
         self.writes.append((tool, *args))
         return ""
 
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """A write: answered as :meth:`run` answers it."""
+        return await self.run(tool, *args, retry=retry)
+
 
 def _backend_class(slurm: _Slurm) -> type[ScontrolBackend]:
     """A ScontrolBackend that reads jobs through ``slurm`` and records drain and DOWN."""

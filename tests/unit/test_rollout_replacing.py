@@ -73,6 +73,10 @@ class _Slurm:
         self.writes.append((tool, *args))
         return ""
 
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """A write: answered as :meth:`run` answers it."""
+        return await self.run(tool, *args, retry=retry)
+
 
 class _Pods:
     """Records evictions."""

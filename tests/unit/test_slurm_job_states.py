@@ -188,6 +188,10 @@ class _Runner:
         self.writes.append((tool, *args))
         return ""
 
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """A write: answered as :meth:`run` answers it."""
+        return await self.run(tool, *args, retry=retry)
+
 
 @pytest.mark.parametrize(
     ("release", "state"),

@@ -40,6 +40,10 @@ class _Runner:
             return LINES
         return ""
 
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """A write: answered as :meth:`run` answers it."""
+        return await self.run(tool, *args, retry=retry)
+
 
 async def test_a_read_across_a_write_keeps_no_table() -> None:
     """Read, write while it is on its way, answer: nothing served; read again: served."""
@@ -80,6 +84,10 @@ class _Overlap:
         release, text = self.answers.pop(0)
         await release.wait()
         return text
+
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """A write: answered as :meth:`run` answers it."""
+        return await self.run(tool, *args, retry=retry)
 
 
 async def test_an_older_read_that_ends_last_never_replaces_a_newer_table() -> None:

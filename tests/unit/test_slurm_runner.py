@@ -13,10 +13,11 @@ from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.runner import (
     InvalidNodeStateError,
     NodeNotFoundError,
+    NotReachedError,
     PermissionDeniedError,
     translate_failure,
 )
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import OutcomeUnknownError, TerminalError, TransientError
 
 
 def test_random_thousand_of_five_thousand_fit_in_few_chunks() -> None:
@@ -47,8 +48,15 @@ def test_compress_is_a_slurm_hostlist() -> None:
     assert compress(["n3", "n1", "n2", "x7"]) == "n[1-3],x7"
 
 
+CONNECT_FAILURE = "slurm_update error: Unable to contact slurm controller (connect failure)"
+NOT_RESOLVED = (
+    'scontrol: error: slurm_set_addr: Unable to resolve "ctld"\n'
+    "scontrol: error: Unable to establish control machine address"
+)  # 22.05 with a SlurmctldHost that does not resolve: no "slurm_update error" line at all
+
 ERRORS = [
-    ("slurm_update error: Unable to contact slurm controller (connect failure)", TransientError),
+    (CONNECT_FAILURE, NotReachedError),
+    (NOT_RESOLVED, NotReachedError),
     ("slurm_load_node error: Socket timed out on send/recv operation", TransientError),
     ("slurm_load_node error: Connection reset by peer", TransientError),
     ("slurm_update error: Invalid node name specified", NodeNotFoundError),
@@ -65,6 +73,45 @@ def test_failures_translate_to_slonkd_errors(stderr: str, kind: type[Exception])
     err = translate_failure("scontrol", ("update",), 1, stderr)
     assert type(err) is kind
     assert stderr in str(err)
+
+
+WRITE_ERRORS = [
+    (CONNECT_FAILURE, NotReachedError),
+    (NOT_RESOLVED, NotReachedError),
+    ("slurm_update error: Slurm backup controller in standby mode", NotReachedError),
+    ("slurm_update error: Socket timed out on send/recv operation", OutcomeUnknownError),
+    ("slurm_update error: Zero Bytes were transmitted or received", OutcomeUnknownError),
+    ("slurm_update error: Unable to contact slurm controller (send failure)", OutcomeUnknownError),
+    ("slurm_update error: Connection reset by peer", OutcomeUnknownError),
+    # two controllers: the first not resolved, the second took the request and timed out
+    (f"{NOT_RESOLVED}\nslurm_update error: Socket timed out on send/recv", OutcomeUnknownError),
+    ("slurm_update error: Invalid node state specified", InvalidNodeStateError),
+    ("slurm_update error: Access/permission denied", PermissionDeniedError),
+]
+
+
+@pytest.mark.parametrize(("stderr", "kind"), WRITE_ERRORS)
+def test_a_write_that_may_have_arrived_is_an_unknown_outcome(
+    stderr: str, kind: type[Exception]
+) -> None:
+    """A write goes again only when it never reached slurmctld; else its outcome is unknown.
+
+    Issue 37 item 2: a resume slurmctld applied but answered late was sent again after an
+    operator's drain and cleared it. A read of the same failure stays a plain retry.
+    """
+    err = translate_failure("scontrol", ("update",), 1, stderr, write=True)
+    assert type(err) is kind
+    read = translate_failure("scontrol", ("show",), 1, stderr)
+    assert not isinstance(read, OutcomeUnknownError)
+    assert isinstance(read, TransientError) == isinstance(err, TransientError)
+
+
+def test_a_write_killed_by_a_signal_has_an_unknown_outcome() -> None:
+    """A client killed mid-call may have sent its request: unknown for a write, retry for a read."""
+    assert type(translate_failure("scontrol", ("update",), -9, "", write=True)) is (
+        OutcomeUnknownError
+    )
+    assert type(translate_failure("scontrol", ("show",), -9, "")) is TransientError
 
 
 def test_long_stderr_is_truncated() -> None:

@@ -6,6 +6,12 @@ together as compressed hostlists (``hostlists.py``) chunked to ``max_hostlist_ch
 first through the primed scontrol (``primed.py``) when it can, reads each later chunk again
 right before writing it, and judges a chunk that slurmctld refused node by node on a fresh
 read. Results (``results.py``) say which nodes changed and which were skipped, and why.
+
+No update is sent twice on the same read. One that never reached slurmctld
+(:class:`~slonkd.adapters.slurm.runner.NotReachedError`) is judged again on a new read of its
+chunk and sent again, within the settings' attempts; one whose outcome is unknown (no answer
+after the request left: :class:`~slonkd.core.errors.OutcomeUnknownError`) is raised, never
+sent again: slurmctld may apply it late, and an operator may act after that (issue 37).
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from slonkd.adapters.slurm.runner import (
     CommandRunner,
     InvalidNodeStateError,
     NodeNotFoundError,
+    NotReachedError,
     SlurmSettings,
+    retrying,
 )
-from slonkd.core.errors import TransientError
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import Planner, Skip, SkipReason, Update, plan_or_missing, shows
 
@@ -79,18 +86,14 @@ class CasApply:
         changed: list[NodeName] = []
         unsure: list[Update] = []
         first = True  # the first chunk's read is the compare-and-set read just made
-        for (state, reason, extra), updates in groups.items():
+        for key, updates in groups.items():
             by_name = {u.node: u for u in updates}
             for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
-                names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
-                if not first and replan is not None:
-                    names, moved = await self.recheck(names, (state, reason, extra), replan)
-                    skipped.extend(moved)
-                    if not names:
-                        continue
-                    expr = compress(names)
-                wrote = await self.update(expr, state, reason, extra, primed if first else None)
+                names, moved, wrote = await self.send(
+                    expr, key, replan, primed if first else None, fresh=first
+                )
                 first = False
+                skipped.extend(moved)
                 if wrote:
                     changed.extend(names)
                 else:
@@ -121,11 +124,46 @@ class CasApply:
             calls=self.runner.calls - before,
         )
 
+    async def send(
+        self,
+        expr: str,
+        key: tuple[str | None, str | None, str | None],
+        replan: Planner | None,
+        primed: PrimedScontrol | None,
+        *,
+        fresh: bool,
+    ) -> tuple[list[NodeName], list[Skip], bool]:
+        """One chunk's update: (the nodes it went to, those skipped on a new read, written).
+
+        ``fresh``: the compare-and-set read was just made for it; otherwise (a later chunk, or
+        a second sending after :class:`NotReachedError`) the chunk is read again first
+        (``replan``) and only the nodes whose plan still holds go. An unknown outcome is
+        raised as it is: the caller's next read judges it.
+        """
+        names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
+        skipped: list[Skip] = []
+        async for attempt in retrying(self.settings, NotReachedError):
+            with attempt:
+                if not fresh and replan is not None:
+                    names, moved = await self.recheck(names, key, replan)
+                    skipped.extend(moved)
+                    if not names:
+                        return names, skipped, True
+                    expr = compress(names)
+                fresh = False  # a second sending is judged on a new read
+                return names, skipped, await self.update(expr, *key, primed)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
     async def update(
         self, expr: str, state: str | None, reason: str | None, extra: str | None,
         primed: PrimedScontrol | None = None,
     ) -> bool:  # fmt: skip
-        """One ``scontrol update`` (``primed`` if it can); False when slurmctld refused some."""
+        """One ``scontrol update`` (``primed`` if it can), sent once; False: slurmctld refused some.
+
+        Raises :class:`NotReachedError` (never reached slurmctld: :meth:`send` may send it
+        again after a read) or :class:`~slonkd.core.errors.OutcomeUnknownError` (it may have
+        been applied: never sent again).
+        """
         args = [f"nodename={expr}"]
         if state is not None:
             args.append(f"state={state}")
@@ -135,13 +173,10 @@ class CasApply:
             args.append(f"extra={extra}")
         try:
             if primed is not None and primed.can_send(args):
-                try:
-                    self.runner.calls += 1
-                    await primed.update(args)
-                    return True
-                except TransientError:
-                    pass  # the argv path below, with the runner's retries
-            await self.runner.run("scontrol", "update", *args)
+                self.runner.calls += 1
+                await primed.update(args)
+            else:
+                await self.runner.write("scontrol", "update", *args, retry=False)
         except (NodeNotFoundError, InvalidNodeStateError):
             return False
         return True

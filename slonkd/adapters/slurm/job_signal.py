@@ -72,7 +72,7 @@ class JobSignaller:
             return SignalOutcome.NO_SHELL
         if not catches(status, spec.number):
             return SignalOutcome.NOT_CAUGHT
-        await self.runner.run(
+        await self.runner.write(
             "scancel", "--batch", f"--signal={spec.name}", str(job_id), retry=False
         )
         return SignalOutcome.SENT

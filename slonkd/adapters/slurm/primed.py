@@ -10,11 +10,16 @@ line written to it, and the gap is the time to parse the read and send a line.
 
 scontrol's interactive line parser is not argv: quotes and backslashes are its own, so only
 updates whose every value is in :data:`SAFE_VALUE` go this way (slonkd's reasons are
-sanitised to that already, see ``core/reasons.py``); any other takes the argv path, as does
-a transient failure (with the runner's retries). One update per primed process; the process
-is closed after the write either way. Neighbours: ``runner.py`` (argv prefix, environment
-with the time fixed to UTC, timeouts, failure translation), ``scontrol.py`` (the read, the
-plans, the argv writes).
+sanitised to that already, see ``core/reasons.py``); any other takes the argv path. One update
+per primed process; the process is closed after the write either way.
+
+A failure is raised as the runner's :meth:`~slonkd.adapters.slurm.runner.CommandRunner.write`
+would raise it: :class:`~slonkd.adapters.slurm.runner.NotReachedError` when the line never
+reached slurmctld (the process gone before it read it, a refused connection), which
+``cas_apply.py`` sends again by argv after a fresh read; :class:`OutcomeUnknownError` when it
+may have (no answer in time, the process killed), never sent again. Neighbours:
+``runner.py`` (argv prefix, environment with the time fixed to UTC, timeouts, failure
+translation), ``scontrol.py`` (the read, the plans), ``cas_apply.py`` (the writes).
 """
 
 from __future__ import annotations
@@ -26,8 +31,13 @@ import tempfile
 from collections.abc import Sequence
 from typing import IO
 
-from slonkd.adapters.slurm.runner import SlurmSettings, client_env, translate_failure
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.adapters.slurm.runner import (
+    NotReachedError,
+    SlurmSettings,
+    client_env,
+    translate_failure,
+)
+from slonkd.core.errors import OutcomeUnknownError, TerminalError
 
 SAFE_VALUE = re.compile(r"[A-Za-z0-9:._,/@+()\[\]%#-]{1,8192}")
 """Values that mean the same to scontrol's line parser as in an argv (one word)."""
@@ -91,7 +101,7 @@ class PrimedScontrol:
         return alive and not self.sent and line_of(args) is not None
 
     async def update(self, args: Sequence[str]) -> None:
-        """Send ``update args`` and wait for scontrol's verdict; raises as the runner would."""
+        """Send ``update args`` and wait for scontrol's verdict; raises as the runner's write."""
         proc, line = self._proc, line_of(args)
         if proc is None or proc.stdin is None or line is None or self.sent:
             raise TerminalError("primed scontrol: nothing to send through")  # can_send said no
@@ -105,12 +115,16 @@ class PrimedScontrol:
                 rc = await proc.wait()
         except TimeoutError as exc:
             await self.close()
-            raise TransientError(f"scontrol update timed out after {timeout_s} s") from exc
+            raise OutcomeUnknownError(
+                f"scontrol update timed out after {timeout_s} s; it may have been applied"
+            ) from exc
         except (BrokenPipeError, ConnectionResetError) as exc:
+            # the process was gone before it read the line (one line, below PIPE_BUF: all or
+            # nothing): nothing left for slurmctld
             await self.close()
-            raise TransientError(f"primed scontrol went away: {exc}") from exc
+            raise NotReachedError(f"primed scontrol went away: {exc}") from exc
         if rc != 0:
-            raise translate_failure("scontrol", ("update", *args), rc, self._stderr())
+            raise translate_failure("scontrol", ("update", *args), rc, self._stderr(), write=True)
 
     def _stderr(self) -> str:
         if self._err is None:

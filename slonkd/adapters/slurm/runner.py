@@ -6,6 +6,15 @@ format, whatever this process's zone), a timeout on every call, the mapping of e
 and stderr to :class:`TransientError` / :class:`TerminalError`, and tenacity retries of
 transient errors only. Never a shell: argv lists only. Knows nothing of node states (see
 ``scontrol.py``).
+
+Reads (:meth:`CommandRunner.run`) are retried on any transient error. A write
+(:meth:`CommandRunner.write`) is sent again only when it never reached slurmctld
+(:class:`NotReachedError`: connection refused, controller name not resolved, only a standby
+controller answered); one that may have reached it (a timeout, a reset, a lost answer, the
+client killed) is :class:`~slonkd.core.errors.OutcomeUnknownError`, never sent again: the
+caller judges it on a fresh read (issue 37: a resume applied but answered late, re-sent after
+an operator's drain, cleared that drain). Neighbours: ``primed.py`` (the same rules for a
+write through a primed ``scontrol``), ``cas_apply.py`` (which re-reads before a re-send).
 """
 
 from __future__ import annotations
@@ -19,14 +28,14 @@ from dataclasses import dataclass, field
 
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
 from slonkd.adapters.slurm.spawn import Child, pidfd_supported, spawn
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import OutcomeUnknownError, TerminalError, TransientError
 
 _PIDFD = pidfd_supported()
 
@@ -46,6 +55,19 @@ _TRANSIENT_MARKERS = (
     "slurmctld is busy",
     "try again",
 )
+_NOT_REACHED_MARKERS = (
+    "unable to contact slurm controller (connect failure)",
+    "communication connection failure",
+    "unable to resolve",  # the controller's name: "slurm_set_addr: Unable to resolve ..."
+    "unable to establish control machine address",
+    "slurm backup controller in standby mode",  # a standby answered: nothing was applied
+)
+"""What SLURM's clients print when the request never reached an acting slurmctld.
+
+Only these make a write safe to send again, and only when nothing else in the output says the
+request may have arrived (two controllers: one not resolved, the other timed out). "Unable to
+contact slurm controller" alone is not enough: its ``(send failure)`` and ``(receive
+failure)`` may follow a request that arrived."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +107,14 @@ def client_env(settings: SlurmSettings) -> dict[str, str]:
     return {**os.environ, **settings.env, **CLIENT_TIME_ENV}
 
 
+class NotReachedError(TransientError):
+    """The request never reached slurmctld (connection refused, name not resolved).
+
+    Nothing was applied, so a write may be sent again (after a fresh read, where it was
+    planned on one).
+    """
+
+
 class NodeNotFoundError(TerminalError):
     """scontrol named a node slurmctld does not know."""
 
@@ -109,22 +139,34 @@ class CommandRunner:
         return [*self.settings.argv_prefix, tool, *args]
 
     async def run(self, tool: str, *args: str, retry: bool = True) -> str:
-        """Run ``tool args...`` and return stdout; retries transient failures if ``retry``."""
+        """Run ``tool args...`` (a read) and return stdout; retries transient failures if ``retry``.
+
+        Also for a write whose second sending does what the first did (``scontrol
+        reconfigure``); any other write goes through :meth:`write`.
+        """
         if not retry:
             return await self._once(tool, *args)
-        s = self.settings
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(TransientError),
-            stop=stop_after_attempt(max(1, s.attempts)) | stop_after_delay(s.retry_total_s),
-            wait=wait_exponential(min=s.retry_wait_min_s, max=s.retry_wait_max_s),
-            reraise=True,
-        )
-        async for attempt in retrying:
+        async for attempt in retrying(self.settings, TransientError):
             with attempt:
                 return await self._once(tool, *args)
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
-    async def _once(self, tool: str, *args: str) -> str:
+    async def write(self, tool: str, *args: str, retry: bool = True) -> str:
+        """Run the write ``tool args...``; sent again only if it never reached slurmctld.
+
+        A failure after the request may have left raises :class:`OutcomeUnknownError` at
+        once: slurmctld may have applied it, and a blind second sending could undo what
+        someone did in between. ``retry``: whether a :class:`NotReachedError` is retried here
+        (False: the caller re-reads before it sends again, see ``cas_apply.py``).
+        """
+        if not retry:
+            return await self._once(tool, *args, write=True)
+        async for attempt in retrying(self.settings, NotReachedError):
+            with attempt:
+                return await self._once(tool, *args, write=True)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    async def _once(self, tool: str, *args: str, write: bool = False) -> str:
         argv = self.argv(tool, *args)
         env = client_env(self.settings)
         self.calls += 1
@@ -149,9 +191,10 @@ class CommandRunner:
                     await proc.wait()
             except TimeoutError as exc:
                 await _kill(proc)
-                raise TransientError(
-                    f"{tool} {' '.join(args)[:200]} timed out after {self.settings.timeout_s} s"
-                ) from exc
+                what = f"{tool} {' '.join(args)[:200]} timed out after {self.settings.timeout_s} s"
+                if write:  # it may have reached slurmctld, which may yet apply it
+                    raise OutcomeUnknownError(f"{what}; it may have been applied") from exc
+                raise TransientError(what) from exc
             except asyncio.CancelledError:
                 await _kill(proc)
                 raise
@@ -164,7 +207,7 @@ class CommandRunner:
             # nodes it did find: keep stdout's lines that are not node records.
             notes = [ln for ln in out.splitlines() if ln and not ln.startswith("NodeName=")]
             said = err.decode(errors="replace").strip() or "\n".join(notes)[-2000:]
-            raise translate_failure(tool, args, proc.returncode, said)
+            raise translate_failure(tool, args, proc.returncode, said, write=write)
         return out
 
 
@@ -177,19 +220,45 @@ async def _kill(proc: asyncio.subprocess.Process | Child) -> None:
     await proc.wait()
 
 
-def translate_failure(tool: str, args: tuple[str, ...], rc: int | None, stderr: str) -> Exception:
-    """The slonkd error for a failed SLURM client call (stderr truncated)."""
+def retrying(settings: SlurmSettings, on: type[TransientError]) -> AsyncRetrying:
+    """The settings' attempts and waits, retrying ``on`` (never an unknown write outcome)."""
+
+    def worth_it(exc: BaseException) -> bool:
+        return isinstance(exc, on) and not isinstance(exc, OutcomeUnknownError)
+
+    return AsyncRetrying(
+        retry=retry_if_exception(worth_it),
+        stop=stop_after_attempt(max(1, settings.attempts))
+        | stop_after_delay(settings.retry_total_s),
+        wait=wait_exponential(min=settings.retry_wait_min_s, max=settings.retry_wait_max_s),
+        reraise=True,
+    )
+
+
+def translate_failure(
+    tool: str, args: tuple[str, ...], rc: int | None, stderr: str, *, write: bool = False
+) -> Exception:
+    """The slonkd error for a failed SLURM client call (stderr truncated).
+
+    ``write``: a transient failure that may have followed the request's arrival is
+    :class:`OutcomeUnknownError`, one that never reached slurmctld :class:`NotReachedError`.
+    """
     text = stderr.strip()[-STDERR_LIMIT:]
     what = f"{tool} {' '.join(args)[:200]} failed ({rc}): {text}"
     low = text.lower()
-    if any(marker in low for marker in _TRANSIENT_MARKERS):
-        return TransientError(what)
+    rest = low
+    for marker in _NOT_REACHED_MARKERS:
+        rest = rest.replace(marker, "")
+    if rest != low and not any(marker in rest for marker in _TRANSIENT_MARKERS):
+        return NotReachedError(what)
+    if rest != low or any(marker in low for marker in _TRANSIENT_MARKERS):
+        return OutcomeUnknownError(what) if write else TransientError(what)
     if "invalid node name" in low or ("node " in low and "not found" in low):
         return NodeNotFoundError(what)
     if "invalid node state" in low:
         return InvalidNodeStateError(what)
     if ("access" in low and "denied" in low) or "permission denied" in low:
         return PermissionDeniedError(what)
-    if rc is not None and rc < 0:
-        return TransientError(what)  # killed by a signal: worth another try
+    if rc is not None and rc < 0:  # killed by a signal: a read is worth another try
+        return OutcomeUnknownError(what) if write else TransientError(what)
     return TerminalError(what)

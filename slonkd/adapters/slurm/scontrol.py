@@ -8,6 +8,8 @@ fresh read, and sends identical updates together as compressed hostlists
 nodes changed and which were skipped, and why. A chunk that slurmctld refuses (a node
 vanished, a state changed under us) is retried node by node so one bad
 node never hides the others. Parsing lives in ``parsing.py``; subprocesses in ``runner.py``.
+Every write goes through the runner's ``write``: sent again only when it never reached
+slurmctld, raised as ``OutcomeUnknownError`` when it may have landed (``cas_apply.py``).
 """
 
 from __future__ import annotations
@@ -321,7 +323,7 @@ class ScontrolBackend:
         changed: list[NodeName] = []
         for reason, todo in by_reason.items():
             for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
-                await self.runner.run("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
+                await self.runner.write("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
                 changed += [NodeName(n) for n in hostlist.expand_hostlist(expr)]
         return UpdateResult(
             changed=tuple(changed), skipped=tuple(skipped), calls=self.calls - before
@@ -333,7 +335,9 @@ class ScontrolBackend:
         value = sanitise_text(comment)
         with self.kept.writing():
             for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
-                await self.runner.run("scontrol", "update", f"nodename={expr}", f"comment={value}")
+                await self.runner.write(
+                    "scontrol", "update", f"nodename={expr}", f"comment={value}"
+                )
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
 
     async def requeue_jobs(self, name: str, *, all_or_none: bool = False) -> RequeueResult:
@@ -349,7 +353,7 @@ class ScontrolBackend:
             return RequeueResult(not_requeueable=cannot, held_back=tuple(can))
         if can:
             with self.kept.writing():
-                await self.runner.run("scontrol", "requeue", ",".join(str(j) for j in can))
+                await self.runner.write("scontrol", "requeue", ",".join(str(j) for j in can))
         return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
 
     # -- compare-and-set machinery ---------------------------------------------------------

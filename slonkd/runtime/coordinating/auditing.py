@@ -8,11 +8,24 @@ costs the loop no I/O); the term drains it when it ends (:mod:`.leading`).
 
 from __future__ import annotations
 
+from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.reasons import Cause
 from slonkd.runtime.audit import AuditLog, DryRunSeen
 
 _NOTHING_DONE = frozenset({"dry-run", "not implemented", "blocked"})
 """Outcomes of an action that was not taken: the record has no "after"."""
+
+
+def failure_outcome(exc: BaseException) -> tuple[str, str]:
+    """A failed write's audit outcome and its ``why`` for ``slonkd_actions_skipped``.
+
+    ``outcome unknown: ...`` / ``outcome-unknown`` for a SLURM write that may have landed
+    (never sent again: the next pass judges it on its own read), ``failed: ...`` / ``failed``
+    for any other failure.
+    """
+    if isinstance(exc, OutcomeUnknownError):
+        return f"outcome unknown: {str(exc)[:200]}", "outcome-unknown"
+    return f"failed: {str(exc)[:200]}", "failed"
 
 
 class Auditor:

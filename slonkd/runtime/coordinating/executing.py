@@ -6,7 +6,9 @@ actions per K8s node. Each kind's write is one entry of :attr:`Executor.slurm_wr
 record (:mod:`.auditing`), the metric and the log line of every write are made in one place
 here, and so is the dry run, which plans and audits but writes nothing. :meth:`Executor.isolated`
 keeps one failing action from aborting the rest of a pass (:mod:`.reconciling`) without ever
-hiding a lost lease.
+hiding a lost lease. A SLURM write whose outcome is unknown (it may have landed: the adapter
+never sends it again, see :mod:`slonkd.adapters.slurm.cas_apply`) is recorded as such, not as
+a failure, and left to the next pass's fresh read.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
-from slonkd.core.errors import SlonkdError
+from slonkd.core.errors import OutcomeUnknownError, SlonkdError
 from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect, cordon_mark
 from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.reasons import Cause
-from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.auditing import Auditor, failure_outcome
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.values import kube_text, label_value
 from slonkd.runtime.metrics import Metrics
@@ -208,7 +210,9 @@ class Executor:
         Returns 1 when it failed. A lost lease is never swallowed: the error is raised again
         when the lease is no longer valid, or when a newer leader's token was met
         (``Superseded``), so a deposed leader writes nothing more. The next
-        pass (an event, a poll change or the resync) tries the failed action again.
+        pass (an event, a poll change or the resync) tries the failed action again. A write
+        whose outcome is unknown is logged as ``coordinator.action_outcome_unknown``: the next
+        pass reads what it did (if anything) and plans afresh; nothing sends it again as it was.
         """
         try:
             await finished(work)
@@ -217,18 +221,23 @@ class Executor:
         except SlonkdError as exc:
             if not self.is_valid():
                 raise
+            outcome, why = failure_outcome(exc)
             for kind in (action, *also):  # ``also``: written in the same call, failed with it
-                self.metrics.applied(kind.value, cause.name, changed=False, skipped=["failed"])
+                self.metrics.applied(kind.value, cause.name, changed=False, skipped=[why])
                 for node in nodes:
-                    self.auditor.record(
-                        kind.value, node, cause, token, f"failed: {str(exc)[:200]}", None
-                    )
+                    self.auditor.record(kind.value, node, cause, token, outcome, None)
+            unknown = isinstance(exc, OutcomeUnknownError)
             log.warning(
-                "coordinator.action_failed",
+                "coordinator.action_outcome_unknown" if unknown else "coordinator.action_failed",
                 action="+".join(k.value for k in (action, *also)),
                 cause=str(cause),
                 nodes=list(nodes)[:20],
                 error=str(exc)[:300],
+                **(
+                    {"note": "it may have landed; the next pass judges it afresh"}
+                    if unknown
+                    else {}
+                ),
                 fencing_token=token,
             )
             return 1

@@ -21,14 +21,14 @@ import structlog
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites, PodWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd.core.errors import SlonkdError
+from slonkd.core.errors import OutcomeUnknownError, SlonkdError
 from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import Node, TaintEffect
 from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.revalidation import Pending
 from slonkd.core.slurm_node import failure_fingerprint
-from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.auditing import Auditor, failure_outcome
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.values import label_value
 
@@ -139,10 +139,15 @@ class Remediator:
             rebooted = await self.slurm.request_reboot([view.node], action.cause, "by slonkd")
         except SlonkdError as exc:
             self.check_valid()
-            self.auditor.record(
-                SLURM_REBOOT, view.node, action.cause, token, f"failed: {exc}"[:200], before
+            outcome, _ = failure_outcome(exc)  # "outcome unknown": the reboot may have been asked
+            self.auditor.record(SLURM_REBOOT, view.node, action.cause, token, outcome, before)
+            log.warning(
+                "slurm.reboot_failed",
+                node=view.node,
+                cause=cause,
+                error=str(exc)[:300],
+                outcome_unknown=isinstance(exc, OutcomeUnknownError),
             )
-            log.warning("slurm.reboot_failed", node=view.node, cause=cause, error=str(exc)[:300])
             return
         skips = {k.node: k.why.value for k in rebooted.skipped}
         done = (
