@@ -54,9 +54,11 @@ NOT_RESOLVED = (
     "scontrol: error: Unable to establish control machine address"
 )  # 22.05 with a SlurmctldHost that does not resolve: no "slurm_update error" line at all
 
-ERRORS = [
-    (CONNECT_FAILURE, NotReachedError),
-    (NOT_RESOLVED, NotReachedError),
+ERRORS = [  # reads
+    (CONNECT_FAILURE, TransientError),
+    # a read does not retry it, as before issue 37 item 2 (made transient, the e2e
+    # test_slurmctlds_name_not_resolving... failed: reverted in 97b45b9)
+    (NOT_RESOLVED, TerminalError),
     ("slurm_load_node error: Socket timed out on send/recv operation", TransientError),
     ("slurm_load_node error: Connection reset by peer", TransientError),
     ("slurm_update error: Invalid node name specified", NodeNotFoundError),
@@ -102,8 +104,9 @@ def test_a_write_that_may_have_arrived_is_an_unknown_outcome(
     err = translate_failure("scontrol", ("update",), 1, stderr, write=True)
     assert type(err) is kind
     read = translate_failure("scontrol", ("show",), 1, stderr)
-    assert not isinstance(read, OutcomeUnknownError)
-    assert isinstance(read, TransientError) == isinstance(err, TransientError)
+    assert not isinstance(read, OutcomeUnknownError | NotReachedError)
+    if stderr != NOT_RESOLVED:  # a read of a name not resolved is terminal (ERRORS)
+        assert isinstance(read, TransientError) == isinstance(err, TransientError)
 
 
 def test_a_write_killed_by_a_signal_has_an_unknown_outcome() -> None:

@@ -241,18 +241,25 @@ def translate_failure(
     """The slonkd error for a failed SLURM client call (stderr truncated).
 
     ``write``: a transient failure that may have followed the request's arrival is
-    :class:`OutcomeUnknownError`, one that never reached slurmctld :class:`NotReachedError`.
+    :class:`OutcomeUnknownError`, one that never reached slurmctld :class:`NotReachedError`
+    (a controller name that does not resolve included: nothing left). A read keeps the old
+    rule: a name that does not resolve is terminal (made transient for reads, the e2e
+    ``test_slurmctlds_name_not_resolving...`` failed).
     """
     text = stderr.strip()[-STDERR_LIMIT:]
     what = f"{tool} {' '.join(args)[:200]} failed ({rc}): {text}"
     low = text.lower()
-    rest = low
-    for marker in _NOT_REACHED_MARKERS:
-        rest = rest.replace(marker, "")
-    if rest != low and not any(marker in rest for marker in _TRANSIENT_MARKERS):
-        return NotReachedError(what)
-    if rest != low or any(marker in low for marker in _TRANSIENT_MARKERS):
-        return OutcomeUnknownError(what) if write else TransientError(what)
+    if not write:  # a read: any transient marker; a name that does not resolve stays terminal
+        if any(marker in low for marker in _TRANSIENT_MARKERS):
+            return TransientError(what)
+    else:
+        rest = low
+        for marker in _NOT_REACHED_MARKERS:
+            rest = rest.replace(marker, "")
+        if rest != low and not any(marker in rest for marker in _TRANSIENT_MARKERS):
+            return NotReachedError(what)
+        if rest != low or any(marker in low for marker in _TRANSIENT_MARKERS):
+            return OutcomeUnknownError(what)
     if "invalid node name" in low or ("node " in low and "not found" in low):
         return NodeNotFoundError(what)
     if "invalid node state" in low:
