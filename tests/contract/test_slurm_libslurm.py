@@ -22,6 +22,7 @@ from slonkd.adapters.slurm import libslurm_child
 from slonkd.core.errors import TransientError
 from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from tests.offline_names import offline_prefix
 
 PROBE = Path(__file__).with_name("libslurm_probe.py")
 
@@ -107,17 +108,20 @@ PartitionName=p Nodes=n1 Default=YES
 """
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a resolver of the test's own needs root")
 def test_a_controller_name_that_does_not_resolve_ends_the_child_not_slonkd(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The installed libslurm ends its process when slurmctld's name does not resolve.
 
     That is slurmctld's pod restarting behind a headless Service: loaded into the
     coordinator, the library ended it (exit 40). In its child, the question is a transient
-    error and this process lives; the next question starts a new child.
+    error and this process lives; the next question starts a new child. The child looks the
+    name up in the test's hosts file only: no query goes to the machine's nameserver.
     """
     conf = tmp_path / "slurm.conf"
     conf.write_text(UNRESOLVABLE)
+    monkeypatch.setattr(libslurm_child, "CHILD_PREFIX", offline_prefix(tmp_path))
     lib = libslurm_child.load(conf=str(conf))
     assert isinstance(lib, libslurm_child.ChildLibSlurm), "libslurm did not load"
     try:

@@ -36,6 +36,7 @@ from tests.e2e.conftest import (
     set_unschedulable,
     slurm_of_release,
 )
+from tests.offline_names import offline_prefix
 from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
@@ -925,8 +926,9 @@ def test_slurmctlds_name_not_resolving_ends_no_coordinator_and_the_change_poll_f
     of that pod behind a headless Service. With the library loaded into the coordinator, a
     start in that window kept the scontrol poll for good (stop 35's CI: the chart's leader
     showed ``scontrol``) and a later window ended the coordinator. Here the coordinator runs
-    in a mount namespace whose /etc/hosts the test writes: slurmctld's name missing at start,
-    then there, gone, and back. The coordinator lives throughout, and its change poll answers
+    in a mount namespace whose /etc/hosts the test writes and whose resolver reads only that
+    file (no query to the machine's nameserver): slurmctld's name missing at start, then
+    there, gone, and back. The coordinator lives throughout, and its change poll answers
     once the name resolves, each time.
     """
     hosts = tmp_path / "hosts"
@@ -947,9 +949,8 @@ def test_slurmctlds_name_not_resolving_ends_no_coordinator_and_the_change_poll_f
         {**fleet.env, "SLURM_CONF": str(conf)},
         identity="coordinator-named",
         until=COORDINATOR_API_LISTENING,
-        prefix=("unshare", "-m", "--propagation", "private", "sh", "-c",
-                'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)),
-    )  # fmt: skip
+        prefix=offline_prefix(tmp_path, hosts),  # names from that file only: no DNS query
+    )
 
     def passes() -> dict[str, Any]:
         port = named.events(COORDINATOR_API_LISTENING)[-1]["port"]
