@@ -197,3 +197,44 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         for job in (training, plain):
             assert slurm.job_state(job)[0] not in {"FAILED", "CANCELLED", "NODE_FAIL"}
         agent.stop()
+
+
+def test_a_stopped_job_is_left_alive_and_its_node_not_set_down(rig: Rig) -> None:
+    """Delete the pod of a node whose job was stopped (SIGSTOP through SLURM).
+
+    22.05's ``squeue --json`` prints such a job's state as ``STOPPED``: read as "not on the
+    node", the hook took the node for empty and set it DOWN, which ends the job (issue 37 item
+    6). Now the job is on the node and not requeued: the hook drains the node, leaves the job
+    alone, says so, and does not set the node DOWN; the job is neither ended nor requeued.
+    """
+    slurm = rig.slurm_factory(SlurmLayout(nodes=("w-0",), autostart=False))
+    label = {"slonk.dev/test": rig.namespace}
+    rig.kube.add_fake_nodes([rig.unique("stop")], labels=label)
+    with rig.standin(slurm, "k") as standin:
+        sts = worker_statefulset("w", replicas=1, node_selector=label, grace_s=GRACE_S,
+                                 prestop=PRESTOP)  # fmt: skip
+        rig.create_statefulset(sts)
+        slurm.wait_idle(["w-0"], timeout_s=60)
+        job = slurm.run(
+            "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null",
+            "--wrap", "sleep 300",
+        ).stdout.strip()  # fmt: skip
+        wait_for("job running", lambda: slurm.job_state(job)[0] == "RUNNING", timeout_s=30)
+        slurm.run("scancel", "--signal=STOP", "--full", job)
+
+        def squeue_state() -> list[str]:
+            shown = json.loads(slurm.run("squeue", "--json", "-j", job).stdout)["jobs"]
+            state = shown[0]["job_state"] if shown else []
+            return [state] if isinstance(state, str) else list(state)
+
+        wait_for("squeue says STOPPED", lambda: "STOPPED" in squeue_state(), timeout_s=30)
+        _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
+        state, restarts = slurm.job_state(job)
+        node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
+        assert state not in {"FAILED", "CANCELLED", "NODE_FAIL", "PENDING", "REQUEUED"}, state
+        assert restarts == 0, restarts
+        assert "Reason=slonkd:pod-terminating" in node, node  # drained by the hook
+        assert "DOWN" not in node.split("State=")[1].split()[0], node
+        hook_log = "".join(p.read_text() for p in (rig.tmp_path / "k").rglob("prestop-w-0-*.log"))
+        stuck = [json.loads(ln) for ln in hook_log.splitlines() if "jobs_not_requeueable" in ln]
+        assert [s["jobs"] for s in stuck] == [[int(job)]], hook_log
