@@ -69,11 +69,10 @@ class CasApply:
     async def apply(
         self,
         plans: list[Update | Skip],
-        before: int,
         replan: Planner | None = None,
         primed: PrimedScontrol | None = None,
     ) -> UpdateResult:
-        """Write ``plans`` (grouped by what they set); ``before``: the runner's calls at the read.
+        """Write ``plans`` (grouped by what they set); the caller counts the calls.
 
         The first chunk rides on the compare-and-set read just made; each later one is read
         again (``replan``) so that an operator's change in between is kept.
@@ -121,7 +120,6 @@ class CasApply:
         return UpdateResult(
             changed=tuple(n for n in changed if n not in held),
             skipped=tuple(skipped),
-            calls=self.runner.calls - before,
         )
 
     async def send(
@@ -173,7 +171,7 @@ class CasApply:
             args.append(f"extra={extra}")
         try:
             if primed is not None and primed.can_send(args):
-                self.runner.calls += 1
+                self.runner.count()
                 await primed.update(args)
             else:
                 await self.runner.write("scontrol", "update", *args, retry=False)

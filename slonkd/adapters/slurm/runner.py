@@ -23,7 +23,8 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from tenacity import (
@@ -127,12 +128,40 @@ class PermissionDeniedError(TerminalError):
     """The caller may not do this (not SlurmUser/root/operator)."""
 
 
+_COUNTERS: ContextVar[tuple[list[int], ...]] = ContextVar("slonkd_slurm_calls", default=())
+"""The call counters of the :meth:`CommandRunner.counting` blocks the current task is in."""
+
+
 @dataclass(slots=True)
 class CommandRunner:
-    """Runs one SLURM client per call; counts invocations for the benchmarks."""
+    """Runs one SLURM client per call; counts invocations for the benchmarks.
+
+    ``calls`` counts every call on this runner, whichever task made it; a write's own count
+    (``UpdateResult.calls``) comes from :meth:`counting`, so that the reads other tasks make
+    on the same runner meanwhile (the change poll, the rollout's read) are not charged to it.
+    """
 
     settings: SlurmSettings = field(default_factory=SlurmSettings)
     calls: int = 0
+
+    def count(self) -> None:
+        """One more SLURM client call: on this runner and in every open counting block."""
+        self.calls += 1
+        for counter in _COUNTERS.get():
+            counter[0] += 1
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[Callable[[], int]]:
+        """Count the calls made inside the block by this asyncio task (and tasks it starts).
+
+        Yields a function that returns the count so far. Blocks nest: a call counts in each.
+        """
+        counter = [0]
+        token = _COUNTERS.set((*_COUNTERS.get(), counter))
+        try:
+            yield lambda: counter[0]
+        finally:
+            _COUNTERS.reset(token)
 
     def argv(self, tool: str, *args: str) -> list[str]:
         """The full argv for ``tool args...`` with the configured prefix."""
@@ -169,7 +198,7 @@ class CommandRunner:
     async def _once(self, tool: str, *args: str, write: bool = False) -> str:
         argv = self.argv(tool, *args)
         env = client_env(self.settings)
-        self.calls += 1
+        self.count()
         # Output goes to unlinked temporary files, not pipes: a 5,000-node read is
         # megabytes, the event loop's pipe reads in small pieces double its cost, and pipe
         # transports add about a millisecond to every call.

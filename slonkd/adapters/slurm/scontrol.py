@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import hostlist
@@ -301,11 +301,12 @@ class ScontrolBackend:
         that reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
         skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
         """
-        with self.kept.writing():
-            return await self._reboot(names, cause, text)
+        with self.kept.writing(), self.runner.counting() as calls:
+            return await self._reboot(names, cause, text, calls)
 
-    async def _reboot(self, names: Sequence[str], cause: Cause, text: str) -> UpdateResult:
-        before = self.calls
+    async def _reboot(
+        self, names: Sequence[str], cause: Cause, text: str, calls: Callable[[], int]
+    ) -> UpdateResult:
         wanted = list(dict.fromkeys(names))
         drained = await self._hold(wanted, HoldState.DRAIN, cause, text)
         refused = {s.node for s in drained.skipped if s.why is not SkipReason.ALREADY_HELD}
@@ -325,20 +326,17 @@ class ScontrolBackend:
             for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
                 await self.runner.write("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
                 changed += [NodeName(n) for n in hostlist.expand_hostlist(expr)]
-        return UpdateResult(
-            changed=tuple(changed), skipped=tuple(skipped), calls=self.calls - before
-        )
+        return UpdateResult(changed=tuple(changed), skipped=tuple(skipped), calls=calls())
 
     async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
-        before = self.calls
         value = sanitise_text(comment)
-        with self.kept.writing():
+        with self.kept.writing(), self.runner.counting() as calls:
             for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
                 await self.runner.write(
                     "scontrol", "update", f"nodename={expr}", f"comment={value}"
                 )
-        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=self.calls - before)
+        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=calls())
 
     async def requeue_jobs(self, name: str, *, all_or_none: bool = False) -> RequeueResult:
         """Requeue every requeueable job on node ``name``; report the others.
@@ -401,16 +399,15 @@ class ScontrolBackend:
         self, names: Sequence[str], planner: Planner, *, hold: bool = False
     ) -> UpdateResult:
         """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""
-        before = self.calls
         primed = PrimedScontrol(self.settings)
-        with self.kept.writing():
+        with self.kept.writing(), self.runner.counting() as calls:
             try:
                 await primed.start()
                 read_at = time.time()  # an operator's write after this and before ours is lost
                 nodes = await self.read_for_update(names, hold=hold)
                 plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
                 cas = CasApply(self.runner, self.settings, self.read_nodes)
-                result = await cas.apply(plans, before, planner, primed)
-                return dataclasses.replace(result, read_at=read_at)
+                result = await cas.apply(plans, planner, primed)
+                return dataclasses.replace(result, read_at=read_at, calls=calls())
             finally:
                 await primed.close()
