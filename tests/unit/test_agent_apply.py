@@ -60,18 +60,21 @@ class Backend:
         return _node("IDLE+DRAIN")
 
 
+async def _drain(backend: Backend) -> bool:
+    """The agent's drain of n1 (IDLE as read) through ``backend``."""
+    return await apply_action(
+        backend,  # type: ignore[arg-type]
+        Metrics(role="agent"),
+        "n1",
+        DRAIN,
+        _node("IDLE"),
+        structlog.get_logger("test").bind(node="n1"),
+    )
+
+
 async def _cancel_when(event: asyncio.Event, backend: Backend) -> list[MutableMapping[str, Any]]:
     with structlog.testing.capture_logs() as logs:
-        task = asyncio.create_task(
-            apply_action(
-                backend,  # type: ignore[arg-type]
-                Metrics(role="agent"),
-                "n1",
-                DRAIN,
-                _node("IDLE"),
-                structlog.get_logger("test").bind(node="n1"),
-            )
-        )
+        task = asyncio.create_task(_drain(backend))
         await asyncio.wait_for(event.wait(), 5)
         await asyncio.sleep(0.01)
         task.cancel()
@@ -144,14 +147,7 @@ async def test_a_write_of_unknown_outcome_is_logged_and_left_to_the_reconcile_re
 
     backend.drain = answered_late  # type: ignore[method-assign]
     with structlog.testing.capture_logs() as logs, pytest.raises(TransientError):
-        await apply_action(
-            backend,  # type: ignore[arg-type]
-            Metrics(role="agent"),
-            "n1",
-            DRAIN,
-            _node("IDLE"),
-            structlog.get_logger("test").bind(node="n1"),
-        )
+        await _drain(backend)
     (line,) = [e for e in logs if e["event"] == "agent.mirror_outcome_unknown"]
     assert (line["action"], line["cause"], line["state_before"]) == (
         "drain",
