@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import TransientError
 from tests.unit.recorded import recorded
@@ -24,11 +25,11 @@ LINES = "".join(
 )
 
 
-class _Runner:
+class _Runner(CommandRunner):
     """``scontrol -o show node`` answers when ``release`` is set; every other call at once."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        super().__init__()
         self.release = asyncio.Event()
         self.reading = asyncio.Event()
 
@@ -49,7 +50,7 @@ async def test_a_read_across_a_write_keeps_no_table() -> None:
     """Read, write while it is on its way, answer: nothing served; read again: served."""
     backend = ScontrolBackend()
     runner = _Runner()
-    backend.runner = runner  # type: ignore[assignment]
+    backend.runner = runner
     reading = asyncio.create_task(backend.read_reason_nodes())
     await runner.reading.wait()
     await backend.set_comment(["n1"], "a write of slonkd's")
@@ -70,12 +71,12 @@ def _with_reason(reason: str) -> str:
     return text
 
 
-class _Overlap:
+class _Overlap(CommandRunner):
     """Each ``scontrol -o show node`` answers its own text once its own event is set."""
 
     def __init__(self, answers: list[tuple[asyncio.Event, str]]) -> None:
+        super().__init__()
         self.answers = list(answers)
-        self.calls = 0
 
     async def run(self, tool: str, *args: str, retry: bool = True) -> str:
         if not self.answers:
@@ -100,7 +101,7 @@ async def test_an_older_read_that_ends_last_never_replaces_a_newer_table() -> No
     failed = _with_reason("Kill task failed")
     older, newer = asyncio.Event(), asyncio.Event()
     backend = ScontrolBackend()
-    backend.runner = _Overlap([(older, LINES), (newer, failed)])  # type: ignore[assignment]
+    backend.runner = _Overlap([(older, LINES), (newer, failed)])
     a = asyncio.create_task(backend.read_nodes())  # a pass's read, before the failure
     await asyncio.sleep(0)
     b = asyncio.create_task(backend.read_reason_nodes())  # the poll's, after it
@@ -125,7 +126,7 @@ async def test_a_newer_read_that_keeps_no_table_drops_the_older_one() -> None:
     first.set()
     second.set()
     backend = ScontrolBackend()
-    backend.runner = _Overlap([(first, LINES), (second, ambiguous)])  # type: ignore[assignment]
+    backend.runner = _Overlap([(first, LINES), (second, ambiguous)])
     await backend.read_nodes()
     assert backend.recent_nodes(60) is not None
     with pytest.raises(TransientError, match="--json"):  # then the JSON read, not answered
@@ -142,7 +143,7 @@ async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
     now = asyncio.Event()
     now.set()
     backend = ScontrolBackend()
-    backend.runner = _Overlap([(now, LINES), (now, LINES), (now, "")])  # type: ignore[assignment]
+    backend.runner = _Overlap([(now, LINES), (now, LINES), (now, "")])
     nodes = await backend.read_reason_nodes()
     assert nodes == []
     kept = backend.kept.table
