@@ -30,14 +30,29 @@ def _submit(cluster: SlurmCluster, nodes: str, script: str) -> int:
 
 
 async def _wait_finished(
-    backend: ScontrolBackend, ids: set[int], timeout_s: float = 90.0
+    cluster: SlurmCluster, backend: ScontrolBackend, ids: set[int], timeout_s: float = 90.0
 ) -> dict[int, FinishedJob]:
+    """The finished jobs once all of ``ids`` are among them.
+
+    On a timeout it says SLURM's view of the missing jobs and of the nodes (a full run once
+    saw job 1 not end in 90 s in phase 1, on a loaded machine).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         got = {int(j.job_id): j for j in await backend.finished_jobs()}
         if ids <= set(got):
             return got
-        assert time.monotonic() < deadline, f"finished {sorted(got)}, not all of {sorted(ids)}"
+        if time.monotonic() >= deadline:
+            jobs = [
+                cluster.run("scontrol", "-o", "show", "job", str(i), check=False).stdout.strip()
+                for i in sorted(ids - set(got))
+            ]
+            nodes = cluster.run("sinfo", "-N", "-o", "%N %T %E", check=False).stdout
+            raise AssertionError(
+                f"finished {sorted(got)}, not all of {sorted(ids)}:\n"
+                + "\n".join(jobs)
+                + f"\n{nodes}"
+            )
         await asyncio.sleep(0.5)
 
 
@@ -65,7 +80,7 @@ async def test_failed_and_node_failed_multi_node_jobs_are_read_with_their_nodes(
         assert time.monotonic() < deadline, "the long job never ran"
         await asyncio.sleep(0.3)
     cluster.run("scontrol", "update", "nodename=n4", "state=down", "reason=broken")
-    got = await _wait_finished(backend, {failed, ok, lost})
+    got = await _wait_finished(cluster, backend, {failed, ok, lost})
 
     assert got[failed].state is JobState.FAILED
     assert got[failed].exit_code == 42
