@@ -291,6 +291,18 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
     """
     victim = "w-3"
     kube_node = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
+
+    def passes() -> dict[str, Any]:
+        with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
+            return dict(json.loads(resp.read())["passes"])
+
+    # the failure comes once the library's poll answers: until its child has started (seconds
+    # on a loaded machine) the scontrol poll serves, and it would be the one to see it
+    wait_for(
+        "the libslurm change poll answering",
+        lambda: passes()["slurm_poll_backend"] == "libslurm" and passes()["slurm_change_polls"] > 0,
+        timeout_s=30,
+    )
     fleet.slurm.run(
         "scontrol", "update", f"nodename={victim}", "state=fail", "reason=Kill task failed"
     )
@@ -300,11 +312,10 @@ def test_slurm_failure_cordons_taints_marks_and_evicts_once(fleet: Fleet) -> Non
 
     wait_for("K8s node marked", marked, timeout_s=20)
     assert fleet.knode(kube_node)["metadata"]["annotations"].get("slonk.dev/cordoned-by")
-    with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
-        passes = json.loads(resp.read())["passes"]
-    assert passes["slurm_poll_backend"] == "libslurm", passes
-    assert passes["slurm_poll_why"] == "", passes
-    assert passes["slurm_change_polls"] > 0, passes
+    polled = passes()
+    assert polled["slurm_poll_backend"] == "libslurm", polled
+    assert polled["slurm_poll_why"] == "", polled
+    assert polled["slurm_change_polls"] > 0, polled
     wait_for("evicted", lambda: bool(fleet.events("kube.evict")), timeout_s=20)
     events = (
         fleet.kube.api.request("GET", "/api/v1/namespaces/default/events")["items"]
