@@ -188,9 +188,15 @@ class SlurmCluster(procs.StartStop):
         def ctld_alive() -> str | None:
             return alive() or self._ctld_exited()
 
-        procs.wait_for(
-            "slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=ctld_alive
-        )
+        try:
+            procs.wait_for(
+                "slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=ctld_alive
+            )
+        except PortTakenError:
+            raise
+        except HarnessError as exc:
+            log_tail = procs.tail(self.root / "log" / "slurmctld.log", 1500)
+            raise HarnessError(f"{exc}; slurmctld.log ends:\n{log_tail}") from exc
         if self.layout.autostart:
             # 20 slurmd of a 24.11 root once took more than 60 s on 2 cores
             idle_s = max(timeout_s, 5.0 * len(self.layout.nodes))
