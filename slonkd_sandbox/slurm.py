@@ -93,6 +93,14 @@ class SlurmLayout:
     """Run slurmdbd with a MariaDB of its own and send job records to it (``sacct`` works)."""
 
 
+PORT_TRIES = 3
+"""How many times :meth:`SlurmCluster.start` chooses its ports when slurmctld finds one taken."""
+
+
+class PortTakenError(HarnessError):
+    """slurmctld exited at start: another process bound its port first."""
+
+
 @dataclass(slots=True)
 class SlurmCluster(procs.StartStop):
     """Handle on a running cluster; use as a context manager or call start()/stop()."""
@@ -136,10 +144,29 @@ class SlurmCluster(procs.StartStop):
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self, *, timeout_s: float = 60.0) -> None:
-        """Write the config, start every daemon and wait until all slurmd nodes are idle."""
+        """Write the config, start every daemon and wait until all slurmd nodes are idle.
+
+        Ports this call chose itself (none were set) are chosen again, up to
+        :data:`PORT_TRIES` times, when slurmctld exits because its port was taken: a free
+        port is probed, then bound by slurmctld later, and a service of another test worker
+        can bind it in between (seen once in a full run: "not ready after 60 s").
+        """
+        chosen_here = not self.ctld_port
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                self._start_once(timeout_s=timeout_s)
+                return
+            except PortTakenError:
+                self.stop()
+                if not chosen_here or attempt == PORT_TRIES:
+                    raise
+                self.ctld_port = self.slurmd_port = 0
+
+    def _start_once(self, *, timeout_s: float) -> None:
         self._check_programs()
         begun = time.monotonic()
         spec = self._prepare()
+        self.socket_path.unlink(missing_ok=True)  # a try before this one left it
         log = self.root / "log" / "supervisor.log"
         self._supervisor = procs.spawn(
             [
@@ -157,7 +184,19 @@ class SlurmCluster(procs.StartStop):
         )
         alive = procs.exited(self._supervisor, log)
         procs.wait_for("slurm supervisor", self.socket_path.exists, timeout_s=20, alive=alive)
-        procs.wait_for("slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=alive)
+
+        def ctld_alive() -> str | None:
+            return alive() or self._ctld_exited()
+
+        try:
+            procs.wait_for(
+                "slurmctld", self._pings, timeout_s=timeout_s, interval_s=0.1, alive=ctld_alive
+            )
+        except PortTakenError:
+            raise
+        except HarnessError as exc:
+            log_tail = procs.tail(self.root / "log" / "slurmctld.log", 1500)
+            raise HarnessError(f"{exc}; slurmctld.log ends:\n{log_tail}") from exc
         if self.layout.autostart:
             # 20 slurmd of a 24.11 root once took more than 60 s on 2 cores
             idle_s = max(timeout_s, 5.0 * len(self.layout.nodes))
@@ -290,6 +329,24 @@ class SlurmCluster(procs.StartStop):
 
     def _pings(self) -> bool:
         return self.run("scontrol", "ping", check=False).returncode == 0
+
+    def _ctld_exited(self) -> str | None:
+        """Why slurmctld exited (its last ``fatal:`` line), None while the supervisor runs it.
+
+        Raises :class:`PortTakenError` when that line says its port was taken.
+        """
+        try:
+            running = self.control({"op": "status"}, timeout_s=5)["running"]
+        except (OSError, HarnessError):
+            return None  # the supervisor's own exit is the other check's
+        if "slurmctld" in running:
+            return None
+        out = procs.tail(self.root / "log" / "slurmctld.out", 4000)
+        fatal = [line for line in out.splitlines() if "fatal:" in line]
+        why = fatal[-1] if fatal else "exited; its output ends:\n" + out[-1000:]
+        if "Address already in use" in why:
+            raise PortTakenError(f"slurmctld on port {self.ctld_port}: {why}")
+        return why
 
     # -- config ----------------------------------------------------------------------------
 

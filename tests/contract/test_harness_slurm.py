@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from slonkd_sandbox import procs
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm import PortTakenError, SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -131,3 +133,45 @@ def test_a_job_sees_its_own_slurmd_pid_namespace_in_proc(
     wait_for("job output", lambda: out.exists() and bool(out.read_text().strip()), timeout_s=60)
     shell_pid, proc_pid = out.read_text().split()
     assert proc_pid == shell_pid, f"/proc/self says {proc_pid}, the shell is {shell_pid}"
+
+
+def test_a_taken_slurmctld_port_is_chosen_again_or_named_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmctld finding its port bound by another process fails fast, not after 60 s.
+
+    A full run once lost a test to "slurmctld: not ready after 60 s": a port probed free is
+    bound by slurmctld only later, and another worker's service can take it in between;
+    slurmctld then exits ("fatal: ... Address already in use") while its supervisor lives.
+    Ports the harness chose are chosen again; a port the caller set is named in the error.
+    """
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real_free_ports = procs.free_ports
+    offered: list[int] = []
+
+    def first_the_taken_one(count: int) -> list[int]:
+        ports = [port] if not offered and count == 1 else real_free_ports(count)
+        offered.extend(ports)
+        return ports
+
+    monkeypatch.setattr(procs, "free_ports", first_the_taken_one)
+    with taken:
+        cluster = SlurmCluster(tmp_path / "chosen", SlurmLayout(nodes=("n1",)))
+        try:
+            cluster.start()
+            assert offered[0] == port
+            assert cluster.ctld_port not in {0, port}
+            assert cluster.node_states() == {"n1": "idle"}
+        finally:
+            cluster.stop()
+        fixed = SlurmCluster(tmp_path / "fixed", SlurmLayout(nodes=("n1",)), ctld_port=port)
+        began = time.monotonic()
+        try:
+            with pytest.raises(PortTakenError, match=f"port {port}: .*Address already in use"):
+                fixed.start()
+        finally:
+            fixed.stop()
+        assert time.monotonic() - began < 20
