@@ -148,8 +148,12 @@ class SlurmCluster(procs.StartStop):
 
         Ports this call chose itself (none were set) are chosen again, up to
         :data:`PORT_TRIES` times, when slurmctld exits because its port was taken: a free
-        port is probed, then bound by slurmctld later, and a service of another test worker
-        can bind it in between (seen once in a full run: "not ready after 60 s").
+        port is probed, then bound by slurmctld later, and another process can bind it in
+        between (the workers' port slices keep the harness's own services apart, not every
+        program on the machine). A slurmctld that exits for another reason fails the start at
+        once with its ``fatal:`` line, one that does not answer with the end of its log: a
+        full run once lost a test to a bare "slurmctld: not ready after 60 s", its cause not
+        kept.
         """
         chosen_here = not self.ctld_port
         for attempt in range(1, PORT_TRIES + 1):

@@ -140,9 +140,10 @@ def test_a_taken_slurmctld_port_is_chosen_again_or_named_at_once(
 ) -> None:
     """slurmctld finding its port bound by another process fails fast, not after 60 s.
 
-    A full run once lost a test to "slurmctld: not ready after 60 s": a port probed free is
-    bound by slurmctld only later, and another worker's service can take it in between;
-    slurmctld then exits ("fatal: ... Address already in use") while its supervisor lives.
+    A port probed free is bound by slurmctld only later, and another process can take it in
+    between; slurmctld then exits ("fatal: ... Address already in use") while its supervisor
+    lives, and the harness waited the whole 60 s for a bare "not ready" (measured with a
+    port held by a listener: "slurmctld: not ready after 15 s" at 20 s with a 15 s bound).
     Ports the harness chose are chosen again; a port the caller set is named in the error.
     """
     taken = socket.socket()
