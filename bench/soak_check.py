@@ -9,7 +9,8 @@ of its plan), checked together with the outside reads.
   operator stays exactly as the soak left it until the soak undoes it (:class:`Marks`);
 - I2 no job ends FAILED/CANCELLED/NODE_FAIL/BOOT_FAIL unless an injected event touched one of
   its nodes while it lived (then it is counted as lost to that event, not hidden);
-- I3 no audit record carries a fencing token older than the Lease's token seen before it;
+- I3 no audit record carries a fencing token older than the Lease's token seen before the
+  write was allowed (its ``lease_checked_at``: :mod:`slonkd.core.fencing`; else its ``ts``);
 - I4 per pool, the SLURM nodes out for slonkd's automated causes (its cordon on their K8s
   node, or its ``slonkd:health`` drain) never exceed the budget's limit;
 - I5 convergence: once the churn and the faults stop and the operator undid its changes,
@@ -588,7 +589,10 @@ class Checker:
             return
         self.actions += 1
         ts, token = float(rec.get("ts", 0)), int(rec.get("fencing_token", -1))
-        newer = [tok for t, tok in self.lease_tokens if t + 0.01 < ts and tok > token]
+        # judged when the write was allowed (the lease found valid), not when it returned: a
+        # leader stopped mid-write records it after its successor took over
+        allowed = float(rec.get("lease_checked_at", ts))
+        newer = [tok for t, tok in self.lease_tokens if t + 0.01 < allowed and tok > token]
         if newer:
             self.violate(
                 "I3", (str(ts), str(rec.get("node"))), what="audit record with an old token",

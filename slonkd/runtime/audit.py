@@ -38,6 +38,8 @@ from typing import Any
 
 import structlog
 
+from slonkd.core.fencing import last_lease_check
+
 log = structlog.get_logger("slonkd.audit")
 MAX_FIELD = 2000
 MAX_BYTES = 64 * 2**20
@@ -168,6 +170,9 @@ class AuditLog:
                 **extra,
             }
         )
+        checked = last_lease_check()
+        if checked is not None:  # when the write was allowed (ts: when it returned)
+            entry["lease_checked_at"] = round(checked, 3)
         self.records += 1
         if self._writer is not None:
             self._queue((json.dumps(entry, sort_keys=True, default=str) + "\n").encode())

@@ -135,3 +135,25 @@ def test_a_resource_trend_is_read_past_the_warm_up_over_fifteen_minutes_or_not_a
     assert soak_check._larger(None, 2.0) == 2.0
     assert soak_check._larger(3.0, None) == 3.0
     assert soak_check._larger(None, None) is None
+
+
+def test_i3_judges_a_write_when_its_lease_was_checked_not_when_it_returned(
+    tmp_path: Path,
+) -> None:
+    """A leader stopped mid-write records it after its successor took over: no violation.
+
+    Seen in a full run: the leader cordoned d-8's K8s node at t=185.2, was SIGSTOPped at
+    185.35 for 12 s, and its audit record (token 2) came at 197.36, after the checker had seen
+    token 3. The write was allowed before the stop (``lease_checked_at``); one allowed after
+    a newer token was seen is still a violation, and a record without the field is judged by
+    its ``ts`` as before.
+    """
+    checker = _checker(tmp_path)
+    checker.lease_tokens = [(100.0, 2), (190.0, 3)]
+    rec = {"ts": 197.36, "fencing_token": 2, "node": "d-8", "action": "set-condition"}
+    checker._check_token({**rec, "lease_checked_at": 185.2})
+    assert checker.violations["I3"] == 0
+    checker._check_token({**rec, "lease_checked_at": 190.5})
+    assert checker.violations["I3"] == 1
+    checker._check_token({**rec, "ts": 197.5})
+    assert checker.violations["I3"] == 2

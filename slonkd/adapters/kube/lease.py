@@ -38,6 +38,7 @@ import structlog
 from slonkd.adapters.kube.errors import Call, KubeConflict, KubeNotFound
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
+from slonkd.core.fencing import lease_checked
 
 log = structlog.get_logger(__name__)
 
@@ -140,6 +141,7 @@ class LeaderElector:
         token = self._token
         if token is None or not self.is_valid():
             raise TerminalError(f"{self._s.identity}: lease {self._s.name} is not held")
+        lease_checked(time.time())  # for the audit record of the write it allows
         return token
 
     # -- the loop --------------------------------------------------------------------------
