@@ -39,6 +39,7 @@ from slonkd.adapters.kube.kubeconfig import (
     load_kubeconfig,
     ssl_context,
 )
+from slonkd.core.fencing import before_write
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -143,6 +144,8 @@ class KubeTransport:
                     headers["Authorization"] = authorization
                 else:
                     headers.pop("Authorization", None)
+                if method != "GET":
+                    before_write()  # a leader's term: its lease, right before the request
                 response = await self._client().request(
                     method,
                     self.endpoint.server + path,

@@ -38,6 +38,7 @@ from slonkd.adapters.slurm.runner import (
     translate_failure,
 )
 from slonkd.core.errors import OutcomeUnknownError, TerminalError
+from slonkd.core.fencing import before_write
 
 SAFE_VALUE = re.compile(r"[A-Za-z0-9:._,/@+()\[\]%#-]{1,8192}")
 """Values that mean the same to scontrol's line parser as in an argv (one word)."""
@@ -105,6 +106,7 @@ class PrimedScontrol:
         proc, line = self._proc, line_of(args)
         if proc is None or proc.stdin is None or line is None or self.sent:
             raise TerminalError("primed scontrol: nothing to send through")  # can_send said no
+        before_write()  # a leader's term: its lease, right before the request
         self.sent += 1
         timeout_s = self._settings.timeout_s
         try:

@@ -37,6 +37,7 @@ from tenacity import (
 
 from slonkd.adapters.slurm.spawn import Child, pidfd_supported, spawn
 from slonkd.core.errors import OutcomeUnknownError, TerminalError, TransientError
+from slonkd.core.fencing import before_write
 
 _PIDFD = pidfd_supported()
 
@@ -204,6 +205,8 @@ class CommandRunner:
         # transports add about a millisecond to every call.
         with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as errors:
             proc: asyncio.subprocess.Process | Child
+            if write:
+                before_write()  # a leader's term: its lease, right before the request
             try:
                 if _PIDFD:  # no waiter thread per call (see spawn.py)
                     proc = spawn(argv, env, sink.fileno(), errors.fileno())

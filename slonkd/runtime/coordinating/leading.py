@@ -21,6 +21,7 @@ from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import SlonkdError, TransientError
+from slonkd.core.fencing import guard_writes
 from slonkd.core.log_events import (
     COORDINATOR_API_LISTENING,
     COORDINATOR_LEADING,
@@ -157,6 +158,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
     stop = stop_on_signals()
 
     async def term(token: int) -> None:
+        guard_writes(elector.check_valid)  # every write of the term, right before it is sent
         coordinator = Coordinator(s, transport, elector, metrics=metrics)
         api.leader = coordinator
         if coordinator.fleet is not None:
