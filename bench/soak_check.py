@@ -611,23 +611,33 @@ class Checker:
         for name in self.fleet.names:
             pools[name.rsplit("-", 1)[0]].append(name)
         for pool, names in pools.items():
-            out = []
+            why: dict[str, list[str]] = {}  # node -> what made it count, for the time-line
             for name in names:
-                reason = snap.slurm.get(name, ("", "", ""))[1]
+                state, reason, _ = snap.slurm.get(name, ("", "", ""))
                 pod = snap.pods.get(name)
                 knode = snap.knodes.get(pod["spec"].get("nodeName", "")) if pod else None
-                by_slonkd = bool(
+                causes = []
+                if (
                     knode
                     and knode["spec"].get("unschedulable")
                     and CORDONED_BY_ANNOTATION in (knode["metadata"].get("annotations") or {})
-                )
-                if by_slonkd or reason.startswith("slonkd:health"):
-                    out.append(name)
+                ):
+                    causes.append(f"K8s node {knode['metadata'].get('name')} cordoned by slonkd")
+                if reason.startswith("slonkd:health"):
+                    causes.append(f"{state}: {reason}")
+                if causes:
+                    why[name] = causes
             limit = policy.limit(len(names))
-            if len(out) > limit:
+            if len(why) > limit:
+                out = sorted(why)
+                kube = {str(c.split()[2]) for cs in why.values() for c in cs if c.startswith("K8s")}
+                audit = [  # the leaders' records on these nodes and K8s nodes: who admitted what
+                    a for a in self.audit_recent
+                    if a.get("node") in why or a.get("kube_node") in kube
+                ][-12:]  # fmt: skip
                 self.violate(
-                    "I4", (pool, ",".join(sorted(out))), what="automated outages past the budget",
-                    limit=limit, out=sorted(out),
+                    "I4", (pool, ",".join(out)), what="automated outages past the budget",
+                    limit=limit, out=out, why=why, audit=audit,
                 )  # fmt: skip
 
     # -- convergence -----------------------------------------------------------------------

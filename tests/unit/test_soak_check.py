@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import pytest
 
 from bench import soak_check
 from bench.soak_check import Checker, Mark, Marks, SlurmView, Timeline, carries, parse_sinfo
 from bench.soak_fleet import SoakFleet
+from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
 
 REASON = "ops: maintenance ticket 25"
 
@@ -157,3 +158,44 @@ def test_i3_judges_a_write_when_its_lease_was_checked_not_when_it_returned(
     assert checker.violations["I3"] == 1
     checker._check_token({**rec, "ts": 197.5})
     assert checker.violations["I3"] == 2
+
+
+class _PoolW:
+    """The fleet's names, all the budget check asks: pool ``w`` of four (limit 1)."""
+
+    names: ClassVar[list[str]] = [f"w-{i}" for i in range(4)]
+
+
+def test_an_i4_violation_names_why_each_node_counts_and_the_leaders_records(
+    tmp_path: Path,
+) -> None:
+    """A full run's soak found w-2 and w-3 out against a limit of 1 and said nothing more.
+
+    The violation now says what made each node count (a health drain, slonkd's cordon of its
+    K8s node) and carries the leaders' last audit records on those nodes and K8s nodes.
+    """
+    timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
+    checker = Checker(fleet=cast(SoakFleet, _PoolW()), marks=Marks(), timeline=timeline)
+    slurm = {n: ("idle", "", "") for n in _PoolW.names}
+    slurm["w-2"] = ("drained", "slonkd:health:mount by slonkd", "slonkd")
+    pods = {n: {"spec": {"nodeName": f"k{n[-1]}"}} for n in _PoolW.names}
+    cordoned = {"metadata": {"name": "k3", "annotations": {CORDONED_BY_ANNOTATION: "x"}},
+                "spec": {"unschedulable": True}}  # fmt: skip
+    knodes: dict[str, dict[str, Any]] = {f"k{i}": {"metadata": {"name": f"k{i}"}, "spec": {}}
+                                         for i in range(3)}  # fmt: skip
+    knodes["k3"] = cordoned
+    checker.audit_recent = [
+        {"action": "drain", "node": "w-2", "fencing_token": 2},
+        {"action": "cordon", "node": "d-7", "kube_node": "k3", "fencing_token": 2},
+        {"action": "drain", "node": "w-0", "fencing_token": 2},
+    ]
+    snap = soak_check.Snapshot(t=time.time(), slurm=slurm, knodes=knodes, pods=pods, lease=None)
+    checker._check_budget(snap)
+    assert checker.violations["I4"] == 1
+    (violation,) = _events(checker, "violation")
+    assert violation["out"] == ["w-2", "w-3"]
+    assert violation["why"] == {
+        "w-2": ["drained: slonkd:health:mount by slonkd"],
+        "w-3": ["K8s node k3 cordoned by slonkd"],
+    }
+    assert [a["node"] for a in violation["audit"]] == ["w-2", "d-7"]
