@@ -138,3 +138,40 @@ async def test_the_primed_write_follows_the_read_sooner_than_a_new_process(
     argv_ms = sorted(w * 1000 for w in windows[False])
     print(f"\n[primed] read to written, median ms: primed {primed_ms[5]:.1f} argv {argv_ms[5]:.1f}")
     assert primed_ms[5] <= argv_ms[5], (primed_ms, argv_ms)
+
+
+SLOW_START_S = 0.5
+SLOW_INTERACTIVE = 'for a; do last=$a; done; [ "$last" = scontrol ] && sleep {s}; exec "$@"'
+"""An argv prefix that delays only the interactive scontrol (its last word is ``scontrol``)."""
+
+
+async def test_a_slow_starting_primed_scontrol_is_waited_for_before_the_read(
+    one: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read is taken when the primed process is ready, not while it still starts.
+
+    A primed scontrol that took SLOW_START_S to start (a loaded node: the CI run of stop 46
+    found the primed median slower than argv's) used to widen the window from the read's
+    answer to the write's answer by that much; waiting for its prompt before the read keeps the
+    window to the time to parse and send a line.
+    """
+    base = settings_for(one)
+    slow = ["sh", "-c", SLOW_INTERACTIVE.format(s=SLOW_START_S), "sh", *base.argv_prefix]
+    settings = settings_for(one, argv_prefix=tuple(slow))
+    read_done: list[float] = []
+    real_read = ScontrolBackend.read_for_update
+
+    async def timed_read(self: ScontrolBackend, *args: Any, **kw: Any) -> Any:
+        got = await real_read(self, *args, **kw)
+        read_done.append(time.perf_counter())
+        return got
+
+    monkeypatch.setattr(ScontrolBackend, "read_for_update", timed_read)
+    backend = ScontrolBackend(settings)
+    started = time.perf_counter()
+    result = await backend.drain(["n1"], POD, "slow start")
+    window = time.perf_counter() - read_done[-1]
+    assert result.changed == ("n1",), result
+    assert read_done[-1] - started >= SLOW_START_S  # the read waited for the prompt
+    assert window < SLOW_START_S / 2, window
+    assert "Reason=slonkd:pod-terminating slow start [" in _show(one), _show(one)

@@ -5,8 +5,11 @@ SLURM has no compare-and-set: ``scontrol.py`` reads a node (``sinfo``), decides,
 (20-60 ms here, far more on a loaded node) between the read's answer and the write's
 arrival, and an operator's drain landing in that gap is overwritten by slonkd's, or
 resumed by its release (the soak found one, issue 18). A primed scontrol is started
-*before* the read, in its interactive mode, and waits on its stdin; the update is then one
-line written to it, and the gap is the time to parse the read and send a line.
+*before* the read, in its interactive mode, and the read waits for its prompt (``scontrol: ``,
+printed by 22.05 and 24.11 on a pipe too): the update is then one line written to a process
+that waits on its stdin, and the gap is the time to parse the read and send a line. Without
+that wait a primed process still starting when the read answered (a loaded node) widened the
+gap by the rest of its start, and the write was no sooner than a new process's (stop 46's CI).
 
 scontrol's interactive line parser is not argv: quotes and backslashes are its own, so only
 updates whose every value is in :data:`SAFE_VALUE` go this way (slonkd's reasons are
@@ -47,6 +50,11 @@ MAX_LINE = 2000
 reads as end of input, a silent exit 0 with nothing done. A long hostlist takes argv."""
 SAFE_REASON = re.compile(r"[A-Za-z0-9 :._,/@+()%#-]{1,1024}")
 """A reason, sent double-quoted: scontrol takes the quotes off a reason (not off a state)."""
+PROMPT = b"scontrol: "
+"""What interactive scontrol prints when it waits for a line."""
+READY_WAIT_S = 2.0
+"""Longest wait for the prompt (bounded by the settings' timeout too); past it the read goes on
+and the write waits for the process as before (a wider gap, never a lost write)."""
 
 
 def line_of(args: Sequence[str]) -> str | None:
@@ -78,7 +86,10 @@ class PrimedScontrol:
         """Updates sent through this process (0 or 1; tests and benchmarks read it)."""
 
     async def start(self) -> None:
-        """Start scontrol (if ``primed_writes``); a failure to start leaves the argv path."""
+        """Start scontrol (if ``primed_writes``) and wait for its prompt (see module doc).
+
+        A failure to start leaves the argv path.
+        """
         s = self._settings
         if not s.primed_writes:
             return
@@ -89,12 +100,26 @@ class PrimedScontrol:
                 *s.argv_prefix,
                 "scontrol",
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=self._err,
                 env=env,
             )
         except OSError:
             self._proc = None
+            return
+        await self._prompted()
+
+    async def _prompted(self) -> bool:
+        """Whether the prompt came within READY_WAIT_S (False: exited or slow; both go on)."""
+        out = self._proc.stdout if self._proc is not None else None
+        if out is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(READY_WAIT_S, self._settings.timeout_s)):
+                with contextlib.suppress(asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                    await out.readuntil(PROMPT)
+                    return True
+        return False
 
     def can_send(self, args: Sequence[str]) -> bool:
         """Whether this update can go through the primed process."""
