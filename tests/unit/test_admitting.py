@@ -191,3 +191,56 @@ def test_two_failing_pods_of_one_k8s_node_are_two_candidates() -> None:
     assert not any(a.budgeted for a in plans[1].actions)
     admission = _gate().admit(views, plans)
     assert "mass event in pool worker: 2 of 4" in admission.open_breaker
+
+
+MOUNT_FAILS = {"mount": fail("mount", "mount-missing", Remediation.MANUAL)}
+
+
+def test_a_node_whose_pod_is_being_replaced_still_counts_in_its_pool() -> None:
+    """worker-3 is out (slonkd's health drain) while its pod is deleted and not yet back.
+
+    Its pool is its pod's label: with no pod the old gate counted it in pool ``default``, so
+    pool ``worker`` had room for worker-2's new failure and two of four were out against a
+    limit of 1 (the soak's I4). A node keeps the pool of the pod it last had.
+    """
+    gate = _gate()
+    held = _slurm("worker-3", "IDLE+DRAIN", "slonkd:health:mount-missing by slonkd agent")
+    views = [
+        _view("worker-0", "kn-0", _slurm("worker-0")),
+        _view("worker-1", "kn-1", _slurm("worker-1")),
+        _view("worker-2", "kn-2", _slurm("worker-2")),
+        replace(_view("worker-3", "kn-3", held), health=MOUNT_FAILS),
+    ]
+    _, admission = _pass(gate, views)  # worker-3's pod seen: pool worker
+    assert [(p.pool, p.out) for p in admission.pools] == [("worker", 1)]
+    gone = replace(views[3], pod=None, kube_node=None, pod_ready_since=None)
+    sick = replace(views[2], health=MOUNT_FAILS)
+    _, admission = _pass(gate, [views[0], views[1], sick, gone])
+    assert "worker-2" in admission.refused, admission
+    assert "worker-2" not in admission.admitted
+    assert [(p.pool, p.size, p.out) for p in admission.pools] == [("worker", 4, 1)]
+
+
+def test_a_new_terms_first_pass_finds_a_pod_less_nodes_pool_by_its_statefulset() -> None:
+    """No pod seen yet for worker-3 in this term: its StatefulSet siblings name the pool.
+
+    A worker's SLURM node is its pod's name, ``<statefulset>-<ordinal>``; its siblings' pool
+    is its pool (a new leader's first pass must not count it in ``default`` either).
+    """
+    held = _slurm("worker-3", "IDLE+DRAIN", "slonkd:health:mount-missing by slonkd agent")
+    views = [
+        _view("worker-0", "kn-0", _slurm("worker-0")),
+        _view("worker-1", "kn-1", _slurm("worker-1")),
+        _view("worker-2", "kn-2", _slurm("worker-2"), ready_for=3600),
+        replace(
+            _view("worker-3", "kn-3", held),
+            pod=None,
+            kube_node=None,
+            pod_ready_since=None,
+            health=MOUNT_FAILS,
+        ),
+    ]
+    views[2] = replace(views[2], health=MOUNT_FAILS)
+    _, admission = _pass(_gate(), views)
+    assert "worker-2" in admission.refused, admission
+    assert [(p.pool, p.size, p.out) for p in admission.pools] == [("worker", 4, 1)]

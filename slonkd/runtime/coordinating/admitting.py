@@ -68,6 +68,22 @@ def stays_out(view: NodeView, lifted: frozenset[Kind]) -> bool:
     return out_of_service(slurm, kube)
 
 
+def _statefulset(node: str) -> str:
+    """The StatefulSet of the worker whose pod (and SLURM node) is ``node``: ``w-3`` -> ``w``."""
+    base, dash, ordinal = node.rpartition("-")
+    return base if dash and ordinal.isdigit() else ""
+
+
+def _pool_of(group: str) -> str:
+    return group.partition("/")[0]
+
+
+def _with_pool(group: str, pool: str) -> str:
+    """``group`` with its pool replaced (its block, if any, kept)."""
+    _, slash, block = group.partition("/")
+    return f"{pool}{slash}{block}"
+
+
 class Gate:
     """The budget's answers for one leader's term, and the breaker it opens."""
 
@@ -81,6 +97,8 @@ class Gate:
         self._refused: dict[str, str] = {}
         self._standing: frozenset[str] = frozenset()
         """Candidates held back by the breaker when a human reset it (see ``admit``)."""
+        self._last_group: dict[str, str] = {}
+        """Node -> its group when it last had a pod (see :meth:`groups`)."""
 
     def reset_seen(self) -> None:
         """A human closed the breaker: what it held back stands, to be taken within budget."""
@@ -113,8 +131,8 @@ class Gate:
         for view, plan in zip(views, plans, strict=True):
             if view.kube_node is not None and plan.actions:  # most plans of a pass are empty
                 lifting[view.kube_node.name] |= {a.kind for a in plan.actions} & KUBE_LIFTS
-        for view, plan in zip(views, plans, strict=True):
-            pool = self._group(view)
+        groups = self.groups(views)
+        for view, plan, pool in zip(views, plans, groups, strict=True):
             sizes[pool] += 1
             ours = plan.for_writer(Writer.COORDINATOR) if plan.actions else ()
             lifted = {a.kind for a in ours} & {Kind.RELEASE}
@@ -134,14 +152,14 @@ class Gate:
                 if view.kube_node is not None and any(a.kind in KUBE_NODE_OUT for a in takes):
                     wanting.add(view.kube_node.name)
         requests = []
-        for view in views:
+        for view, pool in zip(views, groups, strict=True):
             kube = view.kube_node.name if view.kube_node is not None else ""
             unit = f"k8s-node/{kube}" if kube in wanting else ""
             if unit or view.node in budgeted:
                 requests.append(
                     Request(
                         node=view.node,
-                        pool=self._group(view),
+                        pool=pool,
                         unit=unit,
                         wants=view.node in wants,
                         returning=view.node in returning,
@@ -161,13 +179,47 @@ class Gate:
         """Forget standing candidates that no longer want out."""
         self._standing &= admission.admitted | frozenset(admission.refused)
 
-    def _group(self, view: NodeView) -> str:
-        """The pool of the node, or its pool and topology block when so configured."""
-        return budget_group(
-            view.pod.labels if view.pod is not None else None,
-            view.kube_node.labels if view.kube_node is not None else None,
-            block_label=self.block_label,
-        )
+    def groups(self, views: Sequence[NodeView]) -> list[str]:
+        """Each view's budget group: its pod's pool (and K8s node's block when so configured).
+
+        A node whose pod is gone for a while (deleted, evicted, being replaced) is still a
+        worker of its pool, and often out: counted in ``default`` it would leave its pool
+        room for one more (the soak's I4, two of four out against a limit of 1). It keeps the
+        group of the pod it last had in this term; a node never seen with a pod in this term
+        (a new leader's first pass) takes its StatefulSet's: its SLURM node is its pod's name,
+        ``<statefulset>-<ordinal>``, and its siblings' pool is its pool.
+        """
+        groups: list[str | None] = []
+        by_set: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for view in views:
+            if view.pod is None:
+                groups.append(None)
+                continue
+            seen = budget_group(
+                view.pod.labels,
+                view.kube_node.labels if view.kube_node is not None else None,
+                block_label=self.block_label,
+            )
+            groups.append(seen)
+            if sts := _statefulset(view.node):
+                by_set[sts][_pool_of(seen)] += 1
+        last = self._last_group
+        self._last_group = {  # this pass's nodes only: the rest left the fleet
+            str(v.node): g if g is not None else last[v.node]
+            for v, g in zip(views, groups, strict=True)
+            if g is not None or v.node in last
+        }
+        unknown = budget_group(None, None, block_label=self.block_label)
+        out: list[str] = []
+        for view, group in zip(views, groups, strict=True):
+            if group is not None:
+                out.append(group)
+                continue
+            siblings = by_set.get(_statefulset(view.node) or "-")  # "-": no StatefulSet
+            pool = max(sorted(siblings), key=siblings.__getitem__) if siblings else ""
+            fallback = _with_pool(unknown, pool) if pool else unknown
+            out.append(self._last_group.get(str(view.node), fallback))
+        return out
 
     def log_refusals(self, admission: Admission) -> None:
         """One log line per node and reason when the budget keeps it in (not every pass)."""
