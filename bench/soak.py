@@ -19,7 +19,10 @@ during a bulk cordon, SIGSTOP of the leader past its lease, apiserver restart wi
 compaction in between, slurmctld stopped, mosquitto restarted, an agent SIGKILLed, an agent
 cut from the broker for 60 s while its pod lives (:mod:`bench.soak_relay`: its connection
 black-holed, as a partition looks from both ends). Workload also includes rollouts: a new
-template revision of a pool's StatefulSet, which slonkd's job-safe rollout then rolls.
+template revision of a pool's StatefulSet, which slonkd's job-safe rollout then rolls; besides
+the few the workload's weights draw, a share of the failures (:data:`ROLLOUT_OVERLAP`) is
+followed within seconds, while it stands, by a rollout of the failing node's pool, so the
+rollout's drains race the passes and fast paths that handle the failure for the pool's room.
 """
 
 from __future__ import annotations
@@ -63,6 +66,14 @@ AGENT_CUT_S = 60.0
 """How long an agent stays cut from the broker while its pod lives (issue 18)."""
 FAIL_REASONS = ("Kill task failed", "Not responding", "Prolog error",
                 "batch job complete failure", "NHC: nvidia-smi ECC errors")  # fmt: skip
+ROLLOUT_OVERLAP = 0.3
+"""The share of SLURM failures and failing health checks followed by a rollout of the failing
+node's pool, :data:`ROLLOUT_LAG_S` later (before the failure's undo, 10 s or more after it).
+On its weight alone a rollout came about once in five minutes, seldom beside a failure, and
+the budget's race between the rollout and the pass went unseen (issue 37 item 3). Drawn from
+an RNG of its own, after the rest: a seed's other steps stay as they were (same ids, times,
+targets), so a run of an older seed is replayed with these rollouts added."""
+ROLLOUT_LAG_S = (0.0, 8.0)
 TAINT_KEY = "ops.example.com/maintenance"
 MAX_OUTAGE_LINES_PER_MIN = 60.0
 MAX_RSS_SLOPE_MB_PER_H = 5.0
@@ -126,7 +137,23 @@ def schedule(seed: int, *, seconds: float, names: list[str], kube_nodes: list[st
         )
         # an agent cut runs beside the next faults (overlapping faults are the point)
         t += (0.0 if kind == "agent_cut" else arg) + rng.uniform(12, 25)
+    steps += _overlapping_rollouts(seed, steps, seconds=seconds)
     return sorted(steps, key=lambda s: (s.at, s.id))
+
+
+def _overlapping_rollouts(seed: int, steps: list[Step], *, seconds: float) -> list[Step]:
+    """Rollouts of the failing node's pool right after a share of the failures (see above)."""
+    rng = random.Random(f"{seed}/rollouts")  # noqa: S311 - replayable, and apart from the rest
+    added: list[Step] = []
+    for step in [s for s in steps if s.kind in {"slurm_fail", "health_fail"}]:
+        if rng.random() >= ROLLOUT_OVERLAP:
+            continue
+        at = round(step.at + rng.uniform(*ROLLOUT_LAG_S), 2)
+        if at < seconds:
+            added.append(
+                Step(id=len(steps) + len(added), at=at, kind="rollout", target=step.target)
+            )
+    return added
 
 
 class Soak:

@@ -12,7 +12,8 @@ of its plan), checked together with the outside reads.
 - I3 no audit record carries a fencing token older than the Lease's token seen before the
   write was allowed (its ``lease_checked_at``: :mod:`slonkd.core.fencing`; else its ``ts``);
 - I4 per pool, the SLURM nodes out for slonkd's automated causes (its cordon on their K8s
-  node, or its ``slonkd:health`` drain) never exceed the budget's limit;
+  node, its ``slonkd:health`` drain, or its rollout's hold: :meth:`Checker.rollout_holds`)
+  never exceed the budget's limit;
 - I5 convergence: once the churn and the faults stop and the operator undid its changes,
   seconds until each node has converged (:meth:`Checker.node_converged`), within a bound;
   and after each fault, seconds until a leader finishes a pass again (recovery);
@@ -52,6 +53,8 @@ RECOVERY_CAP_S = 120.0
 SINFO_ARGV = ("sinfo", "-h", "-N", "-o", "%N|%T|%E|%u")
 SLURM_OUT_WORDS = ("drain", "fail", "down")
 """A node whose sinfo state (``%T``) has one of these is out: drained, draining, fail(ing), down."""
+ROLLOUT_REASON = "slonkd:rollout"
+"""The reason of the rollout's drain (``sinfo -R``), until a cause ranked above it shows."""
 RESTART_READ_S = 30.0
 """How long the checker tries to read SLURM once slurmctld answers a ping again."""
 SlurmView = dict[str, tuple[str, str, str]]
@@ -279,6 +282,8 @@ class Checker:
     """Seconds between the starts of consecutive checks (1 s unless the reads are slow)."""
     last: Snapshot | None = None
     last_status: dict[str, Any] | None = None
+    rollout_held: set[str] = field(default_factory=set)
+    """Nodes the rollout holds, as far as sinfo shows (:meth:`rollout_holds`)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -610,6 +615,7 @@ class Checker:
         pools: dict[str, list[str]] = defaultdict(list)
         for name in self.fleet.names:
             pools[name.rsplit("-", 1)[0]].append(name)
+        held = self.rollout_holds(snap.slurm)
         for pool, names in pools.items():
             why: dict[str, list[str]] = {}  # node -> what made it count, for the time-line
             for name in names:
@@ -625,6 +631,8 @@ class Checker:
                     causes.append(f"K8s node {knode['metadata'].get('name')} cordoned by slonkd")
                 if reason.startswith("slonkd:health"):
                     causes.append(f"{state}: {reason}")
+                if name in held:
+                    causes.append(f"{state}: {reason} (held by slonkd's rollout)")
                 if causes:
                     why[name] = causes
             limit = policy.limit(len(names))
@@ -639,6 +647,23 @@ class Checker:
                     "I4", (pool, ",".join(out)), what="automated outages past the budget",
                     limit=limit, out=out, why=why, audit=audit,
                 )  # fmt: skip
+
+    def rollout_holds(self, slurm: SlurmView) -> set[str]:
+        """The nodes slonkd's rollout holds now: drained for it, and out ever since.
+
+        sinfo shows one reason, the highest cause of slonkd's set: ``slonkd:rollout`` from
+        the rollout's drain until the pod's eviction, then ``slonkd:pod-terminating`` (the
+        preStop hook's, a tie the name wins) while the rollout still holds the node. So a
+        node is the rollout's from the read that shows its drain until one shows it back in
+        service or held by someone else (a reason that is not slonkd's).
+        """
+        for name, (state, reason, _) in slurm.items():
+            out = any(w in state for w in SLURM_OUT_WORDS)
+            if out and reason.startswith(ROLLOUT_REASON):
+                self.rollout_held.add(name)
+            elif not out or not reason.startswith("slonkd:"):
+                self.rollout_held.discard(name)
+        return self.rollout_held & set(slurm)
 
     # -- convergence -----------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ takes it out within the budget, deferred past it, never as a new failure.
 
 Neighbours: :mod:`slonkd.runtime.coordinating.admitting` builds the requests from a pass's
 plans (:mod:`slonkd.core.decide`, :mod:`slonkd.core.fleet_decide`) and opens the breaker;
-:mod:`slonkd.core.rollout` asks the same room.
+:mod:`slonkd.core.rollout` asks the same room; :mod:`slonkd.core.reservations` holds the nodes
+one task was admitted for until the others' reads show them (``out_now`` counts them).
 """
 
 from __future__ import annotations

@@ -257,10 +257,14 @@ class _Pools:
     out: Mapping[str, frozenset[str]]
 
 
-def _pools(views: Sequence[WorkerView]) -> _Pools:
-    """Per pool: its workers, and those out of service for any reason (the budget's rule)."""
+def _pools(views: Sequence[WorkerView], reserved: Mapping[str, frozenset[str]]) -> _Pools:
+    """Per pool: its workers, and those out of service for any reason (the budget's rule).
+
+    ``reserved``: per pool, the nodes another task was admitted to take out that this read
+    may not show yet (:mod:`slonkd.core.reservations`); they are out too.
+    """
     sizes: dict[str, int] = {}
-    out: dict[str, set[str]] = {}
+    out: dict[str, set[str]] = {pool: set(nodes) for pool, nodes in reserved.items()}
     for v in views:
         if v.pod is None:
             continue  # no pod, no pool to count it in (as before; max_parallel bounds these)
@@ -298,13 +302,16 @@ def plan_rollout(
     policy: BudgetPolicy,
     hold: str = "",
     paused: str = "",
+    reserved: Mapping[str, frozenset[str]] | None = None,
 ) -> RolloutPlan:
     """The next steps of the rollout over ``views``.
 
     ``policy`` is the coordinator's disruption budget, admitted by the coordinator's code
     (:func:`slonkd.core.budget.admit`): the nodes of a pool out of service now for any
     reason (:func:`slonkd.core.budget.out_of_service`: drained by anyone, the rollout
-    included, cordoned, or tainted by slonkd) use its room. A worker whose node is not out
+    included, cordoned, or tainted by slonkd) use its room, and so do the nodes the pass or
+    the fast path reserved that these views may not show yet (``reserved``, per pool: the
+    coordinator's gate, :mod:`slonkd.core.reservations`). A worker whose node is not out
     yet costs one unit of its pool's budget when its drain starts; a refused one waits (the
     rollout never opens the breaker). At most
     ``settings.max_parallel`` workers are in the rollout at once.
@@ -319,7 +326,7 @@ def plan_rollout(
     """
     phases = {v.node: phase_of(v) for v in views}
     held = {v.node: why for v in views if (why := operator_hold(v))}
-    pools = _pools(views)
+    pools = _pools(views, reserved or {})
     active = sum(1 for n, p in phases.items() if p in ACTIVE and n not in held)
     room = settings.max_parallel - active
     candidates = sorted(

@@ -13,6 +13,7 @@ from typing import Any
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
+from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter
@@ -54,7 +55,9 @@ def _controller(slurm: _Slurm, reads: ReadLimiter, table_age_s: float) -> Rollou
     return RolloutController(
         RolloutSettings(), namespace="ns", transport=anything, pods=anything,
         slurm=slurm,  # type: ignore[arg-type]
-        elector=anything, budget=BudgetPolicy(), reads=reads, auditor=anything,
+        elector=anything, gate=Gate(BudgetPolicy(), block_label="", memory=anything,
+                                    auditor=anything),
+        reads=reads, auditor=anything,
         metrics=Metrics("coordinator"), table_age_s=table_age_s,
     )  # fmt: skip
 

@@ -199,3 +199,57 @@ def test_an_i4_violation_names_why_each_node_counts_and_the_leaders_records(
         "w-3": ["K8s node k3 cordoned by slonkd"],
     }
     assert [a["node"] for a in violation["audit"]] == ["w-2", "d-7"]
+
+
+class _Fleet:
+    """The fleet's names, all the budget check asks: pool ``d`` of five (limit 1)."""
+
+    def __init__(self) -> None:
+        self.names = [f"d-{i}" for i in range(5)]
+
+
+def _budget_checker(tmp_path: Path) -> Checker:
+    timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
+    return Checker(fleet=cast(SoakFleet, _Fleet()), marks=Marks(), timeline=timeline)
+
+
+def _snap(slurm: SlurmView) -> soak_check.Snapshot:
+    return soak_check.Snapshot(t=time.time(), slurm=slurm, knodes={}, pods={}, lease=None)
+
+
+def test_a_node_the_rollout_holds_counts_toward_the_budget(tmp_path: Path) -> None:
+    """Issue 37 item 3: I4 counted slonkd's cordons and health drains, not the rollout's hold.
+
+    Pool d (five nodes, the soak's budget: limit 1): d-0 drained for the rollout and d-1 for a
+    health check are two automated outages; so is d-0 once its pod is replaced and the
+    reason shows the preStop hook's ``pod-terminating`` while the rollout still holds it.
+    Back in service, it no longer counts.
+    """
+    idle = {f"d-{i}": ("idle", "", "") for i in range(5)}
+    rolled = ("drained", "slonkd:rollout replacing pod with revision d-7f", "slonkd")
+    health = ("drained", "slonkd:health:mount by slonkd", "slonkd")
+    checker = _budget_checker(tmp_path)
+    checker._check_budget(_snap({**idle, "d-0": rolled}))
+    assert checker.violations["I4"] == 0  # one of one
+    checker._check_budget(_snap({**idle, "d-0": rolled, "d-1": health}))
+    assert checker.violations["I4"] == 1
+    replaced = ("down", "slonkd:pod-terminating pod is terminating", "slonkd")
+    assert checker.rollout_holds({**idle, "d-0": replaced}) == {"d-0"}
+    checker._check_budget(_snap({**idle, "d-0": replaced, "d-2": health}))
+    assert checker.violations["I4"] == 2
+    assert checker.rollout_holds(idle) == set()
+    checker._check_budget(_snap({**idle, "d-2": health}))
+    assert checker.violations["I4"] == 2
+    (first, second) = _events(checker, "violation")
+    assert first["out"] == ["d-0", "d-1"]
+    assert second["out"] == ["d-0", "d-2"]
+
+
+def test_a_node_terminating_without_the_rollout_is_not_the_rollouts() -> None:
+    """A pod deleted by the churn drains its node ``pod-terminating``: not budgeted, not held."""
+    checker = Checker(fleet=cast(SoakFleet, _Fleet()), marks=Marks(), timeline=cast(Any, None))
+    terminating = ("draining", "slonkd:pod-terminating pod is terminating", "slonkd")
+    assert checker.rollout_holds({"d-3": terminating}) == set()
+    operator = ("drained", REASON, "root")
+    checker.rollout_held.add("d-4")
+    assert checker.rollout_holds({"d-4": operator}) == set()  # someone else holds it now

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from bench.soak import FAULTS, LEADER_FAULTS, UNDO, schedule
+import pytest
+
+from bench import soak
+from bench.soak import FAULTS, LEADER_FAULTS, ROLLOUT_LAG_S, UNDO, schedule
 
 NAMES = [f"w-{i}" for i in range(4)] + [f"d-{i}" for i in range(16)]
 KUBE_NODES = [f"k{i}" for i in range(12)]
@@ -57,3 +60,40 @@ def test_an_hour_keeps_its_middle_half_free_of_faults_that_end_the_leader() -> N
         assert outer >= LEADER_FAULTS, seed
     short = schedule(5, seconds=2000, names=NAMES, kube_nodes=KUBE_NODES)
     assert {s.kind for s in short if 500 <= s.at < 1500} & LEADER_FAULTS
+
+
+def test_a_share_of_the_failures_is_overlapped_by_a_rollout_of_their_pool() -> None:
+    """Issue 37 item 3: rollouts come while failures stand, on the failing node's pool.
+
+    Within ``ROLLOUT_LAG_S`` of the failure, before its undo; every seed's five minutes
+    have some. On the workload's weight alone a rollout came about once in five minutes.
+    """
+    for seed in (1, 7, 1124668437, 2024, 31337):
+        steps = schedule(seed, seconds=300, names=NAMES, kube_nodes=KUBE_NODES)
+        undone = {s.undo_of: s.at for s in steps if s.undo_of >= 0}
+        failures = [s for s in steps if s.kind in {"slurm_fail", "health_fail"}]
+        overlapped = [
+            f
+            for f in failures
+            if any(
+                r.kind == "rollout"
+                and r.target.rsplit("-", 1)[0] == f.target.rsplit("-", 1)[0]
+                and f.at <= r.at <= f.at + ROLLOUT_LAG_S[1]
+                and r.at < undone.get(f.id, 300.0)
+                for r in steps
+            )
+        ]
+        assert len(overlapped) >= 3, (seed, len(failures), len(overlapped))
+
+
+def test_the_overlapping_rollouts_leave_a_seeds_other_steps_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A seed replays: the rollouts are drawn apart and added; the rest keeps ids and times."""
+    for seed in (7, 1124668437):
+        steps = schedule(seed, seconds=300, names=NAMES, kube_nodes=KUBE_NODES)
+        with monkeypatch.context() as patch:
+            patch.setattr(soak, "ROLLOUT_OVERLAP", 0.0)
+            before = schedule(seed, seconds=300, names=NAMES, kube_nodes=KUBE_NODES)
+        assert [s for s in steps if s.id < len(before)] == before
+        assert {s.kind for s in steps if s.id >= len(before)} == {"rollout"}

@@ -3,7 +3,8 @@
 - :mod:`.settings`: what it is told (:class:`CoordinatorSettings`).
 - :mod:`.observing`: what it sees: informer caches, agents' verdicts, a view per worker.
 - :mod:`.remembering`: the state ConfigMap (breaker, pause, remediation history).
-- :mod:`.admitting`: the disruption budget and the breaker.
+- :mod:`.admitting`: the disruption budget and the breaker, one gate (with its reservation
+  ledger) for the pass, the fast path and the rollout.
 - :mod:`.executing`: the executors' table, with audit, metrics and log line in one place.
 - :mod:`.remediating`: the remediation ladder's steps (evict, reboot request, manual repair).
 - :mod:`.job_outcomes`: nodes blamed for failed jobs (the ``job-failures`` drain).

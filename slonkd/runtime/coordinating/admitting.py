@@ -7,13 +7,21 @@ human resets it. Failures still standing at a reset are admitted within the budg
 a new mass event; so are nodes returning from a failure to prove their health
 (``revalidating``, :mod:`slonkd.core.revalidation`). Used by the pass (:mod:`.reconciling`)
 and the fast path (:mod:`.fast_path`).
+
+One gate for every task of the term: the pass, the fast path and the rollout (:mod:`.rolling`)
+each weigh the budget on a read of their own, so a node one of them is admitted for is
+reserved in the gate's ledger (:mod:`slonkd.core.reservations`) before its write, and each
+admission counts as out the reservations its read may not show yet (issue 37 item 3: the
+rollout drained w-0 while a pass on an older read cordoned w-5, two out of a pool with room
+for one). :meth:`Gate.take` admits and reserves in one step (no await between them);
+:meth:`Gate.written` or :meth:`Gate.release` ends the task's part.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 import structlog
@@ -27,6 +35,7 @@ from slonkd.core.budget import (
     out_of_service,
 )
 from slonkd.core.plan import Kind, NodeView, Plan, Writer
+from slonkd.core.reservations import Ledger, Reservation, shows
 from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeFlag
 from slonkd.runtime.coordinating.auditing import Auditor
@@ -99,6 +108,8 @@ class Gate:
         """Candidates held back by the breaker when a human reset it (see ``admit``)."""
         self._last_group: dict[str, str] = {}
         """Node -> its group when it last had a pod (see :meth:`groups`)."""
+        self.ledger = Ledger()
+        """Nodes a task of this term was admitted to take out, until the reads show them."""
 
     def reset_seen(self) -> None:
         """A human closed the breaker: what it held back stands, to be taken within budget."""
@@ -109,8 +120,13 @@ class Gate:
             detail="standing candidates are admitted within the budget, never a mass event",
         )
 
-    def admit(self, views: Sequence[NodeView], plans: Sequence[Plan]) -> Admission:
+    def admit(
+        self, views: Sequence[NodeView], plans: Sequence[Plan], *, read_at: float | None = None
+    ) -> Admission:
         """The budget's answer for every node an automated cause wants out now.
+
+        ``read_at``: when the read behind ``views`` began (monotonic; None: now). The nodes
+        other tasks reserved that this read may not show (:meth:`held`) count as out.
 
         A budgeted action on a K8s node (:data:`KUBE_NODE_OUT`: cordon, taint, reboot, manual
         repair) takes every SLURM node of its pods out: they are one request unit, admitted
@@ -120,8 +136,92 @@ class Gate:
         drain of its return (SLURM or an operator put it back after the ladder acted) is
         returning, no new failure: admitted within the budget, never a mass event.
         """
+        return self._admit(views, plans, self._held_for(views, read_at))
+
+    def take(
+        self,
+        views: Sequence[NodeView],
+        plans: Sequence[Plan],
+        *,
+        task: str,
+        read_at: float,
+        takes: Collection[str] | None = None,
+    ) -> tuple[Admission, int]:
+        """Admit as :meth:`admit` does and reserve what ``task`` takes out; the ticket.
+
+        Reserved: the admitted nodes this read shows in service and no reservation holds
+        (a node out already costs nothing), of ``takes`` only when given (the nodes the
+        task acts on; the fast path marks only the K8s nodes of its failures).
+        """
+        held = self._held_for(views, read_at)
+        admission = self._admit(views, plans, held)
+        reserved = {n for nodes in held.values() for n in nodes}
+        fresh = [
+            view
+            for view in views
+            if view.node in admission.admitted
+            and (takes is None or view.node in takes)
+            and view.node not in reserved
+            and not is_out(view)
+        ]
+        group_of = dict(zip((str(v.node) for v in views), self.groups(views), strict=True))
+        ticket = self.reserve(
+            task,
+            {str(v.node): group_of[str(v.node)] for v in fresh},
+            pods={str(v.node): v.pod.uid for v in fresh if v.pod is not None},
+        )
+        return admission, ticket
+
+    def held(
+        self, read_at: float, shown: Callable[[Reservation], bool]
+    ) -> Mapping[str, frozenset[str]]:
+        """Per pool, the reserved nodes a read begun at ``read_at`` may not show (see ledger)."""
+        return self.ledger.held(read_at=read_at, now=time.monotonic(), shown=shown)
+
+    def reserve(
+        self, task: str, nodes: Mapping[str, str], *, pods: Mapping[str, str] | None = None
+    ) -> int:
+        """Reserve ``nodes`` (node -> pool; ``pods``: node -> its pod's uid) for ``task``.
+
+        Admitted on :meth:`held`; call it with no await since the admission, so that no other
+        task weighs the budget in between. The ticket ends with :meth:`written` or
+        :meth:`release`.
+        """
+        return self.ledger.reserve(task, nodes, pods=pods)
+
+    def written(self, ticket: int, nodes: Collection[str] | None = None) -> None:
+        """The task's writes returned: ``nodes`` (None: all) held until the reads show them."""
+        self.ledger.written(ticket, now=time.monotonic(), nodes=nodes)
+
+    def release(self, ticket: int) -> None:
+        """The task wrote nothing (a dry run, a pause): its reservations end."""
+        self.ledger.release(ticket)
+
+    def _held_for(
+        self, views: Sequence[NodeView], read_at: float | None
+    ) -> Mapping[str, frozenset[str]]:
+        if not self.ledger:
+            return {}
+        by_node: dict[str, NodeView] = {v.node: v for v in views}
+
+        def shown(r: Reservation) -> bool:
+            view = by_node.get(r.node)
+            return view is not None and shows(
+                r, out=is_out(view), pod=view.pod.uid if view.pod is not None else None
+            )
+
+        return self.held(time.monotonic() if read_at is None else read_at, shown)
+
+    def _admit(
+        self,
+        views: Sequence[NodeView],
+        plans: Sequence[Plan],
+        held: Mapping[str, frozenset[str]],
+    ) -> Admission:
         sizes: dict[str, int] = defaultdict(int)
         out: dict[str, set[str]] = defaultdict(set)
+        for pool, nodes in held.items():  # reserved by a task, maybe not in this read yet
+            out[pool] |= nodes
         restarting: dict[str, set[str]] = defaultdict(set)
         wanting: set[str] = set()  # K8s nodes a budgeted action takes out
         lifting: dict[str, set[Kind]] = defaultdict(set)  # K8s node -> what the pass lifts there

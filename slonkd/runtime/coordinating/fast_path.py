@@ -5,7 +5,9 @@ exactly (state, reason, who and when) and handed them to :mod:`.observing`. For 
 is SLURM's own (a failure), the last full read with those nodes replaced is all ``decide``
 needs to mark their K8s nodes: cordon, taint, the ``SlurmHealthy`` condition and the Event
 (:data:`.executing.MARKS`). Only those marking actions are taken, inside the disruption
-budget, asked as a pass asks it (:mod:`.admitting`); the full pass that follows
+budget, asked as a pass asks it (:mod:`.admitting`) on the last pass's read: the nodes of
+the K8s nodes it marks are reserved there until the reads show them, and what the rollout or
+a pass reserved since that read counts as out (issue 37 item 3); the full pass that follows
 (:mod:`.reconciling`, as soon as the read limiter allows) does everything else. The lease is
 checked right before each write; a failure is logged and left to that pass, except a newer
 fencing token (:class:`~slonkd.adapters.kube.lease.Superseded`): raised, the term ends as it
@@ -15,7 +17,7 @@ does when a pass meets one (:mod:`.leading`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -48,11 +50,12 @@ class FastPath:
     check_valid: Callable[[], int]
     """The fencing token, or an error when the lease is not held right now."""
 
-    async def mark(self, last_read: list[SlurmNode] | None) -> None:
+    async def mark(self, last_read: list[SlurmNode] | None, read_at: float = 0.0) -> None:
         """Mark K8s nodes for the failures the poll saw since, patched into ``last_read``.
 
         ``last_read`` is the last full SLURM read (None: no pass read SLURM yet, nothing
-        to patch).
+        to patch), begun at ``read_at`` (monotonic): the budget counts what was reserved
+        since as out.
         """
         fresh = self.observer.take_fresh()
         if not fresh or last_read is None:
@@ -62,28 +65,52 @@ class FastPath:
             return
         patched = [failing.get(n.name, n) for n in last_read]
         try:
-            await self._apply_marks(patched, set(failing))
+            await self._apply_marks(patched, set(failing), read_at)
         except Superseded:
             raise  # a newer token (FencedError among them): the elector ends this term
         except SlonkdError as exc:
             log.warning("coordinator.fast_marks_failed", error=str(exc)[:300])
 
-    async def _apply_marks(self, slurm_nodes: list[SlurmNode], failing: set[str]) -> None:
+    async def _apply_marks(
+        self, slurm_nodes: list[SlurmNode], failing: set[str], read_at: float
+    ) -> None:
         views = self.observer.views(slurm_nodes, time.time(), self.memory.state)
         plans, _ = self.plans(views)
-        admission = self.gate.admit(views, plans)
         token = self.check_valid()
+        admission, ticket = self.gate.take(
+            views, plans, task="fast-path", read_at=read_at, takes=_taken(views, plans, failing)
+        )
         marked = []
-        for view, plan in zip(views, plans, strict=True):
-            if view.node not in failing:
-                continue
-            actions = [
-                a
-                for a in plan.for_writer(Writer.COORDINATOR)
-                if a.kind in MARKS and not (a.budgeted and view.node in admission.refused)
-            ]
-            done, _ = await self.executor.apply_kube_all(view, actions, token, self.check_valid)
-            if done:
-                marked.append(view.node)
+        try:
+            for view, plan in zip(views, plans, strict=True):
+                if view.node not in failing:
+                    continue
+                actions = [
+                    a
+                    for a in plan.for_writer(Writer.COORDINATOR)
+                    if a.kind in MARKS and not (a.budgeted and view.node in admission.refused)
+                ]
+                done, _ = await self.executor.apply_kube_all(view, actions, token, self.check_valid)
+                if done:
+                    marked.append(view.node)
+        finally:  # held until the reads show the marks (a dry run: nothing)
+            (self.gate.release if self.executor.auditor.dry_run else self.gate.written)(ticket)
         if marked:
             log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
+
+
+def _taken(views: Sequence[NodeView], plans: Sequence[Plan], failing: set[str]) -> set[str]:
+    """The nodes the fast path takes out if admitted: those of each K8s node it cordons or taints.
+
+    A budgeted mark of a failing node's plan takes out every SLURM node of that K8s node
+    (:data:`.admitting.KUBE_NODE_OUT`); the other budgeted actions of the plans are the
+    pass's.
+    """
+    kube = {
+        view.kube_node.name
+        for view, plan in zip(views, plans, strict=True)
+        if view.node in failing
+        and view.kube_node is not None
+        and any(a.budgeted and a.kind in MARKS for a in plan.for_writer(Writer.COORDINATOR))
+    }
+    return {v.node for v in views if v.kube_node is not None and v.kube_node.name in kube}

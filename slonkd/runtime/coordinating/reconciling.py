@@ -173,6 +173,8 @@ class Coordinator:
             else None
         )
         self._last_slurm: list[SlurmNode] | None = None
+        self._last_slurm_at = 0.0
+        """When the read behind ``_last_slurm`` began (monotonic): the fast path's read."""
         self.pass_read = PassRead(self.slurm, self.reads, max_age_s=s.poll_s)
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
@@ -237,8 +239,7 @@ class Coordinator:
         if s.rollout is not None:
             self.rollout = RolloutController(
                 s.rollout, namespace=s.namespace, transport=transport, pods=self.pods,
-                slurm=self.slurm, elector=elector, budget=self.budget, reads=self.reads,
-                block_label=s.budget_block_label,
+                slurm=self.slurm, elector=elector, gate=self.gate, reads=self.reads,
                 hold=self._rollout_hold, paused=self._rollout_paused, kube_nodes=self.nodes,
                 auditor=self.auditor,
                 metrics=self.metrics, table_age_s=s.poll_s,
@@ -314,7 +315,7 @@ class Coordinator:
         Only marking actions, inside the budget (:mod:`.fast_path`); the full pass that
         follows does everything else.
         """
-        await self.fast_path.mark(self._last_slurm)
+        await self.fast_path.mark(self._last_slurm, self._last_slurm_at)
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -330,7 +331,7 @@ class Coordinator:
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
         first = self.passes == 0
         slurm_nodes, read_began, began, reused = await self.pass_read.table()
-        self._last_slurm = slurm_nodes
+        self._last_slurm, self._last_slurm_at = slurm_nodes, read_began
         self.observer.read_since(read_began)  # what the poll handed over before, this read has
         read_at = time.monotonic()
         was_open, rollout_was = self.state.breaker_open, self._rollout_verdict()
@@ -353,44 +354,47 @@ class Coordinator:
                 detail="many nodes fail the same check at once: suspecting the check",
             )
         self.suspected = suspected
-        admission = self.gate.admit(views, plans)
-        self.gate.keep_standing(admission)  # still wanted
-        token = self.elector.check_valid()  # a paused old leader stops here
-        why = admission.open_breaker or (
-            f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
-            if newly
-            else ""
-        )
-        if why and not self.state.breaker_open and not self.memory.error:
-            await self.gate.open_breaker(why, token)
-        self.gate.log_refusals(admission)
-        slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
-        kube_actions: dict[str, tuple[NodeView, list[Action]]] = {}  # per node, in plan order
-        for view, plan in zip(views, plans, strict=True):
-            for action in plan.for_writer(Writer.COORDINATOR):
-                if action.budgeted and view.node in admission.refused:
-                    continue
-                if action.kind in SLURM_KINDS:
-                    slurm_groups[(action.kind, action.cause)].append(view.node)
-                else:
-                    kube_actions.setdefault(view.node, (view, []))[1].append(action)
-        acted = {name for names in slurm_groups.values() for name in names}
-        before = {str(v.node): slurm_text(v.slurm) for v in views if v.node in acted}
-        decided_at = time.monotonic()
-        failed = 0
-        for (kind, cause), names in sorted(
-            slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
-        ):
-            self.elector.check_valid()
-            failed += await self.executor.isolated(
-                self.executor.apply_slurm(kind, cause, names, token, before),
-                action=kind, cause=cause, nodes=names, token=token,
-            )  # fmt: skip
-        for view, actions in kube_actions.values():
-            _, failures = await self.executor.apply_kube_all(
-                view, actions, token, self.elector.check_valid
+        admission, ticket = self.gate.take(views, plans, task="pass", read_at=read_began)
+        try:
+            self.gate.keep_standing(admission)  # still wanted
+            token = self.elector.check_valid()  # a paused old leader stops here
+            why = admission.open_breaker or (
+                f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
+                if newly
+                else ""
             )
-            failed += failures
+            if why and not self.state.breaker_open and not self.memory.error:
+                await self.gate.open_breaker(why, token)
+            self.gate.log_refusals(admission)
+            slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
+            kube_actions: dict[str, tuple[NodeView, list[Action]]] = {}  # per node, in plan order
+            for view, plan in zip(views, plans, strict=True):
+                for action in plan.for_writer(Writer.COORDINATOR):
+                    if action.budgeted and view.node in admission.refused:
+                        continue
+                    if action.kind in SLURM_KINDS:
+                        slurm_groups[(action.kind, action.cause)].append(view.node)
+                    else:
+                        kube_actions.setdefault(view.node, (view, []))[1].append(action)
+            acted = {name for names in slurm_groups.values() for name in names}
+            before = {str(v.node): slurm_text(v.slurm) for v in views if v.node in acted}
+            decided_at = time.monotonic()
+            failed = 0
+            for (kind, cause), names in sorted(
+                slurm_groups.items(), key=lambda kv: (kv[0][0] != Kind.REQUEUE, str(kv[0]))
+            ):
+                self.elector.check_valid()
+                failed += await self.executor.isolated(
+                    self.executor.apply_slurm(kind, cause, names, token, before),
+                    action=kind, cause=cause, nodes=names, token=token,
+                )  # fmt: skip
+            for view, actions in kube_actions.values():
+                _, failures = await self.executor.apply_kube_all(
+                    view, actions, token, self.elector.check_valid
+                )
+                failed += failures
+        finally:  # held until the reads show what the pass took out (a dry run: nothing)
+            (self.gate.release if self.s.dry_run else self.gate.written)(ticket)
         await self.revalidator.after_pass(views, plans)
         self.metrics.reconciled("ok", time.monotonic() - began)
         self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)

@@ -26,6 +26,11 @@ evicted or released, in any phase, and it carries on where it stands once unpaus
 coordinator looks again at once, :meth:`RolloutController.poke`). An open breaker
 (``hold``) stops only new drains.
 
+The budget is admitted through the coordinator's gate (:mod:`.admitting`), as the pass and
+the fast path admit it: what they reserved and the rollout's read may not show yet counts as
+out, and the workers the rollout starts are reserved there before their drain, until the
+reads show them (issue 37 item 3).
+
 The lease and the pause are checked right before each write.
 :meth:`RolloutController.status` gives the progress as a JSON-able dict for ``slonkd status``.
 """
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import structlog
@@ -45,12 +50,13 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.budget import BudgetPolicy, budget_group
+from slonkd.core.budget import budget_group, out_of_service
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import ROLLOUT_WATCHING
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
+from slonkd.core.reservations import Reservation, shows
 from slonkd.core.rollout import (
     ACTIVE,
     REVISION_LABEL,
@@ -64,6 +70,7 @@ from slonkd.core.rollout import (
     progress,
 )
 from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.executing import record_update
 from slonkd.runtime.coordinating.replacing import Replacer
@@ -88,8 +95,7 @@ class RolloutController:
         pods: Informer[Pod],
         slurm: SlurmBackend,
         elector: LeaderElector,
-        budget: BudgetPolicy,
-        block_label: str = "",
+        gate: Gate,
         reads: ReadLimiter | None = None,
         hold: Callable[[], str] = lambda: "",
         paused: Callable[[], str] = lambda: "",
@@ -107,9 +113,11 @@ class RolloutController:
         """The coordinator's K8s node cache: an operator's ``slonk.dev/hold`` is read there."""
         self.slurm = slurm
         self.elector = elector
-        self.budget = budget
+        self.gate = gate
+        """The coordinator's admission gate: its ledger holds the nodes each task takes out."""
+        self.budget = gate.policy
         """The coordinator's per-pool disruption budget (the rollout takes from it)."""
-        self.block_label = block_label
+        self.block_label = gate.block_label
         """The coordinator's ``budget_block_label``: the budget holds per pool and block."""
         self.reads = reads
         """The coordinator's slurmctld read limiter, shared by every reader."""
@@ -134,6 +142,8 @@ class RolloutController:
         """Node -> when the rollout released it (monotonic), until it is back in service."""
         self._status: dict[str, Any] = {"leading": False}
         self._slurm_read = False
+        self._read_at = 0.0
+        """When the read behind the last table began (monotonic), for the gate."""
         self._announced = False
         self._held: dict[str, str] = {}
         self.pods.add_handler(lambda _e: self._dirty.set())
@@ -228,8 +238,10 @@ class RolloutController:
         first = not self._slurm_read and self.table_age_s > 0
         recent = self.slurm.recent_nodes(self.table_age_s) if first else None
         if recent is not None:
+            self._read_at = time.monotonic() - self.table_age_s  # read that long ago at most
             return recent
         await self._read_turn()
+        self._read_at = time.monotonic()
         return await self.slurm.read_nodes()
 
     def _anything_to_do(self) -> bool:
@@ -252,10 +264,20 @@ class RolloutController:
         self._slurm_read = True
         self._settled(slurm_nodes)
         views = self._views(slurm_nodes)
-        plan = plan_rollout(
-            views, self.s, policy=self.budget, hold=self.hold(), paused=self.paused()
-        )
         by_node = {v.node: v for v in views}
+        reserved = self.gate.held(self._read_at, lambda r: _shows(r, by_node.get(r.node)))
+        plan = plan_rollout(
+            views, self.s, policy=self.budget, hold=self.hold(), paused=self.paused(),
+            reserved=reserved,
+        )  # fmt: skip
+        held = {n for nodes in reserved.values() for n in nodes}
+        fresh = [] if self.dry_run else [by_node[n] for n in plan.start if n not in held]
+        fresh = [v for v in fresh if not _out(v)]
+        ticket = self.gate.reserve(  # at once: no other task weighs the budget in between
+            "rollout",
+            {v.node: v.pool for v in fresh},
+            pods={v.node: v.pod.uid for v in fresh if v.pod is not None},
+        )
         self._report_held(plan.held)
         before = {name: slurm_text(node) for name, node in slurm_nodes.items()}
         if self.dry_run:
@@ -269,33 +291,39 @@ class RolloutController:
                 )
             self._publish(self._summary(views, plan))
             return False
-        if plan.release:
-            token = self.elector.check_valid()
-            result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
-            record_update(
-                self.auditor, self.metrics, Kind.RELEASE, ROLLOUT_CAUSE, result, token, before,
-                detail="its new pod is Ready on the update revision (or no pod comes back)",
-            )  # fmt: skip
-            for name in plan.release:
-                self.replacer.forget(name)
-                if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
-                    self._settling[name] = time.monotonic()
-        if plan.start and not self.paused():  # a pause read while the release was written
-            token = self.elector.check_valid()
-            revisions = sorted(
-                {s.update_revision for n in plan.start if (s := by_node[n].statefulset)}
-            )
-            result = await self.slurm.drain(
-                list(plan.start),
-                ROLLOUT_CAUSE,
-                f"replacing pod with revision {','.join(revisions)}",
-            )
-            record_update(
-                self.auditor, self.metrics, Kind.DRAIN, ROLLOUT_CAUSE, result, token, before
-            )
-            now = time.monotonic()
-            for name in result.changed:
-                self.replacer.drained_at[name] = now
+        drained: Collection[str] | None = ()
+        try:
+            if plan.release:
+                token = self.elector.check_valid()
+                result = await self.slurm.resume(list(plan.release), ROLLOUT_CAUSE)
+                record_update(
+                    self.auditor, self.metrics, Kind.RELEASE, ROLLOUT_CAUSE, result, token, before,
+                    detail="its new pod is Ready on the update revision (or no pod comes back)",
+                )  # fmt: skip
+                for name in plan.release:
+                    self.replacer.forget(name)
+                    if by_node[name].pod is not None:  # a pod gone for good has nothing to settle
+                        self._settling[name] = time.monotonic()
+            if plan.start and not self.paused():  # a pause read while the release was written
+                token = self.elector.check_valid()
+                revisions = sorted(
+                    {s.update_revision for n in plan.start if (s := by_node[n].statefulset)}
+                )
+                drained = None  # unknown until slurmctld answers
+                result = await self.slurm.drain(
+                    list(plan.start),
+                    ROLLOUT_CAUSE,
+                    f"replacing pod with revision {','.join(revisions)}",
+                )
+                drained = result.changed
+                record_update(
+                    self.auditor, self.metrics, Kind.DRAIN, ROLLOUT_CAUSE, result, token, before
+                )
+                now = time.monotonic()
+                for name in result.changed:
+                    self.replacer.drained_at[name] = now
+        finally:  # the drained held until the reads show them; the rest released
+            self.gate.written(ticket, drained)
         for name in plan.draining:
             await self.replacer.step(by_node[name], before.get(name))
         for name in list(self.replacer.drained_at):  # released, or undrained by someone else
@@ -380,6 +408,18 @@ class RolloutController:
         out["leading"] = self.elector.is_valid()
         out["max_parallel"] = self.s.max_parallel
         return out
+
+
+def _out(view: WorkerView) -> bool:
+    """Out of service in the rollout's read (the budget's rule)."""
+    return out_of_service(view.slurm, view.kube_node)
+
+
+def _shows(reservation: Reservation, view: WorkerView | None) -> bool:
+    """Whether the rollout's read shows what the reserving task did (see the ledger)."""
+    return view is not None and shows(
+        reservation, out=_out(view), pod=view.pod.uid if view.pod is not None else None
+    )
 
 
 __all__ = ["RolloutController"]
