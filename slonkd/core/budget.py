@@ -66,6 +66,62 @@ def out_of_service(slurm: SlurmNode | None, kube: Node | None) -> bool:
     return slurm_out or kube_out
 
 
+def statefulset_of(node: str) -> str:
+    """The StatefulSet of the worker whose pod (and SLURM node) is ``node``: ``w-3`` -> ``w``."""
+    base, dash, ordinal = node.rpartition("-")
+    return base if dash and ordinal.isdigit() else ""
+
+
+class WorkerGroups:
+    """Each worker's budget group, kept while its pod is gone.
+
+    A node whose pod is gone for a while (deleted, evicted, being replaced) is still a
+    worker of its pool, and often out: counted in ``default`` it would leave its pool room
+    for one more (the soak's I4, two of four out against a limit of 1). It keeps the group of
+    the pod it last had (while it stays in the views); one never seen with a pod (a new
+    leader's first pass) takes its StatefulSet's: its SLURM node is its pod's name,
+    ``<statefulset>-<ordinal>``, and its siblings' pool is its pool.
+    """
+
+    def __init__(self, block_label: str = "") -> None:
+        self.block_label = block_label
+        self._last: dict[str, str] = {}
+
+    def resolve(
+        self,
+        workers: Iterable[tuple[str, Mapping[str, str] | None, Mapping[str, str] | None]],
+    ) -> list[str]:
+        """Groups of ``(node, its pod's labels or None without a pod, its K8s node's labels)``."""
+        rows = list(workers)
+        seen: list[str | None] = []
+        by_set: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for node, pod_labels, node_labels in rows:
+            if pod_labels is None:
+                seen.append(None)
+                continue
+            mine = budget_group(pod_labels, node_labels, block_label=self.block_label)
+            seen.append(mine)
+            if sts := statefulset_of(node):
+                by_set[sts][mine.partition("/")[0]] += 1
+        last = self._last
+        self._last = {  # these workers only: the rest left the fleet
+            node: group if group is not None else last[node]
+            for (node, _, _), group in zip(rows, seen, strict=True)
+            if group is not None or node in last
+        }
+        unknown = budget_group(None, None, block_label=self.block_label)
+        out: list[str] = []
+        for (node, _, _), group in zip(rows, seen, strict=True):
+            if group is not None:
+                out.append(group)
+                continue
+            siblings = by_set.get(statefulset_of(node) or "-")  # "-": no StatefulSet
+            pool = max(sorted(siblings), key=siblings.__getitem__) if siblings else ""
+            fallback = pool + unknown[len(DEFAULT_POOL) :] if pool else unknown
+            out.append(self._last.get(node, fallback))
+        return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetPolicy:
     """Limits per pool; the lower of the count and the percentage wins."""

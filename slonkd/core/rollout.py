@@ -266,8 +266,10 @@ def _pools(views: Sequence[WorkerView], reserved: Mapping[str, frozenset[str]]) 
     sizes: dict[str, int] = {}
     out: dict[str, set[str]] = {pool: set(nodes) for pool, nodes in reserved.items()}
     for v in views:
-        if v.pod is None:
-            continue  # no pod, no pool to count it in (as before; max_parallel bounds these)
+        if v.pod is None and v.statefulset is None:
+            continue  # no pod, and no StatefulSet wants one back: no worker of any pool
+        # a worker whose pod is gone a while (evicted, replaced) is still its pool's, and
+        # often out: skipped, it left the pool room for one more
         sizes[v.pool] = sizes.get(v.pool, 0) + 1
         if out_of_service(v.slurm, v.kube_node):
             out.setdefault(v.pool, set()).add(v.node)

@@ -9,12 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slonkd.core.budget import (
+    POOL_LABEL,
     Admission,
     BudgetPolicy,
     Request,
+    WorkerGroups,
     admit,
     budget_group,
     out_of_service,
+    statefulset_of,
 )
 from slonkd.core.kube_objects import (
     TAINTS_BY_ANNOTATION,
@@ -395,3 +398,23 @@ def test_returning_and_idle_siblings_never_pass_the_limit(
     assert result.admitted | set(result.refused) == {r.node for r in requests}
     if all(i in back for i in wanted):
         assert not result.open_breaker
+
+
+def test_a_worker_keeps_its_group_while_its_pod_is_gone() -> None:
+    """The pod it last had names it; never seen, its StatefulSet siblings' pool (block unknown)."""
+    groups = WorkerGroups(block_label="topo/block")
+    pool = {POOL_LABEL: "w"}
+    b1, b2 = {"topo/block": "b1"}, {"topo/block": "b2"}
+    seen = groups.resolve([("w-0", pool, b1), ("w-1", pool, b2), ("x", None, None)])
+    assert seen == ["w/b1", "w/b2", "default/unlabelled"]
+    assert groups.resolve([("w-0", None, None), ("w-1", pool, b2)]) == [
+        "w/b1",  # its last pod's group
+        "w/b2",
+    ]
+    fresh = WorkerGroups(block_label="topo/block")
+    assert fresh.resolve([("w-0", None, None), ("w-1", pool, None)]) == [
+        "w/unlabelled",  # its siblings' pool, its block unknown
+        "w/unlabelled",
+    ]
+    assert statefulset_of("w-12") == "w"
+    assert statefulset_of("login") == ""

@@ -389,3 +389,17 @@ def test_the_rollout_counts_every_node_out_as_the_coordinator_does() -> None:
         assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"
     views[9] = replace(views[9], kube_node=kube_node("kn-9"))
     assert plan_rollout(views, RolloutSettings(), policy=BudgetPolicy()).start == ("w-0",)
+
+
+def test_a_node_out_while_its_pod_is_gone_still_uses_its_pools_room() -> None:
+    """w-3 is drained for a health check and its pod is gone (evicted, being replaced).
+
+    Its StatefulSet wants it back: it is a worker of the pool, out, and the pool's room (1)
+    is taken. The old rollout skipped a view with no pod and started w-0: two out of a limit
+    of 1 (the coordinator's gate counted it in pool ``default`` the same way).
+    """
+    views = fleet()
+    views[3] = view("w-3", None, node("w-3", "IDLE+DRAIN", "slonkd:health:mount-missing"))
+    plan = plan_rollout(views, RolloutSettings(), policy=BudgetPolicy(max_out=1))
+    assert plan.start == ()
+    assert plan.waiting["w-0"] == "disruption budget of pool default: 1 of 1 out"

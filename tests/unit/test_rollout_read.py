@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from slonkd.core.budget import BudgetPolicy
-from slonkd.core.rollout import RolloutSettings
+from slonkd.core.budget import POOL_LABEL, BudgetPolicy
+from slonkd.core.kube_objects import KubeNodeName, Pod, PodName, PodPhase
+from slonkd.core.rollout import REVISION_LABEL, RolloutSettings, StatefulSetRevision, plan_rollout
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.metrics import Metrics
 from slonkd.runtime.slurm_watch import ReadLimiter
 
-NODE = SlurmNode(name=NodeName("n1"), state=NodeState.from_tokens("IDLE", []))
+IDLE = NodeState.from_tokens("IDLE", [])
+NODE = SlurmNode(name=NodeName("n1"), state=IDLE)
 
 
 class _Slurm:
@@ -85,3 +87,48 @@ async def test_without_a_kept_table_the_rollout_reads_within_the_limit() -> None
         reads = ReadLimiter(2.0)
         assert await _controller(slurm, reads, age)._read_table() == [NODE]
         assert (slurm.reads, reads.reads) == (1, 1)
+
+
+class _Items:
+    """An informer's cache, as ``_views`` reads it."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+
+    def items(self) -> dict[str, Any]:
+        return self.objects
+
+
+def _pod(i: int) -> Pod:
+    return Pod(
+        name=PodName(f"w-{i}"), namespace="ns", uid=f"uid-{i}", resource_version="1",
+        node_name=KubeNodeName(f"kn-{i}"), phase=PodPhase.RUNNING, ready=True,
+        labels={POOL_LABEL: "w", REVISION_LABEL: "w-old"},
+    )  # fmt: skip
+
+
+def test_a_worker_whose_pod_is_gone_is_in_the_rollouts_views_in_its_pool() -> None:
+    """w-3 drained for health, its pod gone: its StatefulSet wants it, it counts in pool w.
+
+    The old views held a pod-less node only when the rollout held it, so a pool with its
+    room taken by w-3 let the rollout start w-0 (limit 1, two out).
+    """
+    sts = StatefulSetRevision(
+        name="w", namespace="ns", update_revision="w-new", current_revision="w-old",
+        replicas=4, on_delete=True, selector={POOL_LABEL: "w"},
+    )  # fmt: skip
+    pods = {f"uid-{i}": _pod(i) for i in range(3)}
+    ctl = _controller(_Slurm(None), ReadLimiter(100.0), table_age_s=1.0)
+    ctl.pods = _Items(pods)  # type: ignore[assignment]
+    ctl.statefulsets = _Items({"w": sts})  # type: ignore[assignment]
+    slurm = {f"w-{i}": SlurmNode(name=NodeName(f"w-{i}"), state=IDLE) for i in range(4)}
+    slurm["w-3"] = SlurmNode(
+        name=NodeName("w-3"), state=NodeState.from_tokens("IDLE", ["DRAIN"]),
+        reason="slonkd:health:mount-missing by slonkd agent",
+    )  # fmt: skip
+    views = ctl._views(slurm)
+    assert [(v.node, v.pool, v.statefulset is not None) for v in views] == [
+        ("w-0", "w", True), ("w-1", "w", True), ("w-2", "w", True), ("w-3", "w", True),
+    ]  # fmt: skip
+    plan = plan_rollout(views, RolloutSettings(), policy=BudgetPolicy(max_out=1))
+    assert plan.start == ()

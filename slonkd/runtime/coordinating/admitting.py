@@ -30,8 +30,8 @@ from slonkd.core.budget import (
     Admission,
     BudgetPolicy,
     Request,
+    WorkerGroups,
     admit,
-    budget_group,
     out_of_service,
 )
 from slonkd.core.plan import Kind, NodeView, Plan, Writer
@@ -77,22 +77,6 @@ def stays_out(view: NodeView, lifted: frozenset[Kind]) -> bool:
     return out_of_service(slurm, kube)
 
 
-def _statefulset(node: str) -> str:
-    """The StatefulSet of the worker whose pod (and SLURM node) is ``node``: ``w-3`` -> ``w``."""
-    base, dash, ordinal = node.rpartition("-")
-    return base if dash and ordinal.isdigit() else ""
-
-
-def _pool_of(group: str) -> str:
-    return group.partition("/")[0]
-
-
-def _with_pool(group: str, pool: str) -> str:
-    """``group`` with its pool replaced (its block, if any, kept)."""
-    _, slash, block = group.partition("/")
-    return f"{pool}{slash}{block}"
-
-
 class Gate:
     """The budget's answers for one leader's term, and the breaker it opens."""
 
@@ -106,8 +90,8 @@ class Gate:
         self._refused: dict[str, str] = {}
         self._standing: frozenset[str] = frozenset()
         """Candidates held back by the breaker when a human reset it (see ``admit``)."""
-        self._last_group: dict[str, str] = {}
-        """Node -> its group when it last had a pod (see :meth:`groups`)."""
+        self._groups = WorkerGroups(block_label)
+        """Each node's group, kept while its pod is gone (see :meth:`groups`)."""
         self.ledger = Ledger()
         """Nodes a task of this term was admitted to take out, until the reads show them."""
 
@@ -280,46 +264,15 @@ class Gate:
         self._standing &= admission.admitted | frozenset(admission.refused)
 
     def groups(self, views: Sequence[NodeView]) -> list[str]:
-        """Each view's budget group: its pod's pool (and K8s node's block when so configured).
-
-        A node whose pod is gone for a while (deleted, evicted, being replaced) is still a
-        worker of its pool, and often out: counted in ``default`` it would leave its pool
-        room for one more (the soak's I4, two of four out against a limit of 1). It keeps the
-        group of the pod it last had in this term; a node never seen with a pod in this term
-        (a new leader's first pass) takes its StatefulSet's: its SLURM node is its pod's name,
-        ``<statefulset>-<ordinal>``, and its siblings' pool is its pool.
-        """
-        groups: list[str | None] = []
-        by_set: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for view in views:
-            if view.pod is None:
-                groups.append(None)
-                continue
-            seen = budget_group(
-                view.pod.labels,
-                view.kube_node.labels if view.kube_node is not None else None,
-                block_label=self.block_label,
+        """Each view's budget group; a node whose pod is gone keeps its pool (``WorkerGroups``)."""
+        return self._groups.resolve(
+            (
+                str(v.node),
+                v.pod.labels if v.pod is not None else None,
+                v.kube_node.labels if v.kube_node is not None else None,
             )
-            groups.append(seen)
-            if sts := _statefulset(view.node):
-                by_set[sts][_pool_of(seen)] += 1
-        last = self._last_group
-        self._last_group = {  # this pass's nodes only: the rest left the fleet
-            str(v.node): g if g is not None else last[v.node]
-            for v, g in zip(views, groups, strict=True)
-            if g is not None or v.node in last
-        }
-        unknown = budget_group(None, None, block_label=self.block_label)
-        out: list[str] = []
-        for view, group in zip(views, groups, strict=True):
-            if group is not None:
-                out.append(group)
-                continue
-            siblings = by_set.get(_statefulset(view.node) or "-")  # "-": no StatefulSet
-            pool = max(sorted(siblings), key=siblings.__getitem__) if siblings else ""
-            fallback = _with_pool(unknown, pool) if pool else unknown
-            out.append(self._last_group.get(str(view.node), fallback))
-        return out
+            for v in views
+        )
 
     def log_refusals(self, admission: Admission) -> None:
         """One log line per node and reason when the budget keeps it in (not every pass)."""

@@ -50,7 +50,7 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.budget import budget_group, out_of_service
+from slonkd.core.budget import WorkerGroups, out_of_service
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import ROLLOUT_WATCHING
@@ -119,6 +119,8 @@ class RolloutController:
         """The coordinator's per-pool disruption budget (the rollout takes from it)."""
         self.block_label = gate.block_label
         """The coordinator's ``budget_block_label``: the budget holds per pool and block."""
+        self._groups = WorkerGroups(self.block_label)
+        """Each worker's pool, kept while its pod is gone (as the gate keeps it)."""
         self.reads = reads
         """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
@@ -195,7 +197,10 @@ class RolloutController:
             p.name: p for p in self.pods.items().values() if p.namespace == self.namespace
         }
         names = set(pods) | {n for n, s in slurm_nodes.items() if held_by_rollout(s)}
-        views = []
+        # a worker whose pod is gone a while is still its pool's (and often out): counted
+        wanted = (f"{s.name}-{i}" for s in statefulsets for i in range(s.replicas))
+        names |= {n for n in wanted if n in slurm_nodes and n not in pods}
+        rows = []
         for name in sorted(names):
             pod = pods.get(name)
             if pod is not None:
@@ -205,6 +210,12 @@ class RolloutController:
             kube_node = None
             if pod is not None and pod.node_name and self.kube_nodes is not None:
                 kube_node = self.kube_nodes.get(pod.node_name)
+            rows.append((name, pod, sts, kube_node))
+        pools = self._groups.resolve(
+            (n, p.labels if p else None, k.labels if k else None) for n, p, _, k in rows
+        )
+        views = []
+        for (name, pod, sts, kube_node), pool in zip(rows, pools, strict=True):
             views.append(
                 WorkerView(
                     node=name,
@@ -212,11 +223,7 @@ class RolloutController:
                     statefulset=sts,
                     slurm=slurm_nodes.get(name),
                     settling=name in self._settling,
-                    pool=budget_group(
-                        pod.labels if pod else None,
-                        kube_node.labels if kube_node else None,
-                        block_label=self.block_label,
-                    ),
+                    pool=pool,
                     kube_node=kube_node,
                 )
             )
