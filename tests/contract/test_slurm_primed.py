@@ -110,14 +110,8 @@ async def test_the_backends_hold_and_release_write_through_it_and_unsafe_text_do
     assert "Reason=slonkd:pod-terminating it's 'terminating' [" in _show(one), _show(one)
 
 
-async def test_the_primed_write_follows_the_read_sooner_than_a_new_process(
-    one: SlurmCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The window from the read's answer to the write's answer, primed against argv.
-
-    Measured here for the note; asserted only as "no slower in the median" (2 cores, shared).
-    """
-    windows: dict[bool, list[float]] = {True: [], False: []}
+def _time_reads(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each compare-and-set read answered (``perf_counter``), the real read unchanged."""
     read_done: list[float] = []
     real_read = ScontrolBackend.read_for_update
 
@@ -127,6 +121,18 @@ async def test_the_primed_write_follows_the_read_sooner_than_a_new_process(
         return got
 
     monkeypatch.setattr(ScontrolBackend, "read_for_update", timed_read)
+    return read_done
+
+
+async def test_the_primed_write_follows_the_read_sooner_than_a_new_process(
+    one: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window from the read's answer to the write's answer, primed against argv.
+
+    Measured here for the note; asserted only as "no slower in the median" (2 cores, shared).
+    """
+    windows: dict[bool, list[float]] = {True: [], False: []}
+    read_done = _time_reads(monkeypatch)
     for round_ in range(10):
         for primed in (True, False):
             backend = ScontrolBackend(settings_for(one, primed_writes=primed))
@@ -158,15 +164,7 @@ async def test_a_slow_starting_primed_scontrol_is_waited_for_before_the_read(
     base = settings_for(one)
     slow = ["sh", "-c", SLOW_INTERACTIVE.format(s=SLOW_START_S), "sh", *base.argv_prefix]
     settings = settings_for(one, argv_prefix=tuple(slow))
-    read_done: list[float] = []
-    real_read = ScontrolBackend.read_for_update
-
-    async def timed_read(self: ScontrolBackend, *args: Any, **kw: Any) -> Any:
-        got = await real_read(self, *args, **kw)
-        read_done.append(time.perf_counter())
-        return got
-
-    monkeypatch.setattr(ScontrolBackend, "read_for_update", timed_read)
+    read_done = _time_reads(monkeypatch)
     backend = ScontrolBackend(settings)
     started = time.perf_counter()
     result = await backend.drain(["n1"], POD, "slow start")
