@@ -117,7 +117,11 @@ class WorkerGroups:
                 continue
             siblings = by_set.get(statefulset_of(node) or "-")  # "-": no StatefulSet
             pool = max(sorted(siblings), key=siblings.__getitem__) if siblings else ""
-            fallback = pool + unknown[len(DEFAULT_POOL) :] if pool else unknown
+            fallback = (
+                budget_group({POOL_LABEL: pool}, None, block_label=self.block_label)
+                if pool
+                else unknown
+            )
             out.append(self._last.get(node, fallback))
         return out
 

@@ -107,19 +107,17 @@ class PrimedScontrol:
         except OSError:
             self._proc = None
             return
-        await self._prompted()
+        await self._wait_for_prompt()
 
-    async def _prompted(self) -> bool:
-        """Whether the prompt came within READY_WAIT_S (False: exited or slow; both go on)."""
+    async def _wait_for_prompt(self) -> None:
+        """Until the prompt, the process's exit, or READY_WAIT_S (the last two go on as well)."""
         out = self._proc.stdout if self._proc is not None else None
         if out is None:
-            return False
+            return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(READY_WAIT_S, self._settings.timeout_s)):
                 with contextlib.suppress(asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                     await out.readuntil(PROMPT)
-                    return True
-        return False
 
     def can_send(self, args: Sequence[str]) -> bool:
         """Whether this update can go through the primed process."""
