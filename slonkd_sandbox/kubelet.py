@@ -9,7 +9,8 @@ this process plays the kubelet's part instead:
   with the pod's environment (plain values and the usual downward-API fields), bounded by
   the grace period; then stop the slurmd as a kubelet stops a container (SIGTERM, SIGKILL
   after the rest of the grace, at least 2 s); then finish the deletion (grace 0, uid
-  precondition), after which the StatefulSet recreates the pod;
+  precondition; tried again while the apiserver is away), after which the StatefulSet
+  recreates the pod;
 - a pod gone without a graceful deletion -> its slurmd is killed at once.
 
 Pod ``P`` is bound to the SLURM node named in the bindings, or to SLURM node ``P`` itself.
@@ -39,6 +40,8 @@ from slonkd_sandbox.slurm_control import control, slurmd_host_pid
 
 MIN_KILL_GRACE_S = 2.0
 """After preStop, a kubelet still gives containers at least this long before SIGKILL."""
+DELETE_BOUND_S = 300.0
+"""How long the final deletion is tried again while the apiserver is away (a restart)."""
 
 
 class _StandIn:
@@ -153,16 +156,35 @@ class _StandIn:
         left = max(grace - (time.monotonic() - begun), MIN_KILL_GRACE_S)
         reply = self.control({"op": "stop_slurmd", "node": node, "grace_s": left}, pod=name)
         self.note("slurmd.stopped", pod=name, uid=uid, node=node, how=(reply or {}).get("how"))
-        try:
-            self.api.request(
-                "DELETE",
-                f"/api/v1/namespaces/{self.namespace}/pods/{name}",
-                {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
-                ok=(200, 202, 404, 409),
-            )
-        except (OSError, ApiError) as exc:
-            self.note("pod.delete_failed", pod=name, uid=uid, error=str(exc)[:300])
-        self.note("pod.deleted", pod=name, uid=uid)
+        self.finish_deletion(name, uid)
+
+    def finish_deletion(
+        self, name: str, uid: str, *, bound_s: float = DELETE_BOUND_S, pause_s: float = 0.5
+    ) -> None:
+        """Finish the pod's deletion (grace 0, uid precondition), as a kubelet does.
+
+        Tried again while the apiserver is away or failing (an apiserver restart), up to
+        ``bound_s``; a refusal of the request itself (4xx other than 429) is final.
+        """
+        deadline = time.monotonic() + bound_s
+        while True:
+            try:
+                self.api.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{self.namespace}/pods/{name}",
+                    {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+                    ok=(200, 202, 404, 409),
+                )
+            except (OSError, ApiError) as exc:
+                self.note("pod.delete_failed", pod=name, uid=uid, error=str(exc)[:300])
+                final = isinstance(exc, ApiError) and exc.status < 500 and exc.status != 429
+                if final or time.monotonic() >= deadline:
+                    self.note("pod.delete_abandoned", pod=name, uid=uid)
+                    return
+                time.sleep(pause_s)
+                continue
+            self.note("pod.deleted", pod=name, uid=uid)
+            return
 
 
 def _prestop(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
