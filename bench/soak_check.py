@@ -6,7 +6,9 @@ coordinators' audit logs, ``/proc``) and never slonkd's memory. The one exceptio
 of its plan), checked together with the outside reads.
 
 - I1 a SLURM drain/failure (reason and state) or a K8s cordon/taint the soak made as an
-  operator stays exactly as the soak left it until the soak undoes it (:class:`Marks`);
+  operator stays exactly as the soak left it until the soak undoes it (:class:`Marks`); the
+  pools' tolerated taint (:data:`bench.soak_fleet.POOL_TAINT`) stays on every K8s node and
+  never drains a node;
 - I2 no job ends FAILED/CANCELLED/NODE_FAIL/BOOT_FAIL unless an injected event touched one of
   its nodes while it lived (then it is counted as lost to that event, not hidden);
 - I3 no audit record carries a fencing token older than the Lease's token seen before the
@@ -39,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, SoakFleet
+from bench.soak_fleet import COORDINATOR_CONFIG, NAMESPACE, POOL_TAINT, SoakFleet
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
 from slonkd.core.plan import Kind
@@ -390,6 +392,7 @@ class Checker:
                 self.lease_tokens.append((snap.t, token))
                 self.timeline.write("lease", holder=snap.lease.get("holderIdentity"), token=token)
         self._check_marks(snap)
+        self._check_pool_taint(snap)
         self._check_jobs(snap)
         self._check_budget(snap)
         self._check_recovery()
@@ -438,6 +441,20 @@ class Checker:
                 keys = {t["key"] for t in snap.knodes[knode]["spec"].get("taints", [])}
                 if mark.key not in keys:
                     self.violate("I1", (knode, str(mark.event)), what="operator taint removed")
+
+    def _check_pool_taint(self, snap: Snapshot) -> None:
+        """The pools' tolerated taint is no maintenance: it drains nothing and stays put."""
+        drained_for = f"slonkd:k8s-tainted:{POOL_TAINT['key'].rsplit('/', 1)[-1]}"
+        for node, (state, reason, _) in (snap.slurm or {}).items():
+            if reason.replace(";", " ").split(" ", 1)[0] == drained_for:
+                self.violate("I1", (node, "pool-taint"), state=state, reason=reason,
+                             what="drained for the pool's tolerated taint")  # fmt: skip
+        for knode in self.fleet.kube_nodes:
+            body = (snap.knodes or {}).get(knode)
+            if body is None:
+                continue
+            if POOL_TAINT["key"] not in {t["key"] for t in body["spec"].get("taints") or []}:
+                self.violate("I1", (knode, "pool-taint"), what="the pool's tolerated taint removed")
 
     def _slurm_mark_changed(self, snap: Snapshot, node: str, mark: Mark, got: list[str]) -> None:
         """A foreign SLURM mark changed: slonkd's doing (I1), or lost to an injected fault.

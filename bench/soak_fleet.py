@@ -8,6 +8,10 @@ pod), the first :data:`RELAYED` of them through a relay the soak can cut
 (:mod:`bench.soak_relay`), each with a mount check on a path of its own that the soak can
 break (a symlink swap) to make its health verdict fail. Two ``slonkd coordinator`` processes
 share one Lease; a killed one is started again by :meth:`SoakFleet.respawn`, as a Deployment would.
+
+Every K8s node carries :data:`POOL_TAINT` from the start, as every node of a managed GPU pool
+does, and both pools tolerate it (:data:`POOL_TOLERATION`): the pool's nature, never a reason
+to drain (the checker in :mod:`bench.soak_check` says so if slonkd drains for it).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ SELECTOR = WORKER_SELECTOR
 LEASE = "slonkd-coordinator"
 GRACE_S = 12
 RELAYED = 3
+POOL_TAINT: dict[str, str] = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+"""The taint every K8s node of the soak carries, as a managed service puts on its GPU pools."""
+POOL_TOLERATION: dict[str, str] = {"key": "nvidia.com/gpu", "operator": "Exists",
+                                   "effect": "NoSchedule"}  # fmt: skip
+"""Both pools' toleration of :data:`POOL_TAINT` (as the chart's ``pools[].tolerations``)."""
 """How many pods' agents reach the broker through a relay the soak can cut (the first real ones)."""
 COORDINATOR_CONFIG: dict[str, Any] = {
     "resync_s": 5,
@@ -211,6 +220,9 @@ class SoakFleet:
         count = len(self.names) // 2 + 2  # two pods a node, and room for evicted ones
         self.kube_nodes = kube.add_fake_nodes([f"k{i}" for i in range(count)])
         kube.wait_untainted(self.kube_nodes, timeout_s=120, interval_s=0.5)
+        for knode in self.kube_nodes:  # untainted now: the pool's taint is the only one
+            kube.api.request("PATCH", f"/api/v1/nodes/{knode}", {"spec": {"taints": [POOL_TAINT]}},
+                             content_type="application/merge-patch+json")  # fmt: skip
         kube.create_namespace(NAMESPACE)
         self.stack.enter_context(
             KubeletStandIn(kube=kube, slurm=slurm, namespace=NAMESPACE, root=self.root / "kubelet")
@@ -219,11 +231,7 @@ class SoakFleet:
                                         (DECLARED_POOL, self.declared, False)):  # fmt: skip
             if not replicas:
                 continue
-            sts = worker_statefulset(
-                pool, replicas=replicas, grace_s=GRACE_S, prestop=_prestop_argv(), standin=standin
-            )
-            spread_over_nodes(sts, when="ScheduleAnyway", match=dict(WORKER_LABELS))
-            sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
+            sts = pool_statefulset(pool, replicas=replicas, standin=standin)
             kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
         slurm.wait_idle(self.real_names, timeout_s=180)
         self.env = {
@@ -370,6 +378,21 @@ class SoakFleet:
                     slot.daemon.signal(signal.SIGCONT)
                 slot.daemon.stop(grace_s=10)
         self.stack.close()
+
+
+def pool_statefulset(pool: str, *, replicas: int, standin: bool) -> dict[str, Any]:
+    """One pool's StatefulSet: preStop ``slonkd prestop``, spread, tolerating the pool's taint."""
+    sts = worker_statefulset(
+        pool,
+        replicas=replicas,
+        grace_s=GRACE_S,
+        prestop=_prestop_argv(),
+        standin=standin,
+        tolerations=[POOL_TOLERATION],
+    )
+    spread_over_nodes(sts, when="ScheduleAnyway", match=dict(WORKER_LABELS))
+    sts["spec"]["updateStrategy"] = {"type": "OnDelete"}  # as the chart: slonkd rolls
+    return sts
 
 
 def _started(service: _T | None) -> _T:

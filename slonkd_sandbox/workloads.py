@@ -54,11 +54,13 @@ def worker_statefulset(
     env: Mapping[str, str] | None = None,
     priority_class: str | None = None,
     standin: bool = True,
+    tolerations: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A slurmd worker StatefulSet whose pods the kubelet stand-in binds to slurmd.
 
     Pod ``<name>-<i>`` is bound to SLURM node ``<name>-<i>`` unless bindings say otherwise.
     With ``standin=False`` the pods are plain kwok pods: a deletion completes at once.
+    ``tolerations`` are added to the kwok node's (a pool's own, e.g. a GPU pool's taint).
     """
     pod_labels = {**WORKER_LABELS, "slonk.dev/pool": name, **(labels or {})}
     if standin:
@@ -82,7 +84,8 @@ def worker_statefulset(
         "terminationGracePeriodSeconds": grace_s,
         "containers": [container],
         "tolerations": [
-            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"},
+            *(dict(t) for t in tolerations),
         ],
         "nodeSelector": {"type": "kwok", **(node_selector or {})},
         "automountServiceAccountToken": False,

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
-from bench import soak_check
+from bench import soak_check, soak_fleet
 from bench.soak_check import Checker, Mark, Marks, SlurmView, Timeline, carries, parse_sinfo
 from bench.soak_fleet import SoakFleet
 from slonkd.core.kube_objects import CORDONED_BY_ANNOTATION
@@ -253,3 +253,42 @@ def test_a_node_terminating_without_the_rollout_is_not_the_rollouts() -> None:
     operator = ("drained", REASON, "root")
     checker.rollout_held.add("d-4")
     assert checker.rollout_holds({"d-4": operator}) == set()  # someone else holds it now
+
+
+class _TaintedFleet:
+    """A fleet whose K8s nodes all carry the pool's tolerated taint (a managed GPU pool)."""
+
+    def __init__(self) -> None:
+        self.names = ["w-0", "w-1"]
+        self.kube_nodes = ["k0", "k1"]
+
+
+def test_a_drain_for_the_pools_tolerated_taint_or_its_loss_is_a_violation(tmp_path: Path) -> None:
+    """The soak's nodes carry ``nvidia.com/gpu=present:NoSchedule``, tolerated by both pools.
+
+    slonkd draining a node for it (``slonkd:k8s-tainted:gpu``) is the defect of issue 37 item 1;
+    the taint disappearing from a node means someone removed what the pool is made of.
+    """
+    timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
+    checker = Checker(fleet=cast(SoakFleet, _TaintedFleet()), marks=Marks(), timeline=timeline)
+    gpu = dict(soak_fleet.POOL_TAINT)
+    knodes = {
+        "k0": {"metadata": {"name": "k0"}, "spec": {"taints": [gpu]}},
+        "k1": {"metadata": {"name": "k1"}, "spec": {"taints": []}},
+    }
+    slurm = {"w-0": ("drained", "slonkd:k8s-tainted:gpu", "slonkd"),
+             "w-1": ("drained", "slonkd:k8s-tainted:maintenance by slonkd", "slonkd")}  # fmt: skip
+    snap = soak_check.Snapshot(t=time.time(), slurm=slurm, knodes=knodes, pods={}, lease=None)
+    checker._check_pool_taint(snap)
+    checker._check_pool_taint(snap)  # counted once per key
+    assert checker.violations["I1"] == 2
+    whats = sorted(v["what"] for v in _events(checker, "violation"))
+    assert whats == ["drained for the pool's tolerated taint", "the pool's tolerated taint removed"]
+
+
+def test_the_soaks_pools_tolerate_the_taint_their_nodes_carry() -> None:
+    """Both StatefulSets' pod templates carry the toleration the checker relies on."""
+    for pool in (soak_fleet.REAL_POOL, soak_fleet.DECLARED_POOL):
+        sts = soak_fleet.pool_statefulset(pool, replicas=2, standin=pool == soak_fleet.REAL_POOL)
+        tolerations = sts["spec"]["template"]["spec"]["tolerations"]
+        assert soak_fleet.POOL_TOLERATION in tolerations, tolerations
