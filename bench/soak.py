@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ an RNG of its own, after the rest: a seed's other steps stay as they were (same 
 targets), so a run of an older seed is replayed with these rollouts added."""
 ROLLOUT_LAG_S = (0.0, 8.0)
 TAINT_KEY = "ops.example.com/maintenance"
+READ_BACK_S = 30.0
+"""How long an operator's write whose answer was lost waits for a read that judges it."""
 MAX_OUTAGE_LINES_PER_MIN = 60.0
 MAX_RSS_SLOPE_MB_PER_H = 5.0
 
@@ -303,7 +306,9 @@ class Soak:
                     return "skipped: cordoned already"
                 m.in_flight.add(target)
             try:
-                self.patch_node(target, {"spec": {"unschedulable": True}})
+                why = self.set_cordon(target, cordoned=True)
+                if why is not None:
+                    return why
                 with m.lock:
                     m.cordons[target] = Mark(event=step.id, since=time.time())
             finally:
@@ -364,13 +369,50 @@ class Soak:
         if mark is None:
             return "skipped: nothing to undo"
         try:
-            self.patch_node(knode, {"spec": {"unschedulable": False}})
-        except Exception:
-            m.give_back(m.cordons, knode, mark)
-            raise
+            why = self.set_cordon(knode, cordoned=False)
+            if why is not None:
+                m.give_back(m.cordons, knode, mark)
+                return f"{why}, kept"
         finally:
             m.settle(knode)
         return "done"
+
+    def set_cordon(self, knode: str, *, cordoned: bool) -> str | None:
+        """Cordon or uncordon ``knode`` as an operator; None once it holds, else why not."""
+        return self.write_node(
+            knode,
+            {"spec": {"unschedulable": cordoned}},
+            holds=lambda node: bool(node["spec"].get("unschedulable")) is cordoned,
+        )
+
+    def write_node(
+        self, knode: str, body: Any, *, holds: Callable[[dict[str, Any]], bool],
+        json_patch: bool = False,
+    ) -> str | None:  # fmt: skip
+        """PATCH ``knode`` as an operator; None once the node ``holds`` it, else why not.
+
+        A PATCH whose answer is lost (the apiserver killed while it took it) may have landed:
+        the node is read again, for up to :data:`READ_BACK_S` while the apiserver is away,
+        and the outcome judged on that read, never assumed.
+        """
+        try:
+            self.patch_node(knode, body, json_patch=json_patch)
+            return None
+        except Exception as exc:  # noqa: BLE001 - judged on a read below
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        deadline = time.monotonic() + READ_BACK_S
+        while True:
+            try:
+                node = self.fleet.kube.api.request("GET", f"/api/v1/nodes/{knode}", timeout_s=10)
+            except Exception:  # noqa: BLE001 - the apiserver is away: read again
+                if time.monotonic() >= deadline:
+                    return f"failed: {error}; no read in {READ_BACK_S:.0f} s"
+                time.sleep(1)
+                continue
+            if holds(node):
+                self.timeline.write("outcome_read", node=knode, body=body, error=error)
+                return None
+            return f"failed: {error}"
 
     def taint(self, knode: str, event: int) -> str:
         """Add the operator's taint (a JSON patch with a resourceVersion test: nothing lost)."""
@@ -389,7 +431,10 @@ class Soak:
                 {"op": "add", "path": "/spec/taints/-" if taints else "/spec/taints",
                  "value": taint if taints else [taint]},
             ]  # fmt: skip
-            self.patch_node(knode, ops, json_patch=True)
+            why = self.write_node(knode, ops, json_patch=True, holds=lambda body: taint in (
+                body["spec"].get("taints") or []))  # fmt: skip
+            if why is not None:
+                return why
             with m.lock:
                 m.taints[knode] = Mark(event=event, since=time.time(), key=TAINT_KEY)
         finally:
@@ -560,10 +605,10 @@ class Soak:
             with self.marks.lock:
                 self.marks.in_flight.add(knode)
             try:
-                self.patch_node(knode, {"spec": {"unschedulable": True}})
-                with self.marks.lock:
-                    self.marks.cordons[knode] = Mark(event=step.id, since=time.time())
-                done.append(knode)
+                if self.set_cordon(knode, cordoned=True) is None:
+                    with self.marks.lock:
+                        self.marks.cordons[knode] = Mark(event=step.id, since=time.time())
+                    done.append(knode)
             finally:
                 self.marks.settle(knode)
         return done

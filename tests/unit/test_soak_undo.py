@@ -6,6 +6,7 @@ Neighbours: tests/unit/test_soak_schedule.py (the schedule), tests/unit/test_soa
 
 from __future__ import annotations
 
+import http.client
 import queue
 import subprocess
 import time
@@ -87,3 +88,86 @@ def test_an_operators_command_that_times_out_is_recorded_and_the_next_one_runs(
     assert soak.workload == 1
     timeline = (tmp_path / "timeline.jsonl").read_text()
     assert "timed out" in timeline
+
+
+class _Nodes:
+    """The apiserver's node answers: a PATCH that lands and then loses its answer, then GETs."""
+
+    def __init__(self, cordoned: bool, *, lands: bool) -> None:
+        self.cordoned = cordoned
+        self.lands = lands
+        self.calls: list[str] = []
+
+    def request(self, method: str, path: str, body: object = None, **_: object) -> object:
+        self.calls.append(method)
+        if method == "PATCH":
+            if self.lands:
+                self.cordoned = bool(body["spec"]["unschedulable"])  # type: ignore[index]
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        return {"metadata": {"name": "k4"}, "spec": {"unschedulable": self.cordoned}}
+
+
+def _kube_soak(tmp_path: Path, api: _Nodes) -> Soak:
+    soak = _soak(tmp_path, [])
+    soak.fleet = SimpleNamespace(kube=SimpleNamespace(api=api))  # type: ignore[assignment]
+    knodes = {"k4": {"spec": {"unschedulable": api.cordoned}}}
+    soak.checker = SimpleNamespace(last=SimpleNamespace(knodes=knodes))  # type: ignore[assignment]
+    return soak
+
+
+def test_an_uncordon_that_landed_though_its_answer_was_lost_is_the_operators_undo(
+    tmp_path: Path,
+) -> None:
+    """The apiserver was killed while it took the soak's uncordon (seed 9001, t = 213 s).
+
+    The uncordon landed, its answer did not: the soak put its mark back and the checker then
+    blamed someone for removing the operator's cordon (a false I1). The outcome is read.
+    """
+    api = _Nodes(cordoned=True, lands=True)
+    soak = _kube_soak(tmp_path, api)
+    soak.marks.cordons["k4"] = Mark(event=116, since=time.time())
+    assert soak.uncordon("k4", 116).startswith("done")
+    assert "k4" not in soak.marks.cordons
+    assert api.calls == ["PATCH", "GET"]
+
+
+def test_an_uncordon_that_did_not_land_keeps_the_mark(tmp_path: Path) -> None:
+    """Lost on the way: the node still reads cordoned, so the mark stays for the final undo."""
+    api = _Nodes(cordoned=True, lands=False)
+    soak = _kube_soak(tmp_path, api)
+    soak.marks.cordons["k4"] = Mark(event=116, since=time.time())
+    assert soak.uncordon("k4", 116).startswith("failed")
+    assert soak.marks.cordons["k4"].event == 116
+
+
+def test_a_cordon_that_landed_though_its_answer_was_lost_is_the_operators(tmp_path: Path) -> None:
+    """The operator's cordon landed without an answer: it is a mark of the soak's, as any."""
+    api = _Nodes(cordoned=False, lands=True)
+    soak = _kube_soak(tmp_path, api)
+    step = Step(id=40, at=100.0, kind="op_cordon", target="k4")
+    assert soak.do_workload(step) == "done"
+    assert soak.marks.cordons["k4"].event == 40
+
+
+class _Tainted(_Nodes):
+    """A node whose taint PATCH lands and loses its answer."""
+
+    def __init__(self) -> None:
+        super().__init__(cordoned=False, lands=True)
+        self.taints: list[dict[str, str]] = []
+
+    def request(self, method: str, path: str, body: object = None, **_: object) -> object:
+        self.calls.append(method)
+        if method == "PATCH":
+            self.taints.append(body[-1]["value"][0])  # type: ignore[index]
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        spec = {"taints": list(self.taints)}
+        return {"metadata": {"name": "k4", "resourceVersion": "7"}, "spec": spec}
+
+
+def test_a_taint_that_landed_though_its_answer_was_lost_is_the_operators(tmp_path: Path) -> None:
+    """Unrecorded, the operator's taint would stay for good and the node never converge."""
+    api = _Tainted()
+    soak = _kube_soak(tmp_path, api)
+    assert soak.taint("k4", 41) == "done"
+    assert soak.marks.taints["k4"].event == 41
