@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slonkd.core.kube_objects import Node, TaintEffect
@@ -93,16 +93,12 @@ class WorkerGroups:
     ) -> list[str]:
         """Groups of ``(node, its pod's labels or None without a pod, its K8s node's labels)``."""
         rows = list(workers)
-        seen: list[str | None] = []
-        by_set: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for node, pod_labels, node_labels in rows:
-            if pod_labels is None:
-                seen.append(None)
-                continue
-            mine = budget_group(pod_labels, node_labels, block_label=self.block_label)
-            seen.append(mine)
-            if sts := statefulset_of(node):
-                by_set[sts][mine.partition("/")[0]] += 1
+        seen: list[str | None] = [
+            None
+            if pod_labels is None
+            else budget_group(pod_labels, node_labels, block_label=self.block_label)
+            for _, pod_labels, node_labels in rows
+        ]
         last = self._last
         self._last = {  # these workers only: the rest left the fleet
             node: group if group is not None else last[node]
@@ -110,11 +106,17 @@ class WorkerGroups:
             if group is not None or node in last
         }
         unknown = budget_group(None, None, block_label=self.block_label)
+        by_set: dict[str, dict[str, int]] | None = None  # built for the first stranger only
         out: list[str] = []
         for (node, _, _), group in zip(rows, seen, strict=True):
             if group is not None:
                 out.append(group)
                 continue
+            if node in self._last:
+                out.append(self._last[node])
+                continue
+            if by_set is None:
+                by_set = _pools_by_statefulset(rows, seen)
             siblings = by_set.get(statefulset_of(node) or "-")  # "-": no StatefulSet
             pool = max(sorted(siblings), key=siblings.__getitem__) if siblings else ""
             fallback = (
@@ -122,8 +124,19 @@ class WorkerGroups:
                 if pool
                 else unknown
             )
-            out.append(self._last.get(node, fallback))
+            out.append(fallback)
         return out
+
+
+def _pools_by_statefulset(
+    rows: Sequence[tuple[str, object, object]], seen: Sequence[str | None]
+) -> dict[str, dict[str, int]]:
+    """Per StatefulSet, how many of its workers with a pod each pool has."""
+    by_set: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for (node, _, _), group in zip(rows, seen, strict=True):
+        if group is not None and (sts := statefulset_of(node)):
+            by_set[sts][group.partition("/")[0]] += 1
+    return by_set
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -141,13 +141,14 @@ def _maintenance(
         and not t.key.startswith("node.kubernetes.io/unreachable")
         and t.key != "node.kubernetes.io/unschedulable"
     ]
-    natural = [t for t in foreign if tolerated(t, tolerations)]
-    if natural:
-        shown = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in natural[:4])
-        notes.append(f"taint {shown} tolerated by the pod: the pool's nature, not maintenance")
-    untolerated = [t for t in foreign if t not in natural]
-    if untolerated:
-        return _c("k8s-tainted", untolerated[0].key.rsplit("/", 1)[-1])
+    if foreign:  # most nodes of most fleets carry none
+        natural = [t for t in foreign if tolerated(t, tolerations)]
+        if natural:
+            shown = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in natural[:4])
+            notes.append(f"taint {shown} tolerated by the pod: the pool's nature, not maintenance")
+        untolerated = [t for t in foreign if t not in natural]
+        if untolerated:
+            return _c("k8s-tainted", untolerated[0].key.rsplit("/", 1)[-1])
     if node.ready is False:
         return _c("k8s-notready")
     return None

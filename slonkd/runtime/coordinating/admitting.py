@@ -120,7 +120,7 @@ class Gate:
         drain of its return (SLURM or an operator put it back after the ladder acted) is
         returning, no new failure: admitted within the budget, never a mass event.
         """
-        return self._admit(views, plans, self._held_for(views, read_at))
+        return self._admit(views, plans, self._held_for(views, read_at), self.groups(views))
 
     def take(
         self,
@@ -138,7 +138,8 @@ class Gate:
         task acts on; the fast path marks only the K8s nodes of its failures).
         """
         held = self._held_for(views, read_at)
-        admission = self._admit(views, plans, held)
+        groups = self.groups(views)  # once a pass: the budget's and the ledger's pools
+        admission = self._admit(views, plans, held, groups)
         reserved = {n for nodes in held.values() for n in nodes}
         fresh = [
             view
@@ -148,7 +149,7 @@ class Gate:
             and view.node not in reserved
             and not is_out(view)
         ]
-        group_of = dict(zip((str(v.node) for v in views), self.groups(views), strict=True))
+        group_of = dict(zip((str(v.node) for v in views), groups, strict=True))
         ticket = self.reserve(
             task,
             {str(v.node): group_of[str(v.node)] for v in fresh},
@@ -201,6 +202,7 @@ class Gate:
         views: Sequence[NodeView],
         plans: Sequence[Plan],
         held: Mapping[str, frozenset[str]],
+        groups: Sequence[str],
     ) -> Admission:
         sizes: dict[str, int] = defaultdict(int)
         out: dict[str, set[str]] = defaultdict(set)
@@ -215,7 +217,6 @@ class Gate:
         for view, plan in zip(views, plans, strict=True):
             if view.kube_node is not None and plan.actions:  # most plans of a pass are empty
                 lifting[view.kube_node.name] |= {a.kind for a in plan.actions} & KUBE_LIFTS
-        groups = self.groups(views)
         for view, plan, pool in zip(views, plans, groups, strict=True):
             sizes[pool] += 1
             ours = plan.for_writer(Writer.COORDINATOR) if plan.actions else ()
