@@ -70,36 +70,6 @@ def drain_logged_at(release: Release, node: str, since: float, cause: str) -> fl
     return first(ctl_log(release, since), f"node {node} reason set to: slonkd:{cause}")
 
 
-def diagnose(release: Release) -> str:
-    """Every pod's container states and each unready container's last log lines."""
-    lines = []
-    for pod in release.pods():
-        name = pod["metadata"]["name"]
-        status = pod.get("status", {})
-        lines.append(f"pod {name}: {status.get('phase')}")
-        for cond in status.get("conditions", []):
-            if cond.get("status") != "True":
-                lines.append(
-                    f"  {cond['type']}=False {cond.get('reason', '')} {cond.get('message', '')}"
-                )
-        for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
-            lines.append(
-                f"  {cs['name']}: ready={cs.get('ready')} restarts={cs.get('restartCount')} "
-                f"state={json.dumps(cs.get('state'))[:300]} "
-                f"last={json.dumps(cs.get('lastState'))[:300]}"
-            )
-            if not cs.get("ready"):
-                try:
-                    tail = release.logs(name, cs["name"]).splitlines()[-8:]
-                except Exception as exc:  # noqa: BLE001 - diagnostics only
-                    tail = [f"(no log: {exc})"]
-                lines += [f"    | {ln[:300]}" for ln in tail]
-    events = release.kube.kubectl(
-        "get", "events", f"--namespace={release.ns}", "--sort-by=.lastTimestamp", check=False
-    ).stdout.splitlines()[-25:]
-    return "\n".join([*lines, "events:", *events])
-
-
 class LogStream:
     """``kubectl logs -f --timestamps`` of one container, written to a file.
 

@@ -19,6 +19,7 @@ node's address (``kubernetesService``) and each other through headless Services 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -38,7 +39,6 @@ from slonkd_sandbox.chart_images import (
     image_values,
     import_images,
 )
-from slonkd_sandbox.chart_logs import diagnose
 from slonkd_sandbox.chart_volumes import claim_volumes
 from slonkd_sandbox.helm import CHART_DIR, Helm, value_args
 from slonkd_sandbox.kube import KubeCluster
@@ -224,7 +224,32 @@ class Release:
 
     def diagnose(self) -> str:
         """Every pod's container states, unready containers' last lines, recent Events."""
-        return diagnose(self)
+        lines = []
+        for pod in self.pods():
+            name = pod["metadata"]["name"]
+            status = pod.get("status", {})
+            lines.append(f"pod {name}: {status.get('phase')}")
+            for cond in status.get("conditions", []):
+                if cond.get("status") != "True":
+                    lines.append(
+                        f"  {cond['type']}=False {cond.get('reason', '')} {cond.get('message', '')}"
+                    )
+            for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+                lines.append(
+                    f"  {cs['name']}: ready={cs.get('ready')} restarts={cs.get('restartCount')} "
+                    f"state={json.dumps(cs.get('state'))[:300]} "
+                    f"last={json.dumps(cs.get('lastState'))[:300]}"
+                )
+                if not cs.get("ready"):
+                    try:
+                        tail = self.logs(name, cs["name"]).splitlines()[-8:]
+                    except Exception as exc:  # noqa: BLE001 - diagnostics only
+                        tail = [f"(no log: {exc})"]
+                    lines += [f"    | {ln[:300]}" for ln in tail]
+        events = self.kube.kubectl(
+            "get", "events", f"--namespace={self.ns}", "--sort-by=.lastTimestamp", check=False
+        ).stdout.splitlines()[-25:]
+        return "\n".join([*lines, "events:", *events])
 
 
 def chart_values(

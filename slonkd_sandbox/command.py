@@ -102,7 +102,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         return down(root)
     if action == "demo":
-        from slonkd_sandbox.sandbox_demo import run_demo
+        from slonkd_sandbox.sandbox_play import run_demo
 
         return run_demo(root)
     keep = bool(getattr(args, "keep_dir", False))

@@ -38,7 +38,7 @@ from typing import Any
 
 from slonkd_sandbox import accounting, procs
 from slonkd_sandbox.procs import HarnessError
-from slonkd_sandbox.slurm_conf import REBOOT_PROGRAM, render_slurm_conf
+from slonkd_sandbox.slurm_conf import REBOOT_PROGRAM, SlurmLayout, render_slurm_conf
 from slonkd_sandbox.slurm_control import control, slurmd_host_pid
 
 CLIENT_TIMEOUT_S = 30.0
@@ -63,34 +63,6 @@ measured the harness (a 12 s window at 5,000 nodes: harness CPU 65 % against 12 
 client time 129 against 23 ms/s). At this timeout slurmctld still holds, packs and updates
 every declared node as a real cluster's controller would; only the artificial rounds are
 gone (the first, at start, still runs; benches count registrations in their windows)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SlurmLayout:
-    """What the cluster declares: slurmd-backed nodes and slurmd-less declared nodes."""
-
-    nodes: tuple[str, ...] = ("n1", "n2", "n3", "n4")
-    autostart: bool = True
-    extra_prefix: str = "x"
-    extra_nodes: int = 0
-    extra_first: int = 1
-    """Number of the first declared node (``extra_prefix="d-", extra_first=0``: ``d-0``, ``d-1``
-    ..., the names of a StatefulSet's pods)."""
-    cpus: int = 2
-    real_memory_mb: int = 1000
-    features: tuple[str, ...] = ("f_a", "f_b")
-    slurmd_timeout_s: int = 10
-    """SlurmdTimeout; slurmctld pings every node about every third of it. 10 s finds a dead
-    slurmd fast in tests. Layouts of thousands of declared nodes use
-    :data:`QUIET_SLURMD_TIMEOUT_S`: the declared nodes' pings all reach the one real slurmd."""
-    cred_expire_s: int = 120
-    """AuthInfo's cred_expire (SLURM's default): also how long a requeued job waits before
-    it may start again (``Reason=BeginTime``)."""
-    topology_plugin: str | None = None
-    """e.g. ``topology/tree``: ``topology.conf`` starts with all nodes on one switch (or
-    in one block for ``topology/block``, 24.11 only)."""
-    accounting: bool = False
-    """Run slurmdbd with a MariaDB of its own and send job records to it (``sacct`` works)."""
 
 
 PORT_TRIES = 3

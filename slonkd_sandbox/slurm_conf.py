@@ -7,8 +7,9 @@ line per slurmd-backed node (each on its own port of 127.0.0.1) and one range li
 declared nodes without a slurmd. :data:`REBOOT_PROGRAM` is what slurmd runs for ``scontrol
 reboot``: it asks the supervisor to restart that node's slurmd.
 
-Neighbours: :mod:`slonkd_sandbox.slurm` (the cluster and its
-:class:`~slonkd_sandbox.slurm.SlurmLayout`, which this renders),
+:class:`SlurmLayout` (what a cluster declares) lives here, beside its rendering;
+:mod:`slonkd_sandbox.slurm` re-exports it. Neighbours: :mod:`slonkd_sandbox.slurm` (the
+cluster, a :class:`ConfSource`),
 :mod:`slonkd_sandbox.slurm_chroot` (renders it for the paths seen inside a root),
 :mod:`slonkd_sandbox.slurm_supervisor` (serves the reboot request).
 """
@@ -16,12 +17,39 @@ Neighbours: :mod:`slonkd_sandbox.slurm` (the cluster and its
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from slonkd_sandbox import accounting
 
-if TYPE_CHECKING:
-    from slonkd_sandbox.slurm import SlurmCluster
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmLayout:
+    """What the cluster declares: slurmd-backed nodes and slurmd-less declared nodes."""
+
+    nodes: tuple[str, ...] = ("n1", "n2", "n3", "n4")
+    autostart: bool = True
+    extra_prefix: str = "x"
+    extra_nodes: int = 0
+    extra_first: int = 1
+    """Number of the first declared node (``extra_prefix="d-", extra_first=0``: ``d-0``, ``d-1``
+    ..., the names of a StatefulSet's pods)."""
+    cpus: int = 2
+    real_memory_mb: int = 1000
+    features: tuple[str, ...] = ("f_a", "f_b")
+    slurmd_timeout_s: int = 10
+    """SlurmdTimeout; slurmctld pings every node about every third of it. 10 s finds a dead
+    slurmd fast in tests. Layouts of thousands of declared nodes use
+    :data:`QUIET_SLURMD_TIMEOUT_S`: the declared nodes' pings all reach the one real slurmd."""
+    cred_expire_s: int = 120
+    """AuthInfo's cred_expire (SLURM's default): also how long a requeued job waits before
+    it may start again (``Reason=BeginTime``)."""
+    topology_plugin: str | None = None
+    """e.g. ``topology/tree``: ``topology.conf`` starts with all nodes on one switch (or
+    in one block for ``topology/block``, 24.11 only)."""
+    accounting: bool = False
+    """Run slurmdbd with a MariaDB of its own and send job records to it (``sacct`` works)."""
 
 
 def short_hostname() -> str:
@@ -48,7 +76,17 @@ s.recv(4096)' "{socket}" "$node"
 """
 
 
-def render_slurm_conf(cluster: SlurmCluster) -> str:
+class ConfSource(Protocol):
+    """What slurm.conf is rendered from: a cluster's directory, layout and ports."""
+
+    root: Path
+    layout: SlurmLayout
+    ctld_port: int
+    slurmd_port: int
+    accounting_ports: accounting.AccountingPorts | None
+
+
+def render_slurm_conf(cluster: ConfSource) -> str:
     """slurm.conf for ``cluster``: every path under its root, every port its own."""
     d = cluster.root
     lay = cluster.layout
@@ -110,4 +148,4 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["REBOOT_PROGRAM", "render_slurm_conf", "short_hostname"]
+__all__ = ["REBOOT_PROGRAM", "ConfSource", "SlurmLayout", "render_slurm_conf", "short_hostname"]
