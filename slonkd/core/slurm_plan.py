@@ -139,7 +139,7 @@ def plan_hold(node: SlurmNode, how: HoldState, cause: Cause, text: str = "") -> 
         )
     # slonkd holds it already: add the cause, show the highest one, keep the stronger state.
     try:
-        causes = held_causes(node)
+        causes = recorded_causes(node)
         new_causes = causes | {cause}
         extra = _extra_for(node, new_causes)
     except ParseError as exc:
@@ -165,7 +165,7 @@ def plan_release(node: SlurmNode, how: ReleaseState, cause: Cause) -> Update | S
     if state.reboot_pending:  # a resume would cancel it; its completion clears the reason
         return Skip(node=node.name, why=SkipReason.REBOOT_PENDING, detail=str(state))
     try:
-        causes = held_causes(node)
+        causes = recorded_causes(node)
         remaining = causes - {cause}
         extra = _extra_for(node, remaining)
     except ParseError as exc:
@@ -240,9 +240,12 @@ def shows(node: SlurmNode, update: Update) -> bool:
     return update.state != HoldState.DRAIN or NodeFlag.DRAIN in node.state.flags
 
 
-def held_causes(node: SlurmNode) -> frozenset[Cause]:
-    """slonkd's causes on a node: those in ``extra`` plus the one its live reason shows.
+def recorded_causes(node: SlurmNode) -> frozenset[Cause]:
+    """The causes recorded on a node: those in ``extra`` plus the one its live reason shows.
 
+    What the node says, whoever holds it: the compare-and-set writes read it to change the
+    set. Whether the node is slonkd's to touch at all is
+    :func:`slonkd.core.decide.held_causes`' question (None when it is not).
     :class:`ParseError` when ``extra`` carries a tampered cause set.
     """
     shown = parse_reason(node.live_reason).cause

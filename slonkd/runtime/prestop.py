@@ -42,7 +42,7 @@ from slonkd.core.checkpoint import SignalSpec, deadlines
 from slonkd.core.errors import ParseError, SlonkdError
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
 from slonkd.core.rollout import ROLLOUT_CAUSE
-from slonkd.core.slurm_plan import SkipReason, held_causes
+from slonkd.core.slurm_plan import SkipReason, recorded_causes
 from slonkd.runtime.requeue_report import report_requeue
 
 log = structlog.get_logger("slonkd.prestop")
@@ -311,7 +311,7 @@ async def _held_for(backend: ScontrolBackend, node: str, clock: _Clock) -> str:
     if reason.owner is not ReasonOwner.SLONKD or reason.cause is None:
         return ""
     try:
-        names = {c.name for c in held_causes(read)}
+        names = {c.name for c in recorded_causes(read)}
     except ParseError:
         names = set()
     return ROLLOUT_CAUSE.name if ROLLOUT_CAUSE.name in names else reason.cause.name

@@ -17,7 +17,7 @@ from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.revalidation import REVALIDATING, RevalidationPolicy
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
-from slonkd.core.slurm_plan import held_causes
+from slonkd.core.slurm_plan import recorded_causes
 from tests.unit.test_decide import knode, pod, view
 
 pytestmark = pytest.mark.slurm
@@ -70,7 +70,7 @@ async def test_a_health_drain_reads_back_as_slonkds_and_is_lifted(
     n1 = await _read(backend)
     assert n1.state.drain is DrainStatus.DRAINED
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
-    assert held_causes(n1) == {drain.cause}
+    assert recorded_causes(n1) == {drain.cause}
     again = decide(_view(n1, failing), POLICY)
     assert [a for a in again.actions if a.kind in (Kind.DRAIN, Kind.RELEASE)] == []
     healed = decide(_view(n1, {check: ok(check)}), DIRECT)
@@ -102,8 +102,8 @@ async def test_a_passing_check_adds_revalidating_which_round_trips_and_outlives_
     assert (await backend.drain(["n1"], join.cause, "by slonkd coordinator")).changed == ("n1",)
     n1 = await _read(backend)
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
-    assert held_causes(n1) == {drain.cause, REVALIDATING}
+    assert recorded_causes(n1) == {drain.cause, REVALIDATING}
     await backend.resume(["n1"], drain.cause)  # the health cause goes; revalidating holds it
     n1 = await _read(backend)
     assert n1.state.drain is DrainStatus.DRAINED
-    assert held_causes(n1) == {REVALIDATING}
+    assert recorded_causes(n1) == {REVALIDATING}

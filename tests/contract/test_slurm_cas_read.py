@@ -11,7 +11,7 @@ import pytest
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.core.slurm_plan import SkipReason, held_causes
+from slonkd.core.slurm_plan import SkipReason, recorded_causes
 from slonkd_sandbox.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -82,7 +82,7 @@ async def test_literal_null_extra_is_not_overwritten(
     n1 = await backend.read_node("n1")
     assert n1 is not None
     assert n1.extra == "(null)"
-    assert held_causes(n1) == {POD}
+    assert recorded_causes(n1) == {POD}
     # A release never writes extra for a single cause: the sinfo read suffices.
     assert (await backend.resume(["n1"], POD)).changed == ("n1",)
 

@@ -14,7 +14,7 @@ from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
-from slonkd.core.slurm_plan import SkipReason, held_causes
+from slonkd.core.slurm_plan import SkipReason, recorded_causes
 from slonkd_sandbox.slurm import SlurmCluster
 from tests.contract.conftest import settings_for
 
@@ -73,7 +73,7 @@ async def test_drain_and_resume_round_trip(backend: ScontrolBackend, cluster: Sl
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason == "slonkd:pod-terminating pod worker-1 deleted"
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD
-    assert held_causes(n1) == {POD}
+    assert recorded_causes(n1) == {POD}
     assert n1.reason_user == "root"
     result = await backend.resume(["n1"], POD)
     assert result.changed == ("n1",)
@@ -110,7 +110,7 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     assert result.changed == ("n1",)
     n1 = await _node(backend, "n1")
     assert n1.reason.startswith("slonkd:health:gpu-xid-79")
-    assert held_causes(n1) == {POD, HEALTH}
+    assert recorded_causes(n1) == {POD, HEALTH}
     assert decode_causes(n1.extra) == {POD, HEALTH}
     again = await backend.drain(["n1"], HEALTH, "xid 79")
     assert again.skipped_for(SkipReason.ALREADY_HELD) == {"n1"}
@@ -120,7 +120,7 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     n1 = await _node(backend, "n1")
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason.startswith("slonkd:pod-terminating")
-    assert held_causes(n1) == {POD}
+    assert recorded_causes(n1) == {POD}
     assert (await backend.resume(["n1"], POD)).changed == ("n1",)
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
 
@@ -295,7 +295,7 @@ async def test_reboot_of_a_node_slonkd_already_drained_is_sent_once(
     assert n1.state.flags & {NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED}, n1.state
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD, n1.reason
     assert n1.reason.startswith("slonkd:health:gpu-xid-79"), n1.reason
-    assert held_causes(n1) == {HEALTH, POD}
+    assert recorded_causes(n1) == {HEALTH, POD}
     again = await backend.request_reboot(["n1"], HEALTH, "by slonkd")
     assert again.changed == ()
     assert again.skipped_for(SkipReason.REBOOT_PENDING) == {"n1"}, again
@@ -343,7 +343,7 @@ async def test_nodes_with_different_extra_drain_in_one_call(
     assert [nodes[f"n{i}"].extra for i in range(1, 5)] == [
         f'{{"rack":"r{i}"}}' for i in range(1, 5)
     ]
-    assert all(held_causes(n) == {POD} for n in nodes.values())
+    assert all(recorded_causes(n) == {POD} for n in nodes.values())
     second = await backend.drain(["n1", "n2"], HEALTH)
     # two different extras now need writing: one update each, the second chunk read again
     # right before its write (the compare-and-set window is one chunk, see cas_window)

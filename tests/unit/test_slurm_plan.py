@@ -16,10 +16,10 @@ from slonkd.core.slurm_plan import (
     Skip,
     SkipReason,
     Update,
-    held_causes,
     plan_hold,
     plan_reboot,
     plan_release,
+    recorded_causes,
 )
 
 POD = Cause.parse("pod-terminating")
@@ -296,7 +296,7 @@ def test_no_plan_ever_steals_or_lifts_a_foreign_hold(
             assert current.held
             assert owner is ReasonOwner.SLONKD
             if plan.state in {"resume", "undrain"}:
-                assert held_causes(current) <= {cause}
+                assert recorded_causes(current) <= {cause}
             assert "REBOOT_REQUESTED" not in flags  # a release never cancels a reboot
     reboot = plan_reboot(current)
     if isinstance(reboot, Update):
