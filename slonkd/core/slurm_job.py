@@ -9,10 +9,10 @@ not requeueable", never as gone: taken for gone, the preStop hook would set the 
 under the job and a rollout would evict its pod without a requeue.
 
 Neighbours: the parsers that build :class:`SlurmJob` (``slonkd/adapters/slurm/parsing.py``,
-``parsing_v42.py``), the backend's ``jobs_on``/``requeue_jobs`` (``scontrol.py``), and their
-users, the preStop hook (``slonkd/runtime/prestop.py``) and the rollout's replacer
-(``slonkd/runtime/coordinating/replacing.py``). Finished jobs (job blame) are
-``slonkd/adapters/slurm/parsing_finished.py``'s.
+``parsing_v42.py``), the backend's ``jobs_on`` (``scontrol_reads.py``) and ``requeue_jobs``
+(``scontrol.py``), and their users, the preStop hook (``slonkd/runtime/prestop.py``) and the
+rollout's replacer (``slonkd/runtime/coordinating/replacing.py``). Finished jobs (job blame)
+are ``slonkd/adapters/slurm/parsing_finished.py``'s.
 """
 
 from __future__ import annotations

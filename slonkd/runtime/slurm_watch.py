@@ -15,7 +15,7 @@ library that cannot talk to this slurmctld is dropped (logged once) and the poll
 scontrol as before; a load that failed only for now (its child slow to start on a busy
 node) is tried again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
 "no change" also tells the backend that the table its last read kept is still SLURM's
-(:meth:`~slonkd.adapters.slurm.scontrol.ScontrolBackend.confirm_table`), so passes take that
+(:meth:`~slonkd.adapters.slurm.scontrol_reads.ScontrolReads.confirm_table`), so passes take that
 table instead of reading it again.
 """
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.slurm.backend import select_backend
-from slonkd.adapters.slurm.parsing import ReasonGroup, parse_show_node
+from slonkd.adapters.slurm.parsing import ReasonGroup
+from slonkd.adapters.slurm.parsing_show_node import parse_show_node
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode

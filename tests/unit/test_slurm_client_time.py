@@ -4,8 +4,8 @@ sinfo and scontrol print a time in their own process's zone and in the format
 ``SLURM_TIME_FORMAT`` names, without a zone. slonkd runs every SLURM client with ``TZ`` set to
 UTC and ``SLURM_TIME_FORMAT=standard`` (``runner.py``'s ``client_env``, also for the
 primed ``scontrol`` of ``primed.py``) and reads those times as UTC (``parsing.py``,
-``parsing_cas.py``), so a coordinator or a client in another zone does not shift
-``reason_time`` by hours.
+``parsing_show_node.py``, ``parsing_cas.py``), so a coordinator or a client in another zone
+does not shift ``reason_time`` by hours.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.slurm import runner as runner_module
-from slonkd.adapters.slurm.parsing import parse_show_node_line, parse_sinfo_reasons
+from slonkd.adapters.slurm.parsing import parse_sinfo_reasons
 from slonkd.adapters.slurm.parsing_cas import parse_cas_read
+from slonkd.adapters.slurm.parsing_show_node import parse_show_node_line
 from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
 from slonkd.adapters.slurm.spawn import pidfd_supported

@@ -16,13 +16,15 @@ from hypothesis import strategies as st
 
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
-    NodeLines,
     ReasonGroup,
-    parse_show_node,
-    parse_show_node_line,
     parse_sinfo_json,
     parse_sinfo_reasons,
     parse_squeue_json,
+)
+from slonkd.adapters.slurm.parsing_show_node import (
+    NodeLines,
+    parse_show_node,
+    parse_show_node_line,
 )
 from slonkd.core.errors import ParseError
 from slonkd.core.slurm_job import SlurmJob

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slonkd.adapters.slurm.parsing import AmbiguousOutput, parse_show_node
+from slonkd.adapters.slurm.parsing import AmbiguousOutput
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
+from slonkd.adapters.slurm.parsing_show_node import parse_show_node
 from slonkd.core.errors import ParseError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import SlurmNode

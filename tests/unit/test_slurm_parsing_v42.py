@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
     ReasonGroup,
-    parse_show_node,
-    parse_show_node_line,
     parse_sinfo_reasons,
 )
+from slonkd.adapters.slurm.parsing_show_node import parse_show_node, parse_show_node_line
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.triggers import parse_strigger_get
 from slonkd.core.errors import ParseError

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slonkd.adapters.slurm.parsing import (
+from slonkd.adapters.slurm.parsing_show_node import (
     parse_reason_nodes,
     parse_show_node,
     parse_show_node_line,

@@ -1,6 +1,6 @@
 """The node table a full read kept for the coordinator's passes, and the rules that keep it true.
 
-:class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend` keeps the table of its last full
+:class:`~slonkd.adapters.slurm.scontrol_reads.ScontrolReads` keeps the table of its last full
 ``scontrol -o show node`` read here; the coordinator's passes take it through
 ``recent_nodes`` instead of asking slurmctld for the same table again (issue 21), and the
 change poll (:mod:`slonkd.runtime.slurm_watch`) confirms it with each libslurm "no change".

@@ -1,25 +1,24 @@
 """Pure parsers of SLURM 22.05 client output into core types (no I/O, no subprocess).
 
-- ``scontrol -o show node`` (text, one node per line): fast, but free-text fields
-  (``Reason``, ``Comment``, ``Extra``) are printed unquoted at the end of the line, and a
-  reason with a newline is printed with its ``[user@time]`` suffix in the middle. Whenever
-  the split into fields is not unique, :class:`AmbiguousOutput` is raised and the caller
-  reads ``sinfo --json`` instead: a guess could show a foreign reason as slonkd's.
-- ``sinfo --json`` (openapi v0.0.38): unambiguous, slower.
+- ``sinfo --json`` (openapi v0.0.38): unambiguous, slower. The fast read, ``scontrol -o
+  show node`` (text, :mod:`slonkd.adapters.slurm.parsing_show_node`), raises
+  :class:`AmbiguousOutput` whenever its fields do not split in one way only, and the caller
+  reads JSON instead.
 - ``sinfo -R -h -o '%N|%T|%H|%U|%E'``: only the nodes that carry a reason, grouped.
+- ``squeue --json``: jobs and their nodes.
 
 A time in text output has no zone: it is read as UTC (:func:`utc_time`), which is what the
 runner makes every client print.
-- ``squeue --json``: jobs and their nodes.
 
 Anything of the wrong shape raises :class:`slonkd.core.errors.ParseError`; nothing here
 ever returns a node whose state or reason it had to guess.
 
 The readers the other parsers share start here too: JSON fields, node lists and what both
 JSON schemas write alike of a node and a job (:mod:`slonkd.adapters.slurm.parsing_v42`),
-and the checked lines and ``squeue`` arguments of the one-line-a-record reads
-(:mod:`slonkd.adapters.slurm.parsing_jobs`, :mod:`slonkd.adapters.slurm.parsing_finished`,
-:mod:`slonkd.adapters.slurm.parsing_cas`).
+the size check and the node fields of the text node read
+(:mod:`slonkd.adapters.slurm.parsing_show_node`), and the checked lines and ``squeue``
+arguments of the one-line-a-record reads (:mod:`slonkd.adapters.slurm.parsing_jobs`,
+:mod:`slonkd.adapters.slurm.parsing_finished`, :mod:`slonkd.adapters.slurm.parsing_cas`).
 """
 
 from __future__ import annotations
@@ -35,26 +34,12 @@ from typing import Any, TypedDict
 import hostlist
 
 from slonkd.core.errors import ParseError
-from slonkd.core.reasons import split_text_suffix
 from slonkd.core.slurm_job import JobId, JobState, SlurmJob
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 
 MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 MAX_LINES_CHARS = 64 * 1024 * 1024
 """Largest output of a read of ``|``-separated lines (:func:`output_lines`)."""
-_FREE_TEXT_KEYS = ("Reason", "Comment", "Extra")
-_FREE_MARKER = re.compile(r" (Reason|Comment|Extra)=")
-_HEAD_FIELD = re.compile(
-    r"(?:^| )(NodeName|State|CPUAlloc|CPUTot|AvailableFeatures|ActiveFeatures|Partitions)=(\S*)"
-)
-_REQUIRED_HEAD = ("NodeName", "State", "CPUAlloc", "CPUTot")
-_TAIL = re.compile(
-    r"(?: Reason=(?P<reason>.*?) \[(?P<user>[^\[\]@\s]+)@(?P<time>[0-9T:-]{19}|Unknown)\])?"
-    r"(?: Comment=(?P<comment>.*?))?"
-    r"(?: Extra=(?P<extra>.*?))?",
-    re.DOTALL,
-)
-_SUFFIX_AT_END = re.compile(r"\[[^\[\]@\s]+@[^\]]*\]\s*$")
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _REASON_LINE = re.compile(
     r"(?P<nodes>[A-Za-z0-9][A-Za-z0-9._,\[\]-]*)\|(?P<state>[a-z]+[*~#!%$@^+-]*)\|"
@@ -92,7 +77,8 @@ def cached_state(base: str, flags: tuple[str, ...]) -> NodeState:
     return NodeState.from_tokens(base, flags)
 
 
-def _check_size(data: str) -> None:
+def check_size(data: str) -> None:
+    """ParseError when a client's output is over :data:`MAX_OUTPUT_BYTES`."""
     if len(data) > MAX_OUTPUT_BYTES:
         raise ParseError(f"output of {len(data)} bytes is over the limit")
 
@@ -132,7 +118,8 @@ def node_name(raw: object) -> NodeName:
     return NodeName(raw)
 
 
-def _csv(raw: str) -> tuple[str, ...]:
+def comma_list(raw: str) -> tuple[str, ...]:
+    """The items of a comma-separated text field, without empty ones and ``(null)``."""
     return tuple(x for x in raw.split(",") if x and x != "(null)")
 
 
@@ -156,105 +143,6 @@ def utc_time(naive: datetime | None) -> datetime | None:
     return naive.replace(tzinfo=UTC) if naive is not None else None
 
 
-def parse_show_node_line(line: str) -> SlurmNode:
-    """One line of ``scontrol -o show node``."""
-    marker = _FREE_MARKER.search(line)
-    head, tail = (line[: marker.start()], line[marker.start() :]) if marker else (line, "")
-    fields: dict[str, str] = {}
-    for key, value in _HEAD_FIELD.findall(head):
-        if key in fields:
-            raise AmbiguousOutput(f"field {key} twice in one node line")
-        fields[key] = value
-    missing = [k for k in _REQUIRED_HEAD if k not in fields]
-    if missing or not line.startswith("NodeName="):
-        raise ParseError(f"node line without {missing or 'NodeName first'}: {line[:80]!r}")
-    match = _TAIL.fullmatch(tail)
-    if match is None:
-        raise AmbiguousOutput(f"free-text fields of {fields['NodeName']} do not split")
-    present = [k for k in _FREE_TEXT_KEYS if match[k.lower()] is not None]
-    # A comment holding " Extra=..." on a node without extra cannot be told apart from a real
-    # extra. That is safe: slonkd's causes are the extra's plus the reason's own, so a fake
-    # extra can only keep a node held longer, never release one or claim a foreign one.
-    if len(_FREE_MARKER.findall(tail)) != len(present):
-        raise AmbiguousOutput(f"free-text fields of {fields['NodeName']} are ambiguous")
-    for key in ("comment", "extra"):
-        if match[key] is not None and _SUFFIX_AT_END.search(match[key]):
-            raise AmbiguousOutput(f"{key} of {fields['NodeName']} looks like a reason suffix")
-    base, *flags = fields["State"].split("+")
-    if not base:
-        raise ParseError(f"empty state of {fields['NodeName']}")
-    reason, user, when = "", None, None
-    if match["reason"] is not None:
-        stamp = match["time"]
-        reason, user, naive = split_text_suffix(f"{match['reason']} [{match['user']}@{stamp}]")
-        when = utc_time(naive)
-    return SlurmNode(
-        name=node_name(fields["NodeName"]),
-        state=cached_state(base, tuple(flags)),
-        reason=reason,
-        reason_user=user,
-        reason_time=when,
-        comment=match["comment"] or "",
-        extra=match["extra"] or "",
-        features=_csv(fields.get("AvailableFeatures", "")),
-        active_features=_csv(fields.get("ActiveFeatures", "")),
-        cpus=int_field(fields["CPUTot"], "CPUTot"),
-        alloc_cpus=int_field(fields["CPUAlloc"], "CPUAlloc"),
-        partitions=_csv(fields.get("Partitions", "")),
-    )
-
-
-def parse_show_node(text: str, known: NodeLines | None = None) -> list[SlurmNode]:
-    """All of ``scontrol -o show node``; a cut-off or ambiguous output raises.
-
-    ``known``: the lines of an earlier read; a line found there unchanged is not parsed
-    again, and ``known`` then holds this read's lines (nothing changes when this raises).
-    """
-    _check_size(text)
-    if not text.strip():
-        return []
-    if not text.endswith("\n"):
-        raise ParseError("scontrol output does not end with a newline: cut off?")
-    lines = [line for line in text.splitlines() if line.strip()]
-    last = known.lines if known is not None else {}
-    nodes = [last.get(line) or parse_show_node_line(line) for line in lines]
-    check_unique(nodes)
-    if known is not None:
-        known.lines = dict(zip(lines, nodes, strict=True))
-    return nodes
-
-
-class NodeLines:
-    """The lines of the last full node read and what they parsed to.
-
-    Between two resyncs most nodes' lines are the same to the byte, and a line's node is a
-    function of the line alone: at 5,000 nodes parsing them all again took about 200 ms of
-    each pass (issue 21). Holds one read's lines (a few MB at 5,000 nodes).
-    """
-
-    def __init__(self) -> None:
-        self.lines: dict[str, SlurmNode] = {}
-
-
-def parse_reason_nodes(text: str) -> list[SlurmNode]:
-    """The nodes of ``scontrol -o show node`` that carry a reason, parsing only their lines.
-
-    The coordinator's poll: the same two RPCs as ``sinfo -R`` (node and partition tables,
-    measured with sdiag), exact node records, and only the few lines with ``Reason=`` are
-    parsed. A line that is not a node record (a reason with a newline breaks ``-o`` output)
-    raises AmbiguousOutput: read JSON instead.
-    """
-    _check_size(text)
-    if text and not text.endswith("\n"):
-        raise ParseError("scontrol output does not end with a newline: cut off?")
-    lines = [line for line in text.splitlines() if line.strip()]
-    if any(not line.startswith("NodeName=") for line in lines):
-        raise AmbiguousOutput("a line of scontrol -o output is not a node record")
-    nodes = [parse_show_node_line(line) for line in lines if " Reason=" in line]
-    check_unique(nodes)
-    return [n for n in nodes if n.reason]
-
-
 def check_unique(nodes: list[SlurmNode]) -> None:
     """ParseError when one read names a node twice."""
     names = [n.name for n in nodes]
@@ -264,7 +152,7 @@ def check_unique(nodes: list[SlurmNode]) -> None:
 
 def load_json(text: str) -> Mapping[str, Any]:
     """A JSON object whose ``errors`` list is empty (ReportedErrors otherwise)."""
-    _check_size(text)
+    check_size(text)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -356,7 +244,7 @@ def json_node_fields(
 
 
 def _csv_field(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    return _csv(str_field(raw, key))
+    return comma_list(str_field(raw, key))
 
 
 def parse_sinfo_json_node(raw: object) -> SlurmNode:
@@ -431,7 +319,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
 
 def parse_sinfo_reasons(text: str) -> list[ReasonGroup]:
     """``sinfo -R -h -o '%N|%T|%H|%U|%E'``; a reason with a newline is ambiguous."""
-    _check_size(text)
+    check_size(text)
     groups: list[ReasonGroup] = []
     if text.strip() and not text.endswith("\n"):
         raise ParseError("sinfo output does not end with a newline: cut off?")

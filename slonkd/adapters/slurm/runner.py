@@ -100,7 +100,7 @@ sinfo and scontrol print a reason's time in their own process's zone, in the for
 ``SLURM_TIME_FORMAT`` names, and without a zone: a client in another zone than the reader
 would shift every ``reason_time`` by hours, and ``relative`` or a strftime format would not
 parse. ``UTC0`` is POSIX for UTC and needs no zoneinfo file in a chroot's SLURM root. The
-parsers read these times as UTC (``parsing.py``, ``parsing_cas.py``).
+parsers read these times as UTC (``parsing.py``, ``parsing_show_node.py``, ``parsing_cas.py``).
 """
 
 
