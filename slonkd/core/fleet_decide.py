@@ -10,8 +10,9 @@ Two rules need the whole fleet's plans at once:
   (:func:`suspect_common_causes`): nothing more is taken out for it.
 
 Neighbours: :mod:`slonkd.core.decide` (the per-node rules and the plan types) and the
-coordinator's pass (:mod:`slonkd.runtime.coordinating.reconciling`), which calls both in
-this order before admission (:mod:`slonkd.runtime.coordinating.admitting`).
+coordinator's pass (:mod:`slonkd.runtime.coordinating.reconciling`), whose planning
+(:mod:`slonkd.runtime.coordinating.composing`) calls both in this order before admission
+(:mod:`slonkd.runtime.coordinating.admitting`).
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ The e2e harness starts a daemon and waits until one of these appears in its JSON
 operators' dashboards and alerts select on the same names. A name here is an interface:
 never rename one, add a new one instead.
 
-Two families are composed from the action's kind where the coordinator writes
-(:mod:`slonkd.runtime.coordinating.executing`): ``kube.<kind>`` for a K8s write, dashes as
+Two families are composed from the action's kind where the coordinator writes:
+``kube.<kind>`` for a K8s write (:mod:`slonkd.runtime.coordinating.executing`), dashes as
 underscores (``kube.cordon``, ``kube.set_condition``), and ``slurm.nodes_<kind>`` for a bulk
-SLURM write (``slurm.nodes_drain``, ``slurm.nodes_release``).
+SLURM write (``slurm.nodes_drain``, ``slurm.nodes_release``;
+:mod:`slonkd.runtime.coordinating.recording`).
 """
 
 from __future__ import annotations

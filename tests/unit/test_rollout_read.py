@@ -73,11 +73,11 @@ async def test_the_rollout_takes_the_table_the_coordinator_just_read_at_the_term
     """
     slurm, reads = _Slurm([NODE]), ReadLimiter(2.0)
     controller = _controller(slurm, reads, 0.7)
-    assert await controller._read_table() == [NODE]
+    assert await controller.read.table() == [NODE]
     assert slurm.asked == [0.7]
     assert (slurm.reads, reads.reads) == (0, 0)
-    controller._slurm_read = True  # what a look does once it has its table
-    assert await controller._read_table() == [NODE]
+    controller.read.slurm_read = True  # what a look does once it has its table
+    assert await controller.read.table() == [NODE]
     assert (slurm.reads, reads.reads) == (1, 1)
 
 
@@ -85,12 +85,12 @@ async def test_without_a_kept_table_the_rollout_reads_within_the_limit() -> None
     """No table (a write of slonkd's dropped it, or none was read): its own read, a turn."""
     for slurm, age in ((_Slurm(None), 0.7), (_Slurm([NODE]), 0.0)):
         reads = ReadLimiter(2.0)
-        assert await _controller(slurm, reads, age)._read_table() == [NODE]
+        assert await _controller(slurm, reads, age).read.table() == [NODE]
         assert (slurm.reads, reads.reads) == (1, 1)
 
 
 class _Items:
-    """An informer's cache, as ``_views`` reads it."""
+    """An informer's cache, as ``RolloutRead.views`` reads it."""
 
     def __init__(self, objects: dict[str, Any]) -> None:
         self.objects = objects
@@ -119,14 +119,14 @@ def test_a_worker_whose_pod_is_gone_is_in_the_rollouts_views_in_its_pool() -> No
     )  # fmt: skip
     pods = {f"uid-{i}": _pod(i) for i in range(3)}
     ctl = _controller(_Slurm(None), ReadLimiter(100.0), table_age_s=1.0)
-    ctl.pods = _Items(pods)  # type: ignore[assignment]
-    ctl.statefulsets = _Items({"w": sts})  # type: ignore[assignment]
+    ctl.read.pods = _Items(pods)  # type: ignore[assignment]
+    ctl.read.statefulsets = _Items({"w": sts})  # type: ignore[assignment]
     slurm = {f"w-{i}": SlurmNode(name=NodeName(f"w-{i}"), state=IDLE) for i in range(4)}
     slurm["w-3"] = SlurmNode(
         name=NodeName("w-3"), state=NodeState.from_tokens("IDLE", ["DRAIN"]),
         reason="slonkd:health:mount-missing by slonkd agent",
     )  # fmt: skip
-    views = ctl._views(slurm)
+    views = ctl.read.views(slurm, ())
     assert [(v.node, v.pool, v.statefulset is not None) for v in views] == [
         ("w-0", "w", True), ("w-1", "w", True), ("w-2", "w", True), ("w-3", "w", True),
     ]  # fmt: skip

@@ -6,6 +6,7 @@
 - :mod:`.admitting`: the disruption budget and the breaker, one gate (with its reservation
   ledger) for the pass, the fast path and the rollout.
 - :mod:`.executing`: the executors' table, with audit, metrics and log line in one place.
+- :mod:`.recording`: a SLURM write's record (metric, audit, log line), the rollout's too.
 - :mod:`.remediating`: the remediation ladder's steps (evict, reboot request, manual repair).
 - :mod:`.job_outcomes`: nodes blamed for failed jobs (the ``job-failures`` drain).
 - :mod:`.auditing` and :mod:`.values`: the audit record and the values written.
@@ -13,12 +14,15 @@
 - :mod:`.pass_read`: which SLURM table a pass plans on (read ahead, the poll's, its own).
 - :mod:`.rolling` and :mod:`.replacing`: worker rollouts of OnDelete StatefulSets, and one
   worker's replacement (jobs, requeue, eviction).
-- :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, its composition root).
+- :mod:`.rollout_read`: what a rollout pass reads (SLURM's table, one view per worker).
+- :mod:`.composing`: the composition root of a term (:class:`Parts` and every collaborator).
+- :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, on its composition).
 - :mod:`.leading`: the leader's term, and the process (:func:`run_coordinator`).
 """
 
+from slonkd.runtime.coordinating.composing import Parts
 from slonkd.runtime.coordinating.leading import api_readiness, lead, run_coordinator
-from slonkd.runtime.coordinating.reconciling import Coordinator, Parts, Snapshot
+from slonkd.runtime.coordinating.reconciling import Coordinator, Snapshot
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 
 __all__ = [

@@ -4,7 +4,8 @@ SLURM actions go out grouped by kind and cause in hostlist calls (requeues per n
 actions per K8s node. Each kind's write is one entry of :attr:`Executor.slurm_writes` or
 :attr:`Executor.kube_writes` (the remediation steps are :mod:`.remediating`'s); the audit
 record (:mod:`.auditing`), the metric and the log line of every write are made in one place
-here, and so is the dry run, which plans and audits but writes nothing. :meth:`Executor.isolated`
+(a K8s write's here, a SLURM write's in :mod:`.recording`, which the rollout's writes share),
+and so is the dry run, which plans and audits but writes nothing. :meth:`Executor.isolated`
 keeps one failing action from aborting the rest of a pass (:mod:`.reconciling`) without ever
 hiding a lost lease. A SLURM write whose outcome is unknown (it may have landed: the adapter
 never sends it again, see :mod:`slonkd.adapters.slurm.cas_apply`) is recorded as such, not as
@@ -14,7 +15,7 @@ a failure, and left to the next pass's fresh read.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ import structlog
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.adapters.kube.ports import EventWrites, NodeWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
+from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.errors import OutcomeUnknownError, SlonkdError
 from slonkd.core.kube_actions import MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_changes import ChangeResult, ObjectRef
@@ -31,6 +32,7 @@ from slonkd.core.kube_objects import Node, TaintEffect, cordon_mark
 from slonkd.core.plan import Action, Kind, NodeView
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating.auditing import Auditor, failure_outcome
+from slonkd.runtime.coordinating.recording import record_requeue, record_update
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.values import kube_text, label_value
 from slonkd.runtime.metrics import Metrics
@@ -84,80 +86,6 @@ async def finished(work: Coroutine[Any, Any, T]) -> T:
         if not task.cancelled() and task.exception() is not None:
             log.warning("coordinator.write_failed_after_term", error=str(task.exception())[:300])
         raise
-
-
-def record_update(
-    auditor: Auditor,
-    metrics: Metrics,
-    kind: Kind,
-    cause: Cause,
-    result: UpdateResult,
-    token: int,
-    before: Mapping[str, str],
-    **detail: str,
-) -> None:
-    """A SLURM hostlist update's metric, audit record per node and log line.
-
-    One audit record per node changed or skipped; the log line is ``slurm.nodes_<kind>``,
-    with ``detail``'s keys added. The coordinator's passes and its rollout (:mod:`.rolling`)
-    both record here.
-    """
-    metrics.applied(
-        kind.value,
-        cause.name,
-        changed=bool(result.changed),
-        skipped=[skip.why.value for skip in result.skipped],
-    )
-    for name in sorted(result.changed):
-        auditor.record(kind.value, name, cause, token, "changed", before.get(name))
-    for skip in result.skipped:
-        outcome = f"skipped: {skip.why.value}"
-        auditor.record(kind.value, skip.node, cause, token, outcome, before.get(skip.node))
-    log.info(
-        f"slurm.nodes_{kind.value}",
-        action=kind.value,
-        cause=str(cause),
-        owner="coordinator",
-        nodes=sorted(result.changed),
-        skipped={s.node: s.why.value for s in result.skipped},
-        calls=result.calls,
-        **detail,
-        fencing_token=token,
-    )
-
-
-def record_requeue(
-    auditor: Auditor,
-    node: str,
-    cause: Cause,
-    requeued: RequeueResult,
-    token: int,
-    before: str | None,
-) -> None:
-    """The requeue of a node's jobs: its audit record and its log line.
-
-    One audit record with the jobs requeued and those left, logged as ``slurm.jobs_requeued``
-    (the rollout, :mod:`.replacing`, requeues all of a node's jobs or none: what holds them
-    back is its own ``rollout.blocked`` record).
-    """
-    auditor.record(
-        "requeue",
-        node,
-        cause,
-        token,
-        "requeued",
-        before,
-        jobs=[str(j) for j in requeued.requeued],
-        not_requeueable=[str(j) for j in requeued.not_requeueable],
-    )
-    log.info(
-        "slurm.jobs_requeued",
-        node=node,
-        cause=str(cause),
-        jobs=list(requeued.requeued),
-        not_requeueable=list(requeued.not_requeueable),
-        fencing_token=token,
-    )
 
 
 @dataclass(slots=True, kw_only=True)

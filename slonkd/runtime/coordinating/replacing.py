@@ -37,7 +37,7 @@ from slonkd.core.plan import Kind
 from slonkd.core.rollout import REVISION_LABEL, ROLLOUT_CAUSE, RolloutSettings, WorkerView
 from slonkd.core.slurm_job import JobId
 from slonkd.runtime.coordinating.auditing import Auditor
-from slonkd.runtime.coordinating.executing import record_requeue
+from slonkd.runtime.coordinating.recording import record_requeue
 from slonkd.runtime.metrics import Metrics
 
 log = structlog.get_logger("slonkd.rollout")

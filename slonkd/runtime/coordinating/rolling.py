@@ -2,7 +2,8 @@
 
 Run by the coordinator as one task while it leads. Each pass (on a change of a worker pod or
 StatefulSet, and every ``poll_s`` while something is in progress) it reads the SLURM nodes
-once, asks :func:`slonkd.core.rollout.plan_rollout` what to do and does it:
+once and views each worker (:mod:`.rollout_read`), asks
+:func:`slonkd.core.rollout.plan_rollout` what to do and does it:
 
 - drain the chosen outdated workers' SLURM nodes with cause ``rollout``;
 - for each node drained for the rollout whose pod is still outdated
@@ -21,7 +22,7 @@ A worker whose K8s node carries the operator's ``slonk.dev/hold`` is left alone 
 phase (not drained, not evicted, not released) and reported under ``held``; the rest of the
 rollout goes on, and the held worker carries on once the hold is lifted. While slonkd is
 paused (``paused``: an operator's pause, a corrupt state ConfigMap, or a state this term has
-not read yet, :mod:`.reconciling`) the whole rollout is: nothing is drained, requeued,
+not read yet, :mod:`.composing`) the whole rollout is: nothing is drained, requeued,
 evicted or released, in any phase, and it carries on where it stands once unpaused (the
 coordinator looks again at once, :meth:`RolloutController.poke`). An open breaker
 (``hold``) stops only new drains.
@@ -50,30 +51,27 @@ from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.statefulsets import statefulset_informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.core.budget import WorkerGroups, out_of_service
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import ROLLOUT_WATCHING
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
-from slonkd.core.reservations import Reservation, shows
 from slonkd.core.rollout import (
     ACTIVE,
-    REVISION_LABEL,
     ROLLOUT_CAUSE,
     RolloutPlan,
     RolloutSettings,
     StatefulSetRevision,
     WorkerView,
-    held_by_rollout,
     plan_rollout,
     progress,
 )
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.auditing import Auditor
-from slonkd.runtime.coordinating.executing import record_update
+from slonkd.runtime.coordinating.recording import record_update
 from slonkd.runtime.coordinating.replacing import Replacer
+from slonkd.runtime.coordinating.rollout_read import RolloutRead, counts_out, shows_reserved
 from slonkd.runtime.coordinating.values import slurm_text
 from slonkd.runtime.level_loop import Cause, run_level_triggered
 from slonkd.runtime.metrics import Metrics
@@ -105,12 +103,7 @@ class RolloutController:
         table_age_s: float = 0.0,
     ) -> None:
         self.s = settings
-        self.table_age_s = table_age_s
-        """A node table the coordinator read this long ago serves the rollout (0: never)."""
-        self.namespace = namespace
         self.pods = pods
-        self.kube_nodes = kube_nodes
-        """The coordinator's K8s node cache: an operator's ``slonk.dev/hold`` is read there."""
         self.slurm = slurm
         self.elector = elector
         self.gate = gate
@@ -119,10 +112,6 @@ class RolloutController:
         """The coordinator's per-pool disruption budget (the rollout takes from it)."""
         self.block_label = gate.block_label
         """The coordinator's ``budget_block_label``: the budget holds per pool and block."""
-        self._groups = WorkerGroups(self.block_label)
-        """Each worker's pool, kept while its pod is gone (as the gate keeps it)."""
-        self.reads = reads
-        """The coordinator's slurmctld read limiter, shared by every reader."""
         self.hold = hold
         """Why no new node may be taken now (breaker open); "" when it may."""
         self.paused = paused
@@ -134,18 +123,20 @@ class RolloutController:
         self.metrics = metrics
         """The coordinator's metrics: the rollout's changes count as its other changes do."""
         self.statefulsets = statefulset_informer(transport, namespace)
+        self.read = RolloutRead(  # SLURM's table and the workers' views, see .rollout_read
+            namespace=namespace, slurm=slurm, pods=pods, statefulsets=self.statefulsets,
+            kube_nodes=kube_nodes, block_label=self.block_label, reads=reads,
+            table_age_s=table_age_s,
+        )  # fmt: skip
         self.replacer = Replacer(  # wait for jobs, requeue, evict: see rollout_replacing
             settings=settings, slurm=slurm, pods=PodWriter(transport), auditor=auditor,
-            metrics=metrics, check_valid=elector.check_valid, read_turn=self._read_turn,
+            metrics=metrics, check_valid=elector.check_valid, read_turn=self.read.turn,
             paused=paused,
         )  # fmt: skip
         self._dirty = asyncio.Event()
         self._settling: dict[str, float] = {}
         """Node -> when the rollout released it (monotonic), until it is back in service."""
         self._status: dict[str, Any] = {"leading": False}
-        self._slurm_read = False
-        self._read_at = 0.0
-        """When the read behind the last table began (monotonic), for the gate."""
         self._announced = False
         self._held: dict[str, str] = {}
         self.pods.add_handler(lambda _e: self._dirty.set())
@@ -191,95 +182,32 @@ class RolloutController:
 
     # -- one pass --------------------------------------------------------------------------
 
-    def _views(self, slurm_nodes: dict[str, SlurmNode]) -> list[WorkerView]:
-        statefulsets = list(self.statefulsets.items().values())
-        pods: dict[str, Pod] = {
-            p.name: p for p in self.pods.items().values() if p.namespace == self.namespace
-        }
-        names = set(pods) | {n for n, s in slurm_nodes.items() if held_by_rollout(s)}
-        # a worker whose pod is gone a while is still its pool's (and often out): counted
-        wanted = (f"{s.name}-{i}" for s in statefulsets for i in range(s.replicas))
-        names |= {n for n in wanted if n in slurm_nodes and n not in pods}
-        rows = []
-        for name in sorted(names):
-            pod = pods.get(name)
-            if pod is not None:
-                sts = next((s for s in statefulsets if s.owns(pod)), None)
-            else:
-                sts = next((s for s in statefulsets if s.wants(name)), None)
-            kube_node = None
-            if pod is not None and pod.node_name and self.kube_nodes is not None:
-                kube_node = self.kube_nodes.get(pod.node_name)
-            rows.append((name, pod, sts, kube_node))
-        pools = self._groups.resolve(
-            (n, p.labels if p else None, k.labels if k else None) for n, p, _, k in rows
-        )
-        views = []
-        for (name, pod, sts, kube_node), pool in zip(rows, pools, strict=True):
-            views.append(
-                WorkerView(
-                    node=name,
-                    pod=pod,
-                    statefulset=sts,
-                    slurm=slurm_nodes.get(name),
-                    settling=name in self._settling,
-                    pool=pool,
-                    kube_node=kube_node,
-                )
-            )
-        return views
-
-    async def _read_turn(self) -> None:
-        if self.reads is not None:
-            await self.reads.acquire()
-
-    async def _read_table(self) -> list[SlurmNode]:
-        """SLURM's node table: at the term's start the one the coordinator just read, else its own.
-
-        A new term's first pass reads the whole table as the rollout starts; a read of the
-        rollout's own took one more of that second's reads and made the poll's wait (issue
-        21). Only the first: later the rollout looks again because a pod changed (its own
-        eviction, a replacement's agent resuming its node), and a table from before that
-        change would have it replace the same worker twice.
-        """
-        first = not self._slurm_read and self.table_age_s > 0
-        recent = self.slurm.recent_nodes(self.table_age_s) if first else None
-        if recent is not None:
-            self._read_at = time.monotonic() - self.table_age_s  # read that long ago at most
-            return recent
-        await self._read_turn()
-        self._read_at = time.monotonic()
-        return await self.slurm.read_nodes()
-
     def _anything_to_do(self) -> bool:
         """Whether the caches show an outdated pod or a rollout in progress (no SLURM read)."""
-        if self.replacer.drained_at or self._settling or not self._slurm_read:
+        if self.replacer.drained_at or self._settling or not self.read.slurm_read:
             return True
-        statefulsets = [s for s in self.statefulsets.items().values() if s.on_delete]
-        for pod in self.pods.items().values():
-            sts = next((s for s in statefulsets if s.owns(pod)), None)
-            if sts is not None and pod.labels.get(REVISION_LABEL) != sts.update_revision:
-                return True
-        return False
+        return self.read.outdated()
 
     async def reconcile(self) -> bool:
         """One pass; True while something is in progress (poll again soon)."""
         if not self._anything_to_do():
             self._publish(self._summary([], RolloutPlan()))
             return False
-        slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self._read_table()}
-        self._slurm_read = True
+        slurm_nodes: dict[str, SlurmNode] = {n.name: n for n in await self.read.table()}
+        self.read.slurm_read = True
         self._settled(slurm_nodes)
-        views = self._views(slurm_nodes)
+        views = self.read.views(slurm_nodes, self._settling)
         by_node = {v.node: v for v in views}
-        reserved = self.gate.held(self._read_at, lambda r: _shows(r, by_node.get(r.node)))
+        reserved = self.gate.held(
+            self.read.read_at, lambda r: shows_reserved(r, by_node.get(r.node))
+        )
         plan = plan_rollout(
             views, self.s, policy=self.budget, hold=self.hold(), paused=self.paused(),
             reserved=reserved,
         )  # fmt: skip
         held = {n for nodes in reserved.values() for n in nodes}
         fresh = [] if self.dry_run else [by_node[n] for n in plan.start if n not in held]
-        fresh = [v for v in fresh if not _out(v)]
+        fresh = [v for v in fresh if not counts_out(v)]
         ticket = self.gate.reserve(  # at once: no other task weighs the budget in between
             "rollout",
             {v.node: v.pool for v in fresh},
@@ -415,18 +343,6 @@ class RolloutController:
         out["leading"] = self.elector.is_valid()
         out["max_parallel"] = self.s.max_parallel
         return out
-
-
-def _out(view: WorkerView) -> bool:
-    """Out of service in the rollout's read (the budget's rule)."""
-    return out_of_service(view.slurm, view.kube_node)
-
-
-def _shows(reservation: Reservation, view: WorkerView | None) -> bool:
-    """Whether the rollout's read shows what the reserving task did (see the ledger)."""
-    return view is not None and shows(
-        reservation, out=_out(view), pod=view.pod.uid if view.pod is not None else None
-    )
 
 
 __all__ = ["RolloutController"]

@@ -2,7 +2,7 @@
 
 Validated when built (``slonkd coordinator`` exits 2 on a bad one, before campaigning).
 Read by every part of the coordinator: :mod:`.observing`, :mod:`.admitting`,
-:mod:`.executing`, :mod:`.reconciling` and :mod:`.leading`.
+:mod:`.executing`, :mod:`.composing`, :mod:`.reconciling` and :mod:`.leading`.
 """
 
 from __future__ import annotations
