@@ -57,17 +57,14 @@ from slonkd.core.log_events import ROLLOUT_WATCHING
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.reservations import Reservation, shows
-from slonkd.core.rollout import (
+from slonkd.core.rollout import RolloutPlan, RolloutSettings, plan_rollout, progress
+from slonkd.core.rollout_phase import (
     ACTIVE,
     REVISION_LABEL,
     ROLLOUT_CAUSE,
-    RolloutPlan,
-    RolloutSettings,
     StatefulSetRevision,
     WorkerView,
     held_by_rollout,
-    plan_rollout,
-    progress,
 )
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
