@@ -27,14 +27,16 @@ import time
 from pathlib import Path
 
 from bench.report import print_result
-from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core import dcgm_health, nvlink_health
 
 LOOP_SCRIPT = """
 import asyncio, resource, sys
-from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core.health import Hysteresis
 from slonkd.runtime.health_loop import HealthLoop
 async def main():

@@ -15,8 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
 from slonkd.core.health import CheckResult, Verdict
 

@@ -28,8 +28,9 @@ import structlog
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings
 from slonkd.adapters.bus.client import Bus, BusSettings
-from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.kubeconfig import KubeConfigError
 from slonkd.adapters.kube.sources import agent_informers

@@ -41,7 +41,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec, deadlines
 from slonkd.core.errors import ParseError, SlonkdError
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
-from slonkd.core.rollout import ROLLOUT_CAUSE
+from slonkd.core.rollout_phase import ROLLOUT_CAUSE
 from slonkd.core.slurm_plan import SkipReason, recorded_causes
 from slonkd.runtime.requeue_report import report_requeue
 

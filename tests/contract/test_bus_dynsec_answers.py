@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.bus.dynsec import CONTROL_TOPIC
+from slonkd.adapters.bus.dynsec_link import CONTROL_TOPIC
 from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import admin_watcher, dynsec_admin, dynsec_broker_in
 

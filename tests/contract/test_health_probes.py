@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.health import probes
-from slonkd.adapters.health.checks import HealthSettings, build_checks
+from slonkd.adapters.health.checks import build_checks
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core.health import Verdict
 from slonkd_sandbox.slurm import SlurmCluster
 from tests.cli import slonkd

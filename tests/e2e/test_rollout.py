@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
-from slonkd.core.rollout import REVISION_LABEL
+from slonkd.core.rollout_phase import REVISION_LABEL
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm import SlurmLayout

@@ -31,7 +31,8 @@ from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.kube_changes import ChangeResult
 from slonkd.core.plan import Policy
 from slonkd.core.reasons import Cause
-from slonkd.core.rollout import REVISION_LABEL, RolloutSettings
+from slonkd.core.rollout import RolloutSettings
+from slonkd.core.rollout_phase import REVISION_LABEL
 from slonkd.core.slurm_node import NodeFlag, NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
 from tests.unit.pods import running_pod

@@ -18,7 +18,8 @@ import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
-from slonkd.adapters.bus.dynsec import DynSecAdmin, _Link
+from slonkd.adapters.bus.dynsec import DynSecAdmin
+from slonkd.adapters.bus.dynsec_link import Link
 from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_objects import Pod
@@ -94,8 +95,8 @@ class _Admin(DynSecAdmin):
         self.purged: list[str] = []
 
     @contextlib.asynccontextmanager
-    async def _link(self) -> AsyncIterator[_Link]:
-        yield cast(_Link, self.dynsec)
+    async def _link(self) -> AsyncIterator[Link]:
+        yield cast(Link, self.dynsec)
 
     async def purge_session(self, client_id: str) -> None:
         """Recorded (the real one connects under that id)."""

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.health.checks import Check, HealthSettings, build_checks
+from slonkd.adapters.health.checks import Check, build_checks
 from slonkd.adapters.health.probes import ProbeGuard
+from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core.health import CheckResult, Remediation, Verdict
 
 DATA = Path(__file__).parent.parent / "data" / "health"

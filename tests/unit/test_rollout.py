@@ -26,17 +26,15 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import Cause, highest
-from slonkd.core.rollout import (
+from slonkd.core.rollout import RolloutSettings, plan_rollout, progress
+from slonkd.core.rollout_phase import (
     REVISION_LABEL,
     ROLLOUT_CAUSE,
     Phase,
-    RolloutSettings,
     StatefulSetRevision,
     WorkerView,
     held_by_rollout,
     phase_of,
-    plan_rollout,
-    progress,
 )
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 

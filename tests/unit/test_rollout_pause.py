@@ -30,7 +30,8 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import RequeueResult
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import TransientError
-from slonkd.core.rollout import Phase, RolloutSettings, plan_rollout
+from slonkd.core.rollout import RolloutSettings, plan_rollout
+from slonkd.core.rollout_phase import Phase
 from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts

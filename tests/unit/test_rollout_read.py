@@ -12,7 +12,8 @@ from typing import Any
 
 from slonkd.core.budget import POOL_LABEL, BudgetPolicy
 from slonkd.core.kube_objects import KubeNodeName, Pod, PodName, PodPhase
-from slonkd.core.rollout import REVISION_LABEL, RolloutSettings, StatefulSetRevision, plan_rollout
+from slonkd.core.rollout import RolloutSettings, plan_rollout
+from slonkd.core.rollout_phase import REVISION_LABEL, StatefulSetRevision
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.rolling import RolloutController

@@ -24,7 +24,8 @@ import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
-from slonkd.core.rollout import RolloutSettings, WorkerView
+from slonkd.core.rollout import RolloutSettings
+from slonkd.core.rollout_phase import WorkerView
 from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.replacing import Replacer

@@ -20,7 +20,7 @@ deletes only the client a caller read (not one issued anew meanwhile);
 :meth:`DynSecAdmin.purge_session` also drops the session the broker keeps for its client id.
 With ``ca_file`` the admin talks TLS, verifying the broker as the bus does
 (:func:`~slonkd.adapters.bus.client.tls_context`). The clients' names and roles are in
-:mod:`.dynsec_roles`.
+:mod:`.dynsec_roles`; one admin connection and its batches in :mod:`.dynsec_link`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import json
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -43,14 +42,13 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from slonkd.adapters.bus.client import tls_context
+from slonkd.adapters.bus.dynsec_link import Link, open_link
 from slonkd.adapters.bus.dynsec_roles import agent_client_id, agent_role, agent_username, own_role
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.messages import check_name
 
 log = structlog.get_logger("slonkd.bus.dynsec")
 
-CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"
-RESPONSE_TOPIC = f"{CONTROL_TOPIC}/response"
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _POD_UID_RE = re.compile(r"pod-uid=([A-Za-z0-9-]{1,64}) tag=([0-9a-f]{16})")
 _POD_RE = re.compile(r"pod=([A-Za-z0-9][A-Za-z0-9._-]{0,252})")
@@ -107,47 +105,6 @@ def _record(raw: dict[str, Any]) -> ClientRecord:
     )
 
 
-def _answers(responses: list[Any], tag: str) -> bool:
-    """Whether ``responses`` answer the batch tagged ``tag`` (see ``DynSecAdmin._call``)."""
-    return any(
-        isinstance(r, dict) and str(r.get("correlationData", "")).startswith(f"{tag}-")
-        for r in responses
-    )
-
-
-class _Link:
-    """One admin connection to dynsec (see ``DynSecAdmin._link``): batches asked in turn."""
-
-    def __init__(self, client: aiomqtt.Client) -> None:
-        self._client = client
-
-    async def ask(self, commands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Send one batch of commands and return the broker's responses, in order.
-
-        Every admin connection gets every answer on the one response topic: another admin's
-        batch answered meanwhile (the leader ensuring its own client while its reaper
-        sweeps) is not ours. Each command carries a ``correlationData`` that dynsec echoes;
-        only the answer that carries this batch's is taken.
-
-        The batch goes out with QoS 0: with QoS 1 mosquitto writes its PUBACK and then the
-        answer, and (without ``set_tcp_nodelay`` on the broker) Nagle holds the answer until
-        our kernel acknowledges the PUBACK, which a delayed ACK does after 40 ms: every call
-        took ~44 ms instead of ~1. QoS 1 bought nothing here: the connection is this call's
-        own (nothing is retried on another), and the answer, awaited under the timeout, is
-        the only acknowledgement that counts.
-        """
-        tag = secrets.token_hex(8)
-        tagged = [{**c, "correlationData": f"{tag}-{i}"} for i, c in enumerate(commands)]
-        await self._client.publish(CONTROL_TOPIC, json.dumps({"commands": tagged}), qos=0)
-        async for message in self._client.messages:
-            if not isinstance(message.payload, bytes):
-                continue
-            responses = json.loads(message.payload).get("responses", [])
-            if isinstance(responses, list) and _answers(responses, tag):
-                return [r for r in responses if isinstance(r, dict)]
-        raise TransientError("the broker closed the dynsec response stream")
-
-
 class DynSecAdmin:
     """Issues and revokes agent credentials as the broker's dynsec admin."""
 
@@ -174,8 +131,8 @@ class DynSecAdmin:
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
-    async def _link(self) -> AsyncIterator[_Link]:
-        """One admin connection (this admin's only one at a time), subscribed to the answers.
+    async def _link(self) -> AsyncIterator[Link]:
+        """One admin connection (:func:`~.dynsec_link.open_link`), this admin's only one at a time.
 
         A connection costs a round of CONNECT/CONNACK, and over TLS 1.3 mosquitto 2.0 (without
         ``set_tcp_nodelay``) answers a CONNECT ~40 ms late, Nagle on its side waiting for our
@@ -183,20 +140,8 @@ class DynSecAdmin:
         answer in under 1 ms): what one decision needs (check, then change) goes over one
         connection.
         """
-        async with self._lock:
-            try:
-                async with (
-                    asyncio.timeout(self._timeout_s),
-                    aiomqtt.Client(**self._args, protocol=aiomqtt.ProtocolVersion.V5) as client,  # type: ignore[arg-type]
-                ):
-                    await client.subscribe(RESPONSE_TOPIC, qos=1)
-                    yield _Link(client)
-            except TimeoutError as exc:
-                raise TransientError("no answer from the dynamic-security plugin") from exc
-            except aiomqtt.MqttError as exc:
-                if "authorized" in str(exc).lower():
-                    raise TerminalError(f"the broker refused the dynsec admin: {exc}") from exc
-                raise TransientError(f"dynsec call failed: {exc}") from exc
+        async with self._lock, open_link(self._args, self._timeout_s) as link:
+            yield link
 
     async def _call(self, commands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send one batch of commands on a connection of its own; the broker's responses."""
@@ -239,7 +184,7 @@ class DynSecAdmin:
             before_change()
             return await self._issue(link, cluster, node, pod_uid), True
 
-    async def _issue(self, link: _Link, cluster: str, node: str, pod_uid: str) -> AgentCredentials:
+    async def _issue(self, link: Link, cluster: str, node: str, pod_uid: str) -> AgentCredentials:
         username = agent_username(node)
         role = agent_role(cluster, node)
         password, note = secrets.token_urlsafe(24), ""
@@ -251,7 +196,7 @@ class DynSecAdmin:
         log.info("bus.agent_credentials_issued", node=node, username=username, pod_uid=pod_uid)
         return AgentCredentials(username=username, password=password, client_id=client_id)
 
-    async def _current(self, link: _Link, node: str, pod_uid: str) -> AgentCredentials | None:
+    async def _current(self, link: Link, node: str, pod_uid: str) -> AgentCredentials | None:
         username = agent_username(node)
         password, tag = pod_password(self._secret, username, _check_uid(pod_uid))
         held = await _client(link, username)
@@ -375,7 +320,7 @@ class DynSecAdmin:
 
 
 async def _replace(
-    link: _Link, username: str, password: str, role: dict[str, Any], client_id: str, note: str = ""
+    link: Link, username: str, password: str, role: dict[str, Any], client_id: str, note: str = ""
 ) -> None:
     """Recreate ``role`` and ``username`` (new password, bound to ``client_id``) in one batch.
 
@@ -402,7 +347,7 @@ async def _replace(
         raise TerminalError(f"dynsec refused the client {username}: {errors or responses}")
 
 
-async def _client(link: _Link, username: str) -> ClientRecord | None:
+async def _client(link: Link, username: str) -> ClientRecord | None:
     """The client ``username`` (None: dynsec holds none)."""
     responses = await link.ask([{"command": "getClient", "username": username}])
     data = responses[0].get("data") if responses else None

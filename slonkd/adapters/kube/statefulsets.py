@@ -14,7 +14,7 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.informer import Informer, InformerSettings, Source
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import ParseError
-from slonkd.core.rollout import StatefulSetRevision
+from slonkd.core.rollout_phase import StatefulSetRevision
 
 
 def statefulset_from_json(obj: Mapping[str, Any]) -> StatefulSetRevision:

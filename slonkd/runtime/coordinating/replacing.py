@@ -34,7 +34,8 @@ from slonkd.adapters.kube.ports import PodWrites
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.plan import Kind
-from slonkd.core.rollout import REVISION_LABEL, ROLLOUT_CAUSE, RolloutSettings, WorkerView
+from slonkd.core.rollout import RolloutSettings
+from slonkd.core.rollout_phase import REVISION_LABEL, ROLLOUT_CAUSE, WorkerView
 from slonkd.core.slurm_job import JobId
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.recording import record_requeue

@@ -56,15 +56,12 @@ from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import ROLLOUT_WATCHING
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import ReasonOwner, reason_owner
-from slonkd.core.rollout import (
+from slonkd.core.rollout import RolloutPlan, RolloutSettings, plan_rollout, progress
+from slonkd.core.rollout_phase import (
     ACTIVE,
     ROLLOUT_CAUSE,
-    RolloutPlan,
-    RolloutSettings,
     StatefulSetRevision,
     WorkerView,
-    plan_rollout,
-    progress,
 )
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate

@@ -23,7 +23,7 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.budget import WorkerGroups, out_of_service
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.reservations import Reservation, shows
-from slonkd.core.rollout import (
+from slonkd.core.rollout_phase import (
     REVISION_LABEL,
     StatefulSetRevision,
     WorkerView,
