@@ -225,7 +225,7 @@ def _measure(root: Path, rounds: int, idle_s: float) -> int:
         [
             sys.executable,
             "-c",
-            "import resource, slonkd.runtime.agent;"
+            "import resource, slonkd.runtime.agent.sidecar;"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)",
         ],
         capture_output=True,

@@ -34,10 +34,10 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.command_gate import RECHECK
 from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, Command, node_topic
-from slonkd.runtime.agent_commands import CommandListener, agent_bus
-from slonkd.runtime.commands import CommandSender
-from slonkd.runtime.coordinator_api import CoordinatorAPI
-from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
+from slonkd.runtime.agent.commands import CommandListener, agent_bus
+from slonkd.runtime.coordinating.api import CoordinatorAPI
+from slonkd.runtime.coordinating.commands import CommandSender
+from slonkd.runtime.coordinating.credentials import CredentialIssuer, CredentialSettings
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 

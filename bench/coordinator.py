@@ -347,7 +347,7 @@ def change_poll_cost(
     from slonkd.adapters.slurm import libslurm_child
     from slonkd.adapters.slurm.runner import SlurmSettings
     from slonkd.adapters.slurm.scontrol import ScontrolBackend
-    from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch
+    from slonkd.runtime.coordinating.slurm_watch import ReadLimiter, SlurmWatch
 
     layout = SlurmLayout(slurmd_timeout_s=slurmd_timeout_s, extra_nodes=declared)
     slurm = cluster_of(root / f"slurm-change-{slurmd_timeout_s}", layout)

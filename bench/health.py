@@ -38,7 +38,7 @@ from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
 from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core.health import Hysteresis
-from slonkd.runtime.health_loop import HealthLoop
+from slonkd.runtime.agent.health_loop import HealthLoop
 async def main():
     s = HealthSettings(disk_paths=("/",), mounts=("/proc",), slurmd_port=1, fast_period_s=0.2,
                        slow_period_s=0.2, heavy_period_s=0.2, expected_gpus=8, nvlink_links=18)

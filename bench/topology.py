@@ -27,9 +27,9 @@ from pathlib import Path
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, leaf_membership, render
-from slonkd.runtime.logging import configure_logging
-from slonkd.runtime.topology_apply import TopologyApplier
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.topology_apply import TopologyApplier
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
+from slonkd.runtime.kit.logging import configure_logging
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 

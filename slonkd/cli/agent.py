@@ -38,7 +38,7 @@ from slonkd.core.config_tree import value_of
 from slonkd.core.plan import Policy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
-    from slonkd.runtime.agent import AgentSettings
+    from slonkd.runtime.agent.sidecar import AgentSettings
 
 _UID = re.compile(r"[0-9A-Fa-f]{8}(-?[0-9A-Fa-f]{4}){3}-?[0-9A-Fa-f]{12}")
 """A pod's ``metadata.uid`` (RFC 4122, as the apiserver makes them)."""
@@ -66,7 +66,7 @@ schema agent`` shows it as ``x-env``)."""
 
 def file_keys() -> frozenset[str]:
     """Every key of the agent's config file: AgentSettings' fields and the policy's graces."""
-    from slonkd.runtime.agent import AgentSettings
+    from slonkd.runtime.agent.sidecar import AgentSettings
 
     fields = {f.name for f in dataclasses.fields(AgentSettings)} - NOT_IN_FILE
     return frozenset(fields | set(POLICY_KEYS))
@@ -79,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def load_settings(env: Mapping[str, str]) -> AgentSettings:
     """Settings from ``env`` and the optional JSON file; ValueError with a one-line reason."""
-    from slonkd.runtime.agent import AgentSettings
+    from slonkd.runtime.agent.sidecar import AgentSettings
 
     values: dict[str, Any] = {
         f.name: "" if f.default is dataclasses.MISSING else f.default
@@ -174,6 +174,6 @@ def main(_args: argparse.Namespace) -> int:
     settings = settings_or_refusal("agent", lambda: load_settings(os.environ))
     if settings is None:
         return EXIT_BAD_SETTINGS
-    from slonkd.runtime.agent import run_agent
+    from slonkd.runtime.agent.sidecar import run_agent
 
     return asyncio.run(run_agent(settings))

@@ -15,7 +15,8 @@ Coordinator: ``SLONKD_MQTT_ADMIN_USERNAME`` and ``SLONKD_MQTT_ADMIN_PASSWORD`` (
 ``SLONKD_AGENT_SERVICE_ACCOUNT`` (``name`` or ``system:serviceaccount:ns:name``) restricts
 the accepted tokens to that ServiceAccount. Without ``SLONKD_MQTT_USER`` the coordinator
 makes its own bus client through dynsec. The endpoint's limits (see
-:class:`~slonkd.runtime.credentials.CredentialSettings`) are ``SLONKD_CREDENTIALS_SOURCE_RATE``,
+:class:`~slonkd.runtime.coordinating.credentials.CredentialSettings`) are
+``SLONKD_CREDENTIALS_SOURCE_RATE``,
 ``_SOURCE_BURST``, ``_GLOBAL_RATE``, ``_GLOBAL_BURST``, ``_PER_POD_LIMIT``,
 ``_PER_POD_WINDOW_S``, ``_MAX_CONCURRENT_REVIEWS`` and ``_MAX_BODY_BYTES``. The coordinator's
 MQTT session expires :data:`COORDINATOR_SESSION_EXPIRY_S` after it goes (it subscribes to
@@ -35,7 +36,7 @@ from slonkd.adapters.bus.client import BusSettings
 from slonkd.cli.config import bus_settings, ca_file, mqtt_port, secret
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
-    from slonkd.runtime.credentials import CredentialSettings
+    from slonkd.runtime.coordinating.credentials import CredentialSettings
 
 _CA = "SLONKD_MQTT_TLS_CA_FILE"
 COORDINATOR_SESSION_EXPIRY_S = 60
@@ -92,7 +93,7 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
         raise ValueError("SLONKD_MQTT_ADMIN_USERNAME needs SLONKD_MQTT_HOST and its password")
     raw = env.get("SLONKD_TOKEN_AUDIENCE", "").split(",")
     audiences = tuple(a for a in (r.strip() for r in raw) if a)
-    from slonkd.runtime.credentials import CredentialSettings
+    from slonkd.runtime.coordinating.credentials import CredentialSettings
 
     limits = _limits(env)
     admin_ca = ca_file(env, _CA)

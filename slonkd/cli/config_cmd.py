@@ -89,7 +89,7 @@ def coordinator_schema() -> dict[str, Any]:
         "anyOf": [{"type": "object"}, {"type": "null"}],
         "default": None,
         "description": describe(CoordinatorSettings, "topology")
-        + " (keys: slonkd.runtime.topology_settings)",
+        + " (keys: slonkd.runtime.coordinating.topology_settings)",
     }
     _aliases(props, coordinator.POLICY_KEYS, Policy)
     _aliases(props, coordinator.REVALIDATION_KEYS, RevalidationPolicy)
@@ -100,7 +100,7 @@ def coordinator_schema() -> dict[str, Any]:
 
 def agent_schema() -> dict[str, Any]:
     """The JSON Schema of the agent's config file (keys, types, defaults, descriptions)."""
-    from slonkd.runtime.agent import AgentSettings
+    from slonkd.runtime.agent.sidecar import AgentSettings
 
     out = schema(AgentSettings, describe=describe, skip=agent.NOT_IN_FILE)
     out.pop("required", None)  # the pod's names come from the downward API

@@ -11,7 +11,8 @@ MQTT (the agents' health) from ``SLONKD_MQTT_*`` as for the agent; ``SLONKD_MQTT
 turn on the agents' credential bootstrap (see :mod:`slonkd.cli.bus_env`);
 ``SLONKD_API_TLS_CERT_FILE`` and ``SLONKD_API_TLS_KEY_FILE`` (PEM, both or neither) make the
 API serve HTTPS only. Bad settings exit 2
-with a one-line reason. ``topology`` (an object, see :mod:`slonkd.runtime.topology_sync`) turns on
+with a one-line reason. ``topology`` (an object, see
+:mod:`slonkd.runtime.coordinating.topology_sync`) turns on
 topology.conf from node labels; its ConfigMap defaults to ``SLONKD_TOPOLOGY_CONFIGMAP``.
 ``rollout`` (an object with ``max_parallel``, ``job_wait_s``, ``poll_s``, ``settle_s``,
 ``requeue_in_prestop``, or null: off) tunes the worker rollouts of OnDelete StatefulSets (on
@@ -52,7 +53,7 @@ from slonkd.core.revalidation import RevalidationPolicy
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
     from slonkd.runtime.coordinating import CoordinatorSettings
-    from slonkd.runtime.coordinator_api import ApiTls
+    from slonkd.runtime.coordinating.api import ApiTls
 
 NOT_IN_FILE = frozenset({"slurm", "policy", "bus", "credentials", "api_tls", "nudge_client"})
 """CoordinatorSettings' fields that come from the environment, never from the config file."""
@@ -108,7 +109,7 @@ def load_settings(env: Mapping[str, str]) -> CoordinatorSettings:
     are the classes' own; a value the class refuses names its key too.
     """
     from slonkd.runtime.coordinating import CoordinatorSettings
-    from slonkd.runtime.topology_settings import topology_settings
+    from slonkd.runtime.coordinating.topology_settings import topology_settings
 
     doc = config_file(env, file_keys())
     values: dict[str, Any] = {
@@ -172,7 +173,7 @@ def _policy(doc: Mapping[str, Any]) -> Policy:
 
 def _api_tls(env: Mapping[str, str]) -> ApiTls | None:
     """The API's certificate and key from the environment, loaded once to check them."""
-    from slonkd.runtime.coordinator_api import ApiTls
+    from slonkd.runtime.coordinating.api import ApiTls
 
     cert = env.get("SLONKD_API_TLS_CERT_FILE", "").strip()
     key = env.get("SLONKD_API_TLS_KEY_FILE", "").strip()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from slonkd import __version__
 from slonkd.cli import commands
-from slonkd.runtime.logging import configure_logging
+from slonkd.runtime.kit.logging import configure_logging
 
 MODULES: dict[str, str] = {
     "agent": "agent",

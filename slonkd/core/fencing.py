@@ -11,7 +11,8 @@ runner and the primed ``scontrol`` for an update). A guard that raises stops the
 Other processes and tasks (agents, the CLI, the elector's own Lease calls) set none.
 
 :meth:`slonkd.adapters.kube.lease.LeaderElector.check_valid` notes when it passed (wall
-clock, also per task); :class:`slonkd.runtime.audit.AuditLog` puts that in every record as
+clock, also per task); :class:`slonkd.runtime.coordinating.audit_log.AuditLog` puts that in every
+record as
 ``lease_checked_at``, when the write was allowed, beside ``ts``, when it returned: a leader
 stopped mid-write records it after its successor's term began. The soak's fencing invariant
 (I3, ``bench.soak_check``) judges the first.

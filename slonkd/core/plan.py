@@ -3,7 +3,7 @@
 A :class:`NodeView` is a frozen snapshot of everything slonkd knows about one node (the
 worker pod, the Kubernetes node it runs on, the SLURM node, health verdicts, the operator's
 hold and pause, remediation and revalidation history), built by the coordinator
-(:mod:`slonkd.runtime.coordinating.observing`) and the agent (:mod:`slonkd.runtime.agent`).
+(:mod:`slonkd.runtime.coordinating.observing`) and the agent (:mod:`slonkd.runtime.agent.sidecar`).
 :func:`slonkd.core.decide.decide` turns one view and the :class:`Policy` into a :class:`Plan`:
 :class:`Action` s, each with its :class:`Kind`, its cause, its :class:`Writer` and whether it
 counts against the disruption budget. :mod:`slonkd.core.kube_actions` plans the Kubernetes

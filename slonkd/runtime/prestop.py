@@ -15,7 +15,7 @@ deleted, evicted or preempted. Within the pod's grace period minus a margin it:
 4. sets the node DOWN with slonkd's reason, so slurmctld does not wait ``SlurmdTimeout``
    for a slurmd that is about to die;
 5. with a report URL, tells the pod's agent how long the signal-to-requeue took and which
-   slonkd cause held the node when it began (:mod:`slonkd.runtime.requeue_report`: the
+   slonkd cause held the node when it began (:mod:`slonkd.runtime.agent.requeue_report`: the
    agent exports it per cause); a failed report is logged, nothing else.
 
 It always exits in time, even when slurmctld is unreachable: each call is bounded by what
@@ -43,7 +43,7 @@ from slonkd.core.errors import ParseError, SlonkdError
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
 from slonkd.core.rollout_phase import ROLLOUT_CAUSE
 from slonkd.core.slurm_plan import SkipReason, recorded_causes
-from slonkd.runtime.requeue_report import report_requeue
+from slonkd.runtime.agent.requeue_report import report_requeue
 
 log = structlog.get_logger("slonkd.prestop")
 

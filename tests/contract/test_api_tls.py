@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
+from slonkd.runtime.coordinating.api import ApiTls, CoordinatorAPI
 from slonkd_sandbox.tls import make_ca, make_server_cert
 
 NAME = "rel-coordinator.hpc.svc"

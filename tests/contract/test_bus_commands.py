@@ -31,8 +31,8 @@ from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.core.command_gate import RECHECK, Refusal
 from slonkd.core.errors import TransientError
 from slonkd.core.messages import AgentStatus, Channel, Command, encode, node_topic
-from slonkd.runtime.agent_commands import CommandListener, agent_bus, republish_on_reconnect
-from slonkd.runtime.commands import CommandSender, command_id
+from slonkd.runtime.agent.commands import CommandListener, agent_bus, republish_on_reconnect
+from slonkd.runtime.coordinating.commands import CommandSender, command_id
 from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import dynsec_admin, dynsec_broker_in, in_task, running
 from tests.contract.kube_helpers import until

@@ -31,9 +31,9 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError
 from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
-from slonkd.runtime.agent_commands import agent_bus
-from slonkd.runtime.coordinator_api import CoordinatorAPI
-from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings
+from slonkd.runtime.agent.commands import agent_bus
+from slonkd.runtime.coordinating.api import CoordinatorAPI
+from slonkd.runtime.coordinating.credentials import CredentialIssuer, CredentialSettings
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import dynsec_admin, in_task, running
@@ -557,7 +557,7 @@ async def test_a_credential_request_makes_one_admin_connection(setup: Setup) -> 
 
 
 def _reaper(setup: Setup, pods: Any) -> Any:
-    from slonkd.runtime.credential_reaper import CredentialReaper
+    from slonkd.runtime.coordinating.credential_reaper import CredentialReaper
 
     return CredentialReaper(
         setup.admin,

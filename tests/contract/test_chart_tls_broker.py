@@ -26,7 +26,7 @@ import pytest
 from slonkd.adapters.bus.client import Bus
 from slonkd.cli.bus_env import agent_bus_settings, credential_settings
 from slonkd.core.messages import AgentStatus, Channel, node_topic
-from slonkd.runtime.credentials import dynsec_admin
+from slonkd.runtime.coordinating.credentials import dynsec_admin
 from slonkd_sandbox import procs
 from slonkd_sandbox.helm import Helm
 from slonkd_sandbox.mosquitto import DYNSEC_PLUGIN

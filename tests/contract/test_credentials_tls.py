@@ -24,8 +24,12 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TransientError
 from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.messages import AgentStatus, Channel, node_topic
-from slonkd.runtime.coordinator_api import ApiTls, CoordinatorAPI
-from slonkd.runtime.credentials import CredentialIssuer, CredentialSettings, dynsec_admin
+from slonkd.runtime.coordinating.api import ApiTls, CoordinatorAPI
+from slonkd.runtime.coordinating.credentials import (
+    CredentialIssuer,
+    CredentialSettings,
+    dynsec_admin,
+)
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 from slonkd_sandbox.tls import make_ca, make_server_cert

@@ -8,8 +8,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from slonkd.runtime.http_server import HttpServer, ServeError
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.http_server import HttpServer, ServeError
+from slonkd.runtime.kit.metrics import Metrics
 
 
 async def _get(url: str, **headers: str) -> tuple[int, str, str]:

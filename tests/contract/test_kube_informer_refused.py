@@ -21,7 +21,7 @@ from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.sources import pod_source
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_objects import Pod
-from slonkd.runtime.agent import informers_ready
+from slonkd.runtime.agent.sidecar import informers_ready
 from slonkd_sandbox.kube import KubeCluster
 from tests.contract.kube_helpers import pending_pod, until
 

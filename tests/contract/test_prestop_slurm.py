@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import slonkd
-from slonkd.runtime.requeue_report import report_url
+from slonkd.runtime.agent.requeue_report import report_url
 from slonkd_sandbox.procs import free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmCluster
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster

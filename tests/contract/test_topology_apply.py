@@ -14,8 +14,8 @@ import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, leaf_membership, stamped_hash
-from slonkd.runtime.topology_apply import TopologyApplier
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.topology_apply import TopologyApplier
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 

@@ -15,8 +15,8 @@ import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, check_block, leaf_membership, render, stamped
-from slonkd.runtime.topology_apply import TopologyApplier
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.topology_apply import TopologyApplier
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
 from slonkd_sandbox import procs
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from slonkd.runtime.requeue_report import report_url
+from slonkd.runtime.agent.requeue_report import report_url
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd.runtime.requeue_report import report_url
+from slonkd.runtime.agent.requeue_report import report_url
 from slonkd_sandbox.helm import Helm
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.procs import HarnessError, free_ports, wait_for

@@ -26,8 +26,8 @@ from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
 from slonkd.core.plan import Kind, NodeView, Plan, Policy, Remediations
 from slonkd.core.revalidation import Pending
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode, failure_fingerprint
-from slonkd.runtime.audit import AuditLog
 from slonkd.runtime.coordinating.admitting import Gate
+from slonkd.runtime.coordinating.audit_log import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.remembering import Memory
 

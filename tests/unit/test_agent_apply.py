@@ -20,8 +20,8 @@ from slonkd.core.errors import OutcomeUnknownError, TransientError
 from slonkd.core.plan import Action, Kind, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.agent_apply import apply_action
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.agent.apply import apply_action
+from slonkd.runtime.kit.metrics import Metrics
 
 READ_AT = 1_796_248_939.5  # the compare-and-set read's epoch time, as the backend reports it
 DRAIN = Action(kind=Kind.DRAIN, writer=Writer.AGENT, cause=Cause(name="pod-terminating"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slonkd.runtime.audit import AuditLog, DryRunSeen
 from slonkd.runtime.coordinating import CoordinatorSettings
+from slonkd.runtime.coordinating.audit_log import AuditLog, DryRunSeen
 
 CAUSE = "x" * 400  # about 700 bytes a record
 

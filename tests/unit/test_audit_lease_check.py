@@ -3,7 +3,8 @@
 The 5-minute soak failed I3 ("audit record with an old token") on a leader SIGSTOPped right
 after a SLURM failure: its write had been allowed (lease checked) and sent before the stop,
 and its record, stamped when the write returned, came 10 ms after the SIGCONT, 12 s into its
-successor's term. Neighbours: :mod:`slonkd.core.fencing`, :mod:`slonkd.runtime.audit`,
+successor's term. Neighbours: :mod:`slonkd.core.fencing`,
+:mod:`slonkd.runtime.coordinating.audit_log`,
 ``bench.soak_check`` (I3 judges ``lease_checked_at``).
 """
 
@@ -21,7 +22,7 @@ from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError
 from slonkd.core.fencing import last_lease_check
-from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.coordinating.audit_log import AuditLog
 
 
 def _leading(clock: list[float]) -> LeaderElector:

@@ -1,6 +1,7 @@
 """The audit log's writes leave the event loop: a writer thread, in order, drained on close.
 
-Issue 37 item 8. :class:`~slonkd.runtime.audit.AuditLog` wrote each record with ``os.write``
+Issue 37 item 8. :class:`~slonkd.runtime.coordinating.audit_log.AuditLog` wrote each record with
+``os.write``
 on the coordinator's event loop: a slow disk (a full or remote volume, a stalled emptyDir)
 held every pass, the lease's renewal and the API with it. Records now go through a bounded
 queue to one writer thread: written in the order recorded, one ``write`` a line as before,
@@ -21,8 +22,8 @@ from typing import Any
 import pytest
 import structlog
 
-from slonkd.runtime import audit as audit_module
-from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.coordinating import audit_log as audit_module
+from slonkd.runtime.coordinating.audit_log import AuditLog
 
 LOOP_BOUND_S = 0.2
 """The longest the loop may be held while records are made on a disk that takes 50 ms a line."""

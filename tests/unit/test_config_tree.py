@@ -128,7 +128,7 @@ def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_setta
     tmp_path: Path,
 ) -> None:
     """The agent's file: AgentSettings' fields (health's nested thresholds too) and the graces."""
-    from slonkd.runtime.agent import AgentSettings
+    from slonkd.runtime.agent.sidecar import AgentSettings
 
     fields = {f.name for f in dataclasses.fields(AgentSettings)} - agent.NOT_IN_FILE
     assert agent.file_keys() == frozenset(fields | set(agent.POLICY_KEYS))

@@ -16,7 +16,7 @@ from slonkd.core.messages import Command
 from slonkd.core.reasons import Cause
 from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName
-from slonkd.runtime.commands import CommandSender
+from slonkd.runtime.coordinating.commands import CommandSender
 from tests.unit.pods import running_pod
 from tests.unit.test_coordinator_pass import (
     TOKEN,

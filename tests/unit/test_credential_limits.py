@@ -11,8 +11,8 @@ import structlog
 from slonkd.adapters.kube.tokenreview import review_token
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.rate_limit import SourceLimiter, TokenBucket
-from slonkd.runtime.credentials import CredentialSettings
-from slonkd.runtime.refusal_log import RefusalLog
+from slonkd.runtime.coordinating.credentials import CredentialSettings
+from slonkd.runtime.coordinating.refusal_log import RefusalLog
 
 ADMIN = {"admin_host": "h", "admin_port": 1883, "admin_user": "u", "admin_password": "p"}
 

@@ -4,7 +4,7 @@ Issue 37 item 8b. The reaper reads an agent's dynsec client, decides its pod is 
 deletes it; between the read and the delete another replica may issue that name's client to
 the pod's successor (a StatefulSet recreates it under the same name; any replica serves
 ``POST /v1/credentials``). Deleting by name then revoked the successor's fresh client. The
-real :class:`~slonkd.runtime.credential_reaper.CredentialReaper` and
+real :class:`~slonkd.runtime.coordinating.credential_reaper.CredentialReaper` and
 :class:`~slonkd.adapters.bus.dynsec.DynSecAdmin` run over mosquitto's dynamic-security plugin
 faked in memory (its commands, one batch at a time); the successor's issue lands between the
 reaper's read and its delete. Neighbours: the contract ``test_bus_credentials`` (the real
@@ -23,7 +23,7 @@ from slonkd.adapters.bus.dynsec_link import Link
 from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_objects import Pod
-from slonkd.runtime.credential_reaper import CredentialReaper
+from slonkd.runtime.coordinating.credential_reaper import CredentialReaper
 
 CLUSTER = "lab"
 

@@ -77,7 +77,7 @@ def test_every_metric_a_panel_names_is_one_slonkd_exports() -> None:
     missing = []
     for name in sorted(names):
         if name.startswith("process_"):
-            continue  # prometheus_client's process collector, registered in runtime/metrics.py
+            continue  # prometheus_client's process collector, registered in runtime/kit/metrics.py
         base = next((name[: -len(s)] for s in SUFFIXES if name.endswith(s)), name)
         sdiag = base.removeprefix("slonkd_slurmctld_")  # f"slonkd_slurmctld_{name}" families
         if not any(f'"{n}"' in source for n in (base, name)) and f'("{sdiag}",' not in source:

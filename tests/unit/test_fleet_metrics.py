@@ -11,8 +11,8 @@ from slonkd.core.errors import TransientError
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.fleet_metrics import FleetExporter
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
+from slonkd.runtime.kit.metrics import Metrics
 from tests.unit.recorded import recorded
 
 SDIAG = recorded("22.05", "sdiag.txt")

@@ -35,7 +35,7 @@ from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.reasons import Cause, ReasonOwner, encode_causes, format_reason, parse_reason
 from slonkd.core.revalidation import REVALIDATING
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.health_loop import HealthLoop
+from slonkd.runtime.agent.health_loop import HealthLoop
 from tests.unit.pods import running_pod
 
 NOW = 10_000.0
@@ -218,7 +218,7 @@ def test_the_agent_publishes_only_statuses_the_coordinator_decodes() -> None:
     verdicts at all (unknown to the coordinator, never a stale retained status) and the
     decoder's reason.
     """
-    from slonkd.runtime.agent import publishable_status
+    from slonkd.runtime.agent.sidecar import publishable_status
 
     verdicts = {"mount:/my home": "fail:mount-my-home-deadline-missed:manual", "xid": "ok"}
     status = AgentStatus(node="w-0", online=True, pod="w-0", health=verdicts, at=NOW)

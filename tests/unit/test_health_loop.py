@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from slonkd.adapters.health.checks import Check
 from slonkd.core.health import CheckResult, Hysteresis, Remediation, Verdict, fail, ok
-from slonkd.runtime.health_loop import HealthLoop
+from slonkd.runtime.agent.health_loop import HealthLoop
 
 
 def _scripted(results: Iterator[CheckResult | Exception]) -> Check:
@@ -153,7 +153,7 @@ async def test_a_run_asked_for_now_runs_the_checks_on_demand_runner() -> None:
 
 async def test_the_agents_recheck_runs_every_check_on_demand() -> None:
     """``run_checks_now`` (the recheck command's handler) asks each check for its deeper run."""
-    from slonkd.runtime.agent_commands import run_checks_now
+    from slonkd.runtime.agent.commands import run_checks_now
 
     ran: list[str] = []
     _, loop = _two_runners(ran)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from slonkd.runtime.level_loop import Cause, Debounce, run_level_triggered, settle, wait_marked
+from slonkd.runtime.kit.level_loop import Cause, Debounce, run_level_triggered, settle, wait_marked
 
 
 class _Done(Exception):

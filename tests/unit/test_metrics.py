@@ -12,9 +12,9 @@ from slonkd.adapters.bus.client import Bus, BusSettings
 from slonkd.adapters.kube.informer import InformerStats
 from slonkd.core.errors import TerminalError, TransientError
 from slonkd.core.health import Remediation, fail, ok
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.reconcile import run_worker
-from slonkd.runtime.workqueue import Backoff, WorkQueue
+from slonkd.runtime.kit.metrics import Metrics
+from slonkd.runtime.kit.reconcile import run_worker
+from slonkd.runtime.kit.workqueue import Backoff, WorkQueue
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

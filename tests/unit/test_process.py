@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from slonkd.runtime.process import cancel_within, dump_tasks
+from slonkd.runtime.kit.process import cancel_within, dump_tasks
 
 
 async def test_a_task_that_stops_on_cancel_is_within_the_deadline() -> None:

@@ -14,8 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slonkd.adapters.kube.parsing import pod_from_json
 from slonkd.core.checkpoint import REQUEUE_CAUSES, requeue_cause
 from slonkd.core.errors import ParseError
-from slonkd.runtime.http_server import HttpServer
-from slonkd.runtime.requeue_report import (
+from slonkd.runtime.agent.requeue_report import (
     PATH,
     RequeueReports,
     _loopback,
@@ -23,6 +22,7 @@ from slonkd.runtime.requeue_report import (
     report_requeue,
     report_url,
 )
+from slonkd.runtime.kit.http_server import HttpServer
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from slonkd.core.rollout_phase import REVISION_LABEL, StatefulSetRevision
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.rolling import RolloutController
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.slurm_watch import ReadLimiter
+from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
+from slonkd.runtime.kit.metrics import Metrics
 
 IDLE = NodeState.from_tokens("IDLE", [])
 NODE = SlurmNode(name=NodeName("n1"), state=IDLE)

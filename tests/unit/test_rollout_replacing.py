@@ -26,10 +26,10 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.rollout_phase import WorkerView
-from slonkd.runtime.audit import AuditLog
+from slonkd.runtime.coordinating.audit_log import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.replacing import Replacer
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 from tests.unit.pods import running_pod
 from tests.unit.recorded import recorded
 

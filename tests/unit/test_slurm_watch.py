@@ -14,9 +14,14 @@ from slonkd.adapters.slurm.libslurm import NodeTableStamp
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError, TransientError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime import slurm_watch
+from slonkd.runtime.coordinating import slurm_watch
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
-from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe, fingerprint
+from slonkd.runtime.coordinating.slurm_watch import (
+    ReadLimiter,
+    SlurmWatch,
+    change_probe,
+    fingerprint,
+)
 from tests.unit.looping import run_for
 
 

@@ -21,9 +21,9 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.kube_objects import KubeNodeName, Node, Pod, PodName, PodPhase
 from slonkd.core.topology import TopologySpec, leaf_membership, render, stamped, stamped_hash
-from slonkd.runtime.topology_apply import TopologyApplier, write_if_changed
-from slonkd.runtime.topology_settings import TopologySettings, topology_settings
-from slonkd.runtime.topology_sync import TopologySync, labels_by_slurm_node
+from slonkd.runtime.coordinating.topology_apply import TopologyApplier, write_if_changed
+from slonkd.runtime.coordinating.topology_settings import TopologySettings, topology_settings
+from slonkd.runtime.coordinating.topology_sync import TopologySync, labels_by_slurm_node
 
 
 def _node(name: str, **labels: str) -> Node:

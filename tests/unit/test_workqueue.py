@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from slonkd.runtime.workqueue import Backoff, WorkQueue
+from slonkd.runtime.kit.workqueue import Backoff, WorkQueue
 
 
 async def test_keys_are_deduplicated_and_ordered() -> None:

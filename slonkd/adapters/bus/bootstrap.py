@@ -2,7 +2,7 @@
 
 The agent reads its projected, pod-bound ServiceAccount token (fresh on every attempt: the
 kubelet rotates it) and POSTs it to the coordinator's ``/v1/credentials``. The answer is
-its own MQTT username and password (see :mod:`slonkd.runtime.credentials`). Connection
+its own MQTT username and password (see :mod:`slonkd.runtime.coordinating.credentials`). Connection
 errors, timeouts, 429 and 5xx are transient and retried with jittered backoff (tenacity,
 capped in attempts and total time); 401/403 or a malformed answer are terminal. The token
 and the password are never logged; aiohttp objects stop here.

@@ -4,7 +4,7 @@ An agent's username and client id follow from its node's name; every client slon
 (an agent, a coordinator replica, slurmctld's ``slonkd-nudge``) gets a role of its own,
 ``slonk-<username>`` (:func:`own_role`), holding only the topics it needs. Pure data: the
 dynsec admin (:mod:`.dynsec`) creates, replaces and deletes them; the credentials API
-(:mod:`slonkd.runtime.credentials`) and the trigger installer
+(:mod:`slonkd.runtime.coordinating.credentials`) and the trigger installer
 (:mod:`slonkd.runtime.coordinating.triggering`) ask for them; topic names come from
 :mod:`slonkd.core.messages`.
 """

@@ -3,7 +3,8 @@
 :class:`~slonkd.adapters.slurm.scontrol_reads.ScontrolReads` keeps the table of its last full
 ``scontrol -o show node`` read here; the coordinator's passes take it through
 ``recent_nodes`` instead of asking slurmctld for the same table again (issue 21), and the
-change poll (:mod:`slonkd.runtime.slurm_watch`) confirms it with each libslurm "no change".
+change poll (:mod:`slonkd.runtime.coordinating.slurm_watch`) confirms it with each libslurm "no
+change".
 
 Three rules keep a served table no older than what slonkd already acted on:
 

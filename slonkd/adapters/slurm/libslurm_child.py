@@ -17,7 +17,7 @@ a pipe, one JSON line each way per question.
   costs a process start every few minutes at most.
 
 Neighbours: :mod:`slonkd.adapters.slurm.libslurm` (the binding, the child's side, the one
-question and its errors), :mod:`slonkd.runtime.slurm_watch` (the poll that asks).
+question and its errors), :mod:`slonkd.runtime.coordinating.slurm_watch` (the poll that asks).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Every write (or planned write, in a dry run) of :mod:`.executing`, :mod:`.remediating` and
 :mod:`.admitting` (the breaker) goes through :class:`Auditor` into the JSON-lines
-:class:`~slonkd.runtime.audit.AuditLog`, which writes the file from its own thread (a record
+:class:`~slonkd.runtime.coordinating.audit_log.AuditLog`, which writes the file from its own thread
+(a record
 costs the loop no I/O); the term drains it when it ends (:mod:`.leading`).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.reasons import Cause
-from slonkd.runtime.audit import AuditLog, DryRunSeen
+from slonkd.runtime.coordinating.audit_log import AuditLog, DryRunSeen
 
 _NOTHING_DONE = frozenset({"dry-run", "not implemented", "blocked"})
 """Outcomes of an action that was not taken: the record has no "after"."""

@@ -40,12 +40,14 @@ from slonkd.core.decide import decide
 from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
 from slonkd.core.plan import NodeView, Plan
 from slonkd.core.reasons import Cause
-from slonkd.runtime.audit import AuditLog
-from slonkd.runtime.commands import CommandSender
 from slonkd.runtime.coordinating.admitting import Gate
+from slonkd.runtime.coordinating.audit_log import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.commands import CommandSender
+from slonkd.runtime.coordinating.credentials import credential_reaper
 from slonkd.runtime.coordinating.executing import Executor
 from slonkd.runtime.coordinating.fast_path import FastPath
+from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.pass_read import PassRead
@@ -54,12 +56,10 @@ from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.revalidating import Revalidator
 from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
+from slonkd.runtime.coordinating.slurm_watch import ReadLimiter, SlurmWatch, change_probe
+from slonkd.runtime.coordinating.topology_sync import TopologySync
 from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
-from slonkd.runtime.credentials import credential_reaper
-from slonkd.runtime.fleet_metrics import FleetExporter
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.slurm_watch import ReadLimiter, SlurmWatch, change_probe
-from slonkd.runtime.topology_sync import TopologySync
+from slonkd.runtime.kit.metrics import Metrics
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,14 +160,14 @@ class Composition:
         if self.job_outcomes is not None:  # where each node name ran when: its pods
             self.pods.add_handler(self.job_outcomes.on_pod_event)
         self.bus = coordinator_bus(s)
-        self.commands = (  # fenced commands to agents (recheck); see slonkd.runtime.commands
+        self.commands = (  # fenced commands to agents (recheck); see .commands
             CommandSender(
                 self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
             )
             if self.bus is not None
             else None
         )
-        self.reaper = (  # revokes gone pods' MQTT clients; see slonkd.runtime.credential_reaper
+        self.reaper = (  # revokes gone pods' MQTT clients; see .credential_reaper
             credential_reaper(s.credentials, transport, s.namespace, s.pod_selector, self.pods,
                               s.identity)
             if s.credentials is not None

@@ -35,7 +35,7 @@ from slonkd.runtime.coordinating.auditing import Auditor, failure_outcome
 from slonkd.runtime.coordinating.recording import record_requeue, record_update
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.values import kube_text, label_value
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.coordinator")
 

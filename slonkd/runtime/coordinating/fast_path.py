@@ -1,6 +1,7 @@
 """The fast path: K8s marks for the SLURM failures a poll just saw, before the next pass.
 
-The poll (:mod:`slonkd.runtime.slurm_watch`) read the nodes whose reason or state changed
+The poll (:mod:`slonkd.runtime.coordinating.slurm_watch`) read the nodes whose reason or state
+changed
 exactly (state, reason, who and when) and handed them to :mod:`.observing`. For a reason that
 is SLURM's own (a failure), the last full read with those nodes replaced is all ``decide``
 needs to mark their K8s nodes: cordon, taint, the ``SlurmHealthy`` condition and the Event

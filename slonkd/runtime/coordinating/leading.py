@@ -6,7 +6,7 @@ for the Lease and, while it holds it, runs one :class:`~.reconciling.Coordinator
 credential reaper as tasks, and a pass on every change (debounced), poll change and resync.
 The term writes its token into the state first (:meth:`.remembering.Memory.claim`); only
 reads run beside that claim, every task that writes starts once it has completed.
-The term ends when the lease is lost; SIGTERM ends the process (:mod:`slonkd.runtime.process`).
+The term ends when the lease is lost; SIGTERM ends the process (:mod:`slonkd.runtime.kit.process`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from slonkd.core.log_events import (
     COORDINATOR_LEADING,
     COORDINATOR_SYNCED,
 )
+from slonkd.runtime.coordinating.api import CoordinatorAPI
+from slonkd.runtime.coordinating.credentials import credential_issuer
 from slonkd.runtime.coordinating.reconciling import Coordinator
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
-from slonkd.runtime.coordinator_api import CoordinatorAPI
-from slonkd.runtime.credentials import credential_issuer
-from slonkd.runtime.level_loop import Debounce, run_level_triggered
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.process import cancel_within, exit_now, stop_on_signals
+from slonkd.runtime.kit.level_loop import Debounce, run_level_triggered
+from slonkd.runtime.kit.metrics import Metrics
+from slonkd.runtime.kit.process import cancel_within, exit_now, stop_on_signals
 
 log = structlog.get_logger("slonkd.coordinator")
 

@@ -34,8 +34,8 @@ from slonkd.core.plan import NodeView, Remediations
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName, SlurmNode
+from slonkd.runtime.coordinating.credentials import coordinator_bus_credentials
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
-from slonkd.runtime.credentials import coordinator_bus_credentials
 
 log = structlog.get_logger("slonkd.coordinator")
 

@@ -2,9 +2,10 @@
 
 A new term starts its first pass's read side by side with the informers' lists
 (:meth:`PassRead.start_ahead`, from :mod:`.leading`); later passes take the table the poll
-(:mod:`slonkd.runtime.slurm_watch`) has just read or a change probe has just confirmed,
+(:mod:`slonkd.runtime.coordinating.slurm_watch`) has just read or a change probe has just confirmed,
 when slonkd wrote nothing since (``recent_nodes``), and read on their own otherwise, each
-read a turn of the coordinator's :class:`~slonkd.runtime.slurm_watch.ReadLimiter`. The pass
+read a turn of the coordinator's :class:`~slonkd.runtime.coordinating.slurm_watch.ReadLimiter`. The
+pass
 itself is :meth:`.reconciling.Coordinator.reconcile_all`.
 """
 
@@ -19,7 +20,7 @@ import structlog
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.errors import SlonkdError
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.runtime.slurm_watch import ReadLimiter
+from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.coordinator")
 

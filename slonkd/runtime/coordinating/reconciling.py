@@ -41,7 +41,7 @@ from slonkd.runtime.coordinating.composing import Composition, Parts
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.values import slurm_text
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.coordinator")
 

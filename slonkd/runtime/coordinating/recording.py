@@ -17,7 +17,7 @@ from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.core.plan import Kind
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating.auditing import Auditor
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.coordinator")
 

@@ -39,7 +39,7 @@ from slonkd.core.rollout_phase import REVISION_LABEL, ROLLOUT_CAUSE, WorkerView
 from slonkd.core.slurm_job import JobId
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.recording import record_requeue
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.rollout")
 

@@ -3,7 +3,8 @@
 ``decide`` judges each node held ``slonkd:revalidating`` (:mod:`slonkd.core.revalidation`)
 and puts the judgement on the plan. After a pass's actions, :class:`Revalidator` sends the
 fenced ``recheck`` command to the agent of the node's current pod where the judgement asks
-for one (:class:`~slonkd.runtime.commands.CommandSender`: the lease is checked right before
+for one (:class:`~slonkd.runtime.coordinating.commands.CommandSender`: the lease is checked right
+before
 publishing), records what was sent in the state ConfigMap (:mod:`.remembering`, so a new
 leader knows since when and which command an answer must name), drops the record once the
 answer passed, and sets the two gauges ``slonkd_revalidating_nodes`` and
@@ -24,9 +25,9 @@ from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.errors import SlonkdError
 from slonkd.core.plan import NodeView, Plan
 from slonkd.core.revalidation import Pending, Step
-from slonkd.runtime.commands import CommandSender
+from slonkd.runtime.coordinating.commands import CommandSender
 from slonkd.runtime.coordinating.remembering import Memory
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.coordinator")
 

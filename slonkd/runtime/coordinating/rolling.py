@@ -69,10 +69,10 @@ from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.recording import record_update
 from slonkd.runtime.coordinating.replacing import Replacer
 from slonkd.runtime.coordinating.rollout_read import RolloutRead, counts_out, shows_reserved
+from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 from slonkd.runtime.coordinating.values import slurm_text
-from slonkd.runtime.level_loop import Cause, run_level_triggered
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.slurm_watch import ReadLimiter
+from slonkd.runtime.kit.level_loop import Cause, run_level_triggered
+from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.rollout")
 _NOT_OURS = (ReasonOwner.FOREIGN, ReasonOwner.SLURM)

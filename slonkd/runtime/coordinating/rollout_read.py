@@ -3,7 +3,7 @@
 :class:`~.rolling.RolloutController` plans each pass on what :class:`RolloutRead` gives it.
 The table (:meth:`RolloutRead.table`) is, on the term's first look, the one the coordinator
 has just read (the backend's ``recent_nodes``; issue 21), else the rollout's own read, a
-turn of the coordinator's :class:`~slonkd.runtime.slurm_watch.ReadLimiter` (the turn
+turn of the coordinator's :class:`~slonkd.runtime.coordinating.slurm_watch.ReadLimiter` (the turn
 :mod:`.replacing` takes for its job reads too). The views (:meth:`RolloutRead.views`) join
 that table with the caches: each worker's pod, StatefulSet, K8s node (an operator's hold is
 read there) and pool; a node the rollout holds, and a worker whose pod is gone a while, are
@@ -30,7 +30,7 @@ from slonkd.core.rollout_phase import (
     held_by_rollout,
 )
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.runtime.slurm_watch import ReadLimiter
+from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 
 
 class RolloutRead:

@@ -19,12 +19,12 @@ from slonkd.core.job_blame import BlamePolicy
 from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.plan import Policy
 from slonkd.core.rollout import RolloutSettings
-from slonkd.runtime.audit import KEEP as AUDIT_KEEP
-from slonkd.runtime.audit import MAX_BYTES as AUDIT_MAX_BYTES
-from slonkd.runtime.audit import check_rotation
-from slonkd.runtime.coordinator_api import ApiTls
-from slonkd.runtime.credentials import CredentialSettings
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.api import ApiTls
+from slonkd.runtime.coordinating.audit_log import KEEP as AUDIT_KEEP
+from slonkd.runtime.coordinating.audit_log import MAX_BYTES as AUDIT_MAX_BYTES
+from slonkd.runtime.coordinating.audit_log import check_rotation
+from slonkd.runtime.coordinating.credentials import CredentialSettings
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,7 +216,8 @@ class CoordinatorSettings:
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (:mod:`.rolling`); None: off."""
     fleet_metrics: bool = True
-    """Export the fleet's families on /metrics while leading (slonkd/runtime/fleet_metrics.py)."""
+    """Export the fleet's families on /metrics while leading
+    (slonkd/runtime/coordinating/fleet_metrics.py)."""
     sdiag_s: float = 60.0
     """slurmctld's statistics (``sdiag``) are read this often for the fleet metrics (0: never)."""
     sdiag_timeout_s: float = 10.0

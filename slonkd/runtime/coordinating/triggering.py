@@ -30,8 +30,8 @@ import structlog
 from slonkd.adapters.bus.dynsec_roles import nudge_role
 from slonkd.adapters.slurm.triggers import EnsureResult, TriggerEvent
 from slonkd.core.errors import SlonkdError
+from slonkd.runtime.coordinating.credentials import CredentialSettings, dynsec_admin
 from slonkd.runtime.coordinating.settings import NudgeClient
-from slonkd.runtime.credentials import CredentialSettings, dynsec_admin
 
 log = structlog.get_logger("slonkd.coordinator")
 

@@ -2,7 +2,8 @@
 
 The coordinator's passes (:mod:`slonkd.runtime.coordinating.leading`), the rollout
 (:mod:`slonkd.runtime.coordinating.rolling`) and the topology sync
-(:mod:`slonkd.runtime.topology_sync`) each look at the whole fleet from their caches. They
+(:mod:`slonkd.runtime.coordinating.topology_sync`) each look at the whole fleet from their caches.
+They
 share this idiom instead of three hand-rolled loops:
 
 1. clear the mark, then run one pass from the caches as they are now;
@@ -14,7 +15,7 @@ share this idiom instead of three hand-rolled loops:
 
 Handlers only mark; the pass reads the caches, which already hold the change (an informer
 updates its cache before it calls handlers). The per-key loop, for work that is one key at a
-time with backoff, is :mod:`slonkd.runtime.reconcile` over :mod:`slonkd.runtime.workqueue`.
+time with backoff, is :mod:`slonkd.runtime.kit.reconcile` over :mod:`slonkd.runtime.kit.workqueue`.
 """
 
 from __future__ import annotations

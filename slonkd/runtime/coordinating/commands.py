@@ -5,7 +5,7 @@ commands topic with a fresh random id and the leader's fencing token, read from 
 right before publishing (a paused old leader raises instead of sending). It also announces
 the leader's token in the retained coordinator status, so an agent that connects later
 refuses whatever an older leader queued for it. The agent's side is
-:mod:`slonkd.runtime.agent_commands`.
+:mod:`slonkd.runtime.agent.commands`.
 
 ``POST /v1/nodes/{node}/recheck`` asks the leader to send ``recheck`` to one agent. It is
 bound to loopback: only a client inside the coordinator's pod (``kubectl exec`` or

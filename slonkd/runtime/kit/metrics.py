@@ -35,7 +35,7 @@ RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 """Seconds: a reconcile is one or two scontrol calls (tens of ms), a slow slurmctld seconds."""
 
 OUTCOMES = ("ok", "retry", "terminal", "crashed")
-"""Outcomes of one reconcile, as :func:`slonkd.runtime.reconcile.run_worker` logs them."""
+"""Outcomes of one reconcile, as :func:`slonkd.runtime.kit.reconcile.run_worker` logs them."""
 ERROR_KINDS = {"retry": "transient", "terminal": "terminal", "crashed": "crash"}
 """Error kind counted for each failed outcome."""
 

@@ -1,10 +1,10 @@
 """The agent's one write to SLURM and its record: the drain or release, then its log line.
 
-:class:`~slonkd.runtime.agent.Agent` decides (``decide()`` of :mod:`slonkd.core.decide`) and
+:class:`~slonkd.runtime.agent.sidecar.Agent` decides (``decide()`` of :mod:`slonkd.core.decide`) and
 hands each of its actions here. The write goes through the SLURM backend
 (:mod:`slonkd.adapters.slurm.scontrol`, a compare-and-set read then the update), then the
 node is read once more so that the line ``agent.mirror_applied`` carries the state before and
-after, and :class:`~slonkd.runtime.metrics.Metrics` counts it.
+after, and :class:`~slonkd.runtime.kit.metrics.Metrics` counts it.
 
 The line also carries ``read_at`` and ``written_at`` (epoch seconds): SLURM has no
 conditional update, so an operator's write that reaches slurmctld between the
@@ -33,7 +33,7 @@ from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.plan import Action, Kind
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.kit.metrics import Metrics
 
 
 async def apply_action(

@@ -9,7 +9,7 @@ coordinator's. The SLURM adapter re-checks ownership right before each write, so
 or a stale event converges without a duplicate action, and a drain someone else made is
 never touched. One root TaskGroup owns every task; SIGTERM/SIGINT stop it with a deadline.
 
-It serves /healthz, /readyz and /metrics (:mod:`slonkd.runtime.http_server`) on
+It serves /healthz, /readyz and /metrics (:mod:`slonkd.runtime.kit.http_server`) on
 ``metrics_address:metrics_port``; ready means both informers synced, neither refused by the
 apiserver now (a revoked RoleBinding, a rejected token), and the reconcile loop runs, never
 anything about slurmctld or MQTT (one outage must not unready every pod).
@@ -57,21 +57,21 @@ from slonkd.core.messages import (
 from slonkd.core.plan import NodeView, Policy, Writer
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName
-from slonkd.runtime.agent_apply import apply_action
-from slonkd.runtime.agent_commands import (
+from slonkd.runtime.agent.apply import apply_action
+from slonkd.runtime.agent.commands import (
     CommandListener,
     agent_bus,
     republish_on_reconnect,
     run_checks_now,
 )
-from slonkd.runtime.health_loop import HealthLoop
-from slonkd.runtime.http_server import HttpServer, ServeError
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.process import stop_on_signals
-from slonkd.runtime.reconcile import run_worker
-from slonkd.runtime.requeue_report import PATH as REQUEUE_REPORT_PATH
-from slonkd.runtime.requeue_report import RequeueReports
-from slonkd.runtime.workqueue import WorkQueue
+from slonkd.runtime.agent.health_loop import HealthLoop
+from slonkd.runtime.agent.requeue_report import PATH as REQUEUE_REPORT_PATH
+from slonkd.runtime.agent.requeue_report import RequeueReports
+from slonkd.runtime.kit.http_server import HttpServer, ServeError
+from slonkd.runtime.kit.metrics import Metrics
+from slonkd.runtime.kit.process import stop_on_signals
+from slonkd.runtime.kit.reconcile import run_worker
+from slonkd.runtime.kit.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.agent")
 

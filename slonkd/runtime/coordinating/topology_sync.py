@@ -12,12 +12,14 @@ pod, or whose K8s node lacks the labels, goes to the documented default of
 refuses a file naming unknown nodes.
 
 On changes (debounced) and on a resync period it reads the labels from the caches and hands
-them to :class:`~slonkd.runtime.topology_apply.TopologyApplier`
-(:mod:`slonkd.runtime.topology_apply`: publish, wait for slurmctld's copy, reconfigure, refuse
+them to :class:`~slonkd.runtime.coordinating.topology_apply.TopologyApplier`
+(:mod:`slonkd.runtime.coordinating.topology_apply`: publish, wait for slurmctld's copy,
+reconfigure, refuse
 a rendering slurmctld would die on). The loop runs at most one reconfigure in
 ``min_reconfigure_interval_s`` (24.11 restarts slurmctld on each): a change within it waits,
 unpublished, and the labels as they are when it ends are applied. Its settings are
-:mod:`slonkd.runtime.topology_settings`'s, the rendering rules :mod:`slonkd.core.topology`'s.
+:mod:`slonkd.runtime.coordinating.topology_settings`'s, the rendering rules
+:mod:`slonkd.core.topology`'s.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod, PodPhase
-from slonkd.runtime.level_loop import Cause, Debounce, run_level_triggered
-from slonkd.runtime.topology_apply import TopologyApplier
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.topology_apply import TopologyApplier
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
+from slonkd.runtime.kit.level_loop import Cause, Debounce, run_level_triggered
 
 log = structlog.get_logger("slonkd.topology")
 

@@ -22,8 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from slonkd.core.status import explain, node_row
-from slonkd.runtime.commands import recheck_endpoint
-from slonkd.runtime.metrics import Metrics
+from slonkd.runtime.coordinating.commands import recheck_endpoint
+from slonkd.runtime.kit.metrics import Metrics
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body any handler may read (none needs more)."""
@@ -75,7 +75,8 @@ class CoordinatorAPI:
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.credentials: Any = None
-        """A :class:`~slonkd.runtime.credentials.CredentialIssuer` (any replica), or None."""
+        """A :class:`~slonkd.runtime.coordinating.credentials.CredentialIssuer` (any replica), or
+        None."""
         self.metrics: Metrics | None = None
         """This process's metrics, served on ``/metrics``."""
 

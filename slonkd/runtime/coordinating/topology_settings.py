@@ -2,8 +2,9 @@
 
 Parsed from the ``topology`` object of the coordinator's JSON config by
 :func:`topology_settings` (unknown keys and wrong types are refused with the key's name);
-used by :mod:`slonkd.runtime.topology_sync` (the task that renders ``topology.conf``),
-:mod:`slonkd.runtime.topology_apply` (which publishes it and reconfigures slurmctld) and the
+used by :mod:`slonkd.runtime.coordinating.topology_sync` (the task that renders ``topology.conf``),
+:mod:`slonkd.runtime.coordinating.topology_apply` (which publishes it and reconfigures slurmctld)
+and the
 coordinator's settings (:mod:`slonkd.runtime.coordinating.settings`).
 The rendering rules themselves are :mod:`slonkd.core.topology`'s.
 """

@@ -33,7 +33,7 @@ from slonkd.core.messages import (
     coordinator_topic,
     node_topic,
 )
-from slonkd.runtime.health_loop import HealthLoop
+from slonkd.runtime.agent.health_loop import HealthLoop
 
 log = structlog.get_logger("slonkd.agent.commands")
 

@@ -17,8 +17,9 @@ smaller than the base block size are logged (``topology.blocks_left_out``) and s
 ``left_out_blocks``.
 
 The leader's task that feeds it the labels and keeps the interval is
-:class:`~slonkd.runtime.topology_sync.TopologySync` (:mod:`slonkd.runtime.topology_sync`);
-the settings are :mod:`slonkd.runtime.topology_settings`'s.
+:class:`~slonkd.runtime.coordinating.topology_sync.TopologySync`
+(:mod:`slonkd.runtime.coordinating.topology_sync`);
+the settings are :mod:`slonkd.runtime.coordinating.topology_settings`'s.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from slonkd.core.topology import (
     stamped,
     stamped_hash,
 )
-from slonkd.runtime.topology_settings import TopologySettings
+from slonkd.runtime.coordinating.topology_settings import TopologySettings
 
 log = structlog.get_logger("slonkd.topology")
 

@@ -11,7 +11,8 @@ check and the change over one admin connection): requests
 for one pod uid are idempotent (a retry or a replayed token gets the same password and
 kicks nobody off the broker), a restarted pod (new uid) gets a new one and the old one
 stops working. The per-pod limit counts only the requests that change dynsec. The leader's
-:class:`~slonkd.runtime.credential_reaper.CredentialReaper` deletes the client when its pod
+:class:`~slonkd.runtime.coordinating.credential_reaper.CredentialReaper` deletes the client when
+its pod
 is gone. Everything else is refused (401: no or invalid
 token; 403: a valid token that is not a worker pod's; 429: too many requests from one pod)
 with a logged reason. Neither the token nor the password is ever logged.
@@ -22,7 +23,8 @@ request (each agent has its own pod IP, so one noisy client spends only its own 
 and one for the whole replica, taken by those about to be reviewed (it caps what the
 apiserver is asked). The endpoint takes no body: one with more than ``max_body_bytes`` (or
 of unknown length) is refused with 413 unread. Refusals are logged through
-:class:`~slonkd.runtime.refusal_log.RefusalLog`: the first in full, the rest of a burst as
+:class:`~slonkd.runtime.coordinating.refusal_log.RefusalLog`: the first in full, the rest of a
+burst as
 one summary line per interval.
 
 Any replica may serve it (standbys too): TokenReview and dynsec are idempotent and hold no
@@ -54,8 +56,8 @@ from slonkd.core.errors import ParseError, SlonkdError, TransientError
 from slonkd.core.kube_objects import Pod
 from slonkd.core.messages import check_name
 from slonkd.core.rate_limit import SourceLimiter
-from slonkd.runtime.credential_reaper import CredentialReaper
-from slonkd.runtime.refusal_log import RefusalLog
+from slonkd.runtime.coordinating.credential_reaper import CredentialReaper
+from slonkd.runtime.coordinating.refusal_log import RefusalLog
 
 log = structlog.get_logger("slonkd.credentials")
 

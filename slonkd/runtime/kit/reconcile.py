@@ -5,7 +5,7 @@ It returns how long until it wants to look again (``None``: only on the next eve
 Success forgets the key's failures; a :class:`TransientError` (or any unexpected error)
 retries with backoff; a :class:`TerminalError` is reported and not retried until the next
 event. Every run is one log line with its reconcile id and duration, and, given
-:class:`~slonkd.runtime.metrics.Metrics`, one observation of the latency histogram.
+:class:`~slonkd.runtime.kit.metrics.Metrics`, one observation of the latency histogram.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from slonkd.core.errors import TerminalError, TransientError
-from slonkd.runtime.metrics import Metrics
-from slonkd.runtime.workqueue import WorkQueue
+from slonkd.runtime.kit.metrics import Metrics
+from slonkd.runtime.kit.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.reconcile")
 

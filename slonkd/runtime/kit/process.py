@@ -3,7 +3,7 @@
 Every long-running role (``slonkd agent``, ``slonkd coordinator``) stops on SIGTERM or
 SIGINT, prints where each asyncio task waits on SIGUSR1 (for a stuck process), and does not
 let a task that swallows its cancellation hang the pod's termination. The roles use these
-helpers: :mod:`slonkd.runtime.agent` and :mod:`slonkd.runtime.coordinating.leading`.
+helpers: :mod:`slonkd.runtime.agent.sidecar` and :mod:`slonkd.runtime.coordinating.leading`.
 """
 
 from __future__ import annotations
