@@ -30,18 +30,14 @@ from typing import Any
 
 import structlog
 
-from slonkd.adapters.kube.lease import LeaderElector
-from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.budget import Admission
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.runtime.coordinating.composing import Composition, Parts
+from slonkd.runtime.coordinating.composing import Composition
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
-from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.values import slurm_text
-from slonkd.runtime.kit.metrics import Metrics
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -63,22 +59,13 @@ class Snapshot:
 class Coordinator(Composition):
     """The leader's reconcile passes over all worker nodes."""
 
-    def __init__(
-        self,
-        s: CoordinatorSettings,
-        transport: KubeTransport,
-        elector: LeaderElector,
-        *,
-        metrics: Metrics | None = None,
-        parts: Parts | None = None,
-    ) -> None:
-        super().__init__(s, transport, elector, metrics=metrics, parts=parts)
-        self.snapshot: Snapshot | None = None
-        self._last_slurm: list[SlurmNode] | None = None
-        self._last_slurm_at = 0.0
-        """When the read behind ``_last_slurm`` began (monotonic): the fast path's read."""
-        self.passes = 0
-        self.suspected: frozenset[Cause] = frozenset()
+    # The pass's own state (the rest is the Composition's); immutable defaults, set per instance.
+    snapshot: Snapshot | None = None
+    _last_slurm: list[SlurmNode] | None = None
+    _last_slurm_at = 0.0
+    """When the read behind ``_last_slurm`` began (monotonic): the fast path's read."""
+    passes = 0
+    suspected: frozenset[Cause] = frozenset()
 
     def status_sections(self) -> dict[str, Any]:
         """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
