@@ -68,7 +68,6 @@ async def _drain(backend: Backend) -> bool:
         "n1",
         DRAIN,
         _node("IDLE"),
-        structlog.get_logger("test").bind(node="n1"),
     )
 
 
@@ -92,7 +91,6 @@ async def test_a_write_is_logged_with_the_state_before_and_after() -> None:
             "n1",
             DRAIN,
             _node("IDLE"),
-            structlog.get_logger("test"),
         )
     assert done is True
     (line,) = [e for e in logs if e["event"] == "agent.mirror_applied"]

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+
+import structlog
 
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
@@ -35,6 +36,8 @@ from slonkd.core.plan import Action, Kind
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.kit.metrics import Metrics
 
+log = structlog.get_logger("slonkd.agent")
+
 
 async def apply_action(
     backend: SlurmBackend,
@@ -42,24 +45,23 @@ async def apply_action(
     key: str,
     action: Action,
     before: SlurmNode | None,
-    bound: Any,
 ) -> bool:
     """Write ``action`` (a drain or a release of node ``key``) and record it; False: not ours.
 
-    ``bound`` is the reconcile's bound structlog logger.
+    Logged with what the reconcile bound in structlog's context (node, pod, reconcile id).
     """
     began = time.monotonic()
     if action.kind not in (Kind.DRAIN, Kind.RELEASE):
         # decide() gives the agent nothing else; refuse loudly rather than guess
-        bound.error("agent.unexpected_action", action=action.kind.value, cause=str(action.cause))
+        log.error("agent.unexpected_action", action=action.kind.value, cause=str(action.cause))
         return False
     try:
-        result = await _write(backend, key, action, bound)
+        result = await _write(backend, key, action)
     except OutcomeUnknownError as exc:
         metrics.applied(
             action.kind.value, action.cause.name, changed=False, skipped=["outcome-unknown"]
         )
-        bound.warning(
+        log.warning(
             "agent.mirror_outcome_unknown",
             action=action.kind.value,
             cause=str(action.cause),
@@ -80,7 +82,7 @@ async def apply_action(
             changed=key in result.changed,
             skipped=[s.why.value for s in result.skipped],
         )
-        bound.info(
+        log.info(
             "agent.mirror_applied",
             action=action.kind.value,
             cause=str(action.cause),
@@ -95,14 +97,14 @@ async def apply_action(
     return True
 
 
-async def _write(backend: SlurmBackend, key: str, action: Action, bound: Any) -> UpdateResult:
+async def _write(backend: SlurmBackend, key: str, action: Action) -> UpdateResult:
     """The drain or release; a cancellation while it is in flight is logged, then goes on."""
     try:
         if action.kind is Kind.DRAIN:
             return await backend.drain([key], action.cause, "pod is terminating")
         return await backend.resume([key], action.cause)
     except asyncio.CancelledError:
-        bound.warning(
+        log.warning(
             "agent.mirror_interrupted",
             action=action.kind.value,
             cause=str(action.cause),

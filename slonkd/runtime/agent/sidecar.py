@@ -305,14 +305,18 @@ class Agent:
             health=dict(self.verdicts),
         )
         plan = decide(view, self.s.policy)
-        bound = log.bind(node=key, pod=self.s.pod_name, reconcile_id=rid, owner="agent")
-        if plan.notes != self._last_notes:
-            for note in plan.notes:
-                bound.info("agent.left_alone" if "left alone" in note else "agent.note", note=note)
-            self._last_notes = plan.notes
-        for action in plan.for_writer(Writer.AGENT):
-            if await apply_action(self.backend, self.metrics, key, action, slurm, bound):
-                self.actions += 1
+        with structlog.contextvars.bound_contextvars(
+            node=key, pod=self.s.pod_name, reconcile_id=rid, owner="agent"
+        ):  # every line of this reconcile, the write's included, carries them
+            if plan.notes != self._last_notes:
+                for note in plan.notes:
+                    log.info(
+                        "agent.left_alone" if "left alone" in note else "agent.note", note=note
+                    )
+                self._last_notes = plan.notes
+            for action in plan.for_writer(Writer.AGENT):
+                if await apply_action(self.backend, self.metrics, key, action, slurm):
+                    self.actions += 1
         return self.s.resync_s
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -287,7 +287,7 @@ class Gate:
         dry_run = self.auditor.dry_run
         if dry_run and not self.auditor.seen.is_new("*", ("open-breaker",), why):
             return  # a dry run never persists it: said once per reason, not every pass
-        log.error("budget.breaker_opened", reason=why, owner="coordinator", fencing_token=token)
+        log.error("budget.breaker_opened", reason=why, owner="coordinator")
         self.auditor.log.record(
             action="open-breaker",
             node="*",

@@ -73,7 +73,7 @@ class CommandSender:
         await self._bus.publish(
             coordinator_topic(self._cluster), status, retain=True, timeout_s=self._timeout_s
         )
-        log.info("bus.coordinator_announced", leader=self._identity, fencing_token=token)
+        log.info("bus.coordinator_announced", leader=self._identity)
 
     async def announce_when_connected(self, retry_s: float = 1.0) -> None:
         """:meth:`announce`, retried while the broker is unreachable (a task of the leader)."""
@@ -108,7 +108,6 @@ class CommandSender:
             action=action,
             cause=cause,
             command_id=command.id,
-            fencing_token=token,
             owner="coordinator",
         )
         return command

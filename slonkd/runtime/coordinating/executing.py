@@ -166,7 +166,6 @@ class Executor:
                     if unknown
                     else {}
                 ),
-                fencing_token=token,
             )
             return 1
         return 0
@@ -302,7 +301,6 @@ class Executor:
             cause=cause,
             owner="coordinator",
             outcome=outcome,
-            fencing_token=token,
         )
 
     async def _cordon(self, view: NodeView, kube: Node, action: Action, token: int) -> ChangeResult:

@@ -97,7 +97,7 @@ class FastPath:
         finally:  # held until the reads show the marks (a dry run: nothing)
             (self.gate.release if self.executor.auditor.dry_run else self.gate.written)(ticket)
         if marked:
-            log.info("coordinator.fast_marks", nodes=sorted(set(marked)), fencing_token=token)
+            log.info("coordinator.fast_marks", nodes=sorted(set(marked)))
 
 
 def _taken(views: Sequence[NodeView], plans: Sequence[Plan], failing: set[str]) -> set[str]:

@@ -46,14 +46,21 @@ class _NotLeading(Exception):
 
 
 async def lead(c: Coordinator, token: int) -> None:
-    """The leader's work: run the informers, then reconcile on events and on resync."""
-    log.info(COORDINATOR_LEADING, identity=c.s.identity, fencing_token=token)
-    try:
-        await _lead(c, token)
-    except* _NotLeading:
-        log.warning("coordinator.not_leading", identity=c.s.identity, fencing_token=token)
-    finally:
-        c.cancel_read_ahead()
+    """The leader's work: run the informers, then reconcile on events and on resync.
+
+    The term's fencing token is bound in structlog's context for the whole term: every line
+    its tasks log carries ``fencing_token`` (the tasks start inside and copy the context).
+    Writes still take the token explicitly (:meth:`LeaderElector.check_valid`): fencing is
+    the writes' business, a log field only shows it.
+    """
+    with structlog.contextvars.bound_contextvars(fencing_token=token):
+        log.info(COORDINATOR_LEADING, identity=c.s.identity)
+        try:
+            await _lead(c, token)
+        except* _NotLeading:
+            log.warning("coordinator.not_leading", identity=c.s.identity)
+        finally:
+            c.cancel_read_ahead()
 
 
 async def _lead(c: Coordinator, token: int) -> None:
@@ -106,7 +113,8 @@ async def _pass(c: Coordinator) -> float:
     """Fast marks, then a whole pass; a failed pass is counted and retried at the next wake."""
     await c.fast_marks()
     try:
-        await c.reconcile_all()
+        with structlog.contextvars.bound_contextvars(pass_id=c.passes + 1):
+            await c.reconcile_all()  # every line of the pass carries its number
     except FencedError:
         raise  # a newer token in the state: the elector ends this term
     except SlonkdError as exc:

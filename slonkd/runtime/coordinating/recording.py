@@ -58,7 +58,6 @@ def record_update(
         skipped={s.node: s.why.value for s in result.skipped},
         calls=result.calls,
         **detail,
-        fencing_token=token,
     )
 
 
@@ -92,5 +91,4 @@ def record_requeue(
         cause=str(cause),
         jobs=list(requeued.requeued),
         not_requeueable=list(requeued.not_requeueable),
-        fencing_token=token,
     )

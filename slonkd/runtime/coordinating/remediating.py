@@ -160,7 +160,6 @@ class Remediator:
             cause=cause,
             requested=bool(rebooted.changed),
             skipped=skips,
-            fencing_token=token,
         )
 
     async def _remediated(

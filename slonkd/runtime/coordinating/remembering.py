@@ -81,9 +81,9 @@ class Memory:
         except Superseded:
             raise  # a newer term wrote: this one ends
         except SlonkdError as exc:
-            log.warning("coordinator.state_claim_failed", fencing_token=token, error=str(exc)[:300])
+            log.warning("coordinator.state_claim_failed", error=str(exc)[:300])
             return
-        log.info("coordinator.state_claimed", fencing_token=token)
+        log.info("coordinator.state_claimed")
 
     async def warn(self, reason: str, message: str) -> None:
         """A Warning Event on the state ConfigMap (best effort: never fails the caller)."""

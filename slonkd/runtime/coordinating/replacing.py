@@ -142,7 +142,6 @@ class Replacer:
                 outcome=result.outcome.value,
                 detail=result.detail[:200],
                 revision=pod.labels.get(REVISION_LABEL, ""),
-                fencing_token=token,
             )
         if refused:
             self.blocked[name] = refused
@@ -180,7 +179,6 @@ class Replacer:
                 held_back=held_back,
                 states=states or {},
                 detail=why,
-                fencing_token=token,
             )
             self.auditor.record(
                 "requeue", name, ROLLOUT_CAUSE, token, "blocked", before,

@@ -177,7 +177,7 @@ class TopologyApplier:
             self._set_drift(shown)
             log.info("topology.already_applied", sha256=rendered.sha256[:16], cause=cause)
             return False
-        token = self.check_valid()  # a paused old leader stops here
+        self.check_valid()  # a paused old leader stops here
         began = time.monotonic()
         st.reconfigure_began = began  # a failed one counts too: it may have restarted slurmctld
         await self.slurm.runner.run("scontrol", "reconfigure")
@@ -192,7 +192,6 @@ class TopologyApplier:
             cause=cause,
             owner="coordinator",
             took_s=round(took, 3),
-            fencing_token=token,
         )
         await self.refresh_drift()
         return True
@@ -215,7 +214,7 @@ class TopologyApplier:
 
     async def _publish(self, rendered: Rendered, cause: str) -> None:
         text = stamped(rendered)
-        token = self.check_valid()
+        self.check_valid()  # a paused old leader stops here
         if rendered.left_out:
             log.warning(
                 "topology.blocks_left_out",
@@ -233,7 +232,6 @@ class TopologyApplier:
                 sha256=rendered.sha256[:16],
                 outcome=result.outcome.value,
                 cause=cause,
-                fencing_token=token,
             )
         if self.s.path is not None:
             path = Path(self.s.path)
@@ -243,7 +241,6 @@ class TopologyApplier:
                     path=str(path),
                     sha256=rendered.sha256[:16],
                     cause=cause,
-                    fencing_token=token,
                 )
 
     def read_copy_hash(self) -> str | None:
