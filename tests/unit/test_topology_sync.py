@@ -151,8 +151,10 @@ def test_settings_dataclass_refuses_nowhere_to_publish() -> None:
 class _NoSlurm:
     """A backend that must not be reached: a refused rendering calls no SLURM command."""
 
-    @property
-    def runner(self) -> Any:
+    async def show_topology(self) -> str:
+        raise AssertionError("a refused topology reached slurmctld")
+
+    async def reconfigure(self) -> None:
         raise AssertionError("a refused topology reached slurmctld")
 
 
@@ -211,6 +213,12 @@ class _Slurm:
     async def read_nodes(self) -> list[Any]:
         self.reads += 1
         return [SimpleNamespace(name=f"w-{i}") for i in range(4)]
+
+    async def show_topology(self) -> str:
+        return await self.runner.run("scontrol", "show", "topology")
+
+    async def reconfigure(self) -> None:
+        await self.runner.run("scontrol", "reconfigure")
 
 
 def _node_json(name: str, rv: int, **labels: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The SLURM backend interface, and the choice of backend at start.
+"""The SLURM port (:class:`SlurmReads`, :class:`SlurmWrites`), and the choice of backend at start.
 
 Two backends are foreseen: the scontrol/sinfo clients (``scontrol.py``, always available)
 and pyslurm, the C-API bindings, used only when pyslurm imports *and* was built for the
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slonkd.adapters.slurm.parsing import ReasonGroup
+from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
@@ -23,8 +24,8 @@ from slonkd.core.slurm_job import SlurmJob
 from slonkd.core.slurm_node import SlurmNode
 
 
-class SlurmBackend(Protocol):
-    """What slonkd needs from SLURM; every backend passes the same contract tests."""
+class SlurmReads(Protocol):
+    """What slonkd reads from SLURM: nodes, jobs, finished jobs, statistics, topology."""
 
     @property
     def calls(self) -> int:
@@ -69,6 +70,26 @@ class SlurmBackend(Protocol):
         """Jobs holding resources on a node."""
         ...
 
+    async def finished_jobs(self) -> list[FinishedJob]:
+        """Jobs that ended within slurmctld's ``MinJobAge`` (job blame's evidence)."""
+        ...
+
+    async def diag(self) -> str:
+        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
+        ...
+
+    async def show_topology(self) -> str:
+        """The topology slurmctld runs (``scontrol show topology``)."""
+        ...
+
+
+class SlurmWrites(Protocol):
+    """What slonkd writes to SLURM: compare-and-set holds and releases, requeues, reboots.
+
+    Every write takes slonkd's ownership rules (:mod:`slonkd.core.slurm_plan`): a hold or
+    reason that is not slonkd's is never changed.
+    """
+
     async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
         """Compare-and-set drain."""
         ...
@@ -102,6 +123,18 @@ class SlurmBackend(Protocol):
     async def requeue_jobs(self, name: str, *, all_or_none: bool = False) -> RequeueResult:
         """Requeue what can be requeued on a node (``all_or_none``: nothing unless all can)."""
         ...
+
+    async def reconfigure(self) -> None:
+        """Make slurmctld read its configuration again (``scontrol reconfigure``)."""
+        ...
+
+
+class SlurmBackend(SlurmReads, SlurmWrites, Protocol):
+    """Both halves: what a role that reads and writes SLURM holds; every backend is one.
+
+    A part that only reads (the pass's table, the rollout's read, the fleet's statistics, job
+    blame) is typed against :class:`SlurmReads`; every backend passes the same contract tests.
+    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

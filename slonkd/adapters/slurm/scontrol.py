@@ -133,6 +133,10 @@ class ScontrolBackend(ScontrolReads):
                 await self.runner.write("scontrol", "requeue", ",".join(str(j) for j in can))
         return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
 
+    async def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld reads its configuration again (topology)."""
+        await self.runner.run("scontrol", "reconfigure")
+
     # -- compare-and-set machinery ---------------------------------------------------------
 
     async def read_for_update(

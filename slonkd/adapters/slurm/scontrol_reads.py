@@ -157,6 +157,10 @@ class ScontrolReads:
         wanted = set(names)
         return [n for n in nodes if n.name in wanted]
 
+    async def show_topology(self) -> str:
+        """The topology slurmctld runs (``scontrol show topology``)."""
+        return await self.runner.run("scontrol", "show", "topology")
+
     async def diag(self) -> str:
         """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
         return await self.runner.run("sdiag", retry=False)

@@ -88,9 +88,8 @@ class Composition:
         self.s = s
         self.elector = elector
         self.metrics = metrics or Metrics(role="coordinator")
-        scontrol = ScontrolBackend(s.slurm)
         parts = parts or Parts(
-            slurm=scontrol,
+            slurm=ScontrolBackend(s.slurm),
             nodes=NodeWriter(transport),
             pods=PodWriter(transport),
             events=EventRecorder(transport),
@@ -150,8 +149,6 @@ class Composition:
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""
         self.fleet = FleetExporter() if s.fleet_metrics else None
         """The fleet's families; registered on /metrics by the term (:mod:`.leading`)."""
-        self.sdiag = scontrol.diag
-        self._scontrol = scontrol
         self.job_outcomes = (  # nodes blamed for failed jobs, see .job_outcomes
             JobOutcomes(s.job_blame, self._read_finished, self.observer.dirty.set)
             if s.job_blame is not None
@@ -200,7 +197,7 @@ class Composition:
         if s.topology is not None:
             self.topology = TopologySync(
                 s.topology, transport=transport, namespace=s.namespace, nodes=self.nodes,
-                pods=self.pods, slurm=scontrol, check_valid=elector.check_valid,
+                pods=self.pods, slurm=self.slurm, check_valid=elector.check_valid,
             )  # fmt: skip
         self.rollout: RolloutController | None = None
         if s.rollout is not None:
@@ -220,7 +217,7 @@ class Composition:
     async def _read_finished(self) -> list[FinishedJob]:
         """The finished jobs slurmctld remembers, one read within the coordinator's limit."""
         await self.reads.acquire()
-        return await self._scontrol.finished_jobs()
+        return await self.slurm.finished_jobs()
 
     def _rollout_paused(self) -> str:
         """Why the rollout may write nothing now, in any phase ("" when it may).

@@ -99,7 +99,7 @@ async def _lead(c: Coordinator, token: int) -> None:
             group.create_task(c.job_outcomes.run())
         if c.fleet is not None and s.sdiag_s > 0:
             group.create_task(
-                c.fleet.poll_sdiag(c.sdiag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
+                c.fleet.poll_sdiag(c.slurm.diag, interval_s=s.sdiag_s, timeout_s=s.sdiag_timeout_s)
             )
         await run_level_triggered(
             dirty,

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import structlog
 
-from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.backend import SlurmReads
 from slonkd.core.errors import SlonkdError
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
@@ -40,7 +40,7 @@ class PassTable(NamedTuple):
 class PassRead:
     """The passes' SLURM reads of one term."""
 
-    def __init__(self, slurm: SlurmBackend, reads: ReadLimiter, *, max_age_s: float) -> None:
+    def __init__(self, slurm: SlurmReads, reads: ReadLimiter, *, max_age_s: float) -> None:
         self.slurm = slurm
         self.reads = reads
         self.max_age_s = max_age_s

@@ -19,7 +19,7 @@ import time
 from collections.abc import Collection
 
 from slonkd.adapters.kube.informer import Informer
-from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.backend import SlurmReads
 from slonkd.core.budget import WorkerGroups, out_of_service
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.reservations import Reservation, shows
@@ -40,7 +40,7 @@ class RolloutRead:
         self,
         *,
         namespace: str,
-        slurm: SlurmBackend,
+        slurm: SlurmReads,
         pods: Informer[Pod],
         statefulsets: Informer[StatefulSetRevision],
         kube_nodes: Informer[Node] | None,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from slonkd.adapters.slurm import libslurm_child
-from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.backend import SlurmReads
 from slonkd.adapters.slurm.libslurm import ChangeProbe
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.log_events import COORDINATOR_CHANGE_POLL_LOADED
@@ -129,7 +129,7 @@ class SlurmWatch:
 
     def __init__(
         self,
-        slurm: SlurmBackend,
+        slurm: SlurmReads,
         limiter: ReadLimiter,
         changed: Callable[[Sequence[SlurmNode]], None],
         *,

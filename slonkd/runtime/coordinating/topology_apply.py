@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from slonkd.adapters.kube.configmaps import OwnedConfigMap
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.errors import TerminalError
 from slonkd.core.kube_changes import ChangeOutcome
 from slonkd.core.topology import (
@@ -117,7 +117,7 @@ class TopologyApplier:
         s: TopologySettings,
         *,
         configmap: OwnedConfigMap | None,
-        slurm: ScontrolBackend,
+        slurm: SlurmBackend,
         check_valid: Callable[[], int] = lambda: 0,
     ) -> None:
         self.s = s
@@ -180,7 +180,7 @@ class TopologyApplier:
         self.check_valid()  # a paused old leader stops here
         began = time.monotonic()
         st.reconfigure_began = began  # a failed one counts too: it may have restarted slurmctld
-        await self.slurm.runner.run("scontrol", "reconfigure")
+        await self.slurm.reconfigure()
         took = time.monotonic() - began
         st.applied = rendered.sha256
         st.reconfigures += 1
@@ -277,7 +277,7 @@ class TopologyApplier:
 
     async def show_topology(self) -> str:
         """``scontrol show topology`` as slurmctld runs it now."""
-        return await self.slurm.runner.run("scontrol", "show", "topology")
+        return await self.slurm.show_topology()
 
     def _drift_due(self) -> bool:
         at = self.state.drift_checked_at

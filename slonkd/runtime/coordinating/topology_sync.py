@@ -33,7 +33,7 @@ import structlog
 from slonkd.adapters.kube.configmaps import OwnedConfigMap
 from slonkd.adapters.kube.informer import CacheEvent, EventType, Informer
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_objects import Node, Pod, PodPhase
 from slonkd.runtime.coordinating.topology_apply import TopologyApplier
@@ -85,7 +85,7 @@ class TopologySync(TopologyApplier):
         namespace: str,
         nodes: Informer[Node],
         pods: Informer[Pod],
-        slurm: ScontrolBackend,
+        slurm: SlurmBackend,
         check_valid: Callable[[], int] = lambda: 0,
     ) -> None:
         configmap = (

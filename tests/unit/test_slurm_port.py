@@ -1,0 +1,76 @@
+"""Everything the coordinator asks of SLURM goes through its port (issue 38 item 2); fakes only.
+
+The port is two protocols, :class:`~slonkd.adapters.slurm.backend.SlurmReads` and
+:class:`~slonkd.adapters.slurm.backend.SlurmWrites` (``SlurmBackend`` is both). Before, job
+blame's finished jobs and the fleet's ``sdiag`` went to a ``ScontrolBackend`` the coordinator
+built for itself beside the port, and topology ran ``scontrol reconfigure`` through that
+backend's runner: a second backend (pyslurm) could not have served them, and a test's fake
+was passed over. Neighbours: ``test_coordinator_pass`` (the fakes), ``test_topology_sync``
+(topology's reads and reconfigure, through the same port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.core.slurm_job import JobId, JobState
+from slonkd.core.slurm_node import NodeName
+from slonkd.runtime.coordinating.leading import lead
+from tests.unit.test_coordinator_pass import (
+    TOKEN,
+    FakeNodeWriter,
+    FakeSlurm,
+    _coordinator,
+    _node,
+    _slurm,
+)
+from tests.unit.test_coordinator_term_start import _listed
+
+ENDED = FinishedJob(
+    job_id=JobId(41), state=JobState.parse("FAILED"), exit_code=1, nodes=(NodeName("w-0"),)
+)
+
+
+class _Port(FakeSlurm):
+    """The pass's fake, with the reads job blame and the fleet metrics make: counted."""
+
+    def __init__(self) -> None:
+        super().__init__([_slurm(0)], failing=set())
+        self.asked: list[str] = []
+
+    async def finished_jobs(self) -> list[FinishedJob]:
+        """One failed job on w-0."""
+        self.asked.append("finished_jobs")
+        return [ENDED]
+
+    async def diag(self) -> str:
+        """An empty sdiag (the exporter counts it as a failed read; asked is what counts)."""
+        self.asked.append("diag")
+        return ""
+
+
+async def test_job_blames_finished_jobs_come_from_the_port() -> None:
+    """The coordinator's finished-jobs read is its port's, not a backend of its own."""
+    port = _Port()
+    c = _coordinator(port, FakeNodeWriter(), [_node(0)])
+    assert await asyncio.wait_for(c._read_finished(), timeout=5) == [ENDED]
+    assert port.asked == ["finished_jobs"]
+
+
+async def test_the_terms_sdiag_comes_from_the_port() -> None:
+    """The fleet's statistics poll asks the port's ``diag`` while the term leads."""
+    port = _Port()
+    c = _coordinator(port, FakeNodeWriter(), [_node(0)], sdiag_s=1)  # read at once, then each 1 s
+    c.nodes.run = _listed(c.nodes)  # type: ignore[method-assign]
+    c.pods.run = _listed(c.pods)  # type: ignore[method-assign]
+    term = asyncio.create_task(lead(c, TOKEN))
+    try:
+        for _ in range(300):
+            if "diag" in port.asked:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        term.cancel()
+        await asyncio.gather(term, return_exceptions=True)
+    assert "diag" in port.asked
