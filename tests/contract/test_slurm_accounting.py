@@ -24,14 +24,14 @@ from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
 from slonkd_sandbox.accounting import ACCOUNT
 from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     FakeElector,
     FakeEvents,
     FakeNodeWriter,
     FakePodWriter,
     FakeStore,
-    _node,
-    _pod,
+    kube_node,
+    worker_pod,
 )
 
 pytestmark = pytest.mark.slurm
@@ -92,8 +92,8 @@ def _coordinator(backend: ScontrolBackend, writer: FakeNodeWriter) -> Coordinato
         slurm=backend, nodes=writer, pods=FakePodWriter(), events=FakeEvents(), store=FakeStore()
     )
     c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
-    c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(2)}
-    c.nodes._cache = {n.name: n for n in (_node(0, cordoned=True), _node(1))}
+    c.pods._cache = {f"slonk/w-{i}": worker_pod(i) for i in range(2)}
+    c.nodes._cache = {n.name: n for n in (kube_node(0, cordoned=True), kube_node(1))}
     writer.cache = c.nodes._cache
     return c
 

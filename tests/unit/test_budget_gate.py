@@ -35,16 +35,16 @@ from slonkd.core.rollout import RolloutSettings
 from slonkd.core.rollout_phase import REVISION_LABEL
 from slonkd.core.slurm_node import NodeFlag, NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
-from tests.unit.pods import running_pod
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     FakeElector,
     FakeEvents,
     FakeNodeWriter,
     FakePodWriter,
     FakeSlurm,
     FakeStore,
-    _node,
+    kube_node,
 )
+from tests.unit.pods import running_pod
 from tests.unit.test_rollout import STS
 
 WORKERS = 6
@@ -127,7 +127,7 @@ def _leader(writer: FakeNodeWriter | None = None) -> tuple[Coordinator, _Slurm, 
         )
         for i in range(WORKERS)
     }
-    c.nodes._cache = {f"kn-{i}": _node(i) for i in range(WORKERS)}
+    c.nodes._cache = {f"kn-{i}": kube_node(i) for i in range(WORKERS)}
     writer.cache = c.nodes._cache
     c.rollout.statefulsets._cache = {"slonk/w": replace(STS, replicas=WORKERS)}
     return c, slurm, writer

@@ -22,9 +22,14 @@ from slonkd.core.errors import TransientError
 from slonkd.core.kube_objects import KubeNodeName, Node, Pod
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.observing import Observer
+from tests.unit.coordinator_fakes import (
+    FakeNodeWriter,
+    FakeSlurm,
+    coordinator_with,
+    slurm_node,
+)
+from tests.unit.coordinator_fakes import kube_node as _node_of
 from tests.unit.pods import running_pod
-from tests.unit.test_coordinator_pass import FakeNodeWriter, FakeSlurm, _coordinator, _slurm
-from tests.unit.test_coordinator_pass import _node as _node_of
 
 
 def _pod(i: int, node: str) -> Pod:
@@ -117,8 +122,8 @@ class _CountingSlurm(FakeSlurm):
 
 async def test_the_first_pass_takes_the_read_started_with_the_lists() -> None:
     """The term's SLURM read runs beside the lists; the first pass uses it, later ones read."""
-    slurm = _CountingSlurm([_slurm(i) for i in range(3)])
-    c = _coordinator(slurm, FakeNodeWriter(), [_node_of(i) for i in range(3)])
+    slurm = _CountingSlurm([slurm_node(i) for i in range(3)])
+    c = coordinator_with(slurm, FakeNodeWriter(), [_node_of(i) for i in range(3)])
     c.read_slurm_ahead()
     await asyncio.sleep(0)  # the read runs while the informers would still be listing
     assert slurm.reads == 1
@@ -132,8 +137,8 @@ async def test_the_first_pass_takes_the_read_started_with_the_lists() -> None:
 
 async def test_a_failed_read_ahead_is_read_again_by_the_first_pass() -> None:
     """A read started ahead that failed does not fail the first pass: the pass reads anew."""
-    slurm = _CountingSlurm([_slurm(i) for i in range(3)], fail_first=1)
-    c = _coordinator(slurm, FakeNodeWriter(), [_node_of(i) for i in range(3)])
+    slurm = _CountingSlurm([slurm_node(i) for i in range(3)], fail_first=1)
+    c = coordinator_with(slurm, FakeNodeWriter(), [_node_of(i) for i in range(3)])
     c.read_slurm_ahead()
     await asyncio.sleep(0)
     await c.reconcile_all()
@@ -143,8 +148,8 @@ async def test_a_failed_read_ahead_is_read_again_by_the_first_pass() -> None:
 
 async def test_a_term_that_ends_before_its_first_pass_stops_the_read_ahead() -> None:
     """Cancelling the read started ahead leaves no task running and no error unretrieved."""
-    slurm = _CountingSlurm([_slurm(0)])
-    c = _coordinator(slurm, FakeNodeWriter(), [_node_of(0)])
+    slurm = _CountingSlurm([slurm_node(0)])
+    c = coordinator_with(slurm, FakeNodeWriter(), [_node_of(0)])
     c.read_slurm_ahead()
     c.cancel_read_ahead()
     await asyncio.sleep(0)

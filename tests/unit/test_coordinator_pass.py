@@ -10,28 +10,20 @@ budget, the fast path's marks through the same budget, the dry run, the executor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 import pytest
 import structlog
 
-from slonkd.adapters.kube.kubeconfig import ApiEndpoint
-from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import FencedError
-from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
-from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.errors import OutcomeUnknownError, SlonkdError, TerminalError, TransientError
+from slonkd.core.errors import OutcomeUnknownError, SlonkdError, TransientError
 from slonkd.core.health import Remediation, fail
-from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
+from slonkd.core.kube_changes import ChangeResult
 from slonkd.core.kube_objects import (
-    CORDONED_BY_ANNOTATION,
     KubeNodeName,
-    Node,
-    Pod,
     Taint,
     TaintEffect,
     Toleration,
@@ -39,233 +31,30 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.plan import Kind, Policy
 from slonkd.core.reasons import Cause, format_reason
-from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
+from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
-from tests.unit.pods import running_pod
-
-TOKEN = 7
-
-
-class FakeElector:
-    """Holds the lease with token 7 (or not, when ``valid`` is False)."""
-
-    holder = "c-0"
-
-    def __init__(self) -> None:
-        self.valid = True
-
-    def is_valid(self) -> bool:
-        """Whether the lease is held."""
-        return self.valid
-
-    def check_valid(self) -> int:
-        """The fencing token, or TerminalError."""
-        if not self.valid:
-            raise TerminalError("lease not held")
-        return TOKEN
-
-
-class FakeSlurm:
-    """Nodes as given; drains for causes in ``failing`` raise a transient error."""
-
-    def __init__(self, nodes: list[SlurmNode], failing: set[str]) -> None:
-        self.nodes = nodes
-        self.failing = failing
-        self.drained: list[tuple[str, list[str]]] = []
-        self.resumed: list[tuple[str, list[str]]] = []
-        self.table: list[SlurmNode] | None = None
-        """What ``recent_nodes`` answers (the poll's table); None: a pass reads."""
-        self.reads = 0
-
-    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
-        """The table the poll kept, if any."""
-        return self.table
-
-    async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
-        """Every node, counted."""
-        self.reads += 1
-        return list(self.nodes)
-
-    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Drain, or fail for a cause in ``failing``."""
-        if str(cause) in self.failing:
-            raise TransientError(f"scontrol update failed for {cause}")
-        self.drained.append((str(cause), list(names)))
-        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
-
-    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
-        """Release ``cause`` (recorded; the nodes' reasons are left as given)."""
-        self.resumed.append((str(cause), list(names)))
-        return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
-
-
-class FakeStore:
-    """The state ConfigMap: an empty state, writes applied in memory."""
-
-    def __init__(self) -> None:
-        self.state = CoordinatorState()
-
-    async def load(self) -> CoordinatorState:
-        """The state."""
-        return self.state
-
-    async def update(
-        self, token: int, change: Callable[[CoordinatorState], CoordinatorState]
-    ) -> CoordinatorState:
-        """Apply ``change``."""
-        self.state = change(self.state)
-        return self.state
-
-
-class FakeNodeWriter:
-    """Records K8s node writes; cordons of nodes in ``failing`` raise."""
-
-    def __init__(self, failing: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        self.calls: list[tuple[str, str]] = []
-        self.failing = set(failing)
-        self.joined: list[str] = []
-        """Nodes cordoned and tainted in one write."""
-        self.cache: dict[str, Node] = {}
-        """The coordinator's node informer cache: a cordon shows there, as a watch would."""
-
-    async def _do(self, what: str, name: str) -> ChangeResult:
-        if name in self.failing:
-            raise TransientError(f"{what} {name}: apiserver said no")
-        self.calls.append((what, name))
-        return ChangeResult(outcome=ChangeOutcome.CHANGED)
-
-    async def cordon(self, name: str, *, cause: str) -> ChangeResult:
-        """Cordon."""
-        result = await self._do("cordon", name)
-        node = self.cache[name]
-        annotations = {**node.annotations, CORDONED_BY_ANNOTATION: cause}
-        self.cache[name] = replace(node, unschedulable=True, annotations=annotations)
-        return result
-
-    async def uncordon(self, name: str) -> ChangeResult:
-        """Uncordon."""
-        return await self._do("uncordon", name)
-
-    async def cordon_and_taint(
-        self, name: str, *, cause: str, key: str, effect: TaintEffect, value: str = ""
-    ) -> tuple[ChangeResult, ChangeResult]:
-        """Cordon and taint in one write (recorded as both, and as the joined write)."""
-        self.joined.append(name)
-        return await self.cordon(name, cause=cause), await self.set_taint(name, key, effect, value)
-
-    async def set_taint(
-        self, name: str, key: str, effect: TaintEffect, value: str = ""
-    ) -> ChangeResult:
-        """Taint."""
-        return await self._do(f"taint {key}", name)
-
-    async def remove_taint(
-        self, name: str, key: str, effect: TaintEffect | None = None
-    ) -> ChangeResult:
-        """Untaint."""
-        return await self._do(f"untaint {key}", name)
-
-    async def set_annotations(
-        self, name: str, annotations: Mapping[str, str | None]
-    ) -> ChangeResult:
-        """Annotations."""
-        return await self._do("annotate", name)
-
-    async def set_slurm_healthy(
-        self, name: str, *, healthy: bool, reason: str, message: str = ""
-    ) -> ChangeResult:
-        """The SlurmHealthy condition."""
-        return await self._do("condition", name)
-
-
-class FakePodWriter:
-    """Records evictions."""
-
-    def __init__(self) -> None:
-        self.evicted: list[str] = []
-
-    async def evict(
-        self, namespace: str, name: str, *, uid: str = "", grace_s: int | None = None
-    ) -> ChangeResult:
-        """Evict."""
-        self.evicted.append(name)
-        return ChangeResult(outcome=ChangeOutcome.CHANGED)
-
-
-class FakeEvents:
-    """Records Events."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    async def record(
-        self, target: ObjectRef, *, type_: str, reason: str, message: str
-    ) -> ChangeResult:
-        """One Event."""
-        self.reasons.append(reason)
-        return ChangeResult(outcome=ChangeOutcome.CHANGED)
-
-
-def _pod(i: int) -> Pod:
-    return running_pod(f"w-{i}", uid=f"u{i}", on=f"kn-{i}", ready_since="2026-01-01T00:00:00Z")
-
-
-def _slurm(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:
-    base, *flags = state.split("+")
-    return SlurmNode(
-        name=NodeName(f"w-{i}"), state=NodeState.from_tokens(base, flags), reason=reason
-    )
-
-
-def _coordinator(
-    slurm: FakeSlurm,
-    writer: FakeNodeWriter,
-    nodes: list[Node],
-    *,
-    pods: FakePodWriter | None = None,
-    store: FakeStore | None = None,
-    **budget: Any,
-) -> Coordinator:
-    limits: dict[str, Any] = {"max_out": 10, "max_out_percent": 100, "mass_percent": 100, **budget}
-    settings = CoordinatorSettings(
-        namespace="slonk", identity="c-0", poll_s=0, rollout=None, **limits
-    )
-    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
-    parts = Parts(
-        slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
-        nodes=writer,
-        pods=pods or FakePodWriter(),
-        events=FakeEvents(),
-        store=store or FakeStore(),
-    )
-    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
-    c.pods._cache = {f"slonk/w-{i}": _pod(i) for i in range(len(nodes))}
-    c.nodes._cache = {n.name: n for n in nodes}
-    writer.cache = c.nodes._cache
-    return c
-
-
-def _node(i: int, *, cordoned: bool = False, taint: str = "") -> Node:
-    taints = (Taint(key=taint, effect=TaintEffect.NO_SCHEDULE),) if taint else ()
-    return Node(
-        name=KubeNodeName(f"kn-{i}"),
-        uid=f"n{i}",
-        resource_version="1",
-        unschedulable=cordoned,
-        taints=taints,
-    )
+from tests.unit.coordinator_fakes import (
+    AuditRecorder,
+    FakeElector,
+    FakeNodeWriter,
+    FakeSlurm,
+    FakeStore,
+    coordinator_with,
+    kube_node,
+    slurm_node,
+    worker_pod,
+)
 
 
 async def test_a_failing_slurm_write_does_not_abort_the_rest_of_the_pass() -> None:
     """The drain for one cause fails: the other cause's drain and the K8s marks still run."""
     slurm = FakeSlurm(
-        [_slurm(0), _slurm(1), _slurm(2, "IDLE+FAIL", "Kill task failed")],
+        [slurm_node(0), slurm_node(1), slurm_node(2, "IDLE+FAIL", "Kill task failed")],
         failing={"k8s-cordoned"},
     )
     writer = FakeNodeWriter()
-    nodes = [_node(0, cordoned=True), _node(1, taint="maint.example/repair"), _node(2)]
-    c = _coordinator(slurm, writer, nodes)
+    nodes = [kube_node(0, cordoned=True), kube_node(1, taint="maint.example/repair"), kube_node(2)]
+    c = coordinator_with(slurm, writer, nodes)
     await c.reconcile_all()
     assert slurm.drained == [("k8s-tainted:repair", ["w-1"])]
     assert ("cordon", "kn-2") in writer.calls  # the SLURM failure on w-2 is still marked
@@ -278,18 +67,18 @@ async def test_a_slurm_write_of_unknown_outcome_is_recorded_so_and_the_next_pass
     slurmctld applied it late; the next pass reads the drain and sends nothing again. The
     adapter never re-sends such a write itself; a pass is what judges it, on its own read.
     """
-    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
     sent: list[list[str]] = []
 
     async def answered_late(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
         sent.append(list(names))
-        slurm.nodes[0] = _slurm(0, "IDLE+DRAIN", format_reason(cause, text))  # applied, late
+        slurm.nodes[0] = slurm_node(0, "IDLE+DRAIN", format_reason(cause, text))  # applied, late
         raise OutcomeUnknownError(
             "scontrol update timed out after 20.0 s; it may have been applied"
         )
 
     slurm.drain = answered_late  # type: ignore[method-assign]
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0, cordoned=True), _node(1)])
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0, cordoned=True), kube_node(1)])
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     with structlog.testing.capture_logs() as logs:
@@ -306,20 +95,27 @@ async def test_a_slurm_write_of_unknown_outcome_is_recorded_so_and_the_next_pass
 async def test_a_failing_kube_write_does_not_abort_the_other_nodes() -> None:
     """Cordoning one K8s node fails: the other failing node is still cordoned."""
     slurm = FakeSlurm(
-        [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1, "IDLE+FAIL", "Kill task failed")],
+        [
+            slurm_node(0, "IDLE+FAIL", "Kill task failed"),
+            slurm_node(1, "IDLE+FAIL", "Kill task failed"),
+        ],
         failing=set(),
     )
     writer = FakeNodeWriter(failing={"kn-0"})
-    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    c = coordinator_with(slurm, writer, [kube_node(0), kube_node(1)])
     await c.reconcile_all()
     assert ("cordon", "kn-1") in writer.calls
 
 
 async def test_the_cordon_records_the_slurm_node_it_is_for() -> None:
     """slonkd's cordon for w-1's SLURM failure names w-1: only w-1's view may undo it."""
-    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
+    )
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], policy=Policy(remediate=False)
+    )
     await c.reconcile_all()
     assert ("cordon", "kn-1") in writer.calls
     assert writer.cache["kn-1"].marked_for == "w-1"
@@ -327,9 +123,11 @@ async def test_the_cordon_records_the_slurm_node_it_is_for() -> None:
 
 async def test_a_lost_lease_still_stops_the_pass() -> None:
     """Isolation never hides a lost lease: after it, no further write of the pass happens."""
-    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
+    )
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0, cordoned=True), _node(1)])
+    c = coordinator_with(slurm, writer, [kube_node(0, cordoned=True), kube_node(1)])
     elector = cast(FakeElector, c.elector)
 
     async def drain_then_lose(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
@@ -348,13 +146,13 @@ async def test_after_a_reset_standing_failures_are_taken_within_the_budget() -> 
     The failures still standing when a human resets the breaker are no mass event
     (issue 15 item 12): the budget (2) admits two, the rest wait, the breaker stays shut.
     """
-    fails = [_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(6)]
-    slurm = FakeSlurm([*fails, *(_slurm(i) for i in range(6, 20))], failing=set())
+    fails = [slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(6)]
+    slurm = FakeSlurm([*fails, *(slurm_node(i) for i in range(6, 20))], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(
+    c = coordinator_with(
         slurm,
         writer,
-        [_node(i) for i in range(20)],
+        [kube_node(i) for i in range(20)],
         max_out=2,
         mass_percent=20,
         policy=Policy(remediate=False),  # marks only: the fakes do not restart pods
@@ -378,14 +176,16 @@ async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_no
     The reboot request is for the site's tooling first; SLURM's half failing must not keep
     the K8s half from happening, nor abort the pass (issue 15 item 9).
     """
-    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
+    )
 
     async def no_reboot_program(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
         raise TransientError("scontrol reboot: RebootProgram isn't defined")
 
     slurm.request_reboot = no_reboot_program  # type: ignore[attr-defined]
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    c = coordinator_with(slurm, writer, [kube_node(0), kube_node(1)])
     fake_health = {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)}
     c.health["w-0"] = ("kn-0", fake_health)
     audit = AuditRecorder()
@@ -397,25 +197,14 @@ async def test_a_failing_scontrol_reboot_still_requests_the_reboot_on_the_k8s_no
     assert failed["outcome"].startswith("failed: scontrol reboot: RebootProgram"), failed
 
 
-class AuditRecorder:
-    """Keeps the audit records of a pass."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def record(self, **entry: Any) -> None:
-        """One record."""
-        self.records.append(entry)
-
-
 async def test_a_reboot_step_requests_the_reboot_from_slurm_once_and_audits_it() -> None:
     """The ladder's reboot step on a node slonkd drained: SLURM is asked once, and it is audited.
 
     Two passes (the second inside the cool-down) send one ``request_reboot`` for the failure's
     cause; the audit log has a ``slurm-reboot`` record with that cause next to the K8s half.
     """
-    held = _slurm(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
-    slurm = FakeSlurm([held, _slurm(1)], failing=set())
+    held = slurm_node(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
+    slurm = FakeSlurm([held, slurm_node(1)], failing=set())
     asked: list[tuple[list[str], str]] = []
 
     async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
@@ -424,7 +213,7 @@ async def test_a_reboot_step_requests_the_reboot_from_slurm_once_and_audits_it()
 
     slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    c = coordinator_with(slurm, writer, [kube_node(0), kube_node(1)])
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
@@ -441,7 +230,10 @@ async def test_a_reboot_step_requests_the_reboot_from_slurm_once_and_audits_it()
 async def test_a_newer_leaders_token_ends_the_pass() -> None:
     """A write refused for a newer fencing token is never isolated: the term ends at once."""
     slurm = FakeSlurm(
-        [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1, "IDLE+FAIL", "Kill task failed")],
+        [
+            slurm_node(0, "IDLE+FAIL", "Kill task failed"),
+            slurm_node(1, "IDLE+FAIL", "Kill task failed"),
+        ],
         failing=set(),
     )
     writer = FakeNodeWriter()
@@ -450,7 +242,7 @@ async def test_a_newer_leaders_token_ends_the_pass() -> None:
         raise FencedError("state written by token 9")
 
     writer.cordon = fenced  # type: ignore[method-assign]
-    c = _coordinator(slurm, writer, [_node(0), _node(1)])
+    c = coordinator_with(slurm, writer, [kube_node(0), kube_node(1)])
     with pytest.raises(FencedError):
         await c.reconcile_all()
     assert writer.calls == []
@@ -462,11 +254,11 @@ async def test_a_pass_takes_out_only_what_the_budget_admits() -> None:
     Below the mass-event threshold the budget admits what fits and refuses the rest (in the
     pass's snapshot, none of theirs cordoned); the exhausted budget opens the breaker.
     """
-    fails = [_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(5)]
-    slurm = FakeSlurm([*fails, *(_slurm(i) for i in range(5, 20))], failing=set())
+    fails = [slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(5)]
+    slurm = FakeSlurm([*fails, *(slurm_node(i) for i in range(5, 20))], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(
-        slurm, writer, [_node(i) for i in range(20)], max_out=2, policy=Policy(remediate=False)
+    c = coordinator_with(
+        slurm, writer, [kube_node(i) for i in range(20)], max_out=2, policy=Policy(remediate=False)
     )
     await c.reconcile_all()
     cordoned = {name for what, name in writer.calls if what == "cordon"}
@@ -487,12 +279,12 @@ async def test_fast_marks_go_through_the_budget_and_only_mark() -> None:
     The fast path between passes takes marking actions only (no drain, no eviction) and
     asks the same budget as a pass: the other two wait for it.
     """
-    slurm = FakeSlurm([_slurm(i) for i in range(10)], failing=set())
+    slurm = FakeSlurm([slurm_node(i) for i in range(10)], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(i) for i in range(10)], max_out=1)
+    c = coordinator_with(slurm, writer, [kube_node(i) for i in range(10)], max_out=1)
     await c.reconcile_all()  # the last full read the fast path patches
     assert writer.calls == []
-    c.observer.on_slurm_change([_slurm(i, "IDLE+FAIL", "Kill task failed") for i in range(3)])
+    c.observer.on_slurm_change([slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(3)])
     assert c.observer.dirty.is_set()
     await c.fast_marks()
     cordoned = {name for what, name in writer.calls if what == "cordon"}
@@ -509,9 +301,9 @@ async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
     A write refused for a newer fencing token is not a failed mark to leave to the next pass:
     the term must end (the elector gives the Lease up), as in a pass.
     """
-    slurm = FakeSlurm([_slurm(i) for i in range(3)], failing=set())
+    slurm = FakeSlurm([slurm_node(i) for i in range(3)], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)])
     await c.reconcile_all()
 
     async def fenced(name: str, *, cause: str, **_: Any) -> Any:
@@ -519,7 +311,7 @@ async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
 
     writer.cordon = fenced  # type: ignore[method-assign]
     writer.cordon_and_taint = fenced  # type: ignore[method-assign]
-    c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+    c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
     with pytest.raises(FencedError):
         await c.fast_marks()
     assert writer.calls == []
@@ -527,20 +319,22 @@ async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
 
 async def test_fast_marks_leave_reasons_that_are_not_slurms_to_the_pass() -> None:
     """A reason an operator set (not SLURM's own) is not the fast path's: nothing is marked."""
-    slurm = FakeSlurm([_slurm(i) for i in range(3)], failing=set())
+    slurm = FakeSlurm([slurm_node(i) for i in range(3)], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)])
     await c.reconcile_all()
-    c.observer.on_slurm_change([_slurm(0, "IDLE+DRAIN", "disk swap by alice")])
+    c.observer.on_slurm_change([slurm_node(0, "IDLE+DRAIN", "disk swap by alice")])
     await c.fast_marks()
     assert writer.calls == []
 
 
 async def test_a_dry_run_writes_nothing_and_audits_each_plan_once() -> None:
     """dry_run: no SLURM or K8s write; every planned action is audited as dry-run, once."""
-    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
+    )
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0, cordoned=True), _node(1)], dry_run=True)
+    c = coordinator_with(slurm, writer, [kube_node(0, cordoned=True), kube_node(1)], dry_run=True)
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
@@ -556,7 +350,7 @@ async def test_a_dry_run_writes_nothing_and_audits_each_plan_once() -> None:
 
 def test_every_action_kind_has_exactly_one_executor() -> None:
     """The executors' table covers every Kind once: SLURM kinds there, K8s kinds here."""
-    c = _coordinator(FakeSlurm([], failing=set()), FakeNodeWriter(), [])
+    c = coordinator_with(FakeSlurm([], failing=set()), FakeNodeWriter(), [])
     kube = set(c.executor.kube_writes)
     assert not kube & SLURM_KINDS
     assert kube | SLURM_KINDS == set(Kind)
@@ -573,13 +367,13 @@ async def test_a_node_the_pass_releases_is_not_out_when_the_budget_weighs_a_cord
     top of w-0, two out against a limit of one. Counting w-1 as already out because of the
     drain this very pass lifts made the cordon free; it must be refused.
     """
-    operator = _slurm(0, "IDLE+DRAIN", "ops: maintenance ticket 675")
-    mirrored = _slurm(1, "IDLE+DRAIN", "slonkd:k8s-cordoned")
-    slurm = FakeSlurm([operator, mirrored, *(_slurm(i) for i in range(2, 10))], failing=set())
+    operator = slurm_node(0, "IDLE+DRAIN", "ops: maintenance ticket 675")
+    mirrored = slurm_node(1, "IDLE+DRAIN", "slonkd:k8s-cordoned")
+    slurm = FakeSlurm([operator, mirrored, *(slurm_node(i) for i in range(2, 10))], failing=set())
     writer = FakeNodeWriter()
-    nodes = [_node(i) for i in range(10) if i != 1]  # kn-1 holds no pod: w-1 is on kn-0
-    c = _coordinator(slurm, writer, nodes, max_out=1, policy=Policy(remediate=False))
-    c.pods._cache["slonk/w-1"] = replace(_pod(1), node_name=KubeNodeName("kn-0"))
+    nodes = [kube_node(i) for i in range(10) if i != 1]  # kn-1 holds no pod: w-1 is on kn-0
+    c = coordinator_with(slurm, writer, nodes, max_out=1, policy=Policy(remediate=False))
+    c.pods._cache["slonk/w-1"] = replace(worker_pod(1), node_name=KubeNodeName("kn-0"))
     c.observer.health["w-0"] = (
         "kn-0",
         {"mounts": fail("mounts", "mount-missing", Remediation.MANUAL, "/home missing")},
@@ -596,9 +390,13 @@ async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> N
 
     Each is still audited on its own; when the joined write fails, both are audited failed.
     """
-    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1)], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0, "IDLE+FAIL", "Kill task failed"), slurm_node(1)], failing=set()
+    )
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], policy=Policy(remediate=False)
+    )
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
@@ -607,13 +405,15 @@ async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> N
         ("cordon", "changed"),
         ("taint", "changed"),
     }
-    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
     writer = FakeNodeWriter(failing={"kn-1"})
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], policy=Policy(remediate=False)
+    )
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
-    c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+    c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
     await c.fast_marks()
     failed = {r["action"] for r in audit.records if r["outcome"].startswith("failed")}
     assert {"cordon", "taint"} <= failed, audit.records
@@ -621,9 +421,9 @@ async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> N
 
 async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
     """The poll's table (no write since) serves the pass: no read, no turn of the read limit."""
-    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)])
-    slurm.table = [_slurm(0, "IDLE+FAIL", "Kill task failed"), _slurm(1)]
+    slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)])
+    slurm.table = [slurm_node(0, "IDLE+FAIL", "Kill task failed"), slurm_node(1)]
     writer_calls = c.executor.nodes
     await c.reconcile_all()
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (0, 0, 1)
@@ -645,12 +445,12 @@ async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked(
         async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
             nodes = list(self.nodes)  # the state when the read began
             await asyncio.sleep(0.01)
-            c.observer.on_slurm_change([_slurm(1, "IDLE+FAIL", "Kill task failed")])
+            c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
             return nodes
 
-    slurm = Slow([_slurm(i) for i in range(3)], failing=set())
+    slurm = Slow([slurm_node(i) for i in range(3)], failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(i) for i in range(3)])
+    c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)])
     await c.reconcile_all()
     assert writer.calls == []  # the pass's read had no failure
     await c.fast_marks()
@@ -666,10 +466,10 @@ async def test_a_gpu_pools_tolerated_taint_opens_no_breaker_and_maintenance_stil
     taint the pool does not tolerate on one node then drains that node alone.
     """
     gpu = Taint(key="nvidia.com/gpu", effect=TaintEffect.NO_SCHEDULE, value="present")
-    slurm = FakeSlurm([_slurm(i) for i in range(20)], failing=set())
+    slurm = FakeSlurm([slurm_node(i) for i in range(20)], failing=set())
     writer = FakeNodeWriter()
-    nodes = [replace(_node(i), taints=(gpu,)) for i in range(20)]
-    c = _coordinator(slurm, writer, nodes, max_out=10, max_out_percent=10, mass_percent=20)
+    nodes = [replace(kube_node(i), taints=(gpu,)) for i in range(20)]
+    c = coordinator_with(slurm, writer, nodes, max_out=10, max_out_percent=10, mass_percent=20)
     toleration = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EXISTS)
     for key, p in c.pods._cache.items():
         c.pods._cache[key] = replace(p, tolerations=(toleration,))

@@ -17,17 +17,17 @@ from slonkd.core.reasons import Cause
 from slonkd.core.revalidation import Answer
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.commands import CommandSender
-from tests.unit.pods import running_pod
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     TOKEN,
     FakeNodeWriter,
     FakePodWriter,
     FakeSlurm,
     FakeStore,
-    _coordinator,
-    _node,
-    _slurm,
+    coordinator_with,
+    kube_node,
+    slurm_node,
 )
+from tests.unit.pods import running_pod
 
 
 class FakeSender:
@@ -53,9 +53,9 @@ class FakeSender:
 
 async def test_a_revalidating_node_is_rechecked_recorded_and_released_on_a_pass() -> None:
     """One recheck per due judgement, its id recorded; only a passing answer resumes, once."""
-    slurm = FakeSlurm([_slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")], failing=set())
+    slurm = FakeSlurm([slurm_node(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")], failing=set())
     resumed = slurm.resumed
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)])
     sender = FakeSender()
     c.commands = cast(CommandSender, sender)
     c.policy = c.s.policy  # revalidation on (the fakes have no bus)
@@ -94,14 +94,14 @@ async def test_a_node_slurm_returns_after_a_reboot_request_is_drained_revalidati
     The reboot step records a revalidation without a recheck; the pass that sees the node
     idle again (no reason) drains it ``revalidating`` before anything else returns it.
     """
-    held = _slurm(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
+    held = slurm_node(0, "IDLE+DRAIN", "slonkd:health:gpu-xid-79 by slonkd agent")
     slurm = FakeSlurm([held], failing=set())
 
     async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=2)
 
     slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)])
     sender = FakeSender()
     c.commands = cast(CommandSender, sender)
     c.policy = c.s.policy
@@ -112,7 +112,7 @@ async def test_a_node_slurm_returns_after_a_reboot_request_is_drained_revalidati
     assert record.command == ""  # started, no recheck yet: the node is still held for health
     assert sender.sent == []
 
-    slurm.nodes = [_slurm(0)]  # rebooted: SLURM returned it and cleared slonkd's reason
+    slurm.nodes = [slurm_node(0)]  # rebooted: SLURM returned it and cleared slonkd's reason
     c.health["w-0"] = ("kn-0", {"xid": ok("xid")})
     await c.reconcile_all()
     assert ("revalidating", ["w-0"]) in slurm.drained
@@ -124,12 +124,12 @@ async def test_a_new_leader_continues_a_revalidation_from_the_state() -> None:
     Without an answer it waits out ``recheck_s`` from the old leader's request (it does not
     recheck at once, nor restart the timeout); the retained answer to that command resumes.
     """
-    node = _slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
+    node = slurm_node(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
 
     def leader(sender: FakeSender, store: Any = None) -> Any:
         slurm = FakeSlurm([node], failing=set())
         resumed = slurm.resumed
-        c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+        c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)])
         if store is not None:
             c.memory.store = store
         c.commands = cast(CommandSender, sender)
@@ -162,8 +162,8 @@ async def test_a_node_evicted_for_a_slurm_failure_is_revalidated_when_it_returns
     before it runs jobs again: the new pod's agent must prove its health first (issue 19
     item 2: "SLURM-reported or health").
     """
-    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed")], failing=set())
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    slurm = FakeSlurm([slurm_node(0, "IDLE+FAIL", "Kill task failed")], failing=set())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)])
     sender = FakeSender()
     c.commands = cast(CommandSender, sender)
     c.policy = c.s.policy
@@ -174,15 +174,15 @@ async def test_a_node_evicted_for_a_slurm_failure_is_revalidated_when_it_returns
     assert record.command == ""
     assert slurm.drained == []  # SLURM's failure is left to SLURM and the operator
 
-    slurm.nodes = [_slurm(0)]  # resumed (by the operator or ReturnToService)
+    slurm.nodes = [slurm_node(0)]  # resumed (by the operator or ReturnToService)
     await c.reconcile_all()
     assert ("revalidating", ["w-0"]) in slurm.drained
 
 
 async def test_without_revalidation_an_eviction_records_nothing() -> None:
     """Revalidation off (no bus): the ladder's steps leave no record that would drain later."""
-    slurm = FakeSlurm([_slurm(0, "IDLE+FAIL", "Kill task failed")], failing=set())
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)])
+    slurm = FakeSlurm([slurm_node(0, "IDLE+FAIL", "Kill task failed")], failing=set())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)])
     assert not c.policy.revalidation.enabled  # no bus
     await c.reconcile_all()
     assert cast(FakePodWriter, c.executor.remediator.pods).evicted == ["w-0"]
@@ -201,14 +201,15 @@ async def test_returning_nodes_after_a_reset_open_no_breaker_and_revalidate_in_t
     reset).
     """
     failed = [
-        _slurm(i, "IDLE+FAIL", "Kill task failed") if i in (0, 2) else _slurm(i) for i in range(4)
+        slurm_node(i, "IDLE+FAIL", "Kill task failed") if i in (0, 2) else slurm_node(i)
+        for i in range(4)
     ]
     slurm = FakeSlurm(failed, failing=set())
     writer = FakeNodeWriter()
-    c = _coordinator(
+    c = coordinator_with(
         slurm,
         writer,
-        [_node(i) for i in range(5)],
+        [kube_node(i) for i in range(5)],
         max_out=10,
         max_out_percent=10,
         mass_percent=20,
@@ -237,7 +238,7 @@ async def test_returning_nodes_after_a_reset_open_no_breaker_and_revalidate_in_t
     assert not store.state.breaker_open
     assert set(store.state.revalidating) == {"w-0", "w-2"}  # the ladder's records
 
-    slurm.nodes = [_slurm(i) for i in range(4)]  # the operator resumes w-0 and w-2
+    slurm.nodes = [slurm_node(i) for i in range(4)]  # the operator resumes w-0 and w-2
     await c.reconcile_all()
     assert not store.state.breaker_open, store.state.breaker_reason
     assert slurm.drained == [("revalidating", ["w-0"])]
@@ -245,7 +246,7 @@ async def test_returning_nodes_after_a_reset_open_no_breaker_and_revalidate_in_t
     assert c.snapshot.admission.refused["w-2"].startswith("deferred: returning")
     assert "w-1" not in c.snapshot.admission.refused
 
-    slurm.nodes[0] = _slurm(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
+    slurm.nodes[0] = slurm_node(0, "IDLE+DRAIN", "slonkd:revalidating by slonkd")
     await c.reconcile_all()
     assert not store.state.breaker_open, store.state.breaker_reason
     assert ("revalidating", ["w-2"]) not in slurm.drained  # w-0 holds the pool's one place

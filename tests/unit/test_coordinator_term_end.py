@@ -27,15 +27,15 @@ from slonkd.core.kube_objects import TaintEffect
 from slonkd.core.plan import Policy
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating import Coordinator
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     AuditRecorder,
     FakeNodeWriter,
     FakePodWriter,
     FakeSlurm,
     FakeStore,
-    _coordinator,
-    _node,
-    _slurm,
+    coordinator_with,
+    kube_node,
+    slurm_node,
 )
 
 FAILED = "IDLE+FAIL"
@@ -53,9 +53,11 @@ class _Refusing(FakeStore):
 
 async def test_an_eviction_is_recorded_before_it_is_made_so_a_deposed_leader_makes_none() -> None:
     """The record of an eviction is written (fenced) first: refused, so is the eviction."""
-    slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+    slurm = FakeSlurm([slurm_node(0, FAILED, "Kill task failed"), slurm_node(1)], failing=set())
     pods = FakePodWriter()
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)], pods=pods, store=_Refusing())
+    c = coordinator_with(
+        slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)], pods=pods, store=_Refusing()
+    )
     with pytest.raises(FencedError):
         await c.reconcile_all()
     assert pods.evicted == []
@@ -64,9 +66,9 @@ async def test_an_eviction_is_recorded_before_it_is_made_so_a_deposed_leader_mak
 async def test_an_eviction_and_its_record_go_together() -> None:
     """Evicted: the failure is handled and the attempt counted; refused: neither is."""
     for outcome, recorded in ((ChangeOutcome.CHANGED, True), (ChangeOutcome.REFUSED, False)):
-        slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+        slurm = FakeSlurm([slurm_node(0, FAILED, "Kill task failed"), slurm_node(1)], failing=set())
         pods = _Answering(outcome)
-        c = _coordinator(slurm, FakeNodeWriter(), [_node(0), _node(1)], pods=pods)
+        c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)], pods=pods)
         await c.reconcile_all()
         state = c.memory.state
         assert pods.evicted == ["w-0"]
@@ -76,9 +78,11 @@ async def test_an_eviction_and_its_record_go_together() -> None:
 
 async def test_a_write_on_its_way_when_the_term_ends_is_finished_and_audited() -> None:
     """Cancelled mid-write (the term ended), the write's answer is still awaited and audited."""
-    slurm = FakeSlurm([_slurm(0, FAILED, "Kill task failed"), _slurm(1)], failing=set())
+    slurm = FakeSlurm([slurm_node(0, FAILED, "Kill task failed"), slurm_node(1)], failing=set())
     writer = _Blocking()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False))
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], policy=Policy(remediate=False)
+    )
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     work = asyncio.create_task(c.reconcile_all())
@@ -99,7 +103,7 @@ def _rebooting(store: FakeStore, writer: FakeNodeWriter) -> tuple[list[str], Coo
 
     Returned with the SLURM nodes it asked SLURM to reboot.
     """
-    slurm = FakeSlurm([_slurm(0), _slurm(1)], failing=set())
+    slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
     asked: list[str] = []
 
     async def request_reboot(names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
@@ -107,7 +111,7 @@ def _rebooting(store: FakeStore, writer: FakeNodeWriter) -> tuple[list[str], Coo
         return UpdateResult(changed=(), calls=1)
 
     slurm.request_reboot = request_reboot  # type: ignore[attr-defined]
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], store=store)
+    c = coordinator_with(slurm, writer, [kube_node(0), kube_node(1)], store=store)
     c.health["w-0"] = ("kn-0", {"xid": fail("xid", "gpu-xid-79", Remediation.REBOOT)})
     return asked, c
 
@@ -201,7 +205,7 @@ class _Answering(FakePodWriter):
 
 async def test_a_new_term_claims_the_state_before_it_acts_and_a_newer_one_ends_it() -> None:
     """The claim writes the term's token; a corrupt state is left to the pass; newer: raised."""
-    slurm = FakeSlurm([_slurm(0)], failing=set())
+    slurm = FakeSlurm([slurm_node(0)], failing=set())
     tokens: list[int] = []
 
     class _Recording(FakeStore):
@@ -211,7 +215,7 @@ async def test_a_new_term_claims_the_state_before_it_acts_and_a_newer_one_ends_i
             tokens.append(token)
             return await super().update(token, change)
 
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Recording())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)], store=_Recording())
     await c.memory.claim(7)
     assert tokens == [7]
 
@@ -221,8 +225,8 @@ async def test_a_new_term_claims_the_state_before_it_acts_and_a_newer_one_ends_i
         ) -> CoordinatorState:
             raise StateCorrupt("remediation: not an object")
 
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Corrupt())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)], store=_Corrupt())
     await c.memory.claim(7)  # no raise: the pass pauses on it
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=_Refusing())
+    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0)], store=_Refusing())
     with pytest.raises(FencedError):
         await c.memory.claim(7)

@@ -14,20 +14,19 @@ Neighbours: ``test_coordinator_term_end`` (the claim's outcomes), ``test_coordin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
-from slonkd.adapters.kube.informer import Informer
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.runtime.coordinating.leading import lead
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     TOKEN,
     FakeNodeWriter,
     FakeSlurm,
     FakeStore,
-    _coordinator,
-    _node,
-    _slurm,
+    coordinator_with,
+    kube_node,
+    listed_at_once,
+    slurm_node,
 )
 
 
@@ -85,24 +84,16 @@ class _Writer:
         self.began.note(self.name)
 
 
-def _listed(informer: Informer[Any]) -> Callable[[], Coroutine[Any, Any, None]]:
-    """An informer run that has listed at once and then watches until cancelled."""
-
-    async def run() -> None:
-        informer.synced.set()
-        await asyncio.Event().wait()
-
-    return run
-
-
 async def test_the_terms_writers_start_only_after_its_claim() -> None:
     """Claim held: the lists ran, no writer began; claim answered: every writer begins."""
     store = _HeldClaim()
-    slurm = FakeSlurm([_slurm(0)], failing=set())
-    c = _coordinator(slurm, FakeNodeWriter(), [_node(0)], store=store, sdiag_s=0)  # no sdiag run
+    slurm = FakeSlurm([slurm_node(0)], failing=set())
+    c = coordinator_with(
+        slurm, FakeNodeWriter(), [kube_node(0)], store=store, sdiag_s=0
+    )  # no sdiag run
     began = _Began()
-    c.nodes.run = _listed(c.nodes)  # type: ignore[method-assign]
-    c.pods.run = _listed(c.pods)  # type: ignore[method-assign]
+    c.nodes.run = listed_at_once(c.nodes)  # type: ignore[method-assign]
+    c.pods.run = listed_at_once(c.pods)  # type: ignore[method-assign]
     c.triggers = _Writer("triggers", began)  # type: ignore[assignment]
     c.topology = _Writer("topology", began)  # type: ignore[assignment]
     c.rollout = _Writer("rollout", began)  # type: ignore[assignment]

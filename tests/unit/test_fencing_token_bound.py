@@ -24,7 +24,9 @@ from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.runtime.coordinating.remembering import Memory
-from tests.unit.test_coordinator_pass import FakeEvents
+from tests.unit.coordinator_fakes import (
+    FakeEvents,
+)
 
 INT32_MAX = 2**31 - 1
 

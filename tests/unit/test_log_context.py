@@ -21,15 +21,15 @@ import structlog
 
 from slonkd.core.plan import Policy
 from slonkd.runtime.coordinating.leading import lead
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     TOKEN,
     FakeNodeWriter,
     FakeSlurm,
-    _coordinator,
-    _node,
-    _slurm,
+    coordinator_with,
+    kube_node,
+    listed_at_once,
+    slurm_node,
 )
-from tests.unit.test_coordinator_term_start import _listed
 
 
 @contextmanager
@@ -46,11 +46,15 @@ def _lines() -> Iterator[list[MutableMapping[str, Any]]]:
 
 async def test_a_terms_lines_carry_its_token_and_a_pass_its_number() -> None:
     """The cordon of w-1's failure and the pass's own line: token 7, pass 1; none after."""
-    slurm = FakeSlurm([_slurm(0), _slurm(1, "IDLE+FAIL", "Kill task failed")], failing=set())
+    slurm = FakeSlurm(
+        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
+    )
     writer = FakeNodeWriter()
-    c = _coordinator(slurm, writer, [_node(0), _node(1)], policy=Policy(remediate=False), sdiag_s=0)
-    c.nodes.run = _listed(c.nodes)  # type: ignore[method-assign]
-    c.pods.run = _listed(c.pods)  # type: ignore[method-assign]
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], policy=Policy(remediate=False), sdiag_s=0
+    )
+    c.nodes.run = listed_at_once(c.nodes)  # type: ignore[method-assign]
+    c.pods.run = listed_at_once(c.pods)  # type: ignore[method-assign]
     with _lines() as lines:
         term = asyncio.create_task(lead(c, TOKEN))
         for _ in range(500):

@@ -35,7 +35,7 @@ from slonkd.core.rollout_phase import Phase
 from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     TOKEN,
     FakeElector,
     FakeEvents,

@@ -17,15 +17,15 @@ from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.leading import lead
-from tests.unit.test_coordinator_pass import (
+from tests.unit.coordinator_fakes import (
     TOKEN,
     FakeNodeWriter,
     FakeSlurm,
-    _coordinator,
-    _node,
-    _slurm,
+    coordinator_with,
+    kube_node,
+    listed_at_once,
+    slurm_node,
 )
-from tests.unit.test_coordinator_term_start import _listed
 
 ENDED = FinishedJob(
     job_id=JobId(41), state=JobState.parse("FAILED"), exit_code=1, nodes=(NodeName("w-0"),)
@@ -36,7 +36,7 @@ class _Port(FakeSlurm):
     """The pass's fake, with the reads job blame and the fleet metrics make: counted."""
 
     def __init__(self) -> None:
-        super().__init__([_slurm(0)], failing=set())
+        super().__init__([slurm_node(0)], failing=set())
         self.asked: list[str] = []
 
     async def finished_jobs(self) -> list[FinishedJob]:
@@ -53,7 +53,7 @@ class _Port(FakeSlurm):
 async def test_job_blames_finished_jobs_come_from_the_port() -> None:
     """The coordinator's finished-jobs read is its port's, not a backend of its own."""
     port = _Port()
-    c = _coordinator(port, FakeNodeWriter(), [_node(0)])
+    c = coordinator_with(port, FakeNodeWriter(), [kube_node(0)])
     assert await asyncio.wait_for(c._read_finished(), timeout=5) == [ENDED]
     assert port.asked == ["finished_jobs"]
 
@@ -61,9 +61,11 @@ async def test_job_blames_finished_jobs_come_from_the_port() -> None:
 async def test_the_terms_sdiag_comes_from_the_port() -> None:
     """The fleet's statistics poll asks the port's ``diag`` while the term leads."""
     port = _Port()
-    c = _coordinator(port, FakeNodeWriter(), [_node(0)], sdiag_s=1)  # read at once, then each 1 s
-    c.nodes.run = _listed(c.nodes)  # type: ignore[method-assign]
-    c.pods.run = _listed(c.pods)  # type: ignore[method-assign]
+    c = coordinator_with(
+        port, FakeNodeWriter(), [kube_node(0)], sdiag_s=1
+    )  # read at once, then each 1 s
+    c.nodes.run = listed_at_once(c.nodes)  # type: ignore[method-assign]
+    c.pods.run = listed_at_once(c.pods)  # type: ignore[method-assign]
     term = asyncio.create_task(lead(c, TOKEN))
     try:
         for _ in range(300):
