@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd.core.kube_changes import ChangeOutcome, ChangeResult
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.rollout_phase import WorkerView
 from slonkd.runtime.coordinating.audit_log import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
 from slonkd.runtime.coordinating.replacing import Replacer
 from slonkd.runtime.kit.metrics import Metrics
+from tests.unit.coordinator_fakes import FakePodWriter
 from tests.unit.pods import running_pod
 from tests.unit.recorded import recorded
 
@@ -79,24 +79,11 @@ class _Slurm:
         return await self.run(tool, *args, retry=retry)
 
 
-class _Pods:
-    """Records evictions."""
-
-    def __init__(self) -> None:
-        self.evicted: list[str] = []
-
-    async def evict(
-        self, namespace: str, name: str, *, uid: str = "", grace_s: int | None = None
-    ) -> ChangeResult:
-        self.evicted.append(name)
-        return ChangeResult(outcome=ChangeOutcome.CHANGED)
-
-
 async def _no_wait() -> None:
     return None
 
 
-def _replacer(slurm: _Slurm, pods: _Pods, audit: Path, **settings: Any) -> Replacer:
+def _replacer(slurm: _Slurm, pods: FakePodWriter, audit: Path, **settings: Any) -> Replacer:
     backend = ScontrolBackend()
     backend.runner = slurm  # type: ignore[assignment]
     return Replacer(
@@ -132,7 +119,7 @@ async def test_one_job_that_cannot_be_requeued_holds_back_the_others(
     tmp_path: Path, stuck: tuple[str, bool]
 ) -> None:
     """Nothing requeued, no eviction, why logged and audited once; once it ends, the rest."""
-    slurm, pods, audit = _Slurm({11: ("RUNNING", True), 12: stuck}), _Pods(), tmp_path / "a"
+    slurm, pods, audit = _Slurm({11: ("RUNNING", True), 12: stuck}), FakePodWriter(), tmp_path / "a"
     replacer = _replacer(slurm, pods, audit)
     await replacer.step(VIEW, "draining")
     await replacer.step(VIEW, "draining")
@@ -155,7 +142,7 @@ async def test_one_job_that_cannot_be_requeued_holds_back_the_others(
 
 async def test_left_to_the_prestop_hook_nothing_goes_while_one_job_cannot(tmp_path: Path) -> None:
     """``requeue_in_prestop``: neither a requeue nor the eviction while job 12 cannot go."""
-    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("RUNNING", False)}), _Pods()
+    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("RUNNING", False)}), FakePodWriter()
     replacer = _replacer(slurm, pods, tmp_path / "a", requeue_in_prestop=True)
     await replacer.step(VIEW, "draining")
     assert (slurm.writes, pods.evicted) == ([], [])
@@ -170,7 +157,7 @@ async def test_a_job_that_turns_unrequeueable_before_the_requeue_holds_back_the_
     tmp_path: Path,
 ) -> None:
     """All requeueable at the judgement, one stopped by the requeue's own read: none goes."""
-    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("RUNNING", True)}), _Pods()
+    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("RUNNING", True)}), FakePodWriter()
     slurm.then = {11: ("RUNNING", True), 12: ("STOPPED", True)}
     replacer = _replacer(slurm, pods, tmp_path / "a")
     await replacer.step(VIEW, "draining")
@@ -182,7 +169,7 @@ async def test_all_requeueable_are_requeued_together_then_the_pod_is_evicted(
     tmp_path: Path,
 ) -> None:
     """The other side: every job may be requeued, so all are, in one call, then the eviction."""
-    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("SUSPENDED", True)}), _Pods()
+    slurm, pods = _Slurm({11: ("RUNNING", True), 12: ("SUSPENDED", True)}), FakePodWriter()
     replacer = _replacer(slurm, pods, tmp_path / "a")
     await replacer.step(VIEW, "draining")
     assert slurm.writes == [("scontrol", "requeue", "11,12")]

@@ -17,26 +17,18 @@ from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.leading import lead
-from tests.unit.coordinator_fakes import (
-    TOKEN,
-    FakeNodeWriter,
-    FakeSlurm,
-    coordinator_with,
-    kube_node,
-    listed_at_once,
-    slurm_node,
-)
+from tests.unit import coordinator_fakes as fakes
 
 ENDED = FinishedJob(
     job_id=JobId(41), state=JobState.parse("FAILED"), exit_code=1, nodes=(NodeName("w-0"),)
 )
 
 
-class _Port(FakeSlurm):
+class _Port(fakes.FakeSlurm):
     """The pass's fake, with the reads job blame and the fleet metrics make: counted."""
 
     def __init__(self) -> None:
-        super().__init__([slurm_node(0)], failing=set())
+        super().__init__([fakes.slurm_node(0)], failing=set())
         self.asked: list[str] = []
 
     async def finished_jobs(self) -> list[FinishedJob]:
@@ -53,7 +45,7 @@ class _Port(FakeSlurm):
 async def test_job_blames_finished_jobs_come_from_the_port() -> None:
     """The coordinator's finished-jobs read is its port's, not a backend of its own."""
     port = _Port()
-    c = coordinator_with(port, FakeNodeWriter(), [kube_node(0)])
+    c = fakes.coordinator_with(port, fakes.FakeNodeWriter(), [fakes.kube_node(0)])
     assert await asyncio.wait_for(c._read_finished(), timeout=5) == [ENDED]
     assert port.asked == ["finished_jobs"]
 
@@ -61,12 +53,12 @@ async def test_job_blames_finished_jobs_come_from_the_port() -> None:
 async def test_the_terms_sdiag_comes_from_the_port() -> None:
     """The fleet's statistics poll asks the port's ``diag`` while the term leads."""
     port = _Port()
-    c = coordinator_with(
-        port, FakeNodeWriter(), [kube_node(0)], sdiag_s=1
+    c = fakes.coordinator_with(
+        port, fakes.FakeNodeWriter(), [fakes.kube_node(0)], sdiag_s=1
     )  # read at once, then each 1 s
-    c.nodes.run = listed_at_once(c.nodes)  # type: ignore[method-assign]
-    c.pods.run = listed_at_once(c.pods)  # type: ignore[method-assign]
-    term = asyncio.create_task(lead(c, TOKEN))
+    c.nodes.run = fakes.listed_at_once(c.nodes)  # type: ignore[method-assign]
+    c.pods.run = fakes.listed_at_once(c.pods)  # type: ignore[method-assign]
+    term = asyncio.create_task(lead(c, fakes.TOKEN))
     try:
         for _ in range(300):
             if "diag" in port.asked:
