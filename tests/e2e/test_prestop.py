@@ -16,7 +16,7 @@ import pytest
 from slonkd.runtime.agent.requeue_report import report_url
 from slonkd_sandbox.kube import KubeCluster
 from slonkd_sandbox.kubelet import KubeletStandIn
-from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
 from slonkd_sandbox.slurm import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import (
@@ -191,7 +191,16 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes_from_its_checkpoi
         def starts() -> list[str]:
             return [ln for ln in (work / "log").read_text().splitlines() if ln.startswith("start")]
 
-        wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=60)
+        # SLURM starts it again once its BeginTime (cred_expire, 10 s) has passed, at the next
+        # scheduling pass: the main scheduler runs every sched_interval (60 s by default) and an
+        # idle node's events may all come before the BeginTime. Once, under a full run's load,
+        # it took over 60 s: the bound is 10 s + 60 s + slack, and a miss says what SLURM says.
+        try:
+            wait_for("the training job ran again", lambda: len(starts()) >= 2, timeout_s=120)
+        except HarnessError as exc:
+            shown = slurm.run("scontrol", "-o", "show", "job", training, check=False).stdout
+            node = slurm.run("scontrol", "-o", "show", "node", "w-0", check=False).stdout
+            raise AssertionError(f"{exc}\njob: {shown[:800]}\nnode: {node[:600]}") from exc
         assert starts()[0].startswith("start 0 "), starts()
         assert starts()[1] == f"start {saved} restart 1", starts()  # continued, not from zero
         for job in (training, plain):
