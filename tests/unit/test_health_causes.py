@@ -218,7 +218,7 @@ def test_the_agent_publishes_only_statuses_the_coordinator_decodes() -> None:
     verdicts at all (unknown to the coordinator, never a stale retained status) and the
     decoder's reason.
     """
-    from slonkd.runtime.agent.sidecar import publishable_status
+    from slonkd.runtime.agent.commands import publishable_status
 
     verdicts = {"mount:/my home": "fail:mount-my-home-deadline-missed:manual", "xid": "ok"}
     status = AgentStatus(node="w-0", online=True, pod="w-0", health=verdicts, at=NOW)

@@ -1,4 +1,4 @@
-"""The agent's side of coordinator commands: its bus, and which commands it obeys.
+"""The agent's side of the bus: its client, the commands it obeys, the status it may publish.
 
 :func:`agent_bus` builds the agent's :class:`~slonkd.adapters.bus.client.Bus`: a stable client
 id and a persistent session (a command queued while the agent is away, or across a broker
@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import structlog
 
 from slonkd.adapters.bus.bootstrap import BootstrapSettings, fetch_credentials
 from slonkd.adapters.bus.client import Bus, BusSettings, Received
 from slonkd.core.command_gate import RECHECK, CommandGate
+from slonkd.core.errors import ParseError
 from slonkd.core.messages import (
     AgentStatus,
     Channel,
@@ -31,6 +33,9 @@ from slonkd.core.messages import (
     CoordinatorStatus,
     Topic,
     coordinator_topic,
+    decode,
+    encode,
+    health_key,
     node_topic,
 )
 from slonkd.runtime.agent.health_loop import HealthLoop
@@ -147,3 +152,19 @@ class CommandListener:
             await self._handlers[payload.action](payload)
         except Exception as exc:  # noqa: BLE001 - a failed command is logged, the agent goes on
             bound.error("agent.command_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, str]:
+    """``status`` as the coordinator's decoder accepts it, and why it had to change.
+
+    Health keys outside the bus grammar are mapped into it (:func:`health_key`). If the
+    decoder still refuses the status (the same ``decode`` the coordinator runs), it goes out
+    without verdicts: to the coordinator the node's health is then unknown (never healthy,
+    never the last retained verdicts), and the error names why.
+    """
+    keyed = replace(status, health={health_key(k): v for k, v in status.health.items()})
+    try:
+        decode(topic, encode(keyed))
+    except (ParseError, ValueError) as exc:
+        return replace(status, health={}), str(exc)
+    return keyed, ""

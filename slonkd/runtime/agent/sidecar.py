@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import requeue_cause
 from slonkd.core.decide import decide
-from slonkd.core.errors import ParseError, TransientError
+from slonkd.core.errors import TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
@@ -48,10 +48,6 @@ from slonkd.core.messages import (
     AgentStatus,
     Channel,
     Command,
-    Topic,
-    decode,
-    encode,
-    health_key,
     node_topic,
 )
 from slonkd.core.plan import NodeView, Policy, Writer
@@ -61,6 +57,7 @@ from slonkd.runtime.agent.apply import apply_action
 from slonkd.runtime.agent.commands import (
     CommandListener,
     agent_bus,
+    publishable_status,
     republish_on_reconnect,
     run_checks_now,
 )
@@ -123,22 +120,6 @@ class AgentSettings:
     """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
     report_linger_s: float = 10.0
     """On shutdown, wait this long at most for a scrape of an unscraped signal-to-requeue."""
-
-
-def publishable_status(topic: Topic, status: AgentStatus) -> tuple[AgentStatus, str]:
-    """``status`` as the coordinator's decoder accepts it, and why it had to change.
-
-    Health keys outside the bus grammar are mapped into it (:func:`health_key`). If the
-    decoder still refuses the status (the same ``decode`` the coordinator runs), it goes out
-    without verdicts: to the coordinator the node's health is then unknown (never healthy,
-    never the last retained verdicts), and the error names why.
-    """
-    keyed = replace(status, health={health_key(k): v for k, v in status.health.items()})
-    try:
-        decode(topic, encode(keyed))
-    except (ParseError, ValueError) as exc:
-        return replace(status, health={}), str(exc)
-    return keyed, ""
 
 
 def informers_ready(*informers: tuple[str, Informer[Any]]) -> tuple[bool, str]:
