@@ -224,19 +224,31 @@ def test_a_stopped_job_is_left_alive_and_its_node_not_set_down(rig: Rig) -> None
                                  prestop=PRESTOP)  # fmt: skip
         rig.create_statefulset(sts)
         slurm.wait_idle(["w-0"], timeout_s=60)
+        began = rig.tmp_path / "began"
         job = slurm.run(
             "sbatch", "--parsable", "--requeue", "-w", "w-0", "-o", "/dev/null",
-            "--wrap", "sleep 300",
+            "--wrap", f"touch {began}; exec sleep 300",
         ).stdout.strip()  # fmt: skip
-        wait_for("job running", lambda: slurm.job_state(job)[0] == "RUNNING", timeout_s=30)
-        slurm.run("scancel", "--signal=STOP", "--full", job)
+        # RUNNING in slurmctld is not yet running on the node: a signal sent before slurmd
+        # launched the batch step is lost (SIGNALING, then RUNNING, never STOPPED; CI stop 48)
+        wait_for("the batch step began", began.exists, timeout_s=30)
 
-        def squeue_state() -> list[str]:
+        def squeue_state() -> list[str]:  # 22.05's --json ignores -j: every job is listed
             shown = json.loads(slurm.run("squeue", "--json", "-j", job).stdout)["jobs"]
-            state = shown[0]["job_state"] if shown else []
-            return [state] if isinstance(state, str) else list(state)
+            states = [s["job_state"] for s in shown if str(s["job_id"]) == job]
+            return [s for state in states for s in ([state] if isinstance(state, str) else state)]
 
-        wait_for("squeue says STOPPED", lambda: "STOPPED" in squeue_state(), timeout_s=30)
+        def stopped() -> bool:
+            if "STOPPED" in squeue_state():
+                return True
+            slurm.run("scancel", "--signal=STOP", "--full", job)  # again: a stopped job stays so
+            return "STOPPED" in squeue_state()
+
+        try:
+            wait_for("squeue says STOPPED", stopped, timeout_s=30, interval_s=2)
+        except HarnessError as exc:
+            shown = slurm.run("scontrol", "-o", "show", "job", job, check=False).stdout
+            raise AssertionError(f"{exc}: {squeue_state()}\njob: {shown[:800]}") from exc
         _delete_and_wait_until_slurmd_stopped(rig.kube, rig.namespace, standin)
         state, restarts = slurm.job_state(job)
         node = slurm.run("scontrol", "-o", "show", "node", "w-0").stdout
