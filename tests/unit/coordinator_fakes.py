@@ -93,6 +93,10 @@ class FakeSlurm:
         self.resumed.append((str(cause), list(names)))
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
 
+    async def diag(self) -> str:
+        """slurmctld's statistics: none (the fleet's sdiag poll reads nothing)."""
+        return ""
+
 
 class FakeStore:
     """The state ConfigMap: an empty state, writes applied in memory."""

@@ -17,7 +17,8 @@
 - :mod:`.rollout_read`: what a rollout pass reads (SLURM's table, one view per worker).
 - :mod:`.composing`: the composition root of a term (:class:`Parts` and every collaborator).
 - :mod:`.reconciling`: one pass and the fast path (:class:`Coordinator`, on its composition).
-- :mod:`.leading`: the leader's term, and the process (:func:`run_coordinator`).
+- :mod:`.term`: one leader's term: its tasks in their waves, its loop of passes.
+- :mod:`.leading`: the process (:func:`run_coordinator`) and :func:`lead`, which runs a term.
 """
 
 from slonkd.runtime.coordinating.composing import Parts

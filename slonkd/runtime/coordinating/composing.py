@@ -11,8 +11,8 @@ the term's other tasks: slurmctld's triggers (:mod:`.triggering`) and, as the se
 them on, the SLURM poll, fenced commands to agents, the credential reaper, topology, rollouts
 (:mod:`.rolling`, paused and held by the state as read here) and job blame
 (:mod:`.job_outcomes`). The passes are :mod:`.reconciling`'s
-:class:`~.reconciling.Coordinator`, a Composition; the term's loop and the process around it
-are :mod:`.leading`.
+:class:`~.reconciling.Coordinator`, a Composition; the term's tasks and loop are
+:mod:`.term`'s, the process around it :mod:`.leading`.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ passes, the fast path (:mod:`.fast_path`) marks the K8s nodes of SLURM failures 
 
 :class:`Coordinator` runs the passes on a :class:`~.composing.Composition`, the composition
 root of one leader's term (:mod:`.composing`): its collaborators are typed against protocols
-(:class:`~.composing.Parts`), so a unit test runs a pass with fakes. The term's loop and the
-process around it are :mod:`.leading`.
+(:class:`~.composing.Parts`), so a unit test runs a pass with fakes. The term's tasks and
+loop are :mod:`.term`'s, the process around it :mod:`.leading`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,56 @@
+"""The term's waves (:mod:`slonkd.runtime.coordinating.term`) and the loop that starts them.
+
+Issue 38 item 1: ``leading.py`` reached into 24 of the coordinator's attributes to start the
+term's tasks. Now a :class:`~slonkd.runtime.coordinating.term.Term` lists them in their waves
+and :func:`~slonkd.runtime.coordinating.leading.lead` starts the waves knowing no part.
+Neighbours: ``test_coordinator_term_start`` (writers only after the claim, over ``lead``),
+``test_coordinator_term_end`` (how a term ends).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+from slonkd.runtime.coordinating import leading
+from slonkd.runtime.coordinating.term import Term
+from tests.unit.coordinator_fakes import TOKEN, FakeNodeWriter, FakeSlurm, coordinator_with
+
+
+def _touched(function: object, name: str) -> set[str]:
+    """The attributes read off the variable ``name`` in ``function``'s source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == name
+    }
+
+
+def test_the_loop_that_leads_a_term_knows_no_part_of_the_coordinator() -> None:
+    """``lead`` reads the settings (its identity, for the log) and nothing else of ``c``."""
+    assert _touched(leading.lead, "c") == {"s"}
+    assert _touched(leading._lead, "c") == set()
+    assert _touched(leading._lead, "term") == {
+        "claim", "reads", "read_ahead", "writers", "synced", "after_sync", "passes",
+    }  # fmt: skip
+
+
+async def test_the_waves_list_reads_writers_and_the_rest_apart() -> None:
+    """Only reads beside the claim; every writer of the settings in the second wave."""
+    c = coordinator_with(FakeSlurm([], set()), FakeNodeWriter(), [])
+    term = Term(c, TOKEN)
+    waves = [term.reads(), term.writers(), term.after_sync()]
+    try:
+        names = [[job.__qualname__ for job in wave] for wave in waves]  # type: ignore[attr-defined]
+        assert names[0] == ["Informer.run", "Informer.run"], names  # no bus in these settings
+        assert "TriggerKeeper.run" in names[1], names
+        assert not set(names[0]) & (set(names[1]) | set(names[2])), names
+        assert "Memory.watch" in names[2], names
+    finally:
+        for wave in waves:
+            for job in wave:
+                job.close()  # never started
