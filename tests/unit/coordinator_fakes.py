@@ -68,13 +68,7 @@ class FakeSlurm:
         self.failing = failing
         self.drained: list[tuple[str, list[str]]] = []
         self.resumed: list[tuple[str, list[str]]] = []
-        self.table: list[SlurmNode] | None = None
-        """What ``recent_nodes`` answers (the poll's table); None: a pass reads."""
         self.reads = 0
-
-    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
-        """The table the poll kept, if any."""
-        return self.table
 
     async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
         """Every node, counted."""

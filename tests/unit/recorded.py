@@ -1,7 +1,7 @@
 """The SLURM outputs that ``tests/data/slurm/record.py`` recorded, one folder per release.
 
 :func:`recorded` and :func:`recorded_source` serve the parser tests (``test_slurm_parsing*.py``,
-``test_slurm_reason_nodes.py``, ``test_slurm_recent_table.py``, ``test_slurm_triggers.py``)
+``test_slurm_recent_table.py``, ``test_slurm_triggers.py``)
 and the fleet exporter's (``test_fleet_metrics.py``); :func:`squeue_json_with` the tests of
 job states (``test_slurm_job_states.py``, ``test_prestop_job_states.py``). The contract tests
 read the real daemons instead.

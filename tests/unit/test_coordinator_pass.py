@@ -423,12 +423,13 @@ async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
     """The poll's table (no write since) serves the pass: no read, no turn of the read limit."""
     slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
     c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)])
-    slurm.table = [slurm_node(0, "IDLE+FAIL", "Kill task failed"), slurm_node(1)]
+    c.pass_read.max_age_s = 60.0  # the poll's period (0 in these settings: no poll)
+    c.table.keep(*c.table.begin(), [slurm_node(0, "IDLE+FAIL", "Kill task failed"), slurm_node(1)])
     writer_calls = c.executor.nodes
     await c.reconcile_all()
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (0, 0, 1)
     assert ("cordon", "kn-0") in cast(FakeNodeWriter, writer_calls).calls  # acted on it
-    slurm.table = None
+    c.table.table = None  # a write of slonkd's since (a K8s write drops nothing)
     await c.reconcile_all()
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (1, 1, 1)
 

@@ -16,6 +16,7 @@ from slonkd.core.rollout import RolloutSettings, plan_rollout
 from slonkd.core.rollout_phase import REVISION_LABEL, StatefulSetRevision
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
+from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 from slonkd.runtime.kit.metrics import Metrics
@@ -24,17 +25,29 @@ IDLE = NodeState.from_tokens("IDLE", [])
 NODE = SlurmNode(name=NodeName("n1"), state=IDLE)
 
 
-class _Slurm:
-    """A backend that may have kept a table; counts its own reads."""
+class _Table(NodeTable):
+    """The coordinator's node table: ``kept`` (or none), each ask recorded."""
 
     def __init__(self, kept: list[SlurmNode] | None) -> None:
+        super().__init__()
         self.kept = kept
-        self.reads = 0
         self.asked: list[float] = []
 
-    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
+    def recent(self, max_age_s: float) -> list[SlurmNode] | None:
         self.asked.append(max_age_s)
         return self.kept
+
+
+class _Slurm:
+    """A SLURM port that counts its own reads, beside a table that may hold one."""
+
+    def __init__(self, kept: list[SlurmNode] | None) -> None:
+        self.table = _Table(kept)
+        self.reads = 0
+
+    @property
+    def asked(self) -> list[float]:
+        return self.table.asked
 
     async def read_nodes(self) -> list[SlurmNode]:
         self.reads += 1
@@ -61,7 +74,7 @@ def _controller(slurm: _Slurm, reads: ReadLimiter, table_age_s: float) -> Rollou
         elector=anything, gate=Gate(BudgetPolicy(), block_label="", memory=anything,
                                     auditor=anything),
         reads=reads, auditor=anything,
-        metrics=Metrics("coordinator"), table_age_s=table_age_s,
+        metrics=Metrics("coordinator"), table=slurm.table, table_age_s=table_age_s,
     )  # fmt: skip
 
 

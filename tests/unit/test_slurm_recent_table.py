@@ -1,9 +1,11 @@
-"""A node-table read that a write of slonkd's overlaps keeps no table (fake runner).
+"""The coordinator's node table over the scontrol backend: the interleavings (fake runner).
 
-The contract test (``tests/contract/test_slurm_recent_table.py``) holds the table against
-real SLURM; this one the interleaving that real processes cannot be made to show on demand:
-a read that began before a write and ended after it would otherwise serve the state from
-before the write to the next pass, which would then plan the same write again.
+:class:`~slonkd.runtime.coordinating.node_table.KeptSlurm` keeps each whole read of the port
+in the term's :class:`~slonkd.runtime.coordinating.node_table.NodeTable` and drops it at each
+write. The contract test (``tests/contract/test_slurm_recent_table.py``) holds the table
+against real SLURM; this one the interleavings that real processes cannot be made to show on
+demand: a read that began before a write and ended after it would otherwise serve the state
+from before the write to the next pass, which would then plan the same write again.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import TransientError
+from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
 from tests.unit.recorded import recorded
 
 LINES = "".join(
@@ -46,20 +47,27 @@ class _Runner(CommandRunner):
         return await self.run(tool, *args, retry=retry)
 
 
+def _kept(runner: CommandRunner) -> tuple[KeptSlurm, NodeTable]:
+    """The port with a table, over a scontrol backend that runs ``runner``."""
+    backend = ScontrolBackend()
+    backend.runner = runner
+    table = NodeTable()
+    return KeptSlurm(backend, table), table
+
+
 async def test_a_read_across_a_write_keeps_no_table() -> None:
     """Read, write while it is on its way, answer: nothing served; read again: served."""
-    backend = ScontrolBackend()
     runner = _Runner()
-    backend.runner = runner
-    reading = asyncio.create_task(backend.read_reason_nodes())
+    slurm, table = _kept(runner)
+    reading = asyncio.create_task(slurm.read_nodes())
     await runner.reading.wait()
-    await backend.set_comment(["n1"], "a write of slonkd's")
+    await slurm.set_comment(["n1"], "a write of slonkd's")
     runner.release.set()
-    assert await reading == []
-    assert backend.recent_nodes(60) is None
-    nodes = await backend.read_nodes()
+    assert [n.name for n in await reading] == ["n1"]
+    assert table.recent(60) is None
+    nodes = await slurm.read_nodes()
     assert [n.name for n in nodes] == ["n1"]
-    assert backend.recent_nodes(60) == nodes
+    assert table.recent(60) == nodes
 
 
 def _with_reason(reason: str) -> str:
@@ -100,38 +108,17 @@ async def test_an_older_read_that_ends_last_never_replaces_a_newer_table() -> No
     """
     failed = _with_reason("Kill task failed")
     older, newer = asyncio.Event(), asyncio.Event()
-    backend = ScontrolBackend()
-    backend.runner = _Overlap([(older, LINES), (newer, failed)])
-    a = asyncio.create_task(backend.read_nodes())  # a pass's read, before the failure
+    slurm, table = _kept(_Overlap([(older, LINES), (newer, failed)]))
+    a = asyncio.create_task(slurm.read_nodes())  # a pass's read, before the failure
     await asyncio.sleep(0)
-    b = asyncio.create_task(backend.read_reason_nodes())  # the poll's, after it
+    b = asyncio.create_task(slurm.read_nodes())  # the poll's, after it
     newer.set()
-    assert [n.name for n in await b] == ["n1"]  # the poll saw the failure
+    assert [n.reason for n in await b] == ["Kill task failed"]  # the poll saw the failure
     older.set()
     assert [n.reason for n in await a] == [""]
-    kept = backend.recent_nodes(60)
+    kept = table.recent(60)
     assert kept is not None
     assert [n.reason for n in kept] != [""], "the older read's table replaced the newer one"
-
-
-async def test_a_newer_read_that_keeps_no_table_drops_the_older_one() -> None:
-    """A poll's text is ambiguous (a reason with a newline): no older table is served after it.
-
-    The poll hands over what the reason lines show; a pass served the table read before it
-    would undo what the fast path marked from them.
-    """
-    ambiguous = _with_reason("Kill task\nfailed")
-    assert ambiguous.count("\n") == 2
-    first, second = asyncio.Event(), asyncio.Event()
-    first.set()
-    second.set()
-    backend = ScontrolBackend()
-    backend.runner = _Overlap([(first, LINES), (second, ambiguous)])
-    await backend.read_nodes()
-    assert backend.recent_nodes(60) is not None
-    with pytest.raises(TransientError, match="--json"):  # then the JSON read, not answered
-        await backend.read_reason_nodes()
-    assert backend.recent_nodes(60) is None
 
 
 async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
@@ -142,21 +129,29 @@ async def test_a_probe_that_saw_no_change_keeps_the_table_fresh() -> None:
     """
     now = asyncio.Event()
     now.set()
-    backend = ScontrolBackend()
-    backend.runner = _Overlap([(now, LINES), (now, LINES), (now, "")])
-    nodes = await backend.read_reason_nodes()
-    assert nodes == []
-    kept = backend.kept.table
+    slurm, table = _kept(_Overlap([(now, LINES), (now, LINES), (now, "")]))
+    nodes = await slurm.read_nodes()
+    assert [n.name for n in nodes] == ["n1"]
+    kept = table.table
     assert kept is not None
     await asyncio.sleep(0.05)
-    assert backend.recent_nodes(0.04) is None  # aged
-    backend.confirm_table(kept.began + 1, time.monotonic())  # a later read's answer: not this
-    assert backend.recent_nodes(0.04) is None
-    backend.confirm_table(kept.began, time.monotonic())
-    assert backend.recent_nodes(0.04) == kept.nodes
-    await backend.read_nodes()  # a newer read replaces it, current from its own start
-    assert backend.kept.table is not None
-    assert backend.kept.table.began > kept.began
-    await backend.set_comment(["n1"], "a write of slonkd's")
-    backend.confirm_table(0.0, time.monotonic())
-    assert backend.recent_nodes(60) is None
+    assert table.recent(0.04) is None  # aged
+    table.confirm(kept.began + 1, time.monotonic())  # a later read's answer: not this
+    assert table.recent(0.04) is None
+    table.confirm(kept.began, time.monotonic())
+    assert table.recent(0.04) == kept.nodes
+    await slurm.read_nodes()  # a newer read replaces it, current from its own start
+    assert table.table is not None
+    assert table.table.began > kept.began
+    await slurm.set_comment(["n1"], "a write of slonkd's")
+    table.confirm(0.0, time.monotonic())
+    assert table.recent(60) is None
+
+
+async def test_a_named_read_or_one_with_job_counts_is_not_the_table() -> None:
+    """Only a whole read, as a pass and the poll make it, is kept; a write's own reads aren't."""
+    now = asyncio.Event()
+    now.set()
+    slurm, table = _kept(_Overlap([(now, LINES)]))
+    assert [n.name for n in await slurm.read_nodes(["n1"])] == ["n1"]
+    assert table.table is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -15,6 +16,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError, TransientError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import slurm_watch
+from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.slurm_watch import (
     ReadLimiter,
@@ -92,26 +94,38 @@ class _Probe:
         return answer
 
 
+class _Table(NodeTable):
+    """The term's node table, recording each confirmation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.confirmed: list[tuple[float, float]] = []
+        """(read_began, at) of each confirm."""
+
+    def confirm(self, read_began: float, at: float) -> None:
+        self.confirmed.append((read_began, at))
+        super().confirm(read_began, at)
+
+
 class _Reads:
-    """A SLURM backend whose reasons read counts its calls."""
+    """A SLURM port whose whole reads count their calls (``table``: the term's table)."""
 
     def __init__(self) -> None:
         self.reads = 0
         self.began: list[float] = []
         """When each read began (monotonic)."""
-        self.confirmed: list[tuple[float, float]] = []
-        """(read_began, at) of each confirm_table."""
+        self.table = _Table()
 
-    async def read_reason_nodes(self) -> list[SlurmNode]:
+    async def read_nodes(
+        self, names: Sequence[str] = (), *, with_jobs: bool = False
+    ) -> list[SlurmNode]:
         self.began.append(time.monotonic())
         self.reads += 1
         return [_node("n1", f"r{self.reads}")]
 
-    def confirm_table(self, read_began: float, at: float) -> None:
-        self.confirmed.append((read_began, at))
-
-    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
-        return None
+    @property
+    def confirmed(self) -> list[tuple[float, float]]:
+        return self.table.confirmed
 
 
 async def test_change_poll_reads_only_on_change() -> None:
@@ -128,6 +142,7 @@ async def test_change_poll_reads_only_on_change() -> None:
     changes: list[object] = []
     watch = SlurmWatch(
         reads, ReadLimiter(100.0), changes.append, poll_s=0.7,  # type: ignore[arg-type]
+        table=reads.table,
         change_probe=probe, change_poll_s=0.01,  # type: ignore[arg-type]
     )  # fmt: skip
     await run_for(watch.run, 0.3)
@@ -157,6 +172,7 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
     def watch() -> SlurmWatch:
         return SlurmWatch(
             reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+            table=reads.table,
             probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
         )  # fmt: skip
 
@@ -188,6 +204,7 @@ async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
 
     watch = SlurmWatch(
         reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        table=reads.table,
         probe_loader=loader, change_poll_s=0.01, reload_s=0.1,  # type: ignore[arg-type]
     )  # fmt: skip
     await run_for(watch.run, 0.06)
@@ -207,6 +224,7 @@ async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None
     reads = _Reads()
     watch = SlurmWatch(
         reads, ReadLimiter(100.0), lambda new: None, poll_s=0.05,  # type: ignore[arg-type]
+        table=reads.table,
         change_probe=probe,  # type: ignore[arg-type]
     )  # fmt: skip
     await run_for(watch.run, 0.3)
@@ -244,14 +262,13 @@ def test_change_probe_is_off_by_setting_or_argv_prefix(monkeypatch: pytest.Monke
 
 
 class _Kept(_Reads):
-    """A backend that kept the table of a full read (the term's first pass's)."""
+    """A port whose table kept a whole read (the term's first pass's)."""
 
     def __init__(self, nodes: list[SlurmNode]) -> None:
         super().__init__()
-        self.kept = (time.monotonic(), nodes)
-
-    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
-        return self.kept
+        self.table.keep(*self.table.begin(), nodes)
+        assert self.table.table is not None
+        self.kept_began = self.table.table.began
 
 
 @pytest.mark.parametrize("change_poll", [False, True])
@@ -274,13 +291,14 @@ async def test_the_first_baseline_is_the_kept_table_so_the_terms_first_second_ke
 
     watch = SlurmWatch(
         reads, ReadLimiter(100.0), changed, poll_s=0.1,  # type: ignore[arg-type]
+        table=reads.table,
         change_probe=probe, change_poll_s=0.1,  # type: ignore[arg-type]
     )  # fmt: skip
     task = asyncio.create_task(watch.run())
     try:
         await asyncio.sleep(0.05)
         assert reads.reads == 0  # the kept table is the baseline
-        assert watch.read_began == reads.kept[0]
+        assert watch.read_began == reads.kept_began
         await asyncio.wait_for(seen.wait(), 5)
         assert [n.reason for n in changes[0]] == ["r1"]  # r0 -> r1, seen by the first read
         if probe is not None:

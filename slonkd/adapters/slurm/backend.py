@@ -50,22 +50,6 @@ class SlurmReads(Protocol):
         """Only the nodes that carry a reason."""
         ...
 
-    async def read_reason_nodes(self) -> list[SlurmNode]:
-        """Every node that carries a reason, as exact node records (the coordinator's poll)."""
-        ...
-
-    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
-        """The whole node table if read within ``max_age_s`` and no write of slonkd's since."""
-        ...
-
-    def confirm_table(self, read_began: float, at: float) -> None:
-        """A change probe at ``at`` saw no change since before the read begun at ``read_began``."""
-        ...
-
-    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
-        """The last full table kept and when its read began (monotonic), if any is kept."""
-        ...
-
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on a node."""
         ...

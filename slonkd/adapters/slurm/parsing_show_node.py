@@ -9,10 +9,9 @@ the caller reads JSON instead (``sinfo --json``, :mod:`slonkd.adapters.slurm.par
 show a foreign reason as slonkd's.
 
 :class:`NodeLines` keeps the lines of the last full read, so that an unchanged line is not
-parsed again; :func:`parse_reason_nodes` parses only the lines that carry a reason (the
-coordinator's poll). The errors, the size limit and the field readers are those of
-:mod:`slonkd.adapters.slurm.parsing`; the backend's reads that run it are in
-:mod:`slonkd.adapters.slurm.scontrol_reads`.
+parsed again (the coordinator's poll reads the whole table every ``poll_s``). The errors,
+the size limit and the field readers are those of :mod:`slonkd.adapters.slurm.parsing`; the
+backend's reads that run it are in :mod:`slonkd.adapters.slurm.scontrol_reads`.
 """
 
 from __future__ import annotations
@@ -126,22 +125,3 @@ class NodeLines:
 
     def __init__(self) -> None:
         self.lines: dict[str, SlurmNode] = {}
-
-
-def parse_reason_nodes(text: str) -> list[SlurmNode]:
-    """The nodes of ``scontrol -o show node`` that carry a reason, parsing only their lines.
-
-    The coordinator's poll: the same two RPCs as ``sinfo -R`` (node and partition tables,
-    measured with sdiag), exact node records, and only the few lines with ``Reason=`` are
-    parsed. A line that is not a node record (a reason with a newline breaks ``-o`` output)
-    raises AmbiguousOutput: read JSON instead.
-    """
-    check_size(text)
-    if text and not text.endswith("\n"):
-        raise ParseError("scontrol output does not end with a newline: cut off?")
-    lines = [line for line in text.splitlines() if line.strip()]
-    if any(not line.startswith("NodeName=") for line in lines):
-        raise AmbiguousOutput("a line of scontrol -o output is not a node record")
-    nodes = [parse_show_node_line(line) for line in lines if " Reason=" in line]
-    check_unique(nodes)
-    return [n for n in nodes if n.reason]

@@ -80,7 +80,7 @@ class ScontrolBackend(ScontrolReads):
         that reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
         skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
         """
-        with self.kept.writing(), self.runner.counting() as calls:
+        with self.runner.counting() as calls:
             return await self._reboot(names, cause, text, calls)
 
     async def _reboot(
@@ -110,7 +110,7 @@ class ScontrolBackend(ScontrolReads):
     async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
         value = sanitise_text(comment)
-        with self.kept.writing(), self.runner.counting() as calls:
+        with self.runner.counting() as calls:
             for expr in chunk_hostlists(names, self.settings.max_hostlist_chars):
                 await self.runner.write(
                     "scontrol", "update", f"nodename={expr}", f"comment={value}"
@@ -129,8 +129,7 @@ class ScontrolBackend(ScontrolReads):
         if cannot and all_or_none:
             return RequeueResult(not_requeueable=cannot, held_back=tuple(can))
         if can:
-            with self.kept.writing():
-                await self.runner.write("scontrol", "requeue", ",".join(str(j) for j in can))
+            await self.runner.write("scontrol", "requeue", ",".join(str(j) for j in can))
         return RequeueResult(requeued=tuple(can), not_requeueable=cannot)
 
     async def reconfigure(self) -> None:
@@ -183,7 +182,7 @@ class ScontrolBackend(ScontrolReads):
     ) -> UpdateResult:
         """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""
         primed = PrimedScontrol(self.settings)
-        with self.kept.writing(), self.runner.counting() as calls:
+        with self.runner.counting() as calls:
             try:
                 await primed.start()
                 read_at = time.time()  # an operator's write after this and before ours is lost

@@ -1,8 +1,9 @@
 """The scontrol/sinfo/squeue backend's reads of SLURM: nodes, reasons, jobs, statistics.
 
 :class:`ScontrolReads` reads the node table (``scontrol -o show node``, parsed by
-``parsing_show_node.py`` and kept for the passes by ``kept_table.py``), falls back to the
-unambiguous JSON read when the text does not split in one way only (``parsing.py``,
+``parsing_show_node.py``, a line unchanged since the last whole read not parsed again; the
+coordinator keeps the table it reads: ``slonkd/runtime/coordinating/node_table.py``), falls
+back to the unambiguous JSON read when the text does not split in one way only (``parsing.py``,
 ``parsing_v42.py``), and reads the reasons (``sinfo -R``), the jobs on a node, the
 running-job counts (``parsing_jobs.py``), the finished jobs (``parsing_finished.py``) and
 ``sdiag``. Subprocesses run in ``runner.py``. It writes nothing: the compare-and-set writes
@@ -18,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from slonkd.adapters.slurm.hostlists import compress
-from slonkd.adapters.slurm.kept_table import TableKeeper
 from slonkd.adapters.slurm.parsing import (
     AmbiguousOutput,
     ReasonGroup,
@@ -33,11 +33,7 @@ from slonkd.adapters.slurm.parsing_finished import (
     parse_finished_jobs,
 )
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
-from slonkd.adapters.slurm.parsing_show_node import (
-    NodeLines,
-    parse_reason_nodes,
-    parse_show_node,
-)
+from slonkd.adapters.slurm.parsing_show_node import NodeLines, parse_show_node
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.runner import (
     CommandRunner,
@@ -61,8 +57,6 @@ class ScontrolReads:
     """Which JSON node read this SLURM has (``scontrol`` or ``sinfo``), learnt on first use."""
     known: NodeLines = field(default_factory=NodeLines, init=False, repr=False)
     """The last full node read's lines (an unchanged line is not parsed again)."""
-    kept: TableKeeper = field(default_factory=TableKeeper, init=False, repr=False)
-    """The last full node table, served to the passes (``kept_table.py``)."""
 
     def __post_init__(self) -> None:
         self.runner = CommandRunner(self.settings)
@@ -104,49 +98,14 @@ class ScontrolReads:
         """Jobs that ended within slurmctld's ``MinJobAge``: one squeue (parsing_finished.py)."""
         return parse_finished_jobs(await self.runner.run("squeue", *SQUEUE_FINISHED_ARGS))
 
-    def recent_nodes(self, max_age_s: float) -> list[SlurmNode] | None:
-        """The whole node table as read at most ``max_age_s`` ago, if slonkd wrote none since.
-
-        The coordinator's poll and its passes send slurmctld the same request (``scontrol -o
-        show node``): a pass that starts right after a poll read takes that table instead of
-        asking again (issue 21: the passes' own reads kept the poll's next read waiting for
-        the read limit). None when there is no such table (a write began after its read).
-        """
-        return self.kept.recent(max_age_s)
-
-    def kept_read(self) -> tuple[float, list[SlurmNode]] | None:
-        """The last full table kept and when its read began: the change poll's first baseline."""
-        return self.kept.read()
-
-    def confirm_table(self, read_began: float, at: float) -> None:
-        """A probe at ``at`` saw no change since before the read that began at ``read_began``.
-
-        The table kept from that read, or from a later one, is current at ``at``.
-        With the libslurm change poll the poll reads only on a change, so its table would
-        age past ``poll_s`` and every pass would read the same table again; a probe that
-        says "no change" keeps it fresh (a few bytes from slurmctld instead of the table).
-        """
-        self.kept.confirm(read_began, at)
-
-    async def _table_read(self) -> tuple[float, int, str]:
-        """``scontrol -o show node`` with when it began and the writes counted then."""
-        began, writes = self.kept.begin()
-        return began, writes, await self.runner.run("scontrol", "-o", "show", "node")
-
     async def _read_nodes(self, names: Sequence[str]) -> list[SlurmNode]:
         args = ["-o", "show", "node"]
         if names:
             args.append(compress(names))
         try:
             if not names:  # a full read reuses the last full read's unchanged lines
-                began, writes, text = await self._table_read()
-                try:
-                    nodes = parse_show_node(text, self.known)
-                except AmbiguousOutput:
-                    self.kept.drop_older(began)
-                    raise
-                self.kept.keep(began, writes, nodes)
-                return nodes
+                text = await self.runner.run("scontrol", "-o", "show", "node")
+                return parse_show_node(text, self.known)
             nodes = parse_show_node(await self.runner.run("scontrol", *args))
         except NodeNotFoundError:
             if len(set(names)) <= 1:
@@ -164,29 +123,6 @@ class ScontrolReads:
     async def diag(self) -> str:
         """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
         return await self.runner.run("sdiag", retry=False)
-
-    async def read_reason_nodes(self) -> list[SlurmNode]:
-        """Every node that carries a reason, exactly (one ``scontrol -o show node``).
-
-        Costs slurmctld what ``sinfo -R`` costs (node table + partition table RPCs) and
-        this side a scan of the lines (38 ms of scontrol at 5,004 nodes against sinfo's 19
-        ms), but gives exact node records; used by the coordinator's poll. The whole table
-        is parsed (only the lines changed since the last full read) and kept for the pass
-        that follows (:meth:`recent_nodes`). A line that does not parse alone leaves only
-        the reason lines parsed; a reason with a newline makes the text ambiguous: then the
-        JSON read, filtered.
-        """
-        try:
-            began, writes, text = await self._table_read()
-            try:
-                nodes = parse_show_node(text, self.known)
-            except AmbiguousOutput:
-                self.kept.drop_older(began)
-                return parse_reason_nodes(text)
-            self.kept.keep(began, writes, nodes)
-            return [n for n in nodes if n.reason]
-        except AmbiguousOutput:
-            return [n for n in await self.read_nodes_json(()) if n.reason]
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""

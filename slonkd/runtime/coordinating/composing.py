@@ -4,9 +4,11 @@
 typed against the ``SlurmBackend`` protocol and the kube ports
 (:mod:`slonkd.adapters.kube.ports`): the adapters by default, fakes in a unit test. It builds
 the caches and views (:mod:`.observing`), the state ConfigMap (:mod:`.remembering`), the
-budget's gate (:mod:`.admitting`), the audit (:mod:`.auditing`), the executors
-(:mod:`.executing`, with :mod:`.remediating`'s steps), the fast path (:mod:`.fast_path`), the
-SLURM table a pass takes (:mod:`.pass_read`) and the revalidation (:mod:`.revalidating`), and
+budget's gate (:mod:`.admitting`), the SLURM node table the term keeps (:mod:`.node_table`,
+fed by every whole read through the port it wraps, dropped by every write), the audit
+(:mod:`.auditing`), the executors (:mod:`.executing`, with :mod:`.remediating`'s steps), the
+fast path (:mod:`.fast_path`), the table a pass takes (:mod:`.pass_read`) and the
+revalidation (:mod:`.revalidating`), and
 the term's other tasks: slurmctld's triggers (:mod:`.triggering`) and, as the settings turn
 them on, the SLURM poll, fenced commands to agents, the credential reaper, topology, rollouts
 (:mod:`.rolling`, paused and held by the state as read here) and job blame
@@ -49,6 +51,7 @@ from slonkd.runtime.coordinating.executing import Executor
 from slonkd.runtime.coordinating.fast_path import FastPath
 from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
+from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.pass_read import PassRead
 from slonkd.runtime.coordinating.remediating import Remediator
@@ -95,7 +98,10 @@ class Composition:
             events=EventRecorder(transport),
             store=StateStore(transport, s.namespace, s.state_name),
         )
-        self.slurm = parts.slurm
+        self.table = NodeTable()
+        """SLURM's node table as this term last read it whole (:mod:`.node_table`)."""
+        self.slurm = KeptSlurm(parts.slurm, self.table)
+        """The SLURM port every part uses: its whole reads feed the table, its writes drop it."""
         nodes, pods = coordinator_informers(transport, s.namespace, pod_selector=s.pod_selector)
         self.observer = Observer(nodes, pods)
         self.nodes, self.pods = nodes, pods
@@ -118,12 +124,12 @@ class Composition:
             self.budget, block_label=s.budget_block_label, memory=self.memory, auditor=self.auditor
         )
         remediator = Remediator(
-            slurm=parts.slurm, nodes=parts.nodes, pods=parts.pods, events=parts.events,
+            slurm=self.slurm, nodes=parts.nodes, pods=parts.pods, events=parts.events,
             memory=self.memory, auditor=self.auditor, check_valid=elector.check_valid,
             revalidates=lambda: self.policy.revalidation.enabled,
         )  # fmt: skip
         self.executor = Executor(
-            slurm=parts.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,
+            slurm=self.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,
             auditor=self.auditor, metrics=self.metrics, is_valid=elector.is_valid,
         )  # fmt: skip
         self.fast_path = FastPath(  # marks between passes, see .fast_path
@@ -139,11 +145,12 @@ class Composition:
                 poll_s=s.poll_s,
                 probe_loader=change_probe(s),
                 change_poll_s=s.change_poll_s,
+                table=self.table,
             )
             if s.poll_s > 0
             else None
         )
-        self.pass_read = PassRead(self.slurm, self.reads, max_age_s=s.poll_s)
+        self.pass_read = PassRead(self.slurm, self.reads, self.table, max_age_s=s.poll_s)
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""
@@ -206,7 +213,7 @@ class Composition:
                 slurm=self.slurm, elector=elector, gate=self.gate, reads=self.reads,
                 hold=self._rollout_hold, paused=self._rollout_paused, kube_nodes=self.nodes,
                 auditor=self.auditor,
-                metrics=self.metrics, table_age_s=s.poll_s,
+                metrics=self.metrics, table=self.table, table_age_s=s.poll_s,
             )  # fmt: skip
 
     @property

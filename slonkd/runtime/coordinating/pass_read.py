@@ -1,12 +1,11 @@
 """Which SLURM node table a pass plans on: the term's read ahead, the poll's, or its own.
 
 A new term starts its first pass's read side by side with the informers' lists
-(:meth:`PassRead.start_ahead`, from :mod:`.leading`); later passes take the table the poll
-(:mod:`slonkd.runtime.coordinating.slurm_watch`) has just read or a change probe has just confirmed,
-when slonkd wrote nothing since (``recent_nodes``), and read on their own otherwise, each
-read a turn of the coordinator's :class:`~slonkd.runtime.coordinating.slurm_watch.ReadLimiter`. The
-pass
-itself is :meth:`.reconciling.Coordinator.reconcile_all`.
+(:meth:`PassRead.start_ahead`, from :mod:`.term`); later passes take the table the poll
+(:mod:`.slurm_watch`) has just read or a change probe has just confirmed, when slonkd wrote
+nothing since (the term's :class:`~.node_table.NodeTable`), and read on their own otherwise,
+each read a turn of the coordinator's :class:`~.slurm_watch.ReadLimiter`. The pass itself is
+:meth:`.reconciling.Coordinator.reconcile_all`.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import structlog
 from slonkd.adapters.slurm.backend import SlurmReads
 from slonkd.core.errors import SlonkdError
 from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -40,9 +40,13 @@ class PassTable(NamedTuple):
 class PassRead:
     """The passes' SLURM reads of one term."""
 
-    def __init__(self, slurm: SlurmReads, reads: ReadLimiter, *, max_age_s: float) -> None:
+    def __init__(
+        self, slurm: SlurmReads, reads: ReadLimiter, table: NodeTable, *, max_age_s: float
+    ) -> None:
         self.slurm = slurm
+        """The port with the table (:class:`~.node_table.KeptSlurm`): a whole read is kept."""
         self.reads = reads
+        self.node_table = table
         self.max_age_s = max_age_s
         """A poll's table this old at most serves a pass (the poll's period)."""
         self._ahead: asyncio.Task[list[SlurmNode]] | None = None
@@ -73,7 +77,7 @@ class PassRead:
         """The read ahead, else the poll's recent table, else a read of the pass's own."""
         ahead, self._ahead = self._ahead, None
         # the table the poll has just read, when slonkd wrote nothing since: the same request
-        recent = self.slurm.recent_nodes(self.max_age_s) if ahead is None else None
+        recent = self.node_table.recent(self.max_age_s) if ahead is None else None
         if ahead is None and recent is None:
             await self.reads.acquire()
         began = time.monotonic()

@@ -66,6 +66,7 @@ from slonkd.core.rollout_phase import (
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.auditing import Auditor
+from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.recording import record_update
 from slonkd.runtime.coordinating.replacing import Replacer
 from slonkd.runtime.coordinating.rollout_read import RolloutRead, counts_out, shows_reserved
@@ -97,6 +98,7 @@ class RolloutController:
         kube_nodes: Informer[Node] | None = None,
         auditor: Auditor,
         metrics: Metrics,
+        table: NodeTable | None = None,
         table_age_s: float = 0.0,
     ) -> None:
         self.s = settings
@@ -123,7 +125,7 @@ class RolloutController:
         self.read = RolloutRead(  # SLURM's table and the workers' views, see .rollout_read
             namespace=namespace, slurm=slurm, pods=pods, statefulsets=self.statefulsets,
             kube_nodes=kube_nodes, block_label=self.block_label, reads=reads,
-            table_age_s=table_age_s,
+            table=table, table_age_s=table_age_s,
         )  # fmt: skip
         self.replacer = Replacer(  # wait for jobs, requeue, evict: see rollout_replacing
             settings=settings, slurm=slurm, pods=PodWriter(transport), auditor=auditor,

@@ -2,7 +2,7 @@
 
 :class:`~.rolling.RolloutController` plans each pass on what :class:`RolloutRead` gives it.
 The table (:meth:`RolloutRead.table`) is, on the term's first look, the one the coordinator
-has just read (the backend's ``recent_nodes``; issue 21), else the rollout's own read, a
+has just read (its :class:`~.node_table.NodeTable`; issue 21), else the rollout's own read, a
 turn of the coordinator's :class:`~slonkd.runtime.coordinating.slurm_watch.ReadLimiter` (the turn
 :mod:`.replacing` takes for its job reads too). The views (:meth:`RolloutRead.views`) join
 that table with the caches: each worker's pod, StatefulSet, K8s node (an operator's hold is
@@ -30,6 +30,7 @@ from slonkd.core.rollout_phase import (
     held_by_rollout,
 )
 from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 
 
@@ -46,6 +47,7 @@ class RolloutRead:
         kube_nodes: Informer[Node] | None,
         block_label: str,
         reads: ReadLimiter | None,
+        table: NodeTable | None = None,
         table_age_s: float,
     ) -> None:
         self.namespace = namespace
@@ -54,6 +56,8 @@ class RolloutRead:
         self.statefulsets = statefulsets
         self.kube_nodes = kube_nodes
         """The coordinator's K8s node cache: an operator's ``slonk.dev/hold`` is read there."""
+        self.node_table = table
+        """The node table the coordinator keeps (:mod:`.node_table`; None: none)."""
         self.table_age_s = table_age_s
         """A node table the coordinator read this long ago serves the rollout (0: never)."""
         self.reads = reads
@@ -79,8 +83,8 @@ class RolloutRead:
         eviction, a replacement's agent resuming its node), and a table from before that
         change would have it replace the same worker twice.
         """
-        first = not self.slurm_read and self.table_age_s > 0
-        recent = self.slurm.recent_nodes(self.table_age_s) if first else None
+        first = not self.slurm_read and self.table_age_s > 0 and self.node_table is not None
+        recent = self.node_table.recent(self.table_age_s) if first and self.node_table else None
         if recent is not None:
             self.read_at = time.monotonic() - self.table_age_s  # read that long ago at most
             return recent

@@ -1,9 +1,10 @@
 """How the coordinator learns of SLURM changes fast without loading slurmctld.
 
-slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator polls
-the nodes that carry a reason (one ``scontrol -o show node``, of which only the lines with
-a reason are parsed) every ``poll_s`` and hands what changed to the coordinator, which
-marks SLURM failures at once and starts a full pass. Every
+slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator reads
+the node table every ``poll_s`` (one ``scontrol -o show node``; a line unchanged since the
+last read is not parsed again), keeps it for the passes (:mod:`.node_table`), and hands the
+nodes that carry a reason and changed to the coordinator, which marks SLURM failures at once
+and starts a full pass. Every
 slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than
 ``max_reads_per_s`` reads in any second, whatever happens.
@@ -14,9 +15,9 @@ few bytes, no table packed) and runs the scontrol read only when the answer is y
 library that cannot talk to this slurmctld is dropped (logged once) and the poll reads with
 scontrol as before; a load that failed only for now (its child slow to start on a busy
 node) is tried again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
-"no change" also tells the backend that the table its last read kept is still SLURM's
-(:meth:`~slonkd.adapters.slurm.scontrol_reads.ScontrolReads.confirm_table`), so passes take that
-table instead of reading it again.
+"no change" also confirms that the table its last read kept is still SLURM's
+(:meth:`.node_table.NodeTable.confirm`), so passes take that table instead of reading it
+again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from slonkd.adapters.slurm.libslurm import ChangeProbe
 from slonkd.core.errors import SlonkdError, TerminalError, TransientError
 from slonkd.core.log_events import COORDINATOR_CHANGE_POLL_LOADED
 from slonkd.core.slurm_node import SlurmNode
+from slonkd.runtime.coordinating.node_table import NodeTable
 
 if TYPE_CHECKING:
     from slonkd.runtime.coordinating.settings import CoordinatorSettings
@@ -125,7 +127,7 @@ def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
 
 
 class SlurmWatch:
-    """Polls the reasons-only read and calls ``changed`` when its answer differs."""
+    """Polls the node table and calls ``changed`` when its nodes with a reason differ."""
 
     def __init__(
         self,
@@ -138,8 +140,11 @@ class SlurmWatch:
         probe_loader: Callable[[], ChangeProbe | None] | None = None,
         change_poll_s: float = 0.2,
         reload_s: float = RELOAD_S,
+        table: NodeTable | None = None,
     ) -> None:
         self.slurm = slurm
+        """The port with the term's table (:class:`~.node_table.KeptSlurm`): each read kept."""
+        self.table = table if table is not None else NodeTable()
         self.limiter = limiter
         self.changed = changed
         self.poll_s = poll_s
@@ -199,7 +204,7 @@ class SlurmWatch:
             unchanged, since = await self._unchanged()
             if unchanged:
                 if self.read_began is not None:  # the table read since is still SLURM's
-                    self.slurm.confirm_table(self.read_began, began)
+                    self.table.confirm(self.read_began, began)
                 await asyncio.sleep(max(0.0, self.change_poll_s - (time.monotonic() - began)))
                 continue
             if self.probe is not None and self.last is None:
@@ -208,7 +213,7 @@ class SlurmWatch:
             await self.limiter.acquire()
             read_began = time.monotonic()
             try:
-                nodes = await self.slurm.read_reason_nodes()
+                nodes = [n for n in await self.slurm.read_nodes() if n.reason]
             except SlonkdError as exc:
                 log.warning("coordinator.poll_failed", error=str(exc)[:300])
             else:
@@ -287,7 +292,7 @@ class SlurmWatch:
         change poll's first question then goes with ``since = 0`` (answered "changed"): its
         read gives the time to ask from.
         """
-        kept = self.slurm.kept_read()
+        kept = self.table.read()
         if kept is None or self.last is not None:
             return False
         self.read_began, nodes = kept
