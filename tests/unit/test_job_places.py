@@ -248,14 +248,20 @@ def test_a_failure_before_the_pod_was_asked_to_go_still_counts() -> None:
 # -- (c) an operator's resume retires the node's place, the jobs stay -----------------------
 
 
-def test_a_job_that_ended_before_the_resume_and_is_read_after_it_counts_for_it_no_more() -> None:
-    """slurmctld lists a job for MinJobAge: one that ended before the resume is its past."""
+def _blamed() -> tuple[Fleet, list[FinishedJob]]:
+    """A fleet whose w-0 is blamed (three failures there after ten successes) and its jobs."""
     fleet = Fleet()
     jobs = _successes(10, T0 + 50)
     jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 100 * i) for i in range(1, 4)]
     fleet.now = T0 + 400
     fleet.judge(jobs)
     assert set(fleet.outcomes.blamed) == {BAD}
+    return fleet, jobs
+
+
+def test_a_job_that_ended_before_the_resume_and_is_read_after_it_counts_for_it_no_more() -> None:
+    """slurmctld lists a job for MinJobAge: one that ended before the resume is its past."""
+    fleet, jobs = _blamed()
     fleet.now = T0 + 1000
     fleet.outcomes.forgive(BAD, "u0")
     assert fleet.outcomes.blamed == {}
@@ -271,12 +277,7 @@ def test_a_job_that_ended_before_the_resume_and_is_read_after_it_counts_for_it_n
 
 def test_a_read_without_new_jobs_stops_draining_a_blamed_pod_that_was_replaced() -> None:
     """The blamed pod goes and a new one serves w-0: the next read says so, no new job needed."""
-    fleet = Fleet()
-    jobs = _successes(10, T0 + 50)
-    jobs += [_job(100 + i, "w-0", f"w-{i}", end=T0 + 100 * i) for i in range(1, 4)]
-    fleet.now = T0 + 400
-    fleet.judge(jobs)
-    assert set(fleet.outcomes.blamed) == {BAD}
+    fleet, jobs = _blamed()
     fleet.replace_pod("w-0", "new", on="kn-9", deleted=T0 + 1000, created=T0 + 1100)
     assert asyncio.run(fleet.outcomes.step(jobs))  # the same read: the drained blame changed
     assert fleet.outcomes.blamed == {}

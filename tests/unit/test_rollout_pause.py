@@ -127,6 +127,14 @@ def _coordinator(tmp_path: Path, store: _Store) -> tuple[Coordinator, _Slurm, Fa
     return c, slurm, pods
 
 
+async def _paused(tmp_path: Path) -> tuple[_Store, Coordinator, _Slurm, FakePodWriter]:
+    """A coordinator whose term has claimed a state that says paused."""
+    store = _Store(PAUSED)
+    c, slurm, pods = _coordinator(tmp_path, store)
+    await c.memory.claim(TOKEN)
+    return store, c, slurm, pods
+
+
 def _writes(c: Coordinator, slurm: _Slurm, pods: FakePodWriter) -> list[str]:
     return [
         *(f"requeue {n}" for n in slurm.requeued),
@@ -140,9 +148,7 @@ async def test_a_pause_stops_a_rollout_in_progress_and_unpausing_resumes_it(
     tmp_path: Path,
 ) -> None:
     """Paused (read by the claim): w-0's job stays, its pod too; unpaused: requeued, evicted."""
-    store = _Store(PAUSED)
-    c, slurm, pods = _coordinator(tmp_path, store)
-    await c.memory.claim(TOKEN)
+    store, c, slurm, pods = await _paused(tmp_path)
     assert c.rollout is not None
     await c.rollout.reconcile()
     assert _writes(c, slurm, pods) == [], "a paused coordinator requeued or evicted"
@@ -223,9 +229,7 @@ async def test_a_pass_that_reads_an_unpause_or_a_reset_makes_the_rollout_look_ag
     tmp_path: Path,
 ) -> None:
     """A paused rollout waits for a change; the pass that reads the unpause pokes it at once."""
-    store = _Store(PAUSED)
-    c, _slurm, _pods = _coordinator(tmp_path, store)
-    await c.memory.claim(TOKEN)
+    store, c, _slurm, _pods = await _paused(tmp_path)
     assert c.rollout is not None
     dirty = c.rollout._dirty
     await c.reconcile_all()
