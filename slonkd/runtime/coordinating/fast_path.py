@@ -12,7 +12,7 @@ a pass reserved since that read counts as out (issue 37 item 3); the full pass t
 (:mod:`.reconciling`, as soon as the read limiter allows) does everything else. The lease is
 checked right before each write; a failure is logged and left to that pass, except a newer
 fencing token (:class:`~slonkd.adapters.kube.lease.Superseded`): raised, the term ends as it
-does when a pass meets one (:mod:`.leading`).
+does when a pass meets one (:mod:`.term`).
 """
 
 from __future__ import annotations

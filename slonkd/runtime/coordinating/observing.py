@@ -2,7 +2,7 @@
 
 Changes that matter (not a kubelet heartbeat; a K8s node only when a worker pod runs on it),
 a poll that saw SLURM change, and an agent's status or a SLURM nudge on MQTT set ``dirty``,
-which starts a pass (:mod:`.leading`). A pass (:mod:`.reconciling`) turns the caches, a SLURM
+which starts a pass (:mod:`.term`). A pass (:mod:`.reconciling`) turns the caches, a SLURM
 read and the state (:mod:`.remembering`) into one :class:`~slonkd.core.plan.NodeView` per
 worker pod: SLURM node = pod name, K8s node = the pod's node.
 """

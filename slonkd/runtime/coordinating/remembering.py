@@ -1,10 +1,10 @@
 """The coordinator's memory: the state ConfigMap as last read or written.
 
 Breaker, pause, remediation history and handled failures survive a failover there. A new
-term claims it with its token before it acts (:mod:`.leading`); a pass reads it
+term claims it with its token before it acts (:mod:`.term`); a pass reads it
 (:mod:`.reconciling`), the breaker (:mod:`.admitting`) and the remediation steps
 (:mod:`.remediating`) write it under the fencing token; between passes it is polled so an
-operator's pause or breaker reset starts a pass within seconds (:mod:`.leading`). A corrupt
+operator's pause or breaker reset starts a pass within seconds (:mod:`.term`). A corrupt
 ConfigMap pauses every automated action until it is repaired.
 """
 

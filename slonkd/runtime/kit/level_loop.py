@@ -1,6 +1,6 @@
 """The one loop of every whole-fleet controller in slonkd: level-triggered, marked dirty, debounced.
 
-The coordinator's passes (:mod:`slonkd.runtime.coordinating.leading`), the rollout
+The coordinator's passes (:mod:`slonkd.runtime.coordinating.term`), the rollout
 (:mod:`slonkd.runtime.coordinating.rolling`) and the topology sync
 (:mod:`slonkd.runtime.coordinating.topology_sync`) each look at the whole fleet from their caches.
 They
