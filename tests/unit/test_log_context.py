@@ -3,7 +3,7 @@
 Issue 38 item 5. The coordinator passed its fencing token by hand to every log line it wrote
 (22 places) and the agent a bound logger to its write. Now the term binds ``fencing_token``
 in structlog's context once (:func:`~slonkd.runtime.coordinating.leading.lead`), each pass
-its ``pass_id`` (``leading._pass``) and the agent's reconcile its node, pod and reconcile id;
+its ``pass_id`` (``term.Term.one_pass``) and the agent's reconcile its node, pod and reconcile id;
 the processors merge them into every line (``merge_contextvars``, as
 :func:`slonkd.runtime.kit.logging.configure_logging` sets up). The writes still take the token
 explicitly. :func:`lead` runs over the fakes of ``test_coordinator_pass``, as in

@@ -83,8 +83,8 @@ class RolloutRead:
         eviction, a replacement's agent resuming its node), and a table from before that
         change would have it replace the same worker twice.
         """
-        first = not self.slurm_read and self.table_age_s > 0 and self.node_table is not None
-        recent = self.node_table.recent(self.table_age_s) if first and self.node_table else None
+        table = self.node_table if not self.slurm_read and self.table_age_s > 0 else None
+        recent = table.recent(self.table_age_s) if table is not None else None
         if recent is not None:
             self.read_at = time.monotonic() - self.table_age_s  # read that long ago at most
             return recent
