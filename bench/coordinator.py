@@ -367,7 +367,7 @@ def change_poll_cost(
             raise SystemExit("libslurm did not load")
         for key, probe in (("scontrol_poll", None), ("change_poll", lib)):
             watch = SlurmWatch(
-                backend, ReadLimiter(2.0), lambda new: None, poll_s=0.7, change_probe=probe
+                backend, ReadLimiter(2.0), asyncio.Queue(), poll_s=0.7, change_probe=probe
             )
 
             async def run(watch: SlurmWatch = watch, key: str = key) -> None:

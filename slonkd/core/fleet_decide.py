@@ -1,6 +1,7 @@
 """Decisions across nodes, after :func:`~slonkd.core.decide.decide` planned each alone.
 
-Two rules need the whole fleet's plans at once:
+Two rules need the whole fleet's plans at once, applied in this order by
+:class:`FleetPlanner`, the one planning of the coordinator's passes and its fast path:
 
 - pods that share one Kubernetes node must agree on that node's marks
   (:func:`merge_shared_nodes`): it is marked if any of its SLURM nodes failed, and
@@ -9,20 +10,21 @@ Two rules need the whole fleet's plans at once:
 - a health check that fails on many nodes at once is suspected, not believed
   (:func:`suspect_common_causes`): nothing more is taken out for it.
 
-Neighbours: :mod:`slonkd.core.decide` (the per-node rules and the plan types) and the
-coordinator's pass (:mod:`slonkd.runtime.coordinating.reconciling`), whose planning
-(:mod:`slonkd.runtime.coordinating.composing`) calls both in this order before admission
-(:mod:`slonkd.runtime.coordinating.admitting`).
+Neighbours: :mod:`slonkd.core.decide` (the per-node rules and the plan types), the
+coordinator's pass (:mod:`slonkd.runtime.coordinating.reconciling`) and its fast path
+(:mod:`slonkd.runtime.coordinating.fast_path`), which both plan with one
+:class:`FleetPlanner` (built by :mod:`slonkd.runtime.coordinating.composing`) before
+admission (:mod:`slonkd.runtime.coordinating.admitting`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from slonkd.core.decide import held_causes
+from slonkd.core.decide import decide, held_causes
 from slonkd.core.health import Verdict
 from slonkd.core.kube_actions import holds_marks
-from slonkd.core.plan import Action, Kind, NodeView, Plan
+from slonkd.core.plan import Action, Kind, NodeView, Plan, Policy
 from slonkd.core.reasons import Cause, cause_detail
 
 _FAILURE_MARKS = frozenset(
@@ -122,3 +124,23 @@ def suspect_common_causes(
         for p in plans
     ]
     return kept, suspected
+
+
+@dataclass(slots=True, kw_only=True)
+class FleetPlanner:
+    """The plans of a whole fleet's views: ``decide`` per node, then the two fleet rules.
+
+    One instance per term serves the pass and the fast path alike, so both plan the same
+    way; ``policy`` is the term's (revalidation off without a bus).
+    """
+
+    policy: Policy
+    suspect_min_nodes: int
+    suspect_fraction: float
+
+    def __call__(self, views: list[NodeView]) -> tuple[list[Plan], frozenset[Cause]]:
+        """The views' plans (shared K8s nodes merged, suspected checks dropped) and suspects."""
+        plans = merge_shared_nodes(views, [decide(v, self.policy) for v in views])
+        return suspect_common_causes(
+            views, plans, min_nodes=self.suspect_min_nodes, fraction=self.suspect_fraction
+        )

@@ -12,6 +12,7 @@ others; no test lives here.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -36,6 +37,7 @@ from slonkd.core.kube_objects import (
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
+from slonkd.runtime.coordinating.slurm_watch import SlurmChange
 from tests.unit.pods import running_pod
 
 TOKEN = 7
@@ -222,10 +224,10 @@ def coordinator_with(
     **budget: Any,
 ) -> Coordinator:
     """A coordinator on these fakes, its informers' caches filled with the nodes' pods."""
-    limits: dict[str, Any] = {"max_out": 10, "max_out_percent": 100, "mass_percent": 100, **budget}
-    settings = CoordinatorSettings(
-        namespace="slonk", identity="c-0", poll_s=0, rollout=None, **limits
-    )
+    limits: dict[str, Any] = {
+        "max_out": 10, "max_out_percent": 100, "mass_percent": 100, "poll_s": 0, **budget
+    }  # fmt: skip
+    settings = CoordinatorSettings(namespace="slonk", identity="c-0", rollout=None, **limits)
     transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
     parts = Parts(
         slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
@@ -239,6 +241,12 @@ def coordinator_with(
     c.nodes._cache = {n.name: n for n in nodes}
     writer.cache = c.nodes._cache
     return c
+
+
+def saw(c: Coordinator, nodes: Sequence[SlurmNode]) -> None:
+    """The poll saw these nodes change, now: their change on the term's queue, the loop woken."""
+    c.changes.put_nowait(SlurmChange(tuple(nodes), time.monotonic()))
+    c.observer.dirty.set()
 
 
 def kube_node(i: int, *, cordoned: bool = False, taint: str = "") -> Node:

@@ -43,6 +43,7 @@ from tests.unit.coordinator_fakes import (
     FakeSlurm,
     FakeStore,
     kube_node,
+    saw,
 )
 from tests.unit.pods import running_pod
 from tests.unit.test_rollout import STS
@@ -181,8 +182,8 @@ async def test_the_fast_path_on_the_last_pass_read_counts_the_rollouts_node() ->
     await c.reconcile_all()
     await c.rollout.reconcile()
     assert slurm.drained == [("rollout", ["w-0"])]
-    c.observer.on_slurm_change([_fail(slurm, 5)])
-    await c.fast_marks()
+    saw(c, [_fail(slurm, 5)])
+    await c.fast_path.mark()
     out = _out(slurm, writer)
     assert len(out) <= 1, f"{len(out)} nodes of pool w out against a limit of 1: {out}"
 
@@ -196,8 +197,8 @@ async def test_the_rollout_counts_a_cordon_its_cache_does_not_show_yet() -> None
     c, slurm, writer = _leader(_LaggingWriter())
     assert c.rollout is not None
     await c.reconcile_all()
-    c.observer.on_slurm_change([_fail(slurm, 5)])
-    await c.fast_marks()
+    saw(c, [_fail(slurm, 5)])
+    await c.fast_path.mark()
     assert ("cordon", "kn-5") in writer.calls
     assert not c.nodes._cache["kn-5"].unschedulable  # the watch has not shown it yet
     await c.rollout.reconcile()

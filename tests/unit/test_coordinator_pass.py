@@ -41,6 +41,7 @@ from tests.unit.coordinator_fakes import (
     FakeStore,
     coordinator_with,
     kube_node,
+    saw,
     slurm_node,
     worker_pod,
 )
@@ -284,15 +285,15 @@ async def test_fast_marks_go_through_the_budget_and_only_mark() -> None:
     c = coordinator_with(slurm, writer, [kube_node(i) for i in range(10)], max_out=1)
     await c.reconcile_all()  # the last full read the fast path patches
     assert writer.calls == []
-    c.observer.on_slurm_change([slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(3)])
+    saw(c, [slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(3)])
     assert c.observer.dirty.is_set()
-    await c.fast_marks()
+    await c.fast_path.mark()
     cordoned = {name for what, name in writer.calls if what == "cordon"}
     assert len(cordoned) == 1, writer.calls
     marks = [what for what, _ in writer.calls]
     assert all(w in ("cordon", "condition") or w.startswith("taint ") for w in marks), marks
     assert slurm.drained == []
-    assert c.observer.fresh == []  # taken: the next fast path does not mark them again
+    assert c.changes.empty()  # taken: the next fast path does not mark them again
 
 
 async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
@@ -311,9 +312,9 @@ async def test_fast_marks_meeting_a_newer_token_end_the_term() -> None:
 
     writer.cordon = fenced  # type: ignore[method-assign]
     writer.cordon_and_taint = fenced  # type: ignore[method-assign]
-    c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
+    saw(c, [slurm_node(1, "IDLE+FAIL", "Kill task failed")])
     with pytest.raises(FencedError):
-        await c.fast_marks()
+        await c.fast_path.mark()
     assert writer.calls == []
 
 
@@ -323,8 +324,8 @@ async def test_fast_marks_leave_reasons_that_are_not_slurms_to_the_pass() -> Non
     writer = FakeNodeWriter()
     c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)])
     await c.reconcile_all()
-    c.observer.on_slurm_change([slurm_node(0, "IDLE+DRAIN", "disk swap by alice")])
-    await c.fast_marks()
+    saw(c, [slurm_node(0, "IDLE+DRAIN", "disk swap by alice")])
+    await c.fast_path.mark()
     assert writer.calls == []
 
 
@@ -413,8 +414,8 @@ async def test_the_cordon_and_the_taint_go_as_one_write_and_fail_together() -> N
     audit = AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
-    c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
-    await c.fast_marks()
+    saw(c, [slurm_node(1, "IDLE+FAIL", "Kill task failed")])
+    await c.fast_path.mark()
     failed = {r["action"] for r in audit.records if r["outcome"].startswith("failed")}
     assert {"cordon", "taint"} <= failed, audit.records
 
@@ -446,7 +447,7 @@ async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked(
         async def read_nodes(self, names: Sequence[str] = ()) -> list[SlurmNode]:
             nodes = list(self.nodes)  # the state when the read began
             await asyncio.sleep(0.01)
-            c.observer.on_slurm_change([slurm_node(1, "IDLE+FAIL", "Kill task failed")])
+            saw(c, [slurm_node(1, "IDLE+FAIL", "Kill task failed")])
             return nodes
 
     slurm = Slow([slurm_node(i) for i in range(3)], failing=set())
@@ -454,7 +455,7 @@ async def test_a_failure_the_poll_hands_over_during_a_pass_read_is_still_marked(
     c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)])
     await c.reconcile_all()
     assert writer.calls == []  # the pass's read had no failure
-    await c.fast_marks()
+    await c.fast_path.mark()
     assert ("cordon", "kn-1") in writer.calls, writer.calls
 
 

@@ -20,6 +20,7 @@ from slonkd.runtime.coordinating.node_table import NodeTable
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.slurm_watch import (
     ReadLimiter,
+    SlurmChange,
     SlurmWatch,
     change_probe,
     fingerprint,
@@ -139,15 +140,15 @@ async def test_change_poll_reads_only_on_change() -> None:
         NodeTableStamp(changed=True, last_update=12),
     ])  # fmt: skip
     reads = _Reads()
-    changes: list[object] = []
+    changes: asyncio.Queue[SlurmChange] = asyncio.Queue()
     watch = SlurmWatch(
-        reads, ReadLimiter(100.0), changes.append, poll_s=0.7,  # type: ignore[arg-type]
+        reads, ReadLimiter(100.0), changes, poll_s=0.7,  # type: ignore[arg-type]
         table=reads.table,
         change_probe=probe, change_poll_s=0.01,  # type: ignore[arg-type]
     )  # fmt: skip
     await run_for(watch.run, 0.3)
     assert reads.reads == 2
-    assert len(changes) == 1
+    assert changes.qsize() == 1
     assert probe.sent[:3] == [0, 10, 10]
     assert set(probe.sent[3:]) == {12}
     assert watch.backend == "libslurm"
@@ -171,7 +172,7 @@ async def test_the_probe_loads_in_a_thread_while_scontrol_polls() -> None:
 
     def watch() -> SlurmWatch:
         return SlurmWatch(
-            reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+            reads, ReadLimiter(100.0), asyncio.Queue(), poll_s=0.02,  # type: ignore[arg-type]
             table=reads.table,
             probe_loader=slow_loader, change_poll_s=0.01,  # type: ignore[arg-type]
         )  # fmt: skip
@@ -203,7 +204,7 @@ async def test_a_probe_that_could_not_load_yet_is_loaded_again_later() -> None:
         return probe
 
     watch = SlurmWatch(
-        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.02,  # type: ignore[arg-type]
+        reads, ReadLimiter(100.0), asyncio.Queue(), poll_s=0.02,  # type: ignore[arg-type]
         table=reads.table,
         probe_loader=loader, change_poll_s=0.01, reload_s=0.1,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -223,7 +224,7 @@ async def test_change_poll_falls_back_to_scontrol_for_good_on_terminal() -> None
     probe = _Probe([TerminalError("protocol version")])
     reads = _Reads()
     watch = SlurmWatch(
-        reads, ReadLimiter(100.0), lambda new: None, poll_s=0.05,  # type: ignore[arg-type]
+        reads, ReadLimiter(100.0), asyncio.Queue(), poll_s=0.05,  # type: ignore[arg-type]
         table=reads.table,
         change_probe=probe,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -282,15 +283,11 @@ async def test_the_first_baseline_is_the_kept_table_so_the_terms_first_second_ke
     """
     reads = _Kept([_node("n1", "r0"), _node("n2", "", state="IDLE")])
     probe = _Probe([NodeTableStamp(changed=True, last_update=10)]) if change_poll else None
-    changes: list[list[SlurmNode]] = []
+    changes: asyncio.Queue[SlurmChange] = asyncio.Queue()
     seen = asyncio.Event()
 
-    def changed(new: list[SlurmNode]) -> None:
-        changes.append(new)
-        seen.set()
-
     watch = SlurmWatch(
-        reads, ReadLimiter(100.0), changed, poll_s=0.1,  # type: ignore[arg-type]
+        reads, ReadLimiter(100.0), changes, wake=seen, poll_s=0.1,  # type: ignore[arg-type]
         table=reads.table,
         change_probe=probe, change_poll_s=0.1,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -300,7 +297,9 @@ async def test_the_first_baseline_is_the_kept_table_so_the_terms_first_second_ke
         assert reads.reads == 0  # the kept table is the baseline
         assert watch.read_began == reads.kept_began
         await asyncio.wait_for(seen.wait(), 5)
-        assert [n.reason for n in changes[0]] == ["r1"]  # r0 -> r1, seen by the first read
+        assert [n.reason for n in changes.get_nowait().nodes] == [
+            "r1"
+        ]  # r0 -> r1, seen by the first read
         if probe is not None:
             assert probe.sent[0] == 0  # "changed": its read gives the time to ask from
             await asyncio.sleep(0.3)

@@ -10,9 +10,11 @@ Neighbours: ``test_coordinator_term_start`` (writers only after the claim, over 
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import textwrap
 
+from slonkd.core.plan import Plan
 from slonkd.runtime.coordinating import leading
 from slonkd.runtime.coordinating.term import Term
 from tests.unit.coordinator_fakes import TOKEN, FakeNodeWriter, FakeSlurm, coordinator_with
@@ -54,3 +56,39 @@ async def test_the_waves_list_reads_writers_and_the_rest_apart() -> None:
         for wave in waves:
             for job in wave:
                 job.close()  # never started
+
+
+async def test_the_fast_path_runs_once_per_wake_before_the_pass() -> None:
+    """Issue 38 item 3: a wake runs the marks-only pass once, then the whole pass.
+
+    It ran twice per wake (the loop's wake hook, then again at the start of the pass), and
+    ran before the term's first pass too, which has no read to patch.
+    """
+    c = coordinator_with(FakeSlurm([], set()), FakeNodeWriter(), [])
+    marks: list[str] = []
+    real = c.fast_path
+
+    class Counted:
+        async def mark(self, *args: object) -> None:
+            marks.append(f"marks before pass {c.passes + 1}")
+            await real.mark(*args)  # type: ignore[arg-type]
+
+    c.fast_path = Counted()  # type: ignore[assignment]
+    passed = asyncio.Event()
+    reconcile = c.reconcile_all
+
+    async def counted_pass() -> list[Plan]:
+        plans = await reconcile()
+        passed.set()
+        return plans
+
+    c.reconcile_all = counted_pass  # type: ignore[method-assign]
+    task = asyncio.create_task(Term(c, TOKEN).passes())
+    try:
+        await asyncio.wait_for(passed.wait(), 5)  # the term's first pass
+        passed.clear()
+        c.observer.dirty.set()  # a change: one wake
+        await asyncio.wait_for(passed.wait(), 5)
+    finally:
+        task.cancel()
+    assert marks == ["marks before pass 2"], marks

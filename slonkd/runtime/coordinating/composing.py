@@ -6,7 +6,9 @@ typed against the ``SlurmBackend`` protocol and the kube ports
 the caches and views (:mod:`.observing`), the state ConfigMap (:mod:`.remembering`), the
 budget's gate (:mod:`.admitting`), the SLURM node table the term keeps (:mod:`.node_table`,
 fed by every whole read through the port it wraps, dropped by every write), the audit
-(:mod:`.auditing`), the executors (:mod:`.executing`, with :mod:`.remediating`'s steps), the
+(:mod:`.auditing`), the one planner of the passes and the fast path
+(:class:`~slonkd.core.fleet_decide.FleetPlanner`), the executors (:mod:`.executing`, with
+:mod:`.remediating`'s steps), the changes the poll hands over (:mod:`.slurm_changes`), the
 fast path (:mod:`.fast_path`), the table a pass takes (:mod:`.pass_read`) and the
 revalidation (:mod:`.revalidating`), and
 the term's other tasks: slurmctld's triggers (:mod:`.triggering`) and, as the settings turn
@@ -19,6 +21,7 @@ them on, the SLURM poll, fenced commands to agents, the credential reaper, topol
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,10 +41,8 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.adapters.slurm.triggers import Triggers
 from slonkd.core.budget import BudgetPolicy
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.decide import decide
-from slonkd.core.fleet_decide import merge_shared_nodes, suspect_common_causes
-from slonkd.core.plan import NodeView, Plan
-from slonkd.core.reasons import Cause
+from slonkd.core.fleet_decide import FleetPlanner
+from slonkd.core.plan import Policy
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.audit_log import AuditLog
 from slonkd.runtime.coordinating.auditing import Auditor
@@ -59,7 +60,12 @@ from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.revalidating import Revalidator
 from slonkd.runtime.coordinating.rolling import RolloutController
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
-from slonkd.runtime.coordinating.slurm_watch import ReadLimiter, SlurmWatch, change_probe
+from slonkd.runtime.coordinating.slurm_watch import (
+    ReadLimiter,
+    SlurmChange,
+    SlurmWatch,
+    change_probe,
+)
 from slonkd.runtime.coordinating.topology_sync import TopologySync
 from slonkd.runtime.coordinating.triggering import TriggerKeeper, nudge_client_provisioner
 from slonkd.runtime.kit.metrics import Metrics
@@ -120,6 +126,18 @@ class Composition:
             keep=s.audit_keep,
         )
         self.auditor = Auditor(self.audit, dry_run=s.dry_run)
+        self.bus = coordinator_bus(s)
+        # proof of health before return needs the agents' answers: without a bus it is off
+        self.planner = FleetPlanner(
+            policy=(
+                s.policy
+                if self.bus is not None
+                else replace(s.policy, revalidation=replace(s.policy.revalidation, enabled=False))
+            ),
+            suspect_min_nodes=s.suspect_min_nodes,
+            suspect_fraction=s.suspect_fraction,
+        )
+        """How the passes and the fast path plan (one planner: they plan alike)."""
         self.gate = Gate(
             self.budget, block_label=s.budget_block_label, memory=self.memory, auditor=self.auditor
         )
@@ -132,16 +150,21 @@ class Composition:
             slurm=self.slurm, nodes=parts.nodes, events=parts.events, remediator=remediator,
             auditor=self.auditor, metrics=self.metrics, is_valid=elector.is_valid,
         )  # fmt: skip
-        self.fast_path = FastPath(  # marks between passes, see .fast_path
-            observer=self.observer, memory=self.memory, gate=self.gate, executor=self.executor,
-            plans=self._plans, check_valid=elector.check_valid,
-        )  # fmt: skip
         self.reads = ReadLimiter(s.max_reads_per_s, on_read=self.metrics.slurm_reads.inc)
+        self.pass_read = PassRead(self.slurm, self.reads, self.table, max_age_s=s.poll_s)
+        self.changes: asyncio.Queue[SlurmChange] = asyncio.Queue()
+        """What the poll saw change, until the fast path takes it (:mod:`.fast_path`)."""
+        self.fast_path = FastPath(  # a marks-only pass on every wake, see .fast_path
+            changes=self.changes, read=self.pass_read, observer=self.observer,
+            memory=self.memory, planner=self.planner, gate=self.gate, executor=self.executor,
+            check_valid=elector.check_valid,
+        )  # fmt: skip
         self.watch = (
             SlurmWatch(
                 self.slurm,
                 self.reads,
-                self.observer.on_slurm_change,
+                self.changes,
+                wake=self.observer.dirty,
                 poll_s=s.poll_s,
                 probe_loader=change_probe(s),
                 change_poll_s=s.change_poll_s,
@@ -150,7 +173,6 @@ class Composition:
             if s.poll_s > 0
             else None
         )
-        self.pass_read = PassRead(self.slurm, self.reads, self.table, max_age_s=s.poll_s)
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""
@@ -163,7 +185,6 @@ class Composition:
         )
         if self.job_outcomes is not None:  # where each node name ran when: its pods
             self.pods.add_handler(self.job_outcomes.on_pod_event)
-        self.bus = coordinator_bus(s)
         self.commands = (  # fenced commands to agents (recheck); see .commands
             CommandSender(
                 self.bus, cluster=s.cluster, identity=s.identity, check_valid=elector.check_valid
@@ -179,12 +200,6 @@ class Composition:
         )  # fmt: skip
         if self.reaper is not None:
             self.pods.add_handler(self.reaper.on_pod_event)
-        # proof of health before return needs the agents' answers: without a bus it is off
-        self.policy = (
-            s.policy
-            if self.commands is not None
-            else replace(s.policy, revalidation=replace(s.policy.revalidation, enabled=False))
-        )
         self.revalidator = Revalidator(
             memory=self.memory, commands=self.commands, metrics=self.metrics,
             required=s.policy.revalidation.required, dry_run=s.dry_run,
@@ -217,6 +232,15 @@ class Composition:
             )  # fmt: skip
 
     @property
+    def policy(self) -> Policy:
+        """The term's decision policy (the planner's)."""
+        return self.planner.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.planner.policy = policy
+
+    @property
     def state(self) -> CoordinatorState:
         """Breaker, pause, remediation history and handled failures, as last read/written."""
         return self.memory.state
@@ -247,9 +271,3 @@ class Composition:
 
     def _rollout_verdict(self) -> tuple[str, str]:
         return self._rollout_paused(), self._rollout_hold()
-
-    def _plans(self, views: list[NodeView]) -> tuple[list[Plan], frozenset[Cause]]:
-        plans = merge_shared_nodes(views, [decide(v, self.policy) for v in views])
-        return suspect_common_causes(
-            views, plans, min_nodes=self.s.suspect_min_nodes, fraction=self.s.suspect_fraction
-        )

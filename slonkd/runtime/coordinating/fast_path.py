@@ -1,12 +1,14 @@
-"""The fast path: K8s marks for the SLURM failures a poll just saw, before the next pass.
+"""The fast path: a marks-only pass for the SLURM failures a poll just saw, before the next pass.
 
 The poll (:mod:`slonkd.runtime.coordinating.slurm_watch`) read the nodes whose reason or state
-changed
-exactly (state, reason, who and when) and handed them to :mod:`.observing`. For a reason that
-is SLURM's own (a failure), the last full read with those nodes replaced is all ``decide``
+changed exactly (state, reason, who and when) and put them on the term's queue as a typed
+:class:`~.slurm_watch.SlurmChange`, then woke the term's loop (:mod:`.term`), which runs
+:meth:`FastPath.mark` once per wake, before the debounce and the whole pass. For a reason that
+is SLURM's own (a failure), the last pass's read (:attr:`.pass_read.PassRead.last`) with those
+nodes replaced is all the pass's planner (:class:`~slonkd.core.fleet_decide.FleetPlanner`)
 needs to mark their K8s nodes: cordon, taint, the ``SlurmHealthy`` condition and the Event
 (:data:`.executing.MARKS`). Only those marking actions are taken, inside the disruption
-budget, asked as a pass asks it (:mod:`.admitting`) on the last pass's read: the nodes of
+budget, asked of the one gate as a pass asks it (:mod:`.admitting`) on that read: the nodes of
 the K8s nodes it marks are reserved there until the reads show them, and what the rollout or
 a pass reserved since that read counts as out (issue 37 item 3); the full pass that follows
 (:mod:`.reconciling`, as soon as the read limiter allows) does everything else. The lease is
@@ -17,6 +19,7 @@ does when a pass meets one (:mod:`.term`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,48 +28,56 @@ import structlog
 
 from slonkd.adapters.kube.lease import Superseded
 from slonkd.core.errors import SlonkdError
+from slonkd.core.fleet_decide import FleetPlanner
 from slonkd.core.plan import NodeView, Plan, Writer
-from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
+from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.executing import MARKS, Executor
 from slonkd.runtime.coordinating.observing import Observer
+from slonkd.runtime.coordinating.pass_read import PassRead
 from slonkd.runtime.coordinating.remembering import Memory
+from slonkd.runtime.coordinating.slurm_watch import SlurmChange
 
 log = structlog.get_logger("slonkd.coordinator")
-
-Planner = Callable[[list[NodeView]], tuple[list[Plan], frozenset[Cause]]]
-"""A pass's planning: the plans of the views (shared K8s nodes merged) and suspected causes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FastPath:
     """Marks the K8s nodes of SLURM failures a poll saw, between two passes."""
 
+    changes: asyncio.Queue[SlurmChange]
+    """What the poll saw change (it puts, only the fast path takes)."""
+    read: PassRead
+    """The passes' reads: the last one's table is what the changes are patched into."""
     observer: Observer
     memory: Memory
+    planner: FleetPlanner
     gate: Gate
     executor: Executor
-    plans: Planner
     check_valid: Callable[[], int]
     """The fencing token, or an error when the lease is not held right now."""
 
-    async def mark(self, last_read: list[SlurmNode] | None, read_at: float = 0.0) -> None:
-        """Mark K8s nodes for the failures the poll saw since, patched into ``last_read``.
+    async def mark(self) -> None:
+        """Mark K8s nodes for the failures the poll saw since the last pass's read.
 
-        ``last_read`` is the last full SLURM read (None: no pass read SLURM yet, nothing
-        to patch), begun at ``read_at`` (monotonic): the budget counts what was reserved
-        since as out.
+        The changes are taken whatever happens (a change the last read has, or one before
+        any pass read SLURM, is the next pass's); the budget counts what was reserved since
+        that read began as out.
         """
-        fresh = self.observer.take_fresh()
-        if not fresh or last_read is None:
+        last = self.read.last
+        changes = [self.changes.get_nowait() for _ in range(self.changes.qsize())]
+        if last is None:
             return
+        # what came before the last pass's read began, that read has; what came later stays
+        # news: the poll's read may have begun after the pass's (reads overlap)
+        fresh = [n for c in changes if c.seen_at >= last.read_began for n in c.nodes]
         failing = {n.name: n for n in fresh if reason_owner(n.live_reason) is ReasonOwner.SLURM}
         if not failing:
             return
-        patched = [failing.get(n.name, n) for n in last_read]
+        patched = [failing.get(n.name, n) for n in last.nodes]
         try:
-            await self._apply_marks(patched, set(failing), read_at)
+            await self._apply_marks(patched, set(failing), last.read_began)
         except Superseded:
             raise  # a newer token (FencedError among them): the elector ends this term
         except SlonkdError as exc:
@@ -76,7 +87,7 @@ class FastPath:
         self, slurm_nodes: list[SlurmNode], failing: set[str], read_at: float
     ) -> None:
         views = self.observer.views(slurm_nodes, time.time(), self.memory.state)
-        plans, _ = self.plans(views)
+        plans, _ = self.planner(views)
         token = self.check_valid()
         admission, ticket = self.gate.take(
             views, plans, task="fast-path", read_at=read_at, takes=_taken(views, plans, failing)

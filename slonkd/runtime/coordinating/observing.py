@@ -1,10 +1,11 @@
 """What the leader sees: the informer caches, the agents' verdicts, and a view per worker.
 
 Changes that matter (not a kubelet heartbeat; a K8s node only when a worker pod runs on it),
-a poll that saw SLURM change, and an agent's status or a SLURM nudge on MQTT set ``dirty``,
-which starts a pass (:mod:`.term`). A pass (:mod:`.reconciling`) turns the caches, a SLURM
-read and the state (:mod:`.remembering`) into one :class:`~slonkd.core.plan.NodeView` per
-worker pod: SLURM node = pod name, K8s node = the pod's node.
+a poll that saw SLURM change (:mod:`.slurm_changes`), and an agent's status or a SLURM nudge
+on MQTT set ``dirty``, which starts a pass (:mod:`.term`). A pass (:mod:`.reconciling`) turns
+the caches, a SLURM read and the state (:mod:`.remembering`) into one
+:class:`~slonkd.core.plan.NodeView` per worker pod: SLURM node = pod name, K8s node = the
+pod's node.
 """
 
 from __future__ import annotations
@@ -83,8 +84,6 @@ class Observer:
         self.dirty = asyncio.Event()
         """Set when something changed that a pass should look at."""
         self._seen: dict[str, ReadyTracker] = defaultdict(lambda: ReadyTracker(kubelet_time=True))
-        self.fresh: list[tuple[float, SlurmNode]] = []
-        """Nodes whose reason or state the poll saw change, with when (monotonic) it said so."""
         self.health: dict[str, tuple[str, dict[str, CheckResult]]] = {}
         """Latest verdicts per SLURM node from its agent's retained status (absent: unknown)."""
         self.answers: dict[str, Answer] = {}
@@ -93,25 +92,6 @@ class Observer:
         """K8s nodes with a worker pod, rebuilt after a pod changed (None: to rebuild)."""
         nodes.add_handler(self.on_node_change)
         pods.add_handler(self.on_change)
-
-    def on_slurm_change(self, new: Sequence[SlurmNode]) -> None:
-        """The poll saw these nodes change: mark them (fast path) and start a pass."""
-        now = time.monotonic()
-        self.fresh.extend((now, n) for n in new)
-        self.dirty.set()
-
-    def take_fresh(self) -> list[SlurmNode]:
-        """The nodes the poll saw change since the last call (or the last full read)."""
-        fresh, self.fresh = self.fresh, []
-        return [n for _, n in fresh]
-
-    def read_since(self, began: float) -> None:
-        """A full read that began at ``began`` has what the poll handed over before then.
-
-        What came later stays for the fast path: the poll's read may have begun after this
-        one (reads overlap) and seen a failure this one did not.
-        """
-        self.fresh = [(at, n) for at, n in self.fresh if at >= began]
 
     def on_change(self, event: CacheEvent[Any]) -> None:
         """Start a pass for a change that matters (not a kubelet heartbeat)."""

@@ -5,7 +5,8 @@ A new term starts its first pass's read side by side with the informers' lists
 (:mod:`.slurm_watch`) has just read or a change probe has just confirmed, when slonkd wrote
 nothing since (the term's :class:`~.node_table.NodeTable`), and read on their own otherwise,
 each read a turn of the coordinator's :class:`~.slurm_watch.ReadLimiter`. The pass itself is
-:meth:`.reconciling.Coordinator.reconcile_all`.
+:meth:`.reconciling.Coordinator.reconcile_all`; the table it took last (:attr:`PassRead.last`)
+is what the fast path (:mod:`.fast_path`) patches the poll's changes into.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class PassRead:
         self._ahead_began = 0.0
         self.reused = 0
         """Passes that took the poll's table instead of reading again (no write since)."""
+        self.last: PassTable | None = None
+        """The table the last pass took (None: no pass has read SLURM in this term yet)."""
 
     def start_ahead(self) -> None:
         """Start the first pass's SLURM read now, side by side with the informers' lists.
@@ -84,8 +87,10 @@ class PassRead:
         read_began = self._ahead_began if ahead is not None else began
         if recent is not None:
             self.reused += 1
-            return PassTable(recent, read_began, began, reused=True)
-        return PassTable(await self._own(ahead), read_began, began, reused=False)
+            self.last = PassTable(recent, read_began, began, reused=True)
+        else:
+            self.last = PassTable(await self._own(ahead), read_began, began, reused=False)
+        return self.last
 
     async def _read(self) -> list[SlurmNode]:
         await self.reads.acquire()

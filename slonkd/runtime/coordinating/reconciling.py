@@ -12,8 +12,9 @@ after its caches synced and a SLURM read succeeded, checks its lease right befor
 until ``slonkd budget reset``. Breaker, pause and remediation history live in the state
 ConfigMap (:mod:`.remembering`), so a failover neither resets nor repeats them. Every action
 goes to the audit log (:mod:`.auditing`); ``dry_run`` logs the plans and writes nothing. The
-last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``. Between
-passes, the fast path (:mod:`.fast_path`) marks the K8s nodes of SLURM failures a poll saw.
+last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``. Before
+each pass, on the wake, the fast path (:mod:`.fast_path`) marks the K8s nodes of SLURM failures
+a poll saw, with the same planner and gate.
 
 :class:`Coordinator` runs the passes on a :class:`~.composing.Composition`, the composition
 root of one leader's term (:mod:`.composing`): its collaborators are typed against protocols
@@ -34,7 +35,6 @@ from slonkd.core.budget import Admission
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
-from slonkd.core.slurm_node import SlurmNode
 from slonkd.runtime.coordinating.composing import Composition
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
 from slonkd.runtime.coordinating.values import slurm_text
@@ -61,9 +61,6 @@ class Coordinator(Composition):
 
     # The pass's own state (the rest is the Composition's); immutable defaults, set per instance.
     snapshot: Snapshot | None = None
-    _last_slurm: list[SlurmNode] | None = None
-    _last_slurm_at = 0.0
-    """When the read behind ``_last_slurm`` began (monotonic): the fast path's read."""
     passes = 0
     suspected: frozenset[Cause] = frozenset()
 
@@ -91,16 +88,6 @@ class Coordinator(Composition):
             sections["job_blame"] = self.job_outcomes.status()
         return sections
 
-    # -- the fast path -----------------------------------------------------------------------
-
-    async def fast_marks(self) -> None:
-        """Mark K8s nodes for SLURM failures the poll just saw, before the next full read.
-
-        Only marking actions, inside the budget (:mod:`.fast_path`); the full pass that
-        follows does everything else.
-        """
-        await self.fast_path.mark(self._last_slurm, self._last_slurm_at)
-
     # -- one pass ----------------------------------------------------------------------------
 
     def read_slurm_ahead(self) -> None:
@@ -115,8 +102,6 @@ class Coordinator(Composition):
         """Read SLURM and the state once, decide for every worker, apply in bulk."""
         first = self.passes == 0
         slurm_nodes, read_began, began, reused = await self.pass_read.table()
-        self._last_slurm, self._last_slurm_at = slurm_nodes, read_began
-        self.observer.read_since(read_began)  # what the poll handed over before, this read has
         read_at = time.monotonic()
         was_open, rollout_was = self.state.breaker_open, self._rollout_verdict()
         await self.memory.load()
@@ -128,7 +113,7 @@ class Coordinator(Composition):
         views = self.observer.views(slurm_nodes, time.time(), self.state)
         if self.job_outcomes is not None:
             views = self.job_outcomes.annotate(views)
-        plans, suspected = self._plans(views)
+        plans, suspected = self.planner(views)
         newly = sorted(str(c) for c in suspected - self.suspected)
         for suspect in newly:
             log.warning(

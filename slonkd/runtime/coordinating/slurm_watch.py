@@ -3,8 +3,9 @@
 slurmctld has no watch API, and its triggers fire only every 15 s. So the coordinator reads
 the node table every ``poll_s`` (one ``scontrol -o show node``; a line unchanged since the
 last read is not parsed again), keeps it for the passes (:mod:`.node_table`), and hands the
-nodes that carry a reason and changed to the coordinator, which marks SLURM failures at once
-and starts a full pass. Every
+nodes that carry a reason and changed as one typed :class:`SlurmChange` on the term's queue,
+and wakes the term's loop (:mod:`.term`): the fast path (:mod:`.fast_path`) takes the change
+and marks SLURM failures at once, and a full pass follows. Every
 slurmctld read of the coordinator, polls and full reads alike, goes through one
 :class:`ReadLimiter`, so the coordinator never sends slurmctld more than
 ``max_reads_per_s`` reads in any second, whatever happens.
@@ -26,6 +27,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -44,6 +46,15 @@ if TYPE_CHECKING:
 log = structlog.get_logger("slonkd.coordinator")
 
 Fingerprint = frozenset[tuple[str, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmChange:
+    """The nodes with a reason one poll's read found changed (state, reason, who and when)."""
+
+    nodes: tuple[SlurmNode, ...]
+    seen_at: float
+    """When the poll handed them over (monotonic): a full read begun later has them."""
 
 
 class ReadLimiter:
@@ -127,14 +138,15 @@ def fingerprint(nodes: Sequence[SlurmNode]) -> Fingerprint:
 
 
 class SlurmWatch:
-    """Polls the node table and calls ``changed`` when its nodes with a reason differ."""
+    """Polls the node table; puts a change on ``changes`` when its nodes with a reason differ."""
 
     def __init__(
         self,
         slurm: SlurmReads,
         limiter: ReadLimiter,
-        changed: Callable[[Sequence[SlurmNode]], None],
+        changes: asyncio.Queue[SlurmChange],
         *,
+        wake: asyncio.Event | None = None,
         poll_s: float,
         change_probe: ChangeProbe | None = None,
         probe_loader: Callable[[], ChangeProbe | None] | None = None,
@@ -146,7 +158,10 @@ class SlurmWatch:
         """The port with the term's table (:class:`~.node_table.KeptSlurm`): each read kept."""
         self.table = table if table is not None else NodeTable()
         self.limiter = limiter
-        self.changed = changed
+        self.out = changes
+        """Where each change goes (the fast path's, :mod:`.fast_path`)."""
+        self.wake = wake
+        """Set with each change: the term's pass loop (:attr:`.observing.Observer.dirty`)."""
         self.poll_s = poll_s
         self.probe = change_probe
         self._loader = probe_loader
@@ -224,7 +239,9 @@ class SlurmWatch:
                     self.changes += 1
                     new = [n for n in nodes if fingerprint([n]) - self.last]
                     log.debug("coordinator.slurm_changed", nodes=len(seen), new=len(new))
-                    self.changed(new)
+                    self.out.put_nowait(SlurmChange(tuple(new), time.monotonic()))
+                    if self.wake is not None:
+                        self.wake.set()
                 self.last = seen
                 self.since = since
             fast = self.probe is not None and not self.probe_failed

@@ -7,7 +7,8 @@ term's token (:meth:`Term.claim`, :meth:`.remembering.Memory.claim`): the inform
 the bus and its statuses, nothing that writes; :meth:`Term.writers` start once the token is
 on record; :meth:`Term.after_sync` once the lists are in (the credential reaper sweeps first,
 the SLURM poll, the state watch, job blame, slurmctld's statistics). :meth:`Term.passes` is the
-level-triggered loop: fast marks on every wake, then a whole pass (:mod:`.reconciling`).
+level-triggered loop: on every wake a marks-only pass (:mod:`.fast_path`), once, before the
+debounce; then a whole pass (:mod:`.reconciling`).
 :mod:`.leading` starts the waves in one task group and knows none of the parts.
 """
 
@@ -100,23 +101,22 @@ class Term:
         return jobs
 
     async def passes(self) -> None:
-        """A pass on every change (debounced), poll change and resync; fast marks on a wake."""
+        """A pass on every change (debounced), poll change and resync; fast marks on each wake."""
         s = self.c.s
         await run_level_triggered(
             self.c.observer.dirty,
             lambda _cause: self.one_pass(),
             debounce=Debounce(quiet_s=s.debounce_s, max_wait_s=s.max_batch_delay_s),
-            on_wake=self.c.fast_marks,  # before the debounce: a failure is marked at once
+            on_wake=self.c.fast_path.mark,  # before the debounce: a failure is marked at once
         )
 
     async def one_pass(self) -> float:
-        """Fast marks, then a whole pass; a failed pass is counted and retried at the next wake.
+        """A whole pass; a failed pass is counted and retried at the next wake.
 
         Returns the seconds until the next resync; raises :class:`NotLeading` once the
         elector says the term is over (every task of the term then stops).
         """
         c = self.c
-        await c.fast_marks()
         try:
             with structlog.contextvars.bound_contextvars(pass_id=c.passes + 1):
                 await c.reconcile_all()  # every line of the pass carries its number
