@@ -33,10 +33,10 @@ from pathlib import Path
 
 from bench.report import print_result
 from slonkd_sandbox.daemon import Daemon
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import GATED_PRESTOP, worker_statefulset
 
 PODS = 10

@@ -29,12 +29,12 @@ from bench.soak_relay import Relays
 from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd_sandbox import procs
 from slonkd_sandbox.daemon import Daemon
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import HarnessError
-from slonkd_sandbox.sandbox_agents import AgentKeeper
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.sandbox.agents import AgentKeeper
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import prestop_command, spread_over_nodes, worker_statefulset
 
 NAMESPACE = "soak"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 
 @dataclass(frozen=True, slots=True)

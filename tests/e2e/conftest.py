@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from slonkd_sandbox.daemon import Coordinators, Daemon, read_json_log
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import HarnessError, free_ports, tail, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import prestop_command, worker_statefulset
 from tests.rig import OnRig, Rig
 

@@ -28,7 +28,7 @@ from slonkd.core.log_events import (
 )
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.cli import slonkd
 from tests.e2e.conftest import (

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
 from slonkd.core.log_events import COORDINATOR_LEADING
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
+from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
 from tests.e2e import test_coordinator
 from tests.e2e.conftest import set_unschedulable
 from tests.e2e.test_coordinator import BASE_CONFIG, PODS, Fleet

@@ -30,7 +30,7 @@ from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.rig import OnRig, Rig
 

@@ -17,7 +17,7 @@ import pytest
 from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd_sandbox.daemon import Coordinators, coordinator_env
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import set_unschedulable
 from tests.rig import OnRig, Rig

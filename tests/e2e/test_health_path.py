@@ -28,8 +28,8 @@ from slonkd.core.kube_actions import REBOOT_TAINT
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmLayout
-from slonkd_sandbox.slurm_control import control
+from slonkd_sandbox.slurm.cluster import SlurmLayout
+from slonkd_sandbox.slurm.control import control
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.e2e.conftest import PRESTOP, AgentProcess, marked_unhealthy
 from tests.rig import OnRig, Rig
