@@ -18,7 +18,7 @@ from slonkd.core.plan import Kind, NodeView, Policy, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd_sandbox.slurm.cluster import SlurmCluster
-from tests.unit.test_decide import pod
+from tests.unit.coordinator_fakes import pod
 
 pytestmark = pytest.mark.slurm
 

@@ -24,8 +24,8 @@ from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
+from tests.unit.coordinator_fakes import POLICY, view
 from tests.unit.pods import running_pod
-from tests.unit.test_decide import POLICY, view
 
 T0 = 1_800_000_000.0
 """The tests' history starts here (seconds since the epoch)."""
