@@ -84,6 +84,10 @@ class FleetShape:
         """Every worker pod, which is also its SLURM node."""
         return self.real_names + self.declared_names
 
+    def kube_node_names(self, prefix: str) -> tuple[str, ...]:
+        """The kwok nodes' names ``<prefix><i>`` (a test makes them unique)."""
+        return tuple(f"{prefix}{i}" for i in range(self.kube_nodes))
+
     @property
     def pods(self) -> int:
         """How many worker pods (every SLURM node's)."""
@@ -127,13 +131,14 @@ class FleetBuilder:
         prefix: str,
         *,
         untainted_s: float | None = 60.0,
+        interval_s: float = 0.05,
         capacity: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The shape's kwok nodes ``<prefix><i>``, Ready and (unless None) untainted in time."""
-        names = [self.unique(f"{prefix}{i}") for i in range(self.shape.kube_nodes)]
+        names = [self.unique(n) for n in self.shape.kube_node_names(prefix)]
         nodes = self.kube.add_fake_nodes(names, labels=self.label or None, capacity=capacity)
         if untainted_s is not None:
-            self.kube.wait_untainted(nodes, timeout_s=untainted_s)
+            self.kube.wait_untainted(nodes, timeout_s=untainted_s, interval_s=interval_s)
         return nodes
 
     def statefulset(self, *, pool: str | None = None, **kw: Any) -> dict[str, Any]:
