@@ -12,9 +12,10 @@ Running, and the coordinator's settings file and environment.
 Neighbours: :mod:`slonkd_sandbox.workloads` (the StatefulSet's manifest),
 :mod:`slonkd_sandbox.kube.cluster` (the control plane), :mod:`slonkd_sandbox.slurm.conf` (the
 layout) and :mod:`slonkd_sandbox.daemon` (the coordinator's environment and processes). Users:
-the fixtures of ``tests/e2e/test_coordinator*.py`` and ``test_health_path.py``, the fakes of
-``tests/unit/test_job_places.py`` and ``test_soak_check.py``, ``bench/agent.py`` and
-``bench/soak_fleet.py``.
+the e2e fixtures (``tests/e2e/conftest.py``'s ``workers``, ``coordinator_fleet.py``,
+``health_path_fleet.py``, ``test_coordinator_nudge.py``, ``test_coordinator_scale.py``,
+through :meth:`tests.rig.Rig.fleet`), the fakes of ``tests/unit/test_job_places.py`` and
+``test_soak_check.py``, ``bench/agent.py`` and ``bench/soak_fleet.py``.
 """
 
 from __future__ import annotations
