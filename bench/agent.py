@@ -33,16 +33,19 @@ from pathlib import Path
 
 from bench.report import print_result
 from slonkd_sandbox.daemon import Daemon
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.fleet import FleetBuilder, FleetShape
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import GATED_PRESTOP, worker_statefulset
+from slonkd_sandbox.slurm.cluster import SlurmCluster
+from slonkd_sandbox.workloads import GATED_PRESTOP
 
 PODS = 10
 ROUNDS = 5
 IDLE_S = 60.0
 SCRAPE_EVERY_S = 15.0
+SHAPE = FleetShape(slurmds=PODS, autostart=False)
+"""10 worker pods on one kwok node, each bound to its slurmd by the kubelet stand-in."""
 
 
 def _rss_mb(pid: int) -> float:
@@ -103,29 +106,22 @@ class Fleet:
 @contextmanager
 def standin_fleet(root: Path) -> Iterator[Fleet]:
     """The fleet started under ``root``, every agent synced; leaving stops it all."""
-    names = tuple(f"w-{i}" for i in range(PODS))
+    names = SHAPE.names
     agents: list[Daemon] = []
     with (
         KubeCluster(root / "kube") as kube,
-        SlurmCluster(root / "slurm", SlurmLayout(nodes=names, autostart=False)) as slurm,
+        SlurmCluster(root / "slurm", SHAPE.layout()) as slurm,
     ):
         kube.create_namespace("bench")
+        build = FleetBuilder(kube=kube, namespace="bench", shape=SHAPE, labelled=False)
         (knode,) = kube.add_fake_nodes(
             ["bench-node"], capacity={"cpu": "64", "memory": "256Gi", "pods": "110"}
         )
         with KubeletStandIn(
             kube=kube, slurm=slurm, namespace="bench", root=root / "kubelet"
         ) as standin:
-            kube.api.request(
-                "POST",
-                "/apis/apps/v1/namespaces/bench/statefulsets",
-                worker_statefulset(
-                    "w",
-                    replicas=PODS,
-                    prestop=GATED_PRESTOP,
-                    grace_s=60,
-                    env={"GATE_DIR": str(root)},
-                ),
+            build.create(
+                build.statefulset(prestop=GATED_PRESTOP, grace_s=60, env={"GATE_DIR": str(root)})
             )
             slurm.wait_idle(names, timeout_s=120)
             ports = dict(zip(names, free_ports(len(names)), strict=True))

@@ -38,7 +38,7 @@ from slonkd.runtime.agent.commands import CommandListener, agent_bus
 from slonkd.runtime.coordinating.api import CoordinatorAPI
 from slonkd.runtime.coordinating.commands import CommandSender
 from slonkd.runtime.coordinating.credentials import CredentialIssuer, CredentialSettings
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 
 NS = "bench-bus"

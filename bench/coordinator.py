@@ -16,7 +16,7 @@
    (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
    without slurmd, on the quiet harness's SlurmdTimeout:
-   :data:`~slonkd_sandbox.slurm.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass
+   :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass
    and its phases (resync_{size}_*: the median over the passes of 26 s at rest, their count
    resync_{size}_samples; one pass alone moves by up to 2x), the slurmctld reads it took, and
    the coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up:
@@ -44,7 +44,7 @@ the poll reads, whole seconds at a time, so events share their second with a pin
 
 ``SLONKD_BENCH_SLURM=24.11`` runs every cluster in the cached 24.11 root, the coordinators
 calling its clients, those with the change poll on its loader with its libslurm
-(:meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv`); the poll alone
+(:meth:`~slonkd_sandbox.slurm.chroot.ChrootSlurmCluster.libslurm_argv`); the poll alone
 (``--change-poll``, in this interpreter) runs on 22.05 only.
 
 Prints a table, then one JSON object as the last line.
@@ -70,16 +70,16 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.log_events import COORDINATOR_API_LISTENING
 from slonkd_sandbox.daemon import Daemon, coordinator_env
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kube_kwok import fake_node_body
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kwok import fake_node_body
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import (
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import (
     QUIET_SLURMD_TIMEOUT_S,
     SCALE_SLURMD_TIMEOUT_S,
     SlurmCluster,
     SlurmLayout,
 )
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
 
 NS = "bench"
 _SDIAG = re.compile(r"^\s*(REQUEST_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
@@ -269,7 +269,7 @@ class Coordinator:
         if isinstance(slurm, ChrootSlurmCluster) and config.get("change_poll"):
             # the release's libslurm in this process, as the release's own image would have it
             prefix, env = slurm.libslurm_argv([], env)
-            module = "slonkd_sandbox.libslurm_launch"
+            module = "slonkd_sandbox.slurm.libslurm_launch"
         self.daemon = Daemon(
             role="coordinator",
             env=env,

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from slonkd_sandbox.toolchain import cache_root, ensure_tools
 
 RUNS = 3

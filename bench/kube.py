@@ -35,8 +35,8 @@ from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.sources import coordinator_informers, pod_source
 from slonkd.adapters.kube.transport import MERGE_PATCH, KubeTransport
 from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR, Pod
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kube_kwok import KWOK_ANNOTATION, fake_node_body
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kwok import KWOK_ANNOTATION, fake_node_body
 
 NS = "bench"
 WRITES = 300

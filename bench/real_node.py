@@ -3,7 +3,7 @@
 Not part of CI: ``python -m bench.real_node [options]``. Needs root and the real node's tools
 (``scripts/bootstrap``); about 15 minutes with the images cached on a quiet machine.
 
-1. The chart on a real node (:func:`slonkd_sandbox.chart_real.install`: control plane,
+1. The chart on a real node (:func:`slonkd_sandbox.chart.release.install`: control plane,
    containerd + kubelet + CoreDNS, the images of ``container/build.sh``, ``helm install``),
    ``--workers`` worker pods (slurmd + the agent sidecar, preStop ``slonkd prestop``). The
    workers are deleted in turn, ``--deletions`` times in all; each is reused only once its
@@ -12,7 +12,7 @@ Not part of CI: ``python -m bench.real_node [options]``. Needs root and the real
    runs the preStop; the agent sees the deletionTimestamp) to slurmctld's log line ``node X
    reason set to: slonkd:pod-terminating``.
 
-   The probe: that log line's CRI stamp (:func:`slonkd_sandbox.chart_logs.drain_logged_at`).
+   The probe: that log line's CRI stamp (:func:`slonkd_sandbox.chart.logs.drain_logged_at`).
    slurmctld writes it while it applies the update, containerd stamps each line when it reads
    it from the container's pipe (microseconds, the machine's clock, the same as
    ``time.time()`` here). Polling ``scontrol`` through ``kubectl exec`` costs 100+ ms a
@@ -80,8 +80,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent import PODS, drain_round, standin_fleet
-from slonkd_sandbox.chart_logs import LogStream, cri_time, drain_logged_at, json_lines
-from slonkd_sandbox.chart_real import CONTROLLER, Release, install, ready
+from slonkd_sandbox.chart.logs import LogStream, cri_time, drain_logged_at, json_lines
+from slonkd_sandbox.chart.release import CONTROLLER, Release, install, ready
 from slonkd_sandbox.procs import HarnessError, wait_for
 from slonkd_sandbox.toolchain import ensure_node_tools, ensure_tools
 

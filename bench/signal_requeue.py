@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 NODE = "b-0"
 JOB = """#!/bin/bash

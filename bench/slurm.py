@@ -33,8 +33,8 @@ from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
 CAUSE = Cause.parse("k8s-cordoned")
 REASONS_ARGV = ("sinfo", "-R", "-h", "-o", "%N|%T|%H|%U|%E")

@@ -2,9 +2,9 @@
 
 ``python -m bench.slurm_ask [SIZES] [--seconds S]`` (not in CI): for SLURM 22.05 (the host's)
 and 24.11 (the cached root's) and for each size of slurmd-less declared nodes (default
-``0,5000``, on :data:`~slonkd_sandbox.slurm.QUIET_SLURMD_TIMEOUT_S`), a child process loads
+``0,5000``, on :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`), a child process loads
 that release's libslurm (:mod:`slonkd.adapters.slurm.libslurm`; on 24.11 on the root's
-loader, :meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv`) and asks
+loader, :meth:`~slonkd_sandbox.slurm.chroot.ChrootSlurmCluster.libslurm_argv`) and asks
 five times a second, as the coordinator's change poll does, for ``S`` seconds (30); sdiag
 gives slurmctld's time on those REQUEST_NODE_INFO. Keys ``ask_us_<release>_n<size>`` (µs per
 ask) and ``ask_busy_ms_per_s_<release>_n<size>`` (slurmctld ms per second at 5 Hz), and how
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from bench.coordinator import _print, cluster_of, node_info_of, wait_registered
-from slonkd_sandbox.slurm import QUIET_SLURMD_TIMEOUT_S, SlurmLayout
-from slonkd_sandbox.slurm_chroot import CHILD_PREFIX_ENV, ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import CHILD_PREFIX_ENV, ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import QUIET_SLURMD_TIMEOUT_S, SlurmLayout
 
 PERIOD_S = 0.2
 """The coordinator's change poll period (``change_poll_s``)."""

@@ -29,12 +29,13 @@ from bench.soak_relay import Relays
 from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR
 from slonkd_sandbox import procs
 from slonkd_sandbox.daemon import Daemon
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.fleet import FleetBuilder, FleetShape
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.mosquitto import AGENT_PATTERNS, Mosquitto, MqttUser
 from slonkd_sandbox.procs import HarnessError
-from slonkd_sandbox.sandbox_agents import AgentKeeper
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.sandbox.agents import AgentKeeper
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from slonkd_sandbox.workloads import prestop_command, spread_over_nodes, worker_statefulset
 
 NAMESPACE = "soak"
@@ -143,6 +144,22 @@ class SoakFleet:
         return _started(self._relays)
 
     @property
+    def shape(self) -> FleetShape:
+        """The pools (``w`` bound to slurmd, ``d`` declared), K8s nodes and coordinators' settings.
+
+        Two pods a K8s node, and room for evicted ones.
+        """
+        return FleetShape(
+            pool=REAL_POOL,
+            slurmds=self.real,
+            declared=self.declared,
+            declared_pool=DECLARED_POOL,
+            kube_nodes=(self.real + self.declared) // 2 + 2,
+            autostart=False,
+            coordinator=COORDINATOR_CONFIG,
+        )
+
+    @property
     def relayed_names(self) -> list[str]:
         """The pods whose agents reach the broker through a relay."""
         return self.names[:RELAYED]
@@ -150,17 +167,17 @@ class SoakFleet:
     @property
     def real_names(self) -> list[str]:
         """SLURM nodes with a slurmd (= pods of pool ``w``)."""
-        return [f"{REAL_POOL}-{i}" for i in range(self.real)]
+        return list(self.shape.real_names)
 
     @property
     def declared_names(self) -> list[str]:
         """SLURM nodes declared without a slurmd (= pods of pool ``d``)."""
-        return [f"{DECLARED_POOL}-{i}" for i in range(self.declared)]
+        return list(self.shape.declared_names)
 
     @property
     def names(self) -> list[str]:
         """Every worker pod, which is also its SLURM node."""
-        return self.real_names + self.declared_names
+        return list(self.shape.names)
 
     @property
     def logs(self) -> Path:
@@ -193,14 +210,9 @@ class SoakFleet:
         kube = self._kube = self.stack.enter_context(
             KubeCluster(self.root / "kube", node_monitor_grace_period="1h")
         )
-        layout = SlurmLayout(
-            nodes=tuple(self.real_names),
-            autostart=False,
-            extra_prefix=f"{DECLARED_POOL}-",
-            extra_first=0,
-            extra_nodes=self.declared,
+        slurm = self._slurm = self.stack.enter_context(
+            SlurmCluster(self.root / "slurm", self.shape.layout())
         )
-        slurm = self._slurm = self.stack.enter_context(SlurmCluster(self.root / "slurm", layout))
         passwords = {u: secrets.token_hex(12) for u in ("coordinator", *self.names)}
         users = {
             "coordinator": MqttUser(
@@ -217,9 +229,8 @@ class SoakFleet:
         )
         self._relays = Relays((mqtt.host, mqtt.port), self.relayed_names)
         self.stack.callback(self._relays.close)
-        count = len(self.names) // 2 + 2  # two pods a node, and room for evicted ones
-        self.kube_nodes = kube.add_fake_nodes([f"k{i}" for i in range(count)])
-        kube.wait_untainted(self.kube_nodes, timeout_s=120, interval_s=0.5)
+        build = FleetBuilder(kube=kube, namespace=NAMESPACE, shape=self.shape, labelled=False)
+        self.kube_nodes = build.add_kube_nodes("k", untainted_s=120, interval_s=0.5)
         for knode in self.kube_nodes:  # untainted now: the pool's taint is the only one
             kube.api.request("PATCH", f"/api/v1/nodes/{knode}", {"spec": {"taints": [POOL_TAINT]}},
                              content_type="application/merge-patch+json")  # fmt: skip
@@ -231,8 +242,7 @@ class SoakFleet:
                                         (DECLARED_POOL, self.declared, False)):  # fmt: skip
             if not replicas:
                 continue
-            sts = pool_statefulset(pool, replicas=replicas, standin=standin)
-            kube.api.request("POST", f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets", sts)
+            build.create(pool_statefulset(pool, replicas=replicas, standin=standin))
         slurm.wait_idle(self.real_names, timeout_s=180)
         self.env = {
             **os.environ,
@@ -314,7 +324,7 @@ class SoakFleet:
     def respawn(self, slot: CoordinatorSlot) -> None:
         """Start the slot's coordinator (again): a Deployment replacing a dead pod."""
         config = {
-            **COORDINATOR_CONFIG,
+            **self.shape.coordinator,
             "api_host": "127.0.0.1",
             "api_port": slot.port,
             "audit_path": str(slot.audit),

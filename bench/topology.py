@@ -30,8 +30,8 @@ from slonkd.core.topology import TopologySpec, leaf_membership, render
 from slonkd.runtime.coordinating.topology_apply import TopologyApplier
 from slonkd.runtime.coordinating.topology_settings import TopologySettings
 from slonkd.runtime.kit.logging import configure_logging
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 KEYS = ("zone", "spine", "leaf")
 SLURMD_NODES = ("n1", "n2", "n3", "n4")

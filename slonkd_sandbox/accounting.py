@@ -1,6 +1,6 @@
 """SLURM accounting for the harness's clusters: a private MariaDB and a slurmdbd.
 
-An opt-in of :class:`slonkd_sandbox.slurm.SlurmLayout` (``accounting=True``). Everything
+An opt-in of :class:`slonkd_sandbox.slurm.cluster.SlurmLayout` (``accounting=True``). Everything
 lives under the cluster's directory: the database's datadir, socket and log under
 ``D/mariadb``, ``slurmdbd.conf`` (mode 0600, next to slurm.conf, where slurmdbd looks for
 it) and slurmdbd's log and pid file. MariaDB listens on 127.0.0.1 only (a free port, name
@@ -13,9 +13,9 @@ mode 0700 and owned by root, so the ``mysql`` account could not reach a datadir 
 them. The datadir is made small (8 MB redo log) so a cluster's database costs about 30 MB
 of disk and a second to create.
 
-The supervisor (see ``slurm_supervisor``) starts mariadbd, runs :data:`GRANT_SQL` through
-the socket, starts slurmdbd, waits for its port and runs :func:`sacctmgr_setup` (cluster,
-account, user) before slurmctld starts.
+The supervisor (see :mod:`slonkd_sandbox.slurm.supervisor`) starts mariadbd, runs
+:data:`GRANT_SQL` through the socket, starts slurmdbd, waits for its port and runs
+:func:`sacctmgr_setup` (cluster, account, user) before slurmctld starts.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ Every subcommand takes ``--dir`` (default ``$SLONKD_SANDBOX_DIR`` or ``/tmp/slon
 # point group ``slonkd.commands`` (slonkd_sandbox/pyproject.toml), which :mod:`slonkd.cli.commands`
 # reads; ``python -m slonkd_sandbox ARGS`` is ``slonkd sandbox ARGS`` without it. The rest of
 # the harness is imported only when an action runs: every ``slonkd`` start in a tree with the
-# harness installed loads this module. Neighbours: :mod:`slonkd_sandbox.sandbox` (run),
-# :mod:`slonkd_sandbox.sandbox_ctl` (up, down), :mod:`slonkd_sandbox.sandbox_demo` (demo),
-# :mod:`slonkd_sandbox.sandbox_real` (``--real``).
+# harness installed loads this module. Neighbours: :mod:`slonkd_sandbox.sandbox.run` (run),
+# :mod:`slonkd_sandbox.sandbox.ctl` (up, down), :mod:`slonkd_sandbox.sandbox.demo` (demo),
+# :mod:`slonkd_sandbox.sandbox.real` (``--real``).
 
 from __future__ import annotations
 
@@ -94,23 +94,23 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--accounting is for the process mode (the chart's is accounting.enabled)")
     root = Path(args.dir).absolute()
     if action == "up":
-        from slonkd_sandbox.sandbox_ctl import up
+        from slonkd_sandbox.sandbox.ctl import up
 
         return up(root, workers=args.workers, real=args.real, accounting=args.accounting)
     if action == "down":
-        from slonkd_sandbox.sandbox_ctl import down
+        from slonkd_sandbox.sandbox.ctl import down
 
         return down(root)
     if action == "demo":
-        from slonkd_sandbox.sandbox_play import run_demo
+        from slonkd_sandbox.sandbox.play import run_demo
 
         return run_demo(root)
     keep = bool(getattr(args, "keep_dir", False))
     if args.real:
-        from slonkd_sandbox.sandbox_real import run_real
+        from slonkd_sandbox.sandbox.real import run_real
 
         return run_real(root, workers=args.workers, hold_s=args.hold, fresh_dir=not keep)
-    from slonkd_sandbox.sandbox import run_sandbox
+    from slonkd_sandbox.sandbox.run import run_sandbox
 
     return run_sandbox(
         root,

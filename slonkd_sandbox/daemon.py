@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from slonkd.core.log_events import COORDINATOR_SYNCED
-from slonkd_sandbox.chart_logs import json_lines
+from slonkd_sandbox.chart.logs import json_lines
 from slonkd_sandbox.procs import HarnessError, spawn, tail, wait_for
 
 STOP_GRACE_S = 15.0
@@ -61,9 +61,9 @@ class Daemon:
     """Arguments to the interpreter before ``-m slonkd.cli.main`` (e.g. cProfile's)."""
     prefix: Sequence[str] = ()
     """What runs the interpreter (e.g. another release's loader:
-    :meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.libslurm_argv`)."""
+    :meth:`~slonkd_sandbox.slurm.chroot.ChrootSlurmCluster.libslurm_argv`)."""
     module: str = "slonkd.cli.main"
-    """The module run (:mod:`slonkd_sandbox.libslurm_launch` with such a prefix)."""
+    """The module run (:mod:`slonkd_sandbox.slurm.libslurm_launch` with such a prefix)."""
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from slonkd_sandbox.helm import CHART_DIR
+from slonkd_sandbox.chart.helm import CHART_DIR
 from slonkd_sandbox.prometheus import Prometheus
 
 DASHBOARD = CHART_DIR / "files" / "grafana-dashboard.json"

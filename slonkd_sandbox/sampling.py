@@ -2,7 +2,7 @@
 
 What a demo or a test must not miss between two of its own looks (a job killed and then
 requeued, a node out for a moment) is sampled here. Used by the sandbox's demo
-(:class:`~slonkd_sandbox.sandbox_access.JobWatch`: job states and the nodes out at once) and
+(:class:`~slonkd_sandbox.sandbox.access.JobWatch`: job states and the nodes out at once) and
 the e2e revalidation tests (one node's state over time).
 """
 

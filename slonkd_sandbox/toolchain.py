@@ -7,10 +7,10 @@ recipe described in docs/architecture.md ("The test harness"). Each tool lands i
 warm start builds nothing. A cold build takes about 13 minutes on 2 cores (plus the kubelet's
 and CoreDNS's, see :func:`ensure_node_tools`) and prints every step with its duration.
 
-This module only builds; starting the services is ``slonkd_sandbox.kube``'s job. It also
+This module only builds; starting the services is ``slonkd_sandbox.kube.cluster``'s job. It also
 says where the harness's caches live (:func:`user_cache`, :func:`cache_lock`), for
-:mod:`slonkd_sandbox.realnode_images`, :mod:`slonkd_sandbox.slurm_root` and
-:mod:`slonkd_sandbox.chart_images` too.
+:mod:`slonkd_sandbox.realnode.images`, :mod:`slonkd_sandbox.slurm.root` and
+:mod:`slonkd_sandbox.chart.images` too.
 
 Run ``python -m slonkd_sandbox.toolchain`` to build everything ahead of time.
 """
@@ -55,7 +55,7 @@ class Tools:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeTools:
-    """Binaries of the real node (see :mod:`slonkd_sandbox.realnode`): kubelet and CoreDNS."""
+    """Binaries of the real node (see :mod:`slonkd_sandbox.realnode.node`): kubelet and CoreDNS."""
 
     kubelet: Path
     coredns: Path

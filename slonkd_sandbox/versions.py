@@ -35,7 +35,7 @@ DEBIAN_PACKAGES = (
     "slurmdbd",
     "mariadb-server",
     "mariadb-client",
-    # the real node (slonkd_sandbox.realnode)
+    # the real node (slonkd_sandbox.realnode.node)
     "containerd",
     "runc",
     "containernetworking-plugins",
@@ -45,5 +45,6 @@ DEBIAN_PACKAGES = (
     "busybox-static",
 )
 """Debian packages the harness needs (SLURM 22.05 on bookworm, mosquitto 2.0; debootstrap
-builds the trixie root that runs SLURM 24.11, see ``slurm_root.py``; containerd, runc, the CNI
-plugins, socat and busybox-static run the real node and its test images, see ``realnode.py``)."""
+builds the trixie root that runs SLURM 24.11, see ``slurm/root.py``; containerd, runc, the CNI
+plugins, socat and busybox-static run the real node and its test images, see
+``realnode/node.py``)."""

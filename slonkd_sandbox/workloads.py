@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slonkd.core.kube_objects import WORKER_LABELS
-from slonkd_sandbox.kube_kwok import STANDIN_LABEL
+from slonkd_sandbox.kube.kwok import STANDIN_LABEL
 
 WORKER_IMAGE = "slonk/slurm:dev"
 """Never pulled: kwok nodes run no containers."""

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import settings
 
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import PORT_SLICE_ENV
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests import failure_logs, parallel, timing
 from tests.rig import Rig
 from tests.started import Started

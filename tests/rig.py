@@ -5,7 +5,9 @@ session's control plane), ``namespace``, ``unique`` and ``slurm_factory`` and of
 ``tmp_path``; the fixtures of ``tests/e2e/conftest.py`` and the tests of ``tests/e2e`` and
 ``tests/contract`` that need those take ``rig`` instead of listing them one by one.
 :class:`OnRig` is the base of the objects those fixtures hand their tests (``Workers`` of
-``tests/e2e/conftest.py``, the fleets of ``tests/e2e/test_coordinator*.py`` and others).
+``tests/e2e/conftest.py``, the fleets of ``tests/e2e/coordinator_fleet.py``,
+``health_path_fleet.py`` and others); :meth:`Rig.fleet` places a
+:class:`~slonkd_sandbox.fleet.FleetShape` in the rig's namespace.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.fleet import FleetBuilder, FleetShape
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,12 @@ class Rig:
         """Create the StatefulSet ``sts`` in the test's namespace."""
         self.kube.api.request(
             "POST", f"/apis/apps/v1/namespaces/{self.namespace}/statefulsets", sts
+        )
+
+    def fleet(self, shape: FleetShape) -> FleetBuilder:
+        """The builder that places ``shape`` in the test's namespace (its kwok nodes unique)."""
+        return FleetBuilder(
+            kube=self.kube, namespace=self.namespace, shape=shape, unique=self.unique
         )
 
     def standin(self, slurm: SlurmCluster, root: str = "kubelet") -> KubeletStandIn:

@@ -2,7 +2,7 @@
 
 Every test that takes ``cluster`` (or ``cluster_factory``, ``backend``) runs twice: against
 SLURM 22.05 on the host and against SLURM 24.11 in a debootstrapped trixie root (built
-once and cached, see :mod:`slonkd_sandbox.slurm_root`).
+once and cached, see :mod:`slonkd_sandbox.slurm.root`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.realnode import RealNode
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.realnode.node import RealNode
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.started import Started
 
 SLURM_RELEASES = ("22.05", "24.11")

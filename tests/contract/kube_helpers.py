@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 from slonkd.adapters.kube.informer import CacheEvent, Informer
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.workloads import pod_disruption_budget, worker_statefulset
 

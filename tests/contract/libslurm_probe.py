@@ -16,7 +16,7 @@ import sys
 
 from slonkd.adapters.slurm import libslurm_child
 from slonkd.core.errors import SlonkdError
-from slonkd_sandbox.slurm_chroot import CHILD_PREFIX_ENV
+from slonkd_sandbox.slurm.chroot import CHILD_PREFIX_ENV
 
 
 async def main() -> None:

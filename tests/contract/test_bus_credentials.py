@@ -34,7 +34,7 @@ from slonkd.core.messages import AgentStatus, Channel, encode, node_topic
 from slonkd.runtime.agent.commands import agent_bus
 from slonkd.runtime.coordinating.api import CoordinatorAPI
 from slonkd.runtime.coordinating.credentials import CredentialIssuer, CredentialSettings
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 from tests.contract.bus_helpers import dynsec_admin, in_task, running
 from tests.contract.kube_helpers import pending_pod, until

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd_sandbox.helm import CHART_DIR, Helm
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError, KubeApi
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
+from slonkd_sandbox.kube.api import ApiError, KubeApi
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from tests.cli import slonkd
 

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from slonkd.core.topology import TopologySpec, leaf_membership, render, stamped
-from slonkd_sandbox.helm import Helm
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.chart.helm import Helm
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from slonkd_sandbox.toolchain import ensure_tools
 
 pytestmark = pytest.mark.slurm

@@ -28,7 +28,7 @@ from slonkd.cli.bus_env import agent_bus_settings, credential_settings
 from slonkd.core.messages import AgentStatus, Channel, node_topic
 from slonkd.runtime.coordinating.credentials import dynsec_admin
 from slonkd_sandbox import procs
-from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.chart.helm import Helm
 from slonkd_sandbox.mosquitto import DYNSEC_PLUGIN
 from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running

@@ -30,7 +30,7 @@ from slonkd.runtime.coordinating.credentials import (
     CredentialSettings,
     dynsec_admin,
 )
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto
 from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.contract.bus_helpers import running

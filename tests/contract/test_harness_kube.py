@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from slonkd_sandbox import versions
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.contract.kube_helpers import allow_one_disruption, pods_of, two_workers_under_a_pdb

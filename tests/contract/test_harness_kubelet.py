@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.rig import Rig
 

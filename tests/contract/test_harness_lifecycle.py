@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import wait_for
 
@@ -44,7 +44,7 @@ SCRIPT = """
 import sys, tempfile, time
 from pathlib import Path
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 root = Path(sys.argv[1])
 SlurmCluster(root / "slurm", SlurmLayout(nodes=("n1", "n2"))).start()
 Mosquitto(root / "mqtt", users={"u": MqttUser(password="p")}).start()

@@ -13,8 +13,8 @@ import pytest
 
 from slonkd_sandbox import procs
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import PortTakenError, SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import PortTakenError, SlurmCluster, SlurmLayout
 
 pytestmark = pytest.mark.slurm
 

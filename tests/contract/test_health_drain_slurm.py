@@ -18,7 +18,7 @@ from slonkd.core.reasons import ReasonOwner, reason_owner
 from slonkd.core.revalidation import REVALIDATING, RevalidationPolicy
 from slonkd.core.slurm_node import DrainStatus, NodeName, SlurmNode
 from slonkd.core.slurm_plan import recorded_causes
-from tests.unit.test_decide import knode, pod, view
+from tests.unit.coordinator_fakes import knode, pod, view
 
 pytestmark = pytest.mark.slurm
 

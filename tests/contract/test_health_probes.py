@@ -15,7 +15,7 @@ from slonkd.adapters.health import probes
 from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.settings import HealthSettings
 from slonkd.core.health import Verdict
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.cli import slonkd
 
 

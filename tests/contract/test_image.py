@@ -2,7 +2,7 @@
 
 ``container/build.sh base slonkd`` makes the Debian base with debootstrap (cached under
 ``~/.cache/slonkd/rootfs``) and the slonkd image from wheels of this tree. The test takes
-the image the real node's pods run: :func:`slonkd_sandbox.chart_images.ensure_chart_images`
+the image the real node's pods run: :func:`slonkd_sandbox.chart.images.ensure_chart_images`
 builds it with build.sh when this tree's content key has no archive yet (``scripts/bootstrap``
 did so ahead of the tests), so it is the image of exactly these files, built once and not
 again here. It runs ``slonkd --version`` and ``slonkd check -o json`` inside it, and looks
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 import slonkd
-from slonkd_sandbox.chart_images import SPECS, ensure_chart_images
+from slonkd_sandbox.chart.images import SPECS, ensure_chart_images
 from slonkd_sandbox.procs import HarnessError
 
 pytestmark = pytest.mark.real

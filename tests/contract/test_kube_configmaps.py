@@ -7,7 +7,7 @@ import pytest
 from slonkd.adapters.kube.configmaps import OWNER_LABEL, OWNER_VALUE, OwnedConfigMap
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_changes import ChangeOutcome
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 
 pytestmark = pytest.mark.kube
 

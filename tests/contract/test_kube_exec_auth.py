@@ -16,7 +16,7 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.errors import TerminalError
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from tests.contract.test_kube_transport import GET_NODES, _client_cert, _who_am_i
 
 pytestmark = pytest.mark.kube

@@ -10,7 +10,7 @@ from slonkd.adapters.kube.informer import EventType, Informer, InformerSettings
 from slonkd.adapters.kube.sources import agent_informers, node_source, pod_source
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_objects import Pod
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from tests.contract.kube_helpers import pending_pod, recorder, running, until
 
 pytestmark = pytest.mark.kube

@@ -22,7 +22,7 @@ from slonkd.adapters.kube.sources import pod_source
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_objects import Pod
 from slonkd.runtime.agent.sidecar import informers_ready
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from tests.contract.kube_helpers import pending_pod, until
 
 pytestmark = pytest.mark.kube

@@ -22,7 +22,7 @@ from slonkd.adapters.kube.lease import LeaderElector, LeaseSettings
 from slonkd.adapters.kube.state import FencedError, StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import Attempts, CoordinatorState
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import free_ports, wait_for
 from tests.contract.kube_helpers import until
 

@@ -25,8 +25,8 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.plan import Kind, NodeView, Policy
 from slonkd.core.slurm_node import NodeName
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import wait_for
 
 pytestmark = pytest.mark.kube

@@ -10,7 +10,7 @@ from slonkd.adapters.kube.events import EventRecorder, EventSettings
 from slonkd.adapters.kube.pods import PodWriter
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import wait_for
 from tests.contract.kube_helpers import (
     allow_one_disruption,

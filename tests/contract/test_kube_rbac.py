@@ -32,7 +32,7 @@ from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.kube_changes import ChangeOutcome, ObjectRef
 from slonkd.core.kube_objects import TaintEffect
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from tests.contract.kube_helpers import pending_pod, running, until
 from tests.rig import Rig
 

@@ -6,7 +6,7 @@ import pytest
 
 from slonkd.adapters.kube.tokenreview import review_token
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 from tests.contract.kube_helpers import pending_pod
 
 pytestmark = pytest.mark.kube

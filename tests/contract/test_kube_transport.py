@@ -14,7 +14,7 @@ from slonkd.adapters.kube.errors import Call, KubeNotFound, KubeUnavailable
 from slonkd.adapters.kube.kubeconfig import in_cluster_endpoint
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.errors import TerminalError, TransientError
-from slonkd_sandbox.kube import KubeCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
 
 pytestmark = pytest.mark.kube
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slonkd_sandbox import procs
-from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.chart.helm import Helm
 from slonkd_sandbox.toolchain import ensure_tools
 from tests.unit.test_chart_render import one, render
 

@@ -15,7 +15,7 @@ from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
 from slonkd.adapters.slurm.triggers import TriggerEvent, Triggers
 from slonkd.core.messages import SlurmEvent, decode, parse_topic, slurm_events_topic
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mqtt]
 

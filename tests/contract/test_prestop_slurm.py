@@ -4,7 +4,7 @@ And the checkpoint signal, on SLURM 22.05 and 24.11 (``cluster_factory`` of
 :mod:`tests.contract.conftest`): an agent that does not take the signal-to-requeue report,
 and a job that cannot be requeued, which is neither signalled nor killed. The hook runs in the
 node's slurmd PID and mount namespaces, as in a slurmd pod; for 24.11 it calls the root's
-clients (:meth:`~slonkd_sandbox.slurm_chroot.ChrootSlurmCluster.client_shims`).
+clients (:meth:`~slonkd_sandbox.slurm.chroot.ChrootSlurmCluster.client_shims`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 import slonkd
 from slonkd.runtime.agent.requeue_report import report_url
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
-from slonkd_sandbox.slurm_control import slurmd_host_pid
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
+from slonkd_sandbox.slurm.control import slurmd_host_pid
 from tests.contract.conftest import conf_arg
 
 pytestmark = pytest.mark.slurm

@@ -1,4 +1,4 @@
-"""Contract of the real node (slonkd_sandbox.realnode): every test fails on a faked node.
+"""Contract of the real node (slonkd_sandbox.realnode.node): every test fails on a faked node.
 
 A kwok node or the kubelet stand-in runs no container, has no container log, runs no preStop,
 mounts no projected token and has no DNS; each test below needs the real thing. The network
@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from slonkd_sandbox import procs, realnode_host
-from slonkd_sandbox.kubeapi import ApiError
-from slonkd_sandbox.realnode import RealNode
+from slonkd_sandbox import procs
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.realnode import host as realnode_host
+from slonkd_sandbox.realnode.node import RealNode
 
 pytestmark = [pytest.mark.kube, pytest.mark.real]
 

@@ -22,7 +22,7 @@ from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus, NodeName
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
 from slonkd_sandbox.accounting import ACCOUNT
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 from tests.unit.coordinator_fakes import (
     FakeElector,

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -10,7 +10,7 @@ import pytest
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_plan import SkipReason
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

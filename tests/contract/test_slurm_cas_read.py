@@ -12,7 +12,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import SlurmNode
 from slonkd.core.slurm_plan import SkipReason, recorded_causes
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

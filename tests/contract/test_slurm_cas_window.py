@@ -18,7 +18,7 @@ import pytest
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

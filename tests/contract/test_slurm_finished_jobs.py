@@ -15,7 +15,7 @@ from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.job_blame import is_infrastructure_failure
 from slonkd.core.slurm_job import JobState
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -21,9 +21,9 @@ from slonkd.adapters.slurm.job_signal import JobSignaller, SignalOutcome
 from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.slurm_job import JobId
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
-from slonkd_sandbox.slurm_control import slurmd_host_pid
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.control import slurmd_host_pid
 from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

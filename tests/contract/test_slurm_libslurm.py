@@ -20,8 +20,8 @@ import pytest
 
 from slonkd.adapters.slurm import libslurm_child
 from slonkd.core.errors import TransientError
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 from tests.offline_names import offline_prefix
 
 PROBE = Path(__file__).with_name("libslurm_probe.py")

@@ -21,7 +21,7 @@ from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.runner import NodeNotFoundError
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -20,8 +20,8 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_control import control
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.control import control
 
 pytestmark = pytest.mark.slurm
 

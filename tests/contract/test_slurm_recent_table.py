@@ -17,7 +17,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import DrainStatus
 from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

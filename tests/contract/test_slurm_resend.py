@@ -25,7 +25,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import OutcomeUnknownError
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_plan import SkipReason
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.contract.conftest import settings_for, slurmctld_pid
 
 pytestmark = pytest.mark.slurm

@@ -40,8 +40,8 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause, ReasonOwner, reason_owner
 from slonkd.core.slurm_plan import SkipReason
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster
-from slonkd_sandbox.slurm_control import slurmd_host_pid
+from slonkd_sandbox.slurm.cluster import SlurmCluster
+from slonkd_sandbox.slurm.control import slurmd_host_pid
 from tests.contract.conftest import conf_arg, settings_for
 
 pytestmark = pytest.mark.slurm

@@ -16,7 +16,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
 from slonkd.core.slurm_plan import SkipReason, recorded_causes
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

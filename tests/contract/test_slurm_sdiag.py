@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -17,8 +17,8 @@ from slonkd.core.kube_objects import KubeNodeName, Node
 from slonkd.core.plan import Kind, NodeView, Policy, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, SlurmNode
-from slonkd_sandbox.slurm import SlurmCluster
-from tests.unit.test_decide import pod
+from slonkd_sandbox.slurm.cluster import SlurmCluster
+from tests.unit.coordinator_fakes import pod
 
 pytestmark = pytest.mark.slurm
 

@@ -17,8 +17,8 @@ from slonkd.adapters.slurm.triggers import (
     parse_strigger_get,
     program_line,
 )
-from slonkd_sandbox.slurm import SlurmCluster
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -16,7 +16,7 @@ from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.topology import TopologySpec, leaf_membership, stamped_hash
 from slonkd.runtime.coordinating.topology_apply import TopologyApplier
 from slonkd.runtime.coordinating.topology_settings import TopologySettings
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

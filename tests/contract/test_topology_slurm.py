@@ -18,8 +18,8 @@ from slonkd.core.topology import TopologySpec, check_block, leaf_membership, ren
 from slonkd.runtime.coordinating.topology_apply import TopologyApplier
 from slonkd.runtime.coordinating.topology_settings import TopologySettings
 from slonkd_sandbox import procs
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.contract.conftest import settings_for
 
 pytestmark = pytest.mark.slurm

@@ -1,7 +1,7 @@
 """The chart installed once for a module of real-node tests, or the module fails with why.
 
 :func:`reported` serves ``test_chart_real.py`` and ``test_chart_accounting_real.py``: each
-module's fixture enters :func:`slonkd_sandbox.chart_real.install` through it, so both print
+module's fixture enters :func:`slonkd_sandbox.chart.release.install` through it, so both print
 the install's timings under their own tag and turn a harness error (a pod that never got
 Ready, with its diagnosis) into a test failure rather than an error in setup.
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonkd_sandbox.chart_real import Release
+from slonkd_sandbox.chart.release import Release
 from slonkd_sandbox.procs import HarnessError
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.slurm import SlurmCluster
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.e2e.conftest import AgentProcess
 
 CHECKPOINTING_JOB = """#!/bin/bash

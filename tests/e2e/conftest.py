@@ -20,16 +20,19 @@ from typing import Any
 import pytest
 
 from slonkd_sandbox.daemon import Coordinators, Daemon, read_json_log
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.fleet import FleetShape
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import HarnessError, free_ports, tail, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
-from slonkd_sandbox.workloads import prestop_command, worker_statefulset
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from slonkd_sandbox.workloads import prestop_command
 from tests.rig import OnRig, Rig
 
 GRACE_S = 12
 PRESTOP = prestop_command(GRACE_S, 4)
+WORKERS = FleetShape(slurmds=2, autostart=False)
+"""The ``workers`` fixture's fleet: pods w-0 and w-1 on one kwok node, each its slurmd."""
 
 
 __all__ = ["read_json_log"]  # tests import it from here
@@ -200,9 +203,8 @@ def worker_slurm(
     The host's 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``
     (see :func:`slurm_of_release`).
     """
-    layout = SlurmLayout(nodes=("w-0", "w-1"), autostart=False)
-    release = str(getattr(request, "param", "22.05"))
-    with slurm_of_release(release, layout, slurm_factory, tmp_path / "slurm-bin") as got:
+    release = str(getattr(request, "param", WORKERS.release))
+    with slurm_of_release(release, WORKERS.layout(), slurm_factory, tmp_path / "slurm-bin") as got:
         yield got
 
 
@@ -218,10 +220,10 @@ def workers(
     """
     marker = request.node.get_closest_marker("prestop")
     prestop = marker.args[0] if marker else PRESTOP
-    names = ("w-0", "w-1")
+    names = WORKERS.names
     slurm, clients = worker_slurm
-    label = {"slonk.dev/test": rig.namespace}
-    (kube_node,) = rig.kube.add_fake_nodes([rig.unique("e2e")], labels=label)
+    build = rig.fleet(WORKERS)
+    (kube_node,) = build.add_kube_nodes("e2e-", untainted_s=None)
     standin = rig.standin(slurm)
     standin.start()
     w = Workers(
@@ -232,15 +234,10 @@ def workers(
         client_env=clients,
     )
     try:
-        sts = worker_statefulset(
-            "w",
-            replicas=len(names),
-            node_selector=label,
-            grace_s=GRACE_S,
-            prestop=prestop,
-            env={"GATE_DIR": str(rig.tmp_path)},
+        sts = build.statefulset(
+            grace_s=GRACE_S, prestop=prestop, env={"GATE_DIR": str(rig.tmp_path)}
         )
-        rig.create_statefulset(sts)
+        build.create(sts)
         slurm.wait_idle(names, timeout_s=60)
         for name in names:
             env = {

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slonkd_sandbox.kubeapi import KubeApi
+from slonkd_sandbox.kube.api import KubeApi
 from tests.cli import slonkd
 
 __all__ = ["private_sandbox_dir", "processes_naming", "sandbox_api", "slonkd", "up_sandbox"]

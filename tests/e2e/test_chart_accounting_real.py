@@ -1,7 +1,7 @@
 """The chart's SLURM accounting on a real kubelet node: slurmdbd and MariaDB from the images.
 
 One ``helm install`` with ``accounting.enabled`` on a fresh :class:`RealNode`, set up as in
-``test_chart_real`` (:func:`slonkd_sandbox.chart_real.install`: the same values, local
+``test_chart_real`` (:func:`slonkd_sandbox.chart.release.install`: the same values, local
 volumes and image cache) plus the two accounting
 images (``container/slurmdbd``, ``container/mariadb``) and a ``local`` volume for the
 database's claim. ``sacct`` in the login pod lists finished jobs with state and exit code;
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.chart_images import ACCOUNTING_SPECS, SPECS
-from slonkd_sandbox.chart_real import RELEASE, Release, install, ready, workers
-from slonkd_sandbox.chart_volumes import local_volume
+from slonkd_sandbox.chart.images import ACCOUNTING_SPECS, SPECS
+from slonkd_sandbox.chart.release import RELEASE, Release, install, ready, workers
+from slonkd_sandbox.chart.volumes import local_volume
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.realnode import RealNode
+from slonkd_sandbox.realnode.node import RealNode
 from tests.e2e.chart_install import reported
 
 pytestmark = [pytest.mark.kube, pytest.mark.real, pytest.mark.timeout(1500)]

@@ -28,12 +28,12 @@ import pytest
 import yaml
 
 from slonkd.core.topology import leaf_membership
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
-from slonkd_sandbox.helm import CHART_DIR, Helm
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 from tests.cli import slonkd
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]

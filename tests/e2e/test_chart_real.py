@@ -2,7 +2,7 @@
 
 One ``helm install`` of ``deploy/helm/slonk`` for the module, on a :class:`RealNode`
 (containerd, runc, kubelet, CoreDNS) with a control plane of its own. The images are
-``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd_sandbox.chart_images`) and
+``container/build.sh``'s, imported with ``ctr`` (:mod:`slonkd_sandbox.chart.images`) and
 selected by ``ci/local-images-values.yaml`` (``imagePullPolicy: Never``). Nothing is replaced:
 slurmctld, slurmd, munged, mosquitto, the coordinators and the agent sidecars are the
 images' own processes; names resolve through CoreDNS and headless Services; the two
@@ -19,7 +19,7 @@ A user (the site's directory service, played by ``useradd`` on the login and con
 pods) has a home on a third ``local`` volume behind ``home.existingClaim``; the harness
 reaches the login pod's sshd from inside the node's network namespace (a pod address, never
 off the machine) with a key in that home; it reads the broker's retained messages the same
-way (:mod:`slonkd_sandbox.chart_bus`), as the chart's dynsec admin. The tests run in order on
+way (:mod:`slonkd_sandbox.chart.bus`), as the chart's dynsec admin. The tests run in order on
 the one release: the pool's tolerated taint drains nothing while a maintenance taint it
 does not tolerate drains the workers, the agents' credentials and retained status, the
 preStop requeue, the agent's log, the same deletion with ``workers.prestop.enabled: false``
@@ -38,15 +38,15 @@ from typing import Any
 import pytest
 
 from slonkd.core.messages import AgentStatus, Channel, decode, node_topic
-from slonkd_sandbox.chart_bus import (
+from slonkd_sandbox.chart.bus import (
     container,
     env_value,
     projected_token,
     retained,
     secret_sources,
 )
-from slonkd_sandbox.chart_logs import LogStream, cri_time, ctl_log, first, json_lines
-from slonkd_sandbox.chart_real import (
+from slonkd_sandbox.chart.logs import LogStream, cri_time, ctl_log, first, json_lines
+from slonkd_sandbox.chart.release import (
     BAD_STATES,
     CONTROLLER,
     POOL,
@@ -59,7 +59,7 @@ from slonkd_sandbox.chart_real import (
     workers,
 )
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.realnode import RealNode
+from slonkd_sandbox.realnode.node import RealNode
 from tests.e2e.chart_install import reported
 
 # The first test's setup builds the images when this tree changed them (scripts/bootstrap

@@ -13,8 +13,6 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,194 +24,21 @@ from slonkd.core.log_events import (
     COORDINATOR_SYNCED,
     SLURM_LIBSLURM_CHILD_EXITED,
 )
-from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.daemon import Daemon
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
-from tests.cli import slonkd
+from tests.e2e import coordinator_fleet
 from tests.e2e.conftest import (
     marked_unhealthy,
     set_unschedulable,
-    slurm_of_release,
 )
+from tests.e2e.coordinator_fleet import BASE_CONFIG, PODS, Fleet
 from tests.offline_names import offline_prefix
-from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
-PODS = 20
-KUBE_NODES = 10
-
-
-@dataclass(slots=True)
-class Fleet(OnRig):
-    """Worker pods spread over kwok nodes, their SLURM nodes, and a running coordinator."""
-
-    kube_nodes: list[str]
-    env: dict[str, str]
-    audit: Path
-    coordinators: Coordinators
-    """The first is the fleet's; tests start standbys."""
-
-    @property
-    def first(self) -> Daemon:
-        """The coordinator the fleet started with."""
-        return self.coordinators[0]
-
-    @property
-    def log(self) -> Path:
-        """The first coordinator's log."""
-        return self.first.log
-
-    def standby(self, identity: str) -> Daemon:
-        """Start another candidate (it leads only when the lease is free)."""
-        return self.coordinators.start(self.env, identity=identity, until=None)
-
-    def api_url(self) -> str:
-        """The leader's status API (its port is chosen at start and logged)."""
-        ports = [e["port"] for e in self.events(COORDINATOR_API_LISTENING)]
-        return f"http://127.0.0.1:{ports[-1]}"
-
-    def slonkd(self, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run an operator command (``slonkd status`` ...) as an operator would."""
-        env = {**self.env, "SLONKD_COORDINATOR_URL": url or self.api_url()}
-        return slonkd(*args, env=env)
-
-    def state(self) -> dict[str, str]:
-        """The coordinator's state ConfigMap data."""
-        path = f"/api/v1/namespaces/{self.namespace}/configmaps/slonkd-state"
-        return dict(self.kube.api.request("GET", path).get("data") or {})
-
-    def fail(self, nodes: list[str], reason: str = "Kill task failed") -> None:
-        """Mark SLURM nodes failed with a SLURM-style reason, in one call."""
-        hostlist = ",".join(nodes)
-        self.slurm.run(
-            "scontrol", "update", f"nodename={hostlist}", "state=fail", f"reason={reason}"
-        )
-
-    def cordoned(self) -> set[str]:
-        """K8s nodes of the fleet that are cordoned."""
-        return {n for n in self.kube_nodes if self.knode(n)["spec"].get("unschedulable")}
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        """The first coordinator's JSON log lines, or only those of event ``name``."""
-        return self.first.events(name)
-
-    def cordons(self) -> list[tuple[str, str]]:
-        """``(SLURM node, K8s node)`` of each cordon the first coordinator made, in order.
-
-        What a test that waits for a failure's marks asks: the cordon of a pod's failure is
-        lifted again (within about 0.2 s here) once the evicted pod's replacement settles on
-        another K8s node and the healthy sibling left on this one passes, so the node's own
-        ``unschedulable`` can be missed by a poll.
-        """
-        return [
-            (e["node"], e["kube_node"])
-            for e in self.events("kube.cordon")
-            if e.get("outcome") == "changed"
-        ]
-
-    def pods_on(self, kube_node: str) -> list[str]:
-        """Names of the live pods on ``kube_node``."""
-        items = self.kube.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")["items"]
-        return sorted(
-            p["metadata"]["name"]
-            for p in items
-            if p["spec"].get("nodeName") == kube_node and not p["metadata"].get("deletionTimestamp")
-        )
-
-    def reasons(self) -> dict[str, str]:
-        """``{slurm node: reason}`` (``none`` when there is none)."""
-        out = self.slurm.run("sinfo", "-h", "-N", "-o", "%N|%E").stdout
-        return dict(line.split("|", 1) for line in out.splitlines() if line)
-
-    def knode(self, name: str) -> dict[str, Any]:
-        """A K8s node's JSON."""
-        return dict(self.kube.api.request("GET", f"/api/v1/nodes/{name}"))
-
-
-BASE_CONFIG: dict[str, Any] = {
-    "resync_s": 1,
-    "failure_grace_s": 1,
-    "unready_grace_s": 30,
-    "max_out": 15,
-    "max_out_percent": 100,
-    "mass_percent": 100,
-    "lease_duration_s": 6,
-    "renew_deadline_s": 4,
-    "retry_period_s": 1,
-    "api_host": "127.0.0.1",
-    "api_port": 0,
-}
-
-
-@pytest.fixture
-def coordinator_config() -> dict[str, Any]:
-    """Settings of the fleet's coordinator (tests override it)."""
-    return dict(BASE_CONFIG)
-
-
-@pytest.fixture
-def fleet_slurm(
-    slurm_factory: Callable[..., SlurmCluster], tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[SlurmCluster, dict[str, str]]]:
-    """20 idle slurmd (nothing is out at the start), and the coordinator's client env.
-
-    SLURM 22.05 unless a test parametrizes this fixture indirectly with ``"24.11"``, or with
-    ``(release, slurmd_timeout_s)`` for another SlurmdTimeout than the harness's quick one.
-    """
-    names = tuple(f"w-{i}" for i in range(PODS))
-    param = getattr(request, "param", "22.05")
-    release, timeout_s = param if isinstance(param, tuple) else (str(param), 10)
-    layout = SlurmLayout(nodes=names, slurmd_timeout_s=timeout_s)
-    with slurm_of_release(release, layout, slurm_factory, tmp_path / "slurm-bin") as got:
-        yield got
-
-
-@pytest.fixture
-def fleet(
-    rig: Rig,
-    fleet_slurm: tuple[SlurmCluster, dict[str, str]],
-    coordinator_config: dict[str, Any],
-    coordinators: Coordinators,
-) -> Fleet:
-    """20 worker pods on 10 kwok nodes, 20 idle slurmd, one coordinator with fast timings."""
-    slurm, clients = fleet_slurm
-    label = {"slonk.dev/test": rig.namespace}
-    kube_nodes = rig.kube.add_fake_nodes(
-        [rig.unique(f"c{i}") for i in range(KUBE_NODES)], labels=label
-    )
-
-    rig.kube.wait_untainted(kube_nodes, timeout_s=60)
-    sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
-    spread_over_nodes(sts, honor_taints=True)
-    rig.create_statefulset(sts)
-
-    def all_running() -> bool:
-        items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
-        return bool(sum(p.get("status", {}).get("phase") == "Running" for p in items) == PODS)
-
-    wait_for("20 pods Running", all_running, timeout_s=90)
-    config = rig.tmp_path / "coordinator.json"
-    config.write_text(
-        json.dumps({"audit_path": str(rig.tmp_path / "audit.jsonl"), **coordinator_config})
-    )
-    env = coordinator_env(
-        namespace=rig.namespace,
-        kubeconfig=rig.kube.kubeconfig,
-        slurm_conf=slurm.conf,
-        SLONKD_CONFIG=str(config),
-        **clients,
-    )
-    coordinators.start(env)  # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
-    return Fleet(
-        rig=rig,
-        slurm=slurm,
-        kube_nodes=kube_nodes,
-        env=env,
-        audit=rig.tmp_path / "audit.jsonl",
-        coordinators=coordinators,
-    )
+coordinator_config = coordinator_fleet.coordinator_config
+fleet_slurm = coordinator_fleet.fleet_slurm
+fleet = coordinator_fleet.fleet
 
 
 def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> None:

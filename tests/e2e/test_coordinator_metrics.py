@@ -20,17 +20,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from slonkd.adapters.slurm.parsing_sdiag import parse_sdiag
 from slonkd.core.log_events import COORDINATOR_LEADING
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
-from tests.e2e import test_coordinator
+from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster
+from tests.e2e import coordinator_fleet
 from tests.e2e.conftest import set_unschedulable
-from tests.e2e.test_coordinator import BASE_CONFIG, PODS, Fleet
+from tests.e2e.coordinator_fleet import BASE_CONFIG, PODS, Fleet
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
-# the fleet of test_coordinator: 20 worker pods on 10 kwok nodes, 20 slurmd, a coordinator
-coordinator_config = test_coordinator.coordinator_config
-fleet_slurm = test_coordinator.fleet_slurm
-fleet = test_coordinator.fleet
+# the coordinator's fleet: 20 worker pods on 10 kwok nodes, 20 slurmd, a coordinator
+coordinator_config = coordinator_fleet.coordinator_config
+fleet_slurm = coordinator_fleet.fleet_slurm
+fleet = coordinator_fleet.fleet
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

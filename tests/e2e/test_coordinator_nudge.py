@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,19 +27,19 @@ import pytest
 
 from slonkd.adapters.slurm.triggers import Trigger, parse_strigger_get
 from slonkd.core.log_events import COORDINATOR_SYNCED
-from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
+from slonkd_sandbox.daemon import Coordinators, Daemon
+from slonkd_sandbox.fleet import LEASE_TIMINGS, FleetShape
 from slonkd_sandbox.mosquitto import Mosquitto, MqttUser
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
 from tests.rig import OnRig, Rig
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]
 
-NAMES = ("w-0", "w-1")
 RESYNC_S = 300
 TRIGGER_PERIOD_S = 20.0  # slurmctld checks its triggers about every 15 s
 ACT_AFTER_NUDGE_S = 5.0
+SHAPE = FleetShape(slurmds=2, kube_nodes=2)
+NAMES = SHAPE.names
 
 
 @dataclass(slots=True)
@@ -105,7 +105,7 @@ def nudge_fleet(
         }
         for key, value in ctld_env.items():
             monkeypatch.setenv(key, value)
-        slurm = rig.slurm_factory(SlurmLayout(nodes=NAMES))
+        slurm = rig.slurm_factory(SHAPE.layout())
         for key in ctld_env:
             monkeypatch.delenv(key)
         program = str(Path(sys.executable).parent / "slonkd-nudge")  # this venv's console script
@@ -116,37 +116,21 @@ def nudge_fleet(
         ):
             slurm.run("strigger", "--set", "--node", "--flags=PERM", *argv)
 
-        label = {"slonk.dev/test": rig.namespace}
-        kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"g{i}") for i in range(2)], labels=label)
-        rig.kube.wait_untainted(kube_nodes, timeout_s=60)
-        sts = worker_statefulset("w", replicas=len(NAMES), node_selector=label, standin=False)
-        rig.create_statefulset(sts)
-
-        def all_running() -> bool:
-            items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
-            running = sum(p.get("status", {}).get("phase") == "Running" for p in items)
-            return bool(running == len(NAMES))
-
-        wait_for("pods Running", all_running, timeout_s=90)
-        config = rig.tmp_path / "coordinator.json"
-        config.write_text(
-            json.dumps(
-                {
-                    "resync_s": RESYNC_S,
-                    "poll_s": 0,  # no reasons poll: only the trigger can start the read
-                    "failure_grace_s": 1,
-                    "max_out": 2,
-                    "lease_duration_s": 6,
-                    "renew_deadline_s": 4,
-                    "retry_period_s": 1,
-                    "trigger_program": program,
-                }
-            )
-        )
-        env = coordinator_env(
-            namespace=rig.namespace,
-            kubeconfig=rig.kube.kubeconfig,
-            slurm_conf=slurm.conf,
+        settings = {
+            "resync_s": RESYNC_S,
+            "poll_s": 0,  # no reasons poll: only the trigger can start the read
+            "failure_grace_s": 1,
+            "max_out": 2,
+            **LEASE_TIMINGS,
+            "trigger_program": program,
+        }
+        build = rig.fleet(replace(SHAPE, coordinator=settings))
+        build.add_kube_nodes("g")
+        build.create(build.statefulset(standin=False))
+        build.wait_running("pods Running", timeout_s=90)
+        config = build.coordinator_config(rig.tmp_path / "coordinator.json")
+        env = build.coordinator_env(
+            slurm.conf,
             SLONKD_MQTT_HOST=broker.host,
             SLONKD_MQTT_PORT=str(broker.port),
             SLONKD_MQTT_USER="coordinator",

@@ -7,7 +7,6 @@ a K8s node and a SLURM node are counted the same.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 import pytest
 
 from slonkd.core.log_events import COORDINATOR_SYNCED
-from slonkd_sandbox.daemon import Coordinators, coordinator_env
+from slonkd_sandbox.daemon import Coordinators
+from slonkd_sandbox.fleet import LEASE_TIMINGS, FleetShape
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
-from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
+from slonkd_sandbox.workloads import spread_over_nodes
 from tests.e2e.conftest import set_unschedulable
 from tests.rig import OnRig, Rig
 
@@ -30,9 +29,7 @@ CONFIG: dict[str, Any] = {
     "failure_grace_s": 1,
     "unready_grace_s": 3600,
     "remediate": False,
-    "lease_duration_s": 6,
-    "renew_deadline_s": 4,
-    "retry_period_s": 1,
+    **LEASE_TIMINGS,
     "api_host": "127.0.0.1",
     "api_port": 0,
 }
@@ -93,37 +90,22 @@ def big_fleet(
     big_config: dict[str, Any],
     coordinators: Coordinators,
 ) -> BigFleet:
-    """100 pods, one per kwok node, 2 real slurmd and 98 declared SLURM nodes; a coordinator."""
-    slurm = rig.slurm_factory(
-        SlurmLayout(nodes=("w-0",), extra_prefix="w-", extra_nodes=PODS - 1, slurmd_timeout_s=3600)
+    """100 pods, one per kwok node, 1 real slurmd and 99 declared SLURM nodes; a coordinator."""
+    shape = FleetShape(
+        slurmds=1, declared=PODS - 1, kube_nodes=PODS, slurmd_timeout_s=3600, coordinator=big_config
     )
-    label = {"slonk.dev/test": rig.namespace}
-    kube_nodes = rig.kube.add_fake_nodes([rig.unique(f"s{i}") for i in range(PODS)], labels=label)
-    sts = worker_statefulset("w", replicas=PODS, node_selector=label, standin=False)
+    slurm = rig.slurm_factory(shape.layout())
+    build = rig.fleet(shape)
+    kube_nodes = build.add_kube_nodes("s", untainted_s=None)
+    sts = build.statefulset(standin=False)
     spread_over_nodes(sts)
-    rig.create_statefulset(sts)
-
-    def placed() -> dict[str, str]:
-        items = rig.kube.api.request("GET", f"/api/v1/namespaces/{rig.namespace}/pods")["items"]
-        return {
-            p["metadata"]["name"]: p["spec"]["nodeName"]
-            for p in items
-            if p.get("status", {}).get("phase") == "Running"
-        }
-
-    wait_for(f"{PODS} pods Running", lambda: len(placed()) == PODS, timeout_s=180)
-    placement = placed()
+    build.create(sts)
+    placement = build.wait_running(f"{PODS} pods Running", timeout_s=180)
     assert len(set(placement.values())) == PODS  # one pod a K8s node
     assert set(placement.values()) <= set(kube_nodes)
     time.sleep(2)  # Ready for longer than failure_grace_s
-    config = rig.tmp_path / "coordinator.json"
-    config.write_text(json.dumps(big_config))
-    env = coordinator_env(
-        namespace=rig.namespace,
-        kubeconfig=rig.kube.kubeconfig,
-        slurm_conf=slurm.conf,
-        SLONKD_CONFIG=str(config),
-    )
+    config = build.coordinator_config(rig.tmp_path / "coordinator.json")
+    env = build.coordinator_env(slurm.conf, SLONKD_CONFIG=str(config))
     coordinators.start(env, timeout_s=60)  # until it is synced; stopped at the end
     return BigFleet(
         rig=rig,

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from slonkd_sandbox.procs import wait_for
-from tests.e2e import test_coordinator
-from tests.e2e.test_coordinator import BASE_CONFIG, Fleet
+from tests.e2e import coordinator_fleet
+from tests.e2e.coordinator_fleet import BASE_CONFIG, Fleet
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
 
-coordinator_config = test_coordinator.coordinator_config
-fleet_slurm = test_coordinator.fleet_slurm
-fleet = test_coordinator.fleet
+coordinator_config = coordinator_fleet.coordinator_config
+fleet_slurm = coordinator_fleet.fleet_slurm
+fleet = coordinator_fleet.fleet
 
 BAD = "w-5"
 PARTNERS = ["w-1", "w-2", "w-3"]

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from slonkd.runtime.agent.requeue_report import report_url
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubelet import KubeletStandIn
+from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import HarnessError, free_ports, wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import worker_statefulset
 from tests.e2e.checkpointing import (
     REQUEUE_SECONDS,

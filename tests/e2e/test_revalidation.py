@@ -19,11 +19,11 @@ import pytest
 
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.sampling import Sampler
-from tests.e2e import test_health_path
+from tests.e2e import health_path_fleet
 from tests.e2e.conftest import AgentProcess
-from tests.e2e.test_health_path import FleetOptions, HealthFleet
+from tests.e2e.health_path_fleet import FleetOptions, HealthFleet
 
-health_fleet = test_health_path.health_fleet
+health_fleet = health_path_fleet.health_fleet
 """The health path's fleet: workers with agents (gated slurmd checks), mosquitto, a leader."""
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm, pytest.mark.mqtt]

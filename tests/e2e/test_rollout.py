@@ -27,7 +27,7 @@ from slonkd.core.log_events import COORDINATOR_API_LISTENING, ROLLOUT_WATCHING
 from slonkd.core.rollout_phase import REVISION_LABEL
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import pod_disruption_budget, spread_over_nodes, worker_statefulset
 from tests.e2e.checkpointing import checkpointing_job
 from tests.e2e.conftest import GRACE_S, PRESTOP, AgentProcess, read_json_log

@@ -29,8 +29,8 @@ from slonkd_sandbox.dashboard import (
     sandbox_urls,
 )
 from slonkd_sandbox.prometheus import Prometheus
-from slonkd_sandbox.sandbox import commands, descendants, proc_start_time
-from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
+from slonkd_sandbox.sandbox.demo import OPERATOR_REASON
+from slonkd_sandbox.sandbox.run import commands, descendants, proc_start_time
 from tests.e2e.sandbox_cli import (
     private_sandbox_dir,
     processes_naming,

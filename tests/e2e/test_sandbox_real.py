@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.sandbox import descendants, proc_start_time
-from slonkd_sandbox.sandbox_demo import OPERATOR_REASON
+from slonkd_sandbox.sandbox.demo import OPERATOR_REASON
+from slonkd_sandbox.sandbox.run import descendants, proc_start_time
 from tests.e2e.sandbox_cli import (
     private_sandbox_dir,
     processes_naming,

@@ -22,10 +22,10 @@ import pytest
 
 from slonkd.core.topology import leaf_membership, stamped_hash
 from slonkd_sandbox.daemon import Coordinators, Daemon, coordinator_env
-from slonkd_sandbox.kube import KubeCluster
-from slonkd_sandbox.kubeapi import ApiError
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.procs import HarnessError, wait_for
-from slonkd_sandbox.slurm import SlurmLayout
+from slonkd_sandbox.slurm.cluster import SlurmLayout
 from slonkd_sandbox.workloads import spread_over_nodes, worker_statefulset
 from tests.rig import OnRig, Rig
 

@@ -6,12 +6,19 @@ the elector, and :func:`coordinator_with`, a :class:`~slonkd.runtime.coordinatin
 built on them with its informers' caches filled by hand. Used by ``test_coordinator_pass``,
 ``test_coordinator_term_start`` and ``_end``, ``test_coordinator_first_pass``,
 ``test_budget_gate``, ``test_rollout_pause``, ``test_log_context``, ``test_slurm_port`` and
-others; no test lives here.
+others. Below them, the views :func:`~slonkd.core.decide.decide` is given (:func:`view` of
+worker w-0 with its :func:`slurm` node, :func:`pod` and :func:`knode`, :data:`POLICY` at
+:data:`NOW`), used by ``test_decide*``, ``test_status``, ``test_job_outcomes``,
+``test_job_places``, ``test_revalidation`` and two contract tests. No test lives here, and
+no test imports another test file for a fake. Neighbours: :mod:`tests.unit.pods`
+(:func:`~tests.unit.pods.running_pod`), :mod:`slonkd_sandbox.fleet` (the fleets of the
+end-to-end tests and benchmarks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
@@ -25,15 +32,24 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.health import ok
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
+    HOLD_KEY,
+    SLURM_HEALTHY,
+    TAINTS_BY_ANNOTATION,
     KubeNodeName,
     Node,
+    NodeCondition,
     Pod,
+    PodName,
+    PodPhase,
     Taint,
     TaintEffect,
+    encode_taint_record,
 )
+from slonkd.core.plan import NodeView, Plan, Policy, Writer
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
@@ -280,3 +296,99 @@ def listed_at_once(informer: Informer[Any]) -> Callable[[], Coroutine[Any, Any, 
         await asyncio.Event().wait()
 
     return run
+
+
+# -- the views decide() and its users are given: one worker w-0 on K8s node kn-0 --------------
+
+NOW = 10_000.0
+POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
+
+
+def slurm(state: str = "IDLE", reason: str = "", causes: tuple[str, ...] = ()) -> SlurmNode:
+    """A SLURM node w-0 in ``state`` with ``reason`` and slonkd causes in extra."""
+    base, *flags = state.split("+")
+    extra = json.dumps({"slonkd": list(causes)}) if causes else ""
+    return SlurmNode(
+        name=NodeName("w-0"), state=NodeState.from_tokens(base, flags), reason=reason, extra=extra
+    )
+
+
+def pod(
+    *,
+    ready: bool = True,
+    terminating: bool = False,
+    phase: PodPhase = PodPhase.RUNNING,
+    name: str = "w-0",
+    on: str = "kn-0",
+) -> Pod:
+    """Worker pod ``name`` (w-0) on K8s node ``on`` (kn-0)."""
+    return Pod(
+        name=PodName(name),
+        namespace="slonk",
+        uid="u1",
+        resource_version="1",
+        node_name=KubeNodeName(on),
+        phase=phase,
+        ready=ready,
+        deletion_timestamp="2026-11-30T00:00:00Z" if terminating else None,
+    )
+
+
+def knode(
+    *,
+    cordoned: bool = False,
+    by_slonkd: bool = False,
+    taints: tuple[Taint, ...] = (),
+    ready: bool = True,
+    held: bool = False,
+    healthy: bool | None = None,
+    deleting: bool = False,
+    added: tuple[Taint, ...] | None = None,
+    name: str = "kn-0",
+) -> Node:
+    """K8s node ``name`` (kn-0) with the given marks.
+
+    ``added``: the taints slonkd's record lists (None: every ``slonk.dev/`` one in ``taints``).
+    """
+    conditions = [NodeCondition(type="Ready", status="True" if ready else "False")]
+    if healthy is not None:
+        conditions.append(NodeCondition(type=SLURM_HEALTHY, status="True" if healthy else "False"))
+    annotations = {CORDONED_BY_ANNOTATION: "slonkd"} if by_slonkd else {}
+    record = encode_taint_record(
+        t.identity for t in (added if added is not None else taints) if t.slonk_key
+    )
+    if record is not None:
+        annotations[TAINTS_BY_ANNOTATION] = record
+    return Node(
+        name=KubeNodeName(name),
+        uid="n1",
+        resource_version="1",
+        unschedulable=cordoned,
+        taints=taints,
+        conditions=tuple(conditions),
+        annotations=annotations,
+        labels={HOLD_KEY: "true"} if held else {},
+        deletion_timestamp="2026-11-30T00:00:00Z" if deleting else None,
+    )
+
+
+def view(**kw: Any) -> NodeView:
+    """A settled healthy view, with ``kw`` overriding fields."""
+    base: dict[str, Any] = {
+        "node": NodeName("w-0"),
+        "now": NOW,
+        "slurm": slurm(),
+        "pod": pod(),
+        "kube_node": knode(),
+        "pod_ready_since": NOW - 3600,
+        "health": {"gpu": ok("gpu")},
+    }
+    base.update(kw)
+    return NodeView(**base)
+
+
+def kinds(plan: Plan, writer: Writer | None = None) -> list[tuple[str, str]]:
+    """(kind, cause) of a plan's actions, optionally of one writer."""
+    return [
+        (a.kind.value, str(a.cause)) for a in plan.actions if writer is None or a.writer is writer
+    ]

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from tests.unit.test_chart_render import helm
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render

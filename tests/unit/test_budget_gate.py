@@ -46,7 +46,7 @@ from tests.unit.coordinator_fakes import (
     saw,
 )
 from tests.unit.pods import running_pod
-from tests.unit.test_rollout import STS
+from tests.unit.rollout_fakes import STS
 
 WORKERS = 6
 """Pool ``w`` of six workers, limit one: ``max_out`` 1 (the percentage allows all)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from tests.unit.test_chart_render import Obj, helm, one, render, slurm_conf
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.chart.helm import Helm
 from tests.unit.test_chart_render import helm, one, render, slurm_conf
 
 __all__ = ["helm"]  # the module-scoped fixture, shared

@@ -2,7 +2,7 @@
 
 ``tests/e2e/test_chart_real.py`` asserts, on the live pods, that no Secret and no static MQTT
 credential reaches the slonkd-agent container and that its token file is a projected
-ServiceAccount token for the coordinator's audience (:mod:`slonkd_sandbox.chart_bus`). Here
+ServiceAccount token for the coordinator's audience (:mod:`slonkd_sandbox.chart.bus`). Here
 the same helpers read ``helm template``'s pods: the chart passes, and each way a password
 could be handed to the agent instead is caught, so the real-node assertion can fail.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd_sandbox.chart_bus import container, env_value, projected_token, secret_sources
-from slonkd_sandbox.helm import Helm
+from slonkd_sandbox.chart.bus import container, env_value, projected_token, secret_sources
+from slonkd_sandbox.chart.helm import Helm
 from slonkd_sandbox.toolchain import ensure_tools
 
 Obj = dict[str, Any]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from slonkd.cli import agent, config_cmd, coordinator
-from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from slonkd_sandbox.procs import HarnessError
 from slonkd_sandbox.toolchain import ensure_tools
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from slonkd_sandbox.toolchain import ensure_tools
 
 MULTI_POOL = CHART_DIR / "ci" / "multi-pool-values.yaml"

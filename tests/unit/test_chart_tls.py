@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from slonkd_sandbox.helm import CHART_DIR, Helm
+from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.unit.test_chart_render import _container_env, helm, kinds, one, render
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from slonkd.cli.main import main
-from slonkd_sandbox import sandbox, sandbox_ctl
+from slonkd_sandbox.sandbox import ctl as sandbox_ctl
+from slonkd_sandbox.sandbox import run as sandbox
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from slonkd_sandbox.chart.helm import Helm
 from slonkd_sandbox.dashboard import DASHBOARD, METRIC_NAME, load, queries
-from slonkd_sandbox.helm import Helm
 from tests.unit.test_chart_render import helm
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render

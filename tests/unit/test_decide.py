@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -13,117 +11,11 @@ from hypothesis import strategies as st
 from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, Remediation, Verdict, fail, ok
 from slonkd.core.kube_actions import FAILURE_TAINT
-from slonkd.core.kube_objects import (
-    CORDONED_BY_ANNOTATION,
-    HOLD_KEY,
-    SLURM_HEALTHY,
-    TAINTS_BY_ANNOTATION,
-    KubeNodeName,
-    Node,
-    NodeCondition,
-    Pod,
-    PodName,
-    PodPhase,
-    Taint,
-    TaintEffect,
-    encode_taint_record,
-)
-from slonkd.core.plan import Action, Kind, NodeView, Plan, Policy, Remediations, Writer
+from slonkd.core.kube_objects import Taint, TaintEffect
+from slonkd.core.plan import Action, Kind, NodeView, Policy, Remediations, Writer
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
-from slonkd.core.slurm_node import DrainStatus, NodeName, NodeState, SlurmNode
-
-NOW = 10_000.0
-POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
-
-
-def slurm(state: str = "IDLE", reason: str = "", causes: tuple[str, ...] = ()) -> SlurmNode:
-    """A SLURM node w-0 in ``state`` with ``reason`` and slonkd causes in extra."""
-    base, *flags = state.split("+")
-    extra = json.dumps({"slonkd": list(causes)}) if causes else ""
-    return SlurmNode(
-        name=NodeName("w-0"), state=NodeState.from_tokens(base, flags), reason=reason, extra=extra
-    )
-
-
-def pod(
-    *,
-    ready: bool = True,
-    terminating: bool = False,
-    phase: PodPhase = PodPhase.RUNNING,
-    name: str = "w-0",
-    on: str = "kn-0",
-) -> Pod:
-    """Worker pod ``name`` (w-0) on K8s node ``on`` (kn-0)."""
-    return Pod(
-        name=PodName(name),
-        namespace="slonk",
-        uid="u1",
-        resource_version="1",
-        node_name=KubeNodeName(on),
-        phase=phase,
-        ready=ready,
-        deletion_timestamp="2026-11-30T00:00:00Z" if terminating else None,
-    )
-
-
-def knode(
-    *,
-    cordoned: bool = False,
-    by_slonkd: bool = False,
-    taints: tuple[Taint, ...] = (),
-    ready: bool = True,
-    held: bool = False,
-    healthy: bool | None = None,
-    deleting: bool = False,
-    added: tuple[Taint, ...] | None = None,
-    name: str = "kn-0",
-) -> Node:
-    """K8s node ``name`` (kn-0) with the given marks.
-
-    ``added``: the taints slonkd's record lists (None: every ``slonk.dev/`` one in ``taints``).
-    """
-    conditions = [NodeCondition(type="Ready", status="True" if ready else "False")]
-    if healthy is not None:
-        conditions.append(NodeCondition(type=SLURM_HEALTHY, status="True" if healthy else "False"))
-    annotations = {CORDONED_BY_ANNOTATION: "slonkd"} if by_slonkd else {}
-    record = encode_taint_record(
-        t.identity for t in (added if added is not None else taints) if t.slonk_key
-    )
-    if record is not None:
-        annotations[TAINTS_BY_ANNOTATION] = record
-    return Node(
-        name=KubeNodeName(name),
-        uid="n1",
-        resource_version="1",
-        unschedulable=cordoned,
-        taints=taints,
-        conditions=tuple(conditions),
-        annotations=annotations,
-        labels={HOLD_KEY: "true"} if held else {},
-        deletion_timestamp="2026-11-30T00:00:00Z" if deleting else None,
-    )
-
-
-def view(**kw: Any) -> NodeView:
-    """A settled healthy view, with ``kw`` overriding fields."""
-    base: dict[str, Any] = {
-        "node": NodeName("w-0"),
-        "now": NOW,
-        "slurm": slurm(),
-        "pod": pod(),
-        "kube_node": knode(),
-        "pod_ready_since": NOW - 3600,
-        "health": {"gpu": ok("gpu")},
-    }
-    base.update(kw)
-    return NodeView(**base)
-
-
-def kinds(plan: Plan, writer: Writer | None = None) -> list[tuple[str, str]]:
-    """(kind, cause) of a plan's actions, optionally of one writer."""
-    return [
-        (a.kind.value, str(a.cause)) for a in plan.actions if writer is None or a.writer is writer
-    ]
+from slonkd.core.slurm_node import DrainStatus, NodeName
+from tests.unit.coordinator_fakes import NOW, POLICY, kinds, knode, pod, slurm, view
 
 
 def test_healthy_node_needs_nothing() -> None:

@@ -13,7 +13,7 @@ from slonkd.core.health import Remediation, fail
 from slonkd.core.kube_actions import FAILURE_TAINT
 from slonkd.core.kube_objects import Taint, TaintEffect
 from slonkd.core.plan import Kind
-from tests.unit.test_decide import POLICY, knode, view
+from tests.unit.coordinator_fakes import POLICY, knode, view
 
 
 def test_failure_taint_is_budgeted_like_the_cordon() -> None:

@@ -17,7 +17,7 @@ from slonkd.core.kube_objects import (
 )
 from slonkd.core.plan import Kind, Plan
 from slonkd.core.slurm_node import NodeName
-from tests.unit.test_decide import NOW, POLICY, knode, pod, slurm, view
+from tests.unit.coordinator_fakes import NOW, POLICY, knode, pod, slurm, view
 
 MARKED = knode(
     cordoned=True,

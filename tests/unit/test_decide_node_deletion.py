@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from slonkd.core.decide import decide
 from slonkd.core.plan import Kind, Writer
-from tests.unit.test_decide import POLICY, kinds, knode, slurm, view
+from tests.unit.coordinator_fakes import POLICY, kinds, knode, slurm, view
 
 
 def test_deletion_drains_first_and_neither_requeues_nor_downs() -> None:

@@ -15,7 +15,7 @@ from slonkd.core.kube_objects import (
     encode_taint_record,
 )
 from slonkd.core.plan import Kind, Remediations
-from tests.unit.test_decide import POLICY, knode, slurm, view
+from tests.unit.coordinator_fakes import POLICY, knode, slurm, view
 
 OPERATORS = (
     Taint(key=MANUAL_TAINT, effect=TaintEffect.NO_SCHEDULE, value="psu-swap"),

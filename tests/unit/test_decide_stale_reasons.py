@@ -12,7 +12,7 @@ from datetime import datetime
 from slonkd.core.decide import decide
 from slonkd.core.plan import Writer
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
-from tests.unit.test_decide import NOW, POLICY, kinds, knode, pod, view
+from tests.unit.coordinator_fakes import NOW, POLICY, kinds, knode, pod, view
 
 
 def leftover(reason: str, *, state: str = "IDLE", at: float = NOW - 60) -> SlurmNode:

@@ -19,7 +19,7 @@ from slonkd.core.decide import decide
 from slonkd.core.kube_objects import Taint, TaintEffect, Toleration, TolerationOperator
 from slonkd.core.plan import NodeView
 from slonkd.core.tolerations import tolerated
-from tests.unit.test_decide import POLICY, kinds, knode, pod, slurm, view
+from tests.unit.coordinator_fakes import POLICY, kinds, knode, pod, slurm, view
 
 EXISTS, EQUAL = TolerationOperator.EXISTS, TolerationOperator.EQUAL
 NO_SCHEDULE, NO_EXECUTE = TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from slonkd_sandbox import daemon, procs, toolchain
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_conf import render_slurm_conf
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from slonkd_sandbox.slurm.conf import render_slurm_conf
 
 
 def test_slurm_conf_keeps_every_path_under_the_root_and_ports_distinct() -> None:

@@ -23,7 +23,7 @@ from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
-from tests.unit.test_decide import POLICY, kinds, pod, slurm, view
+from tests.unit.coordinator_fakes import POLICY, kinds, pod, slurm, view
 
 BAD = NodeName("w-0")
 SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5, infrastructure_exit_codes=(42,))

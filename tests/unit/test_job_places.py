@@ -24,13 +24,16 @@ from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
+from slonkd_sandbox.fleet import FleetShape
+from tests.unit.coordinator_fakes import POLICY, view
 from tests.unit.pods import running_pod
-from tests.unit.test_decide import POLICY, view
 
 T0 = 1_800_000_000.0
 """The tests' history starts here (seconds since the epoch)."""
 BAD = NodeName("w-0")
 SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5)
+SHAPE = FleetShape(slurmds=10, kube_nodes=10)
+"""Ten workers w-0 ... w-9, one a K8s node (kn-0 ... kn-9): the names only, nothing runs."""
 
 
 def _stamp(t: float) -> str:
@@ -57,7 +60,10 @@ def _job(
 
 
 class Fleet:
-    """A JobOutcomes fed with pod events at a scripted time, as the coordinator feeds it."""
+    """A JobOutcomes fed with pod events at a scripted time, as the coordinator feeds it.
+
+    It starts with :data:`SHAPE`'s pods, each a day old.
+    """
 
     def __init__(self, settings: JobBlameSettings = SETTINGS) -> None:
         self.now = T0
@@ -67,8 +73,9 @@ class Fleet:
 
         self.outcomes = JobOutcomes(settings, never, lambda: None, clock=lambda: self.now)
         self.pods: dict[str, Pod] = {}
-        for i in range(10):
-            self.event(EventType.ADDED, _pod(f"w-{i}", f"u{i}", on=f"kn-{i}", created=T0 - 86400))
+        placed = zip(SHAPE.names, SHAPE.kube_node_names("kn-"), strict=True)
+        for i, (name, kube_node) in enumerate(placed):
+            self.event(EventType.ADDED, _pod(name, f"u{i}", on=kube_node, created=T0 - 86400))
 
     def event(self, kind: EventType, pod: Pod, at: float | None = None) -> None:
         """The pod cache's event for ``pod`` at ``at`` (default: now)."""

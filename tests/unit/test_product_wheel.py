@@ -70,6 +70,13 @@ def test_the_harness_is_its_own_distribution_with_the_sandbox_command() -> None:
         "sandbox": "slonkd_sandbox.command"
     }
     assert project["tool"]["setuptools"]["package-dir"] == {"slonkd_sandbox": "."}
+    harness = ROOT / "slonkd_sandbox"
+    subpackages = sorted(
+        ".".join(("slonkd_sandbox", *p.parent.relative_to(harness).parts))
+        for p in harness.rglob("__init__.py")
+        if "build" not in p.relative_to(harness).parts
+    )
+    assert project["tool"]["setuptools"]["packages"] == subpackages
     assert project["tool"]["setuptools"]["package-data"] == {"slonkd_sandbox": ["stages/*.yaml"]}
     assert sorted(p.name for p in (ROOT / "slonkd_sandbox" / "stages").glob("*.yaml"))
 

@@ -24,7 +24,7 @@ from slonkd.core.revalidation import (
     failed_checks,
     judge,
 )
-from tests.unit.test_decide import NOW, kinds, slurm, view
+from tests.unit.coordinator_fakes import NOW, kinds, slurm, view
 
 RP = RevalidationPolicy(timeout_s=600, recheck_s=30)
 POLICY = Policy(failure_grace_s=120, unready_grace_s=60, revalidation=RP)

@@ -44,7 +44,7 @@ from tests.unit.coordinator_fakes import (
     FakeSlurm,
     FakeStore,
 )
-from tests.unit.test_rollout import DRAINED, ROOMY, STS, fleet, node, pod, view
+from tests.unit.rollout_fakes import DRAINED, ROOMY, STS, fleet, node, pod, view
 
 NAME = "w-0"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from slonkd_sandbox import sandbox_ctl
+from slonkd_sandbox.sandbox import ctl as sandbox_ctl
 
 
 class _Running:
@@ -46,7 +46,7 @@ def test_the_lines_written_as_the_state_turns_ready_are_shown(
         return {"ready": True}
 
     monkeypatch.setattr(sandbox_ctl, "read_state", read_state)
-    monkeypatch.setattr("slonkd_sandbox.sandbox_ctl.time.sleep", lambda _s: None)
+    monkeypatch.setattr("slonkd_sandbox.sandbox.ctl.time.sleep", lambda _s: None)
     proc: Any = _Running()
     ready = sandbox_ctl.follow(tmp_path, log, proc, deadline=time.monotonic() + 30)
     shown = capsys.readouterr().out

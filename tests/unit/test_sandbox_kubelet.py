@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slonkd_sandbox.kubeapi import ApiError
-from slonkd_sandbox.kubelet import _StandIn
+from slonkd_sandbox.kube.api import ApiError
+from slonkd_sandbox.kube.kubelet import _StandIn
 
 
 class _Api:

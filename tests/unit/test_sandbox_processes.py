@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slonkd_sandbox.sandbox import commands
+from slonkd_sandbox.sandbox.run import commands
 
 COORD = "python3 -m slonkd.cli.main coordinator"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slonkd_sandbox import command as cli
-from slonkd_sandbox.sandbox_real import _write_env, host_leftovers, ssh_argv
+from slonkd_sandbox.sandbox.real import _write_env, host_leftovers, ssh_argv
 
 
 def _state(tmp_path: Path) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def test_the_command_running_down_is_not_a_leftover(tmp_path: Path) -> None:
     """`sudo slonkd sandbox down --dir DIR` names DIR: down's own ancestors never count."""
     state = {**_state(tmp_path), "leftovers": []}
     script = (
-        "import json, sys; from slonkd_sandbox.sandbox_real import host_leftovers;"
+        "import json, sys; from slonkd_sandbox.sandbox.real import host_leftovers;"
         " print(json.dumps(host_leftovers(json.loads(sys.argv[1]))))"
     )
     # the parent shell's command line names the directory, as sudo's or time's would

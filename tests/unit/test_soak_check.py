@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import pytest
 
@@ -160,10 +160,14 @@ def test_i3_judges_a_write_when_its_lease_was_checked_not_when_it_returned(
     assert checker.violations["I3"] == 2
 
 
-class _PoolW:
-    """The fleet's names, all the budget check asks: pool ``w`` of four (limit 1)."""
+def _pool(real: int = 0, declared: int = 0, kube_nodes: tuple[str, ...] = ()) -> SoakFleet:
+    """A soak fleet of ``real`` pods of pool w and ``declared`` of pool d, never started.
 
-    names: ClassVar[list[str]] = [f"w-{i}" for i in range(4)]
+    The budget check asks only its names (the pools' sizes give the limit), the pool-taint
+    check its K8s nodes too.
+    """
+    root = Path("/nonexistent")
+    return SoakFleet(root=root, real=real, declared=declared, kube_nodes=list(kube_nodes))
 
 
 def test_an_i4_violation_names_why_each_node_counts_and_the_leaders_records(
@@ -175,10 +179,11 @@ def test_an_i4_violation_names_why_each_node_counts_and_the_leaders_records(
     K8s node) and carries the leaders' last audit records on those nodes and K8s nodes.
     """
     timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
-    checker = Checker(fleet=cast(SoakFleet, _PoolW()), marks=Marks(), timeline=timeline)
-    slurm = {n: ("idle", "", "") for n in _PoolW.names}
+    fleet = _pool(real=4)  # pool w of four: limit 1
+    checker = Checker(fleet=fleet, marks=Marks(), timeline=timeline)
+    slurm = {n: ("idle", "", "") for n in fleet.names}
     slurm["w-2"] = ("drained", "slonkd:health:mount by slonkd", "slonkd")
-    pods = {n: {"spec": {"nodeName": f"k{n[-1]}"}} for n in _PoolW.names}
+    pods = {n: {"spec": {"nodeName": f"k{n[-1]}"}} for n in fleet.names}
     cordoned = {"metadata": {"name": "k3", "annotations": {CORDONED_BY_ANNOTATION: "x"}},
                 "spec": {"unschedulable": True}}  # fmt: skip
     knodes: dict[str, dict[str, Any]] = {f"k{i}": {"metadata": {"name": f"k{i}"}, "spec": {}}
@@ -201,16 +206,9 @@ def test_an_i4_violation_names_why_each_node_counts_and_the_leaders_records(
     assert [a["node"] for a in violation["audit"]] == ["w-2", "d-7"]
 
 
-class _Fleet:
-    """The fleet's names, all the budget check asks: pool ``d`` of five (limit 1)."""
-
-    def __init__(self) -> None:
-        self.names = [f"d-{i}" for i in range(5)]
-
-
 def _budget_checker(tmp_path: Path) -> Checker:
     timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
-    return Checker(fleet=cast(SoakFleet, _Fleet()), marks=Marks(), timeline=timeline)
+    return Checker(fleet=_pool(declared=5), marks=Marks(), timeline=timeline)  # limit 1
 
 
 def _snap(slurm: SlurmView) -> soak_check.Snapshot:
@@ -247,20 +245,12 @@ def test_a_node_the_rollout_holds_counts_toward_the_budget(tmp_path: Path) -> No
 
 def test_a_node_terminating_without_the_rollout_is_not_the_rollouts() -> None:
     """A pod deleted by the churn drains its node ``pod-terminating``: not budgeted, not held."""
-    checker = Checker(fleet=cast(SoakFleet, _Fleet()), marks=Marks(), timeline=cast(Any, None))
+    checker = Checker(fleet=_pool(declared=5), marks=Marks(), timeline=cast(Any, None))
     terminating = ("draining", "slonkd:pod-terminating pod is terminating", "slonkd")
     assert checker.rollout_holds({"d-3": terminating}) == set()
     operator = ("drained", REASON, "root")
     checker.rollout_held.add("d-4")
     assert checker.rollout_holds({"d-4": operator}) == set()  # someone else holds it now
-
-
-class _TaintedFleet:
-    """A fleet whose K8s nodes all carry the pool's tolerated taint (a managed GPU pool)."""
-
-    def __init__(self) -> None:
-        self.names = ["w-0", "w-1"]
-        self.kube_nodes = ["k0", "k1"]
 
 
 def test_a_drain_for_the_pools_tolerated_taint_or_its_loss_is_a_violation(tmp_path: Path) -> None:
@@ -270,7 +260,9 @@ def test_a_drain_for_the_pools_tolerated_taint_or_its_loss_is_a_violation(tmp_pa
     the taint disappearing from a node means someone removed what the pool is made of.
     """
     timeline = Timeline(tmp_path / "timeline.jsonl", time.time())
-    checker = Checker(fleet=cast(SoakFleet, _TaintedFleet()), marks=Marks(), timeline=timeline)
+    checker = Checker(
+        fleet=_pool(real=2, kube_nodes=("k0", "k1")), marks=Marks(), timeline=timeline
+    )
     gpu = dict(soak_fleet.POOL_TAINT)
     knodes = {
         "k0": {"metadata": {"name": "k0"}, "spec": {"taints": [gpu]}},

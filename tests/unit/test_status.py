@@ -7,7 +7,7 @@ import json
 from slonkd.cli.ops import render_table
 from slonkd.core.decide import decide
 from slonkd.core.status import explain, node_row
-from tests.unit.test_decide import POLICY, knode, slurm, view
+from tests.unit.coordinator_fakes import POLICY, knode, slurm, view
 
 
 def test_an_operator_drain_shows_its_owner_and_no_drift() -> None:

@@ -24,8 +24,8 @@ from typing import Any
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm import SlurmCluster, SlurmLayout
-from slonkd_sandbox.slurm_chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 HERE = Path(__file__).resolve().parent
 
