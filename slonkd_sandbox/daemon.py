@@ -178,6 +178,9 @@ def loopback_api(config: Mapping[str, Any]) -> dict[str, Any]:
     would both ask for it ("address already in use"), so a harness coordinator gets
     127.0.0.1:0 (the port it got is logged as ``coordinator.api_listening``).
     """
+    section = config.get("coordinator")
+    if isinstance(section, Mapping):  # the configuration tree: the coordinator's section
+        return {**config, "coordinator": loopback_api(section)}
     if "api_port" in config:
         return dict(config)
     return {"api_host": "127.0.0.1", **config, "api_port": 0}
@@ -246,7 +249,7 @@ class Coordinators:
             data = json.loads(config.read_text())
         except (OSError, ValueError):
             return config
-        if isinstance(data, dict) and "api_port" not in data:
+        if isinstance(data, dict) and loopback_api(data) != data:
             config.write_text(json.dumps(loopback_api(data)))
         return config
 

@@ -1,7 +1,11 @@
-"""Settings shared by the long-running commands: the optional JSON file and MQTT from env.
+"""Settings shared by the roles: their section of the one JSON file, and MQTT from env.
 
-``SLONKD_CONFIG`` names a JSON object whose keys override the environment's values; keys a
-command does not know are refused (a typo must not pass silently). MQTT comes from
+``SLONKD_CONFIG`` names the JSON file of the configuration tree
+(:mod:`slonkd.runtime.config_root`): :func:`role_section` takes a role's section from it
+and lays it over the values the fields' variables set (:mod:`slonkd.core.config_sources`);
+keys a role does not know are refused when its section is built (a typo must not pass
+silently). Old flat files and old variables still load, each with a deprecation line
+(:func:`deprecations`, printed once the settings are good). MQTT comes from
 ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
 (or ``SLONKD_MQTT_PASSWORD_FILE``); ``SLONKD_MQTT_TLS_CA_FILE`` (a PEM CA bundle) makes
 every MQTT client of the process connect with TLS and verify the broker against it. Every
@@ -11,27 +15,78 @@ problem is a ValueError with a one-line reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Set
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slonkd.adapters.bus.client import BusSettings, tls_context
+from slonkd.core.config_sources import env_tree, lift_old_keys, merge
 
 
-def config_file(env: Mapping[str, str], known: Set[str]) -> dict[str, Any]:
-    """The JSON object in ``$SLONKD_CONFIG`` (empty when unset), with only ``known`` keys."""
+def role_section(
+    env: Mapping[str, str],
+    role: str,
+    cls: type[Any],
+    notes: list[str],
+    renamed: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The JSON object of ``role``'s section: the file's over the environment's values.
+
+    The file (``$SLONKD_CONFIG``; none when unset) holds the whole tree or only ``role``'s
+    section, or, deprecated, an old flat per-role file (the section's keys at the top, with
+    the old flat aliases of nested keys). The values the fields' variables set lie under it.
+    Each deprecated file, key or variable read adds one line naming the new key to ``notes``;
+    ``renamed`` gets the old flat keys read (for :func:`~slonkd.core.config_sources.say_old_names`).
+    """
+    doc, path = _read(env)
+    flat = bool(doc) and not set(doc) & set(ROOT_KEYS)
+    if flat:
+        notes.append(
+            f"SLONKD_CONFIG {path}: a flat {role} file is deprecated: "
+            f'put its keys under "{role}" (slonkd config schema)'
+        )
+        raw: Any = doc
+    else:
+        unknown = sorted(set(doc) - set(ROOT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"SLONKD_CONFIG {path}: unknown keys {unknown} (sections: {ROOT_KEYS})"
+            )
+        raw = doc.get(role) or {}
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"SLONKD_CONFIG {path}: {role} must be a JSON object")
+    lifted, old = lift_old_keys(
+        cls, raw, path=role, old_prefix="" if flat else f"{role}.", renamed=renamed
+    )
+    from_env, old_env = env_tree(cls, env, path=role)
+    notes += old + old_env
+    return merge(from_env, lifted)
+
+
+ROOT_KEYS = ("agent", "coordinator", "prestop")
+"""The tree's sections (:data:`slonkd.runtime.config_root.ROLES`, kept here to read a file
+without importing every role's runtime; tests/unit/test_config_root.py holds them equal)."""
+
+
+def _read(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+    """The JSON object in ``$SLONKD_CONFIG`` and its path (empty when unset)."""
     path = env.get("SLONKD_CONFIG")
     if not path:
-        return {}
+        return {}, ""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read SLONKD_CONFIG {path}: {exc}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"SLONKD_CONFIG {path}: not a JSON object")
-    if set(doc) - known:
-        raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {sorted(set(doc) - known)}")
-    return doc
+    return doc, path
+
+
+def deprecations(command: str, notes: list[str]) -> None:
+    """Print each deprecation line once on stderr, as ``slonkd COMMAND: deprecated: ...``."""
+    for note in dict.fromkeys(notes):
+        print(f"slonkd {command}: deprecated: {note}", file=sys.stderr)
 
 
 def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:
@@ -89,12 +144,3 @@ def ca_file(env: Mapping[str, str], key: str) -> str | None:
     except ValueError as exc:
         raise ValueError(f"{key}: {exc}") from None
     return path
-
-
-def env_values(env: Mapping[str, str], table: Mapping[str, str]) -> dict[str, str]:
-    """The file keys ``table`` maps to an environment variable set (non-empty) in ``env``.
-
-    A role's ``ENV`` table is the one place saying which variable sets which key; the
-    file's value wins over the variable's, the settings class's default over neither.
-    """
-    return {key: env[var] for key, var in table.items() if env.get(var)}

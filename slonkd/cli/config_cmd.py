@@ -1,16 +1,18 @@
-"""``slonkd config``: the coordinator's and the agent's config files, described and checked.
+"""``slonkd config``: the configuration tree of every role, described and checked.
 
-``slonkd config schema ROLE`` prints the JSON Schema of the file ``SLONKD_CONFIG`` names for
-``slonkd coordinator`` or ``slonkd agent``: every key with its type, default and description,
-taken from the settings classes themselves (:mod:`slonkd.core.config_tree`; the keys are
-:func:`slonkd.cli.coordinator.file_keys` and :func:`slonkd.cli.agent.file_keys`), and as
-``x-env`` the environment variable that sets a key the file does not (the role's ``ENV``).
-``slonkd config check ROLE FILE`` loads FILE exactly as the role would (with this
-environment) and prints ``ok``, or the one-line reason and exits 2.
+``slonkd config schema`` (or ``all``) prints the JSON Schema of the file ``SLONKD_CONFIG``
+names: the root (:class:`~slonkd.runtime.config_root.SlonkdConfig`) with a section per role,
+``agent``, ``coordinator`` and ``prestop``; ``slonkd config schema ROLE`` prints one
+section. Every key has its type, default and description, taken from the settings classes
+themselves (:mod:`slonkd.core.config_tree`), and as ``x-env`` the environment variable that
+sets it when the file does not (``x-deprecated-env``: old variables that still do).
+``slonkd config check ROLE FILE`` (or ``all``) loads FILE exactly as the role would (with
+this environment) and prints ``ok``, or the one-line reason and exits 2; deprecated keys
+and variables are named on stderr, one line each.
 
-``slonkd config schema ROLE --chart`` prints the part of it the Helm chart leaves to its
-``coordinator.config``/``agent.config`` value: every key but those the chart writes itself
-(:data:`CHART_SETS`). The chart's values.schema.json carries it (``scripts/chart-schema``
+``slonkd config schema ROLE --chart`` prints the part of a section the Helm chart leaves to
+its ``coordinator.config``/``agent.config`` value: every key but those the chart writes
+itself (:data:`CHART_SETS`). The chart's values.schema.json carries it (``scripts/chart-schema``
 writes it there; tests/unit/test_chart_config.py fails when it is stale).
 """
 
@@ -25,13 +27,15 @@ import sys
 import textwrap
 from typing import Any
 
-from slonkd.cli import agent, coordinator
+from slonkd.cli import agent, coordinator, prestop
+from slonkd.cli.config import ROOT_KEYS, deprecations
+from slonkd.core.config_sources import old_keys
 from slonkd.core.config_tree import schema
-from slonkd.core.plan import Policy
-from slonkd.core.revalidation import RevalidationPolicy
 
 EXIT_BAD = 2
-ROLES = ("coordinator", "agent")
+SCHEMA = "https://json-schema.org/draft/2020-12/schema"
+CHART_ROLES = ("coordinator", "agent")
+"""The roles whose section the chart renders (prestop takes its flags from the chart)."""
 
 CHART_SETS: dict[str, frozenset[str]] = {
     "coordinator": frozenset({
@@ -39,10 +43,10 @@ CHART_SETS: dict[str, frozenset[str]] = {
         "namespace", "identity", "kubeconfig", "api_host",
         # from the chart's curated values (camelCase, e.g. coordinator.budget.maxOut)
         "cluster", "pod_selector", "lease_name", "lease_duration_s", "renew_deadline_s",
-        "retry_period_s", "failure_grace_s", "state_name", "api_port", "audit_path",
+        "retry_period_s", "policy.failure_grace_s", "policy.revalidation", "state_name",
+        "api_port", "audit_path",
         "audit_max_bytes", "audit_keep", "max_out", "max_out_percent", "mass_percent",
-        "dry_run", "fleet_metrics", "sdiag_s", "revalidate", "revalidate_timeout_s",
-        "revalidate_recheck_s", "revalidate_checks", "topology", "trigger_program", "job_blame",
+        "dry_run", "fleet_metrics", "sdiag_s", "topology", "trigger_program", "job_blame",
     }),
     "agent": frozenset({
         # from the pod (the downward API and the chart's wiring)
@@ -52,19 +56,20 @@ CHART_SETS: dict[str, frozenset[str]] = {
         "cluster", "health", "hysteresis",
     }),
 }  # fmt: skip
-"""Keys the chart writes into a role's file itself: one place in the chart for each key.
+"""Keys the chart writes into a role's section itself: one place in the chart for each key
+(``policy.failure_grace_s``: a nested key, the rest of ``policy`` is open).
 
-Every other key of the file is the chart's ``<role>.config`` (snake_case, merged over what
+Every other key of the section is the chart's ``<role>.config`` (snake_case, merged over what
 the chart renders: ``rollout`` keeps the chart's ``requeue_in_prestop`` next to an
-operator's ``max_parallel``)."""
+operator's ``max_parallel``, ``policy`` its graces next to an operator's ``remediate``)."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``config schema`` and ``config check``."""
     parser = sub.add_parser("config", help="describe or check a config file", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
-    show = verbs.add_parser("schema", help="print the JSON Schema of a role's config file")
-    show.add_argument("role", choices=ROLES)
+    show = verbs.add_parser("schema", help="print the JSON Schema of the tree or of one section")
+    show.add_argument("role", nargs="?", default="all", choices=(*ROOT_KEYS, "all"))
     show.add_argument(
         "--chart",
         action="store_true",
@@ -72,63 +77,79 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     show.set_defaults(func=main_schema)
     check = verbs.add_parser("check", help="load a config file as the role would; exit 2 if bad")
-    check.add_argument("role", choices=ROLES)
+    check.add_argument("role", choices=(*ROOT_KEYS, "all"))
     check.add_argument("file")
     check.set_defaults(func=main_check)
 
 
-def coordinator_schema() -> dict[str, Any]:
-    """The JSON Schema of the coordinator's config file (keys, types, defaults, descriptions)."""
-    from slonkd.runtime.coordinating import CoordinatorSettings
+def role_schema(role: str) -> dict[str, Any]:
+    """The JSON Schema of ``role``'s section (keys, types, defaults, descriptions, variables)."""
+    from slonkd.runtime.config_root import section_class
 
-    skip = coordinator.NOT_IN_FILE | {"topology"}
-    out = schema(CoordinatorSettings, describe=describe, skip=frozenset(skip))
-    out.pop("required", None)  # namespace and identity come from the environment too
+    cls = section_class(role)
+    out = schema(cls, describe=describe)
+    out.pop("required", None)  # the pod's names come from the environment too
     props = out["properties"]
-    props["topology"] = {
-        "anyOf": [{"type": "object"}, {"type": "null"}],
-        "default": None,
-        "description": describe(CoordinatorSettings, "topology")
-        + " (keys: slonkd.runtime.coordinating.topology_settings)",
-    }
-    _aliases(props, coordinator.POLICY_KEYS, Policy)
-    _aliases(props, coordinator.REVALIDATION_KEYS, RevalidationPolicy)
-    _env(props, coordinator.ENV)
+    if role == "coordinator":
+        props["topology"] = {
+            "anyOf": [{"type": "object"}, {"type": "null"}],
+            "default": None,
+            "description": describe(cls, "topology")
+            + " (keys: slonkd.runtime.coordinating.topology_settings)",
+        }
     out["properties"] = dict(sorted(props.items()))
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+    return {"$schema": SCHEMA, **out}
 
 
-def agent_schema() -> dict[str, Any]:
-    """The JSON Schema of the agent's config file (keys, types, defaults, descriptions)."""
-    from slonkd.runtime.agent.sidecar import AgentSettings
+def root_schema() -> dict[str, Any]:
+    """The JSON Schema of the whole tree: one section per role."""
+    from slonkd.runtime.config_root import ROLES, SlonkdConfig
 
-    out = schema(AgentSettings, describe=describe, skip=agent.NOT_IN_FILE)
-    out.pop("required", None)  # the pod's names come from the downward API
-    _aliases(out["properties"], {k: k for k in agent.POLICY_KEYS}, Policy)
-    _env(out["properties"], agent.ENV)
-    out["properties"] = dict(sorted(out["properties"].items()))
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+    sections = {}
+    for role in ROLES:
+        section = role_schema(role)
+        section.pop("$schema")
+        sections[role] = {**section, "description": describe(SlonkdConfig, role)}
+    return {
+        "$schema": SCHEMA,
+        "description": SlonkdConfig.__doc__ or "",
+        "type": "object",
+        "properties": sections,
+        "additionalProperties": False,
+    }
 
 
 def chart_schema(role: str) -> dict[str, Any]:
-    """The schema of the chart's ``<role>.config`` value: the file's keys the chart leaves open."""
-    doc = coordinator_schema() if role == "coordinator" else agent_schema()
+    """The schema of the chart's ``<role>.config`` value: the section's keys the chart leaves."""
+    doc = role_schema(role)
     doc.pop("$schema")
-    doc["properties"] = {k: v for k, v in doc["properties"].items() if k not in CHART_SETS[role]}
+    for key in CHART_SETS[role]:
+        *parents, last = key.split(".")
+        here = doc
+        for parent in parents:
+            here = here["properties"][parent]
+            here.get("default", {}).pop(last, None)
+        here["properties"].pop(last)
+    _old_flat_keys(doc, role)
     return doc
 
 
-def _env(props: dict[str, Any], table: dict[str, str]) -> None:
-    """Name each key's environment variable (``x-env``; the file's value wins over it)."""
-    for key, var in table.items():
-        props[key]["x-env"] = var
+def _old_flat_keys(doc: dict[str, Any], role: str) -> None:
+    """The old flat keys of the open nested ones, deprecated (an upgrade keeps its values)."""
+    from slonkd.runtime.config_root import section_class
 
-
-def _aliases(props: dict[str, Any], keys: dict[str, str], cls: type[Any]) -> None:
-    """The file's flat keys of ``cls``'s fields, typed, defaulted and described as those."""
-    one = schema(cls, describe=describe)["properties"]
-    for key, name in keys.items():
-        props[key] = one[name]
+    for old, nested in old_keys(section_class(role)).items():
+        here = doc
+        for part in nested:
+            here = here.get("properties", {}).get(part, {})
+        if here:
+            new = ".".join(nested)
+            doc["properties"][old] = {
+                **{k: v for k, v in here.items() if k != "description"},
+                "deprecated": True,
+                "description": f"Deprecated: {new} (read as it, with a deprecation line).",
+            }
+    doc["properties"] = dict(sorted(doc["properties"].items()))
 
 
 def describe(cls: type[Any], name: str) -> str:
@@ -164,26 +185,35 @@ def _docstrings(cls: type[Any]) -> dict[str, str]:
 def main_schema(args: argparse.Namespace) -> int:
     """Print the schema."""
     if args.chart:
+        if args.role not in CHART_ROLES:
+            print(f"slonkd config schema: --chart: one of {CHART_ROLES}", file=sys.stderr)
+            return EXIT_BAD
         doc = chart_schema(args.role)
     else:
-        doc = coordinator_schema() if args.role == "coordinator" else agent_schema()
+        doc = root_schema() if args.role == "all" else role_schema(args.role)
     print(json.dumps(doc, indent=2))
     return 0
 
 
 def main_check(args: argparse.Namespace) -> int:
-    """Load the file as the role would."""
+    """Load the file as the role (or every role) would."""
     env = {**os.environ, "SLONKD_CONFIG": args.file}
     for name, value in (("POD_NAMESPACE", "default"), ("POD_NAME", "w-0"), ("NODE_NAME", "n-0")):
         env.setdefault(name, value)  # the file is checked, not the pod's environment
+    notes: list[str] = []
     try:
-        if args.role == "coordinator":
-            coordinator.load_settings(env)
-        else:
-            agent.load_settings(env)
+        for role in ROOT_KEYS if args.role == "all" else (args.role,):
+            if role == "coordinator":
+                coordinator.load_settings(env, notes)
+            elif role == "agent":
+                agent.load_settings(env, notes)
+            else:
+                flags = prestop.flags_unset()
+                prestop.settings_from(flags, env, notes)
     except ValueError as exc:
         print(f"slonkd config check: {exc}", file=sys.stderr)
         return EXIT_BAD
+    deprecations("config check", notes)
     print("ok")
     return 0
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slonkd.core.config_tree import setting
 from slonkd.core.coordinator_state import Attempts
 from slonkd.core.health import CheckResult
 from slonkd.core.kube_objects import Node, Pod
@@ -120,16 +121,18 @@ class NodeView:
 class Policy:
     """Tunables of the rules (settings)."""
 
-    failure_grace_s: float = 120.0
+    failure_grace_s: float = field(default=120.0, metadata=setting(old_key="failure_grace_s"))
     """A pod must be Running and Ready this long before SLURM's failure counts as one."""
-    unready_grace_s: float = 60.0
+    unready_grace_s: float = field(default=60.0, metadata=setting(old_key="unready_grace_s"))
     """A pod absent or not Ready this long gets its node drained by the coordinator."""
-    remediation_cooldown_s: float = 900.0
+    remediation_cooldown_s: float = field(
+        default=900.0, metadata=setting(old_key="remediation_cooldown_s")
+    )
     """The remediation ladder's next rung on a K8s node waits this long after the last one."""
-    remediate: bool = True
+    remediate: bool = field(default=True, metadata=setting(old_key="remediate"))
     """Take the ladder's steps (eviction, reboot request, manual repair); off: marks only."""
     revalidation: RevalidationPolicy = field(default_factory=RevalidationPolicy)
-    """Proof of health before return (the ``revalidate*`` settings)."""
+    """Proof of health before return (formerly the flat ``revalidate*`` keys)."""
 
 
 __all__ = ["Action", "Kind", "NodeView", "Plan", "Policy", "Remediations", "Writer"]

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slonkd.core.config_tree import setting
 from slonkd.core.health import CheckResult, Verdict
 from slonkd.core.reasons import Cause
 
@@ -42,14 +43,14 @@ def is_failure(cause: Cause) -> bool:
 class RevalidationPolicy:
     """Tunables of the revalidation (coordinator settings ``revalidate*``)."""
 
-    enabled: bool = True
+    enabled: bool = field(default=True, metadata=setting(old_key="revalidate"))
     """A node that left for a failure returns only once rechecked (off without MQTT)."""
-    timeout_s: float = 900.0
+    timeout_s: float = field(default=900.0, metadata=setting(old_key="revalidate_timeout_s"))
     """No passing answer this long after the start (or the last ladder step): next rung."""
-    recheck_s: float = 30.0
+    recheck_s: float = field(default=30.0, metadata=setting(old_key="revalidate_recheck_s"))
     """A recheck without a passing answer is sent again after this long (a lost command, an
     agent that restarted, a check that failed and may pass now, a new leader)."""
-    required: tuple[str, ...] = ()
+    required: tuple[str, ...] = field(default=(), metadata=setting(old_key="revalidate_checks"))
     """Checks that must be in the answer and pass (heavy ones such as ``dcgm-diag``): a
     check the agent does not report is not a pass."""
     retry_s: float = 2.0

@@ -39,6 +39,7 @@ from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec, deadlines
+from slonkd.core.config_tree import setting
 from slonkd.core.errors import ParseError, SlonkdError
 from slonkd.core.reasons import Cause, ReasonOwner, parse_reason
 from slonkd.core.rollout_phase import ROLLOUT_CAUSE
@@ -55,18 +56,33 @@ T = TypeVar("T")
 class PrestopSettings:
     """Who and how long: the SLURM node, the pod's grace period and our safety margin."""
 
-    node: str
-    grace_s: float = 30.0
+    node: str = field(
+        metadata=setting(env="POD_NAME", old_env=("SLONKD_SLURM_NODE", "SLONKD_NODE"))
+    )
+    """The SLURM node to drain (``--node``; default: the pod's name)."""
+    grace_s: float = field(default=30.0, metadata=setting(old_env=("SLONKD_GRACE_S",)))
+    """The pod's termination grace period (``--grace``)."""
     margin_s: float = 5.0
-    """Kept free at the end of the grace for the requeue and the DOWN."""
+    """Kept free at the end of the grace for the requeue and the DOWN (``--margin``)."""
     poll_s: float = 1.0
+    """The node's jobs are looked at this often while they run (``--poll``)."""
     call_timeout_s: float = 5.0
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    checkpoint_signal: SignalSpec | None = None
-    """Sent to each requeueable job's batch shell that handles it, ``window`` before requeue."""
-    checkpoint_window_s: float = 0.0
-    report_url: str | None = None
-    """The pod's agent's report route (loopback); None: the figure is only logged."""
+    """Each SLURM call is given up after this long."""
+    slurm: SlurmSettings = field(default_factory=SlurmSettings, metadata=setting(in_file=False))
+    checkpoint_signal: SignalSpec | None = field(
+        default=None, metadata=setting(old_env=("SLONKD_CHECKPOINT_SIGNAL",))
+    )
+    """Sent to each requeueable job's batch shell that handles it, ``window`` before requeue
+    (``B:SIG``, e.g. ``B:USR1``; ``--checkpoint-signal``; null: none)."""
+    checkpoint_window_s: float = field(
+        default=0.0, metadata=setting(old_env=("SLONKD_CHECKPOINT_WINDOW_S",))
+    )
+    """Seconds from that signal to the requeue (``--checkpoint-window``)."""
+    report_url: str | None = field(
+        default=None, metadata=setting(old_env=("SLONKD_PRESTOP_REPORT_URL",))
+    )
+    """The pod's agent's report route (loopback; ``--report-url``); None: the figure is only
+    logged."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

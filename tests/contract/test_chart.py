@@ -483,7 +483,7 @@ def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: 
     on the API port; each pool's agent ConfigMap is mounted by the live worker pods.
     """
     kube, ns, api = installed.kube, installed.ns, installed.kube.api
-    config = _live_json(installed, "slonk-coordinator", "config.json")
+    config = _live_json(installed, "slonk-coordinator", "config.json")["coordinator"]
     state_name = config["state_name"]
     assert (config["lease_name"], state_name) == ("slonk-coordinator", "slonk-coordinator-state")
     coord = _as(kube, kube.create_token(ns, "slonk-coordinator"))
@@ -534,7 +534,7 @@ def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: 
 
     wait_for("coordinator API endpoints", api_endpoints, timeout_s=60)
 
-    agent = _live_json(installed, "slonk-gpu-agent", "agent.json")
+    agent = _live_json(installed, "slonk-gpu-agent", "agent.json")["agent"]
     assert agent["health"]["expected_gpus"] == DEFAULT_POOL["gpus"]
     for pod in installed.pods(**{"app.kubernetes.io/component": "slurmd"}):
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -693,7 +693,9 @@ def test_multi_pool_values_install_and_run_every_pool(
         )
         assert declared == running
         links = {
-            pool: _live_json(inst, f"multi-{pool}-agent", "agent.json")["health"]["nvlink_links"]
+            pool: _live_json(inst, f"multi-{pool}-agent", "agent.json")["agent"]["health"][
+                "nvlink_links"
+            ]
             for pool in ("h100", "a100", "cpu")
         }
         assert links == {"h100": 18, "a100": 0, "cpu": 0}  # the h100 pool's override only

@@ -42,7 +42,7 @@ def _chart_files(tmp_path: Path, plugin: str) -> dict[str, Any]:
     cms = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
     return {
         "slurm": cms["rel-slurm-config"],
-        "coordinator": json.loads(cms["rel-coordinator"]["config.json"]),
+        "coordinator": json.loads(cms["rel-coordinator"]["config.json"])["coordinator"],
     }
 
 

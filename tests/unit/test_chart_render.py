@@ -147,10 +147,10 @@ def test_worker_pod_has_agent_sidecar_prestop_and_pod_bound_token(helm: Helm) ->
     env = {e["name"]: e for e in agent["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["SLONKD_SLURM_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "SLONKD_SLURM_NODE" not in env  # the SLURM node is the pod's name, the default
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    # the agent serves /healthz, /readyz and /metrics on SLONKD_METRICS_PORT (its default too)
-    assert env["SLONKD_METRICS_PORT"]["value"] == "9464"
+    # the agent serves /healthz, /readyz and /metrics on agent.metricsPort (in its file)
+    assert not {"SLONKD_METRICS_PORT", "SLONKD_CLUSTER"} & set(env)
     assert agent["ports"] == [{"name": "agent-metrics", "containerPort": 9464}]
     assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent-metrics"}
     # kwok deletes pods at once unless labelled for the harness's kubelet stand-in.
@@ -160,8 +160,8 @@ def test_worker_pod_has_agent_sidecar_prestop_and_pod_bound_token(helm: Helm) ->
 def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(helm: Helm) -> None:
     """workers.prestop.enabled=false drops slurmd's preStop; failureGraceSeconds is passed on.
 
-    The preStop is on by default; the coordinator's config carries
-    coordinator.failureGraceSeconds as failure_grace_s.
+    The preStop is on by default; the coordinator's section carries
+    coordinator.failureGraceSeconds as policy.failure_grace_s.
     """
     off = render(
         helm,
@@ -169,8 +169,10 @@ def test_prestop_switch_and_failure_grace_reach_the_pods_and_the_coordinator(hel
     )
     (slurmd,) = _pod(one(off, "StatefulSet", "rel-gpu"))["containers"]
     assert "lifecycle" not in slurmd
-    config = json.loads(one(off, "ConfigMap", "rel-coordinator")["data"]["config.json"])
-    assert config["failure_grace_s"] == 10
+    config = json.loads(one(off, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
+    assert config["policy"]["failure_grace_s"] == 10
     (slurmd,) = _pod(one(render(helm), "StatefulSet", "rel-gpu"))["containers"]
     assert slurmd["lifecycle"]["preStop"]["exec"]["command"][:2] == ["slonkd", "prestop"]
 
@@ -182,7 +184,9 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
     infrastructure exit codes and their bound in users, the poll period).
     """
     default = render(helm)
-    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
     assert "job_blame" not in config
     on = render(
         helm,
@@ -190,10 +194,12 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
             'coordinator.jobBlame={"enabled":true,"minFailures":4,"infrastructureExitCodes":[42,43]}',
         ),
     )
-    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
     from slonkd.cli.coordinator import load_settings
 
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text(json.dumps({"coordinator": config}))
     loaded = load_settings({"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")})
     assert loaded.job_blame is not None
     assert loaded.job_blame.min_failures == 4
@@ -203,18 +209,20 @@ def test_job_blame_value_reaches_the_coordinator(helm: Helm, tmp_path: Path) -> 
     assert loaded.job_blame.exit_code_min_users == 2  # one user cannot drain what they pick
     assert loaded.job_blame.poll_s == 30
     three = render(helm, set_json=('coordinator.jobBlame={"enabled":true,"exitCodeMinUsers":3}',))
-    config = json.loads(one(three, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    config = json.loads(one(three, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
     assert config["job_blame"]["exit_code_min_users"] == 3
 
 
 def test_revalidation_values_reach_the_coordinator(helm: Helm) -> None:
     """coordinator.revalidation: on by default (900 s, 30 s, no named checks); set, passed on.
 
-    The config keys are the ones ``slonkd coordinator`` reads (revalidate, revalidate_*).
+    The keys are the ones ``slonkd coordinator`` reads (policy.revalidation).
     """
     config = json.loads(one(render(helm), "ConfigMap", "rel-coordinator")["data"]["config.json"])
-    assert (config["revalidate"], config["revalidate_timeout_s"]) == (True, 900)
-    assert (config["revalidate_recheck_s"], config["revalidate_checks"]) == (30, [])
+    revalidation = config["coordinator"]["policy"]["revalidation"]
+    assert revalidation == {"enabled": True, "timeout_s": 900, "recheck_s": 30, "required": []}
     custom = render(
         helm,
         set_json=(
@@ -222,9 +230,11 @@ def test_revalidation_values_reach_the_coordinator(helm: Helm) -> None:
             '"recheckSeconds":10,"checks":["dcgm-diag"]}',
         ),
     )
-    config = json.loads(one(custom, "ConfigMap", "rel-coordinator")["data"]["config.json"])
-    assert config["revalidate_timeout_s"] == 600
-    assert config["revalidate_checks"] == ["dcgm-diag"]
+    config = json.loads(one(custom, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
+    assert config["policy"]["revalidation"]["timeout_s"] == 600
+    assert config["policy"]["revalidation"]["required"] == ["dcgm-diag"]
 
 
 def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_path: Path) -> None:
@@ -236,7 +246,9 @@ def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_
     the leader makes none.
     """
     default = render(helm)
-    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    config = json.loads(one(default, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
     assert "trigger_program" not in config
     (ctld,) = _pod(one(default, "StatefulSet", "rel-slurmctld"))["containers"]
     assert not any(e["name"].startswith("SLONKD_") for e in ctld["env"])
@@ -248,11 +260,13 @@ def test_slurm_triggers_value_reaches_coordinator_and_slurmctld(helm: Helm, tmp_
             'tls={"enabled":true,"secretName":"slonk-tls"}',
         ),
     )
-    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])
+    config = json.loads(one(on, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+        "coordinator"
+    ]
     assert config["trigger_program"] == "/opt/slonkd/bin/slonkd-nudge"
     from slonkd.cli.coordinator import load_settings
 
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text(json.dumps({"coordinator": config}))
     loaded = load_settings({"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")})
     assert loaded.trigger_program == "/opt/slonkd/bin/slonkd-nudge"
     pod = _pod(one(on, "StatefulSet", "rel-slurmctld"))
@@ -502,8 +516,10 @@ def test_a_checkpoint_signal_makes_rollouts_leave_the_requeue_to_the_prestop_hoo
     from slonkd.cli.coordinator import load_settings
 
     def rollout(objs: list[Obj]) -> Any:
-        config = json.loads(one(objs, "ConfigMap", "rel-coordinator")["data"]["config.json"])
-        (tmp_path / "config.json").write_text(json.dumps(config))
+        config = json.loads(one(objs, "ConfigMap", "rel-coordinator")["data"]["config.json"])[
+            "coordinator"
+        ]
+        (tmp_path / "config.json").write_text(json.dumps({"coordinator": config}))
         env = {"POD_NAMESPACE": "hpc", "SLONKD_CONFIG": str(tmp_path / "config.json")}
         return load_settings(env).rollout
 
@@ -536,8 +552,8 @@ def test_the_prestop_hook_reports_to_its_agent_on_loopback(helm: Helm) -> None:
         (slurmd,) = [
             c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"
         ]
-        env = {e["name"]: e.get("value") for e in slurmd.get("env", [])}
-        return env.get("SLONKD_PRESTOP_REPORT_URL")
+        command = [str(a) for a in slurmd["lifecycle"]["preStop"]["exec"]["command"]]
+        return _flag(command, "--report-url") if "--report-url" in command else None
 
     objs = render(
         helm,
@@ -602,9 +618,8 @@ def test_a_pool_may_turn_the_checkpoint_off_or_on_for_itself(helm: Helm) -> None
         (slurmd,) = [
             c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"
         ]
-        return {e["name"]: e.get("value") for e in slurmd.get("env", [])}.get(
-            "SLONKD_PRESTOP_REPORT_URL"
-        )
+        command = [str(a) for a in slurmd["lifecycle"]["preStop"]["exec"]["command"]]
+        return _flag(command, "--report-url") if "--report-url" in command else None
 
     off_here = render(
         helm,
@@ -814,12 +829,12 @@ def test_schema_health_keys_are_the_agents_fields_with_the_same_types() -> None:
     agent``); the chart's is stricter (patterns, ranges) and may offer fewer keys, never one
     the agent would refuse (exit 2) nor a type it would.
     """
-    from slonkd.cli.config_cmd import agent_schema
+    from slonkd.cli.config_cmd import role_schema
 
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     checks = schema["definitions"]["healthChecks"]
     assert checks["additionalProperties"] is False
-    agent_health = agent_schema()["properties"]["health"]["anyOf"][0]["properties"]
+    agent_health = role_schema("agent")["properties"]["health"]["anyOf"][0]["properties"]
     assert set(checks["properties"]) <= set(agent_health)
 
     def json_type(prop: dict[str, Any]) -> str:
@@ -829,7 +844,7 @@ def test_schema_health_keys_are_the_agents_fields_with_the_same_types() -> None:
     for key, prop in checks["properties"].items():
         assert json_type(prop) == json_type(agent_health[key]), key
     hysteresis = schema["definitions"]["hysteresis"]["properties"]
-    assert set(hysteresis) == set(agent_schema()["properties"]["hysteresis"]["properties"])
+    assert set(hysteresis) == set(role_schema("agent")["properties"]["hysteresis"]["properties"])
 
 
 POOL_HEALTH = (
@@ -860,9 +875,12 @@ def test_agent_settings_render_per_pool_and_load_in_the_real_agent(
         where = tmp_path / pool
         where.mkdir()
         env = _mounted_config(pod, agent, objs, where)
-        loaded[pool] = load_settings(env)
+        notes: list[str] = []
+        loaded[pool] = load_settings(env, notes)
+        assert notes == []  # nothing the chart renders is deprecated
         raw = json.loads((where / "agent.json").read_text())
-        assert set(raw) <= {"cluster", "health", "hysteresis"}
+        assert set(raw) == {"agent"}  # the agent's section of the configuration tree
+        assert set(raw["agent"]) <= {"cluster", "health", "hysteresis", "metrics_port"}
     h100, cpu = loaded["h100"], loaded["cpu"]
     assert h100.health is not None
     assert cpu.health is not None
@@ -957,7 +975,9 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     pod = dict(deploy["spec"]["template"]["spec"])
     (coord,) = pod["containers"]
     env = _mounted_config(pod, coord, objs, tmp_path)
-    s = load_settings(env)
+    notes: list[str] = []
+    s = load_settings(env, notes)
+    assert notes == []  # nothing the chart renders is deprecated
     assert s.namespace == "hpc"
     assert s.identity == "rel-h100-0"
     assert s.state_name == "rel-coordinator-state"

@@ -79,30 +79,34 @@ def test_bad_values_name_their_key(raw: dict[str, object], said: str) -> None:
         build(Outer, raw, non_negative=True)
 
 
-def test_the_coordinators_keys_are_its_settings_fields_and_the_policys_aliases() -> None:
-    """A field added to CoordinatorSettings is a key of the file, with no list to update."""
-    fields = {f.name for f in dataclasses.fields(CoordinatorSettings)}
-    assert coordinator.file_keys() == frozenset(
-        (fields - coordinator.NOT_IN_FILE)
-        | set(coordinator.POLICY_KEYS)
-        | set(coordinator.REVALIDATION_KEYS)
-    )
-    assert {"change_poll", "change_poll_s", "job_blame", "rollout"} <= coordinator.file_keys()
-    policy_fields = {f.name for f in dataclasses.fields(Policy)} - {"revalidation"}
-    assert set(coordinator.POLICY_KEYS.values()) == policy_fields
+def test_the_coordinators_keys_are_its_settings_fields_and_the_policy_nests() -> None:
+    """A field added to CoordinatorSettings is a key of its section, with no list to update.
+
+    The policy is one nested key (``policy.revalidation`` inside it); its old flat keys are
+    declared on its fields (:func:`slonkd.core.config_tree.setting`), not in a table.
+    """
+    from slonkd.core.config_tree import of
+
+    fields = {f.name for f in dataclasses.fields(CoordinatorSettings) if of(f).in_file}
+    keys = set(config_cmd.role_schema("coordinator")["properties"])
+    assert keys == fields
+    assert {"change_poll", "change_poll_s", "job_blame", "rollout", "policy"} <= keys
+    assert not {"slurm", "bus", "credentials", "api_tls", "nudge_client"} & keys
+    old = {of(f).old_key for f in dataclasses.fields(Policy)} - {""}
+    assert old == {f.name for f in dataclasses.fields(Policy)} - {"revalidation"}
 
 
 def test_the_schema_has_every_key_with_its_default_and_a_description() -> None:
-    """``slonkd config schema coordinator``: the file's keys, typed, defaulted, described."""
-    doc = config_cmd.coordinator_schema()
+    """``slonkd config schema coordinator``: the section's keys, typed, defaulted, described."""
+    doc = config_cmd.role_schema("coordinator")
     props = doc["properties"]
-    assert set(props) == coordinator.file_keys()
     assert doc["additionalProperties"] is False
     undescribed = [k for k, v in props.items() if not v.get("description")]
     assert undescribed == []
     assert props["max_out"] == {**props["max_out"], "type": "integer", "default": 10}
-    assert props["failure_grace_s"]["default"] == Policy().failure_grace_s
-    assert props["revalidate_checks"]["type"] == "array"
+    policy = props["policy"]["properties"]
+    assert policy["failure_grace_s"]["default"] == Policy().failure_grace_s
+    assert policy["revalidation"]["properties"]["required"]["type"] == "array"
     assert props["rollout"]["anyOf"][0]["properties"]["max_parallel"]["default"] == 1
     assert schema(Inner)["properties"]["count"] == {"type": "integer", "default": 1}
 
@@ -121,19 +125,19 @@ def test_config_check_says_ok_or_names_the_key(tmp_path: Path) -> None:
     assert len(refused.stderr.strip().splitlines()) == 1
     shown = slonkd("config", "schema", "coordinator")
     assert shown.returncode == 0
-    assert set(json.loads(shown.stdout)["properties"]) == coordinator.file_keys()
+    assert json.loads(shown.stdout) == config_cmd.role_schema("coordinator")
 
 
 def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_settable(
     tmp_path: Path,
 ) -> None:
-    """The agent's file: AgentSettings' fields (health's nested thresholds too) and the graces."""
+    """The agent's section: AgentSettings' fields (health's nested thresholds too)."""
+    from slonkd.core.config_tree import of
     from slonkd.runtime.agent.sidecar import AgentSettings
 
-    fields = {f.name for f in dataclasses.fields(AgentSettings)} - agent.NOT_IN_FILE
-    assert agent.file_keys() == frozenset(fields | set(agent.POLICY_KEYS))
-    doc = config_cmd.agent_schema()
-    assert set(doc["properties"]) == agent.file_keys()
+    fields = {f.name for f in dataclasses.fields(AgentSettings) if of(f).in_file}
+    doc = config_cmd.role_schema("agent")
+    assert set(doc["properties"]) == fields
     assert [k for k, v in doc["properties"].items() if not v.get("description")] == []
     deep = {
         "health": {
@@ -159,35 +163,42 @@ def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_setta
 def test_each_environment_variable_sets_its_key_and_the_file_wins(
     role: str, tmp_path: Path
 ) -> None:
-    """A role's ``ENV`` table is the one map of variables to keys, shown in its schema.
+    """Each field names its variables itself, shown in its schema (``x-env``, old ones too).
 
-    Each variable alone sets its key; the same key in the file wins over it; the schema
-    names the variable as ``x-env``.
+    Each variable alone sets its key; the same key in the file wins over it.
     """
+    from slonkd.core.config_tree import of
+    from slonkd.runtime.config_root import section_class
+
     module = coordinator if role == "coordinator" else agent
     base = {"POD_NAMESPACE": "ns", "POD_NAME": "w-0", "NODE_NAME": "n1"}
-    samples: dict[str, tuple[str, str, Any, Any]] = {
-        "SLONKD_CLUSTER": ("cluster", "c9", "c8", "c8"),
-        "SLONKD_RESYNC_S": ("resync_s", "12", 13, 13.0),
-        "SLONKD_METRICS_PORT": ("metrics_port", "9470", 9471, 9471),
-        "SLONKD_METRICS_ADDRESS": ("metrics_address", "127.0.0.1", "127.0.0.2", "127.0.0.2"),
-        "SLONKD_READY_FILE": ("ready_file", "/run/r1", "/run/r2", "/run/r2"),
-        "SLONKD_SLURM_NODE": ("slurm_node", "gpu-1", "gpu-2", "gpu-2"),
-        "KUBECONFIG": ("kubeconfig", "/k1", "/k2", "/k2"),
-        "POD_NAME": ("identity" if role == "coordinator" else "pod_name", "w-5", "w-6", "w-6"),
+    samples: dict[str, tuple[str, Any, Any]] = {
+        "SLONKD_CLUSTER": ("c9", "c8", "c8"),
+        "SLONKD_RESYNC_S": ("12", 13, 13.0),
+        "SLONKD_METRICS_PORT": ("9470", 9471, 9471),
+        "SLONKD_METRICS_ADDRESS": ("127.0.0.1", "127.0.0.2", "127.0.0.2"),
+        "SLONKD_READY_FILE": ("/run/r1", "/run/r2", "/run/r2"),
+        "SLONKD_SLURM_NODE": ("gpu-1", "gpu-2", "gpu-2"),
+        "KUBECONFIG": ("/k1", "/k2", "/k2"),
+        "POD_NAME": ("w-5", "w-6", "w-6"),
     }
-    props = (config_cmd.coordinator_schema if role == "coordinator" else config_cmd.agent_schema)()[
-        "properties"
-    ]
-    assert {k: props[k]["x-env"] for k in module.ENV} == module.ENV
-    for var, key in ((v, k) for k, v in module.ENV.items()):
+    props = config_cmd.role_schema(role)["properties"]
+    declared = {
+        var: f.name
+        for f in dataclasses.fields(section_class(role))
+        if of(f).in_file
+        for var in (of(f).env, *of(f).old_env)
+        if var
+    }
+    for var, key in declared.items():
+        assert var in (props[key].get("x-env"), *props[key].get("x-deprecated-env", ())), var
         if var not in samples:
             continue
-        name, from_env, from_file, loaded = samples[var]
-        assert name == key, (var, name, key)
+        from_env, from_file, loaded = samples[var]
         alone = module.load_settings({**base, var: from_env})
         assert str(getattr(alone, key)) == str(type(loaded)(from_env)), var
         path = tmp_path / f"{key}.json"
-        path.write_text(json.dumps({key: from_file}))
+        path.write_text(json.dumps({role: {key: from_file}}))
         both = module.load_settings({**base, var: from_env, "SLONKD_CONFIG": str(path)})
         assert getattr(both, key) == loaded, var
+    assert "SLONKD_RESYNC_S" in declared or role == "coordinator"

@@ -120,6 +120,11 @@ def test_a_test_coordinators_api_listens_on_a_free_loopback_port_unless_named(
     }
     named = {"api_host": "0.0.0.0", "api_port": 9000}  # noqa: S104 - a test's own choice
     assert daemon.loopback_api(named) == named
+    tree = {"coordinator": {"resync_s": 1}, "agent": {}}  # the configuration tree: its section
+    assert daemon.loopback_api(tree) == {
+        "coordinator": {"api_host": "127.0.0.1", "resync_s": 1, "api_port": 0},
+        "agent": {},
+    }
     group = daemon.Coordinators(root=tmp_path)
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"resync_s": 2}))

@@ -39,6 +39,7 @@ from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import requeue_cause
+from slonkd.core.config_tree import setting
 from slonkd.core.decide import decide
 from slonkd.core.errors import TransientError
 from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
@@ -74,6 +75,8 @@ log = structlog.get_logger("slonkd.agent")
 
 METRICS_PORT = 9464
 """Port of /healthz, /readyz and /metrics (the chart's ``agent.metricsPort``)."""
+_WIRING = setting(in_file=False)
+"""A field the command builds from the environment (MQTT, SLURM, the pod's uid)."""
 EXIT_BAD_KUBECONFIG = 2
 EXIT_CANNOT_SERVE = 1
 
@@ -82,41 +85,51 @@ EXIT_CANNOT_SERVE = 1
 class AgentSettings:
     """Who the agent is (downward API) and how it reaches Kubernetes and SLURM."""
 
-    pod_name: str
+    pod_name: str = field(metadata=setting(env="POD_NAME"))
     """This agent's pod (``POD_NAME``): the only pod it watches."""
-    namespace: str
+    namespace: str = field(metadata=setting(env="POD_NAMESPACE"))
     """The pod's namespace (``POD_NAMESPACE``)."""
-    kube_node: str
+    kube_node: str = field(metadata=setting(env="NODE_NAME"))
     """The K8s node the pod runs on (``NODE_NAME``)."""
-    slurm_node: str
-    """The SLURM node the pod is (``SLONKD_SLURM_NODE``; default: the pod's name)."""
-    pod_uid: str = ""
+    slurm_node: str = field(metadata=setting(old_env=("SLONKD_SLURM_NODE",)))
+    """The SLURM node the pod is (default: the pod's name)."""
+    pod_uid: str = field(default="", metadata=setting(env="POD_UID", in_file=False))
     """This agent's pod incarnation (``POD_UID``). A pod of the same name with another uid is
     its successor: this agent never acts for it (it sees its own pod as gone). Empty: any
     pod of that name is its own."""
-    kubeconfig: str | None = None
+    kubeconfig: str | None = field(default=None, metadata=setting(env="KUBECONFIG"))
     """A kubeconfig path; None means the pod's in-cluster ServiceAccount."""
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
-    policy: Policy = field(default_factory=Policy)
-    resync_s: float = 30.0
-    """A reconcile at least this often, even without a change (``SLONKD_RESYNC_S``)."""
+    slurm: SlurmSettings = field(default_factory=SlurmSettings, metadata=_WIRING)
+    """How slurmd's node is reached (``SLURM_CONF``)."""
+    policy: Policy = field(
+        default_factory=Policy,
+        metadata=setting(only=frozenset({"failure_grace_s", "unready_grace_s"})),
+    )
+    """The graces of the rules the agent applies (the coordinator's policy has the rest)."""
+    resync_s: float = field(default=30.0, metadata=setting(old_env=("SLONKD_RESYNC_S",)))
+    """A reconcile at least this often, even without a change."""
     shutdown_deadline_s: float = 5.0
     """On SIGTERM, the tasks get this long to end before they are cancelled."""
-    ready_file: str | None = None
+    ready_file: str | None = field(default=None, metadata=setting(old_env=("SLONKD_READY_FILE",)))
     """Touched once the caches have synced and the first reconcile ran (readiness)."""
-    cluster: str = "lab"
-    """The cluster's name in logs and metrics (``SLONKD_CLUSTER``)."""
-    bus: BusSettings | None = None
+    cluster: str = field(default="lab", metadata=setting(old_env=("SLONKD_CLUSTER",)))
+    """The cluster's name in logs and metrics."""
+    bus: BusSettings | None = field(default=None, metadata=_WIRING)
     """MQTT broker and credentials; None: no status is published (health stays local)."""
     health: HealthSettings | None = None
     """Checks to run on schedules; None: no health checks."""
     hysteresis: Hysteresis = field(default_factory=Hysteresis)
     """How many failing runs of a check make a ``fail``, and how many passes clear it."""
-    metrics_port: int = METRICS_PORT
+    metrics_port: int = field(
+        default=METRICS_PORT, metadata=setting(old_env=("SLONKD_METRICS_PORT",))
+    )
     """Port of /healthz, /readyz and /metrics; 0: no HTTP server."""
-    metrics_address: str = "0.0.0.0"  # noqa: S104 - the kubelet and Prometheus reach it by pod IP
+    metrics_address: str = field(
+        default="0.0.0.0",  # noqa: S104 - the kubelet and Prometheus reach it by pod IP
+        metadata=setting(old_env=("SLONKD_METRICS_ADDRESS",)),
+    )
     """Address to listen on (0.0.0.0: every interface of the pod)."""
-    bootstrap: BootstrapSettings | None = None
+    bootstrap: BootstrapSettings | None = field(default=None, metadata=_WIRING)
     """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
     report_linger_s: float = 10.0
     """On shutdown, wait this long at most for a scrape of an unscraped signal-to-requeue."""

@@ -14,7 +14,7 @@ from slonkd.adapters.bus.client import BusSettings
 from slonkd.adapters.kube.lease import LeaseSettings
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.budget import BudgetPolicy
-from slonkd.core.config_tree import build
+from slonkd.core.config_tree import build, setting
 from slonkd.core.job_blame import BlamePolicy
 from slonkd.core.kube_objects import WORKER_SELECTOR
 from slonkd.core.plan import Policy
@@ -25,6 +25,9 @@ from slonkd.runtime.coordinating.audit_log import MAX_BYTES as AUDIT_MAX_BYTES
 from slonkd.runtime.coordinating.audit_log import check_rotation
 from slonkd.runtime.coordinating.credentials import CredentialSettings
 from slonkd.runtime.coordinating.topology_settings import TopologySettings
+
+WIRING = setting(in_file=False)
+"""A field the command builds from the environment (MQTT, TLS, SLURM): no key of the file."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,13 +89,13 @@ class JobBlameSettings:
 class CoordinatorSettings:
     """Where the workers are, how often to look, and how much may be taken out at once."""
 
-    namespace: str
+    namespace: str = field(metadata=setting(env="POD_NAMESPACE"))
     """Where the worker pods, the Lease and the state ConfigMap live (``POD_NAMESPACE``)."""
     pod_selector: str = WORKER_SELECTOR
     """Label selector of the worker pods (one SLURM node each, named as the pod)."""
-    identity: str
+    identity: str = field(metadata=setting(env="POD_NAME"))
     """This candidate's name in the Lease (``POD_NAME``, else the host name)."""
-    kubeconfig: str | None = None
+    kubeconfig: str | None = field(default=None, metadata=setting(env="KUBECONFIG"))
     """A kubeconfig path (``KUBECONFIG``); None: the pod's in-cluster ServiceAccount."""
     lease_name: str = "slonkd-coordinator"
     """The Lease the candidates campaign for (one leader writes)."""
@@ -102,8 +105,10 @@ class CoordinatorSettings:
     """A leader that could not renew for this long stops writing and steps down."""
     retry_period_s: float = 2.0
     """Candidates try the Lease this often; the leader renews this often."""
-    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings, metadata=WIRING)
+    """How slurmctld is reached (``SLURM_CONF``)."""
     policy: Policy = field(default_factory=Policy)
+    """The rules' tunables: graces, remediation, proof of health before return."""
     resync_s: float = 30.0
     """A full pass (full SLURM read) at least this often, even when nothing seems to change."""
     poll_s: float = 0.7
@@ -151,7 +156,7 @@ class CoordinatorSettings:
     """The status API's address (every interface of the pod)."""
     api_port: int = 8081
     """The status API (``slonkd status``); 0: any free port."""
-    api_tls: ApiTls | None = None
+    api_tls: ApiTls | None = field(default=None, metadata=WIRING)
     """The API's certificate and key: it serves HTTPS only (None: plain HTTP)."""
 
     def __post_init__(self) -> None:
@@ -200,9 +205,9 @@ class CoordinatorSettings:
             retry_period_s=self.retry_period_s,
         )
 
-    cluster: str = "lab"
-    """The cluster's name in logs, Events and metrics (``SLONKD_CLUSTER``)."""
-    bus: BusSettings | None = None
+    cluster: str = field(default="lab", metadata=setting(old_env=("SLONKD_CLUSTER",)))
+    """The cluster's name in logs, Events and metrics."""
+    bus: BusSettings | None = field(default=None, metadata=WIRING)
     """MQTT, to read the agents' health verdicts; None: no health input."""
     suspect_min_nodes: int = 3
     """A health check failing on at least this many nodes at once ..."""
@@ -211,7 +216,7 @@ class CoordinatorSettings:
     nothing more is taken out for it (``slonkd.core.fleet_decide``)."""
     topology: TopologySettings | None = None
     """Render topology.conf from node labels and reconfigure slurmctld; None: off."""
-    credentials: CredentialSettings | None = None
+    credentials: CredentialSettings | None = field(default=None, metadata=WIRING)
     """Serve ``POST /v1/credentials`` (agents' MQTT clients through dynsec); None: off."""
     rollout: RolloutSettings | None = field(default_factory=RolloutSettings)
     """Worker rollouts of OnDelete StatefulSets (:mod:`.rolling`); None: off."""
@@ -229,6 +234,6 @@ class CoordinatorSettings:
     job_blame: JobBlameSettings | None = None
     """Drain nodes that keep failing multi-node jobs (``slonkd:job-failures``, see
     :mod:`.job_outcomes`); None: off."""
-    nudge_client: NudgeClient | None = None
+    nudge_client: NudgeClient | None = field(default=None, metadata=WIRING)
     """slurmctld's broker client, made in dynsec by the leader with the triggers (None: the
     operator provides one, or none)."""

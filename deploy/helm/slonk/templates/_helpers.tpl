@@ -141,7 +141,9 @@ it exists: the chart never creates that ConfigMap) and the munge key. */}}
 {{- end }}
 {{- end -}}
 
-{{/* Downward-API identity of a worker pod, shared by slurmd (prestop) and the agent. */}}
+{{/* Downward-API identity of a worker pod, shared by slurmd (prestop) and the agent (the
+SLURM node is the pod's name: both default to POD_NAME; the cluster's name is in the agent's
+settings file). */}}
 {{- define "slonk.workerEnv" -}}
 - name: POD_NAME
   valueFrom:
@@ -159,12 +161,6 @@ it exists: the chart never creates that ConfigMap) and the munge key. */}}
   valueFrom:
     fieldRef:
       fieldPath: spec.nodeName
-- name: SLONKD_SLURM_NODE
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.name
-- name: SLONKD_CLUSTER
-  value: {{ .Values.clusterName | quote }}
 - name: SLURM_CONF
   value: /etc/slurm/slurm.conf
 {{- end -}}
@@ -209,14 +205,14 @@ refuses any other, and tests/unit/test_chart_render.py feeds this to the agent's
 {{- $hyst := dict -}}
 {{- range $k, $v := ($health.hysteresis | default dict) }}{{ $_ := set $hyst $k (int $v) }}{{ end -}}
 {{- range $k, $v := ($poolHealth.hysteresis | default dict) }}{{ $_ := set $hyst $k (int $v) }}{{ end -}}
-{{- $doc := dict "cluster" $root.Values.clusterName "health" $checks -}}
+{{- $doc := dict "cluster" $root.Values.clusterName "health" $checks "metrics_port" (int $root.Values.agent.metricsPort) -}}
 {{- if $hyst }}{{ $_ := set $doc "hysteresis" $hyst }}{{ end -}}
 {{- $doc = mustMergeOverwrite $doc (deepCopy ($root.Values.agent.config | default dict)) -}}
-{{- toPrettyJson $doc -}}
+{{- toPrettyJson (dict "agent" $doc) -}}
 {{- end -}}
 
-{{/* The coordinator's JSON settings (SLONKD_CONFIG); keys as slonkd/cli/coordinator.py reads
-them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
+{{/* The coordinator's JSON settings (SLONKD_CONFIG): the "coordinator" section of slonkd's
+configuration tree (`slonkd config schema coordinator`). Lease timing keeps client-go's proportions (15/10/2 s). */}}
 {{- define "slonk.coordinatorConfig" -}}
 {{- $c := .Values.coordinator -}}
 {{- $lease := int $c.leaseDurationSeconds -}}
@@ -225,7 +221,13 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "pod_selector" (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=slurmd" .Release.Name)
   "lease_name" (include "slonk.coordinator" .)
   "lease_duration_s" $lease
-  "failure_grace_s" (int $c.failureGraceSeconds)
+  "policy" (dict
+    "failure_grace_s" (int $c.failureGraceSeconds)
+    "revalidation" (dict
+      "enabled" $c.revalidation.enabled
+      "timeout_s" (int $c.revalidation.timeoutSeconds)
+      "recheck_s" (int $c.revalidation.recheckSeconds)
+      "required" $c.revalidation.checks))
   "renew_deadline_s" (divf (mul $lease 2) 3)
   "retry_period_s" (divf (mul $lease 2) 15)
   "state_name" (include "slonk.coordinatorState" .)
@@ -239,10 +241,6 @@ them. Lease timing keeps client-go's proportions (15/10/2 s). */}}
   "dry_run" $c.dryRun
   "fleet_metrics" $c.fleetMetrics.enabled
   "sdiag_s" $c.fleetMetrics.sdiagSeconds
-  "revalidate" $c.revalidation.enabled
-  "revalidate_timeout_s" (int $c.revalidation.timeoutSeconds)
-  "revalidate_recheck_s" (int $c.revalidation.recheckSeconds)
-  "revalidate_checks" $c.revalidation.checks
 -}}
 {{- $t := .Values.topology -}}
 {{- if ne $t.plugin "none" -}}
@@ -292,10 +290,11 @@ without one then has its hook requeue the jobs, unsignalled, at the end of its g
 {{- if and .Values.workers.prestop.enabled $anyCheckpoint -}}
 {{- $_ := set $doc "rollout" (dict "requeue_in_prestop" true) -}}
 {{- end -}}
-{{- /* Every other key of the file, as `slonkd config schema coordinator --chart` lists them:
-merged over the above (a table key by key). */ -}}
+{{- /* Every other key of the section, as `slonkd config schema coordinator --chart` lists
+them: merged over the above (a table key by key: policy keeps the chart's graces next to an
+operator's remediate). */ -}}
 {{- $doc = mustMergeOverwrite $doc (deepCopy (.Values.coordinator.config | default dict)) -}}
-{{- toPrettyJson $doc -}}
+{{- toPrettyJson (dict "coordinator" $doc) -}}
 {{- end -}}
 
 {{/* KUBERNETES_SERVICE_HOST/PORT for the API clients (agent, coordinator) when
