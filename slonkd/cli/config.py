@@ -30,6 +30,8 @@ def role_section(
     cls: type[Any],
     notes: list[str],
     renamed: dict[str, str] | None = None,
+    *,
+    had_flat_file: bool = True,
 ) -> dict[str, Any]:
     """The JSON object of ``role``'s section: the file's over the environment's values.
 
@@ -38,9 +40,13 @@ def role_section(
     the old flat aliases of nested keys). The values the fields' variables set lie under it.
     Each deprecated file, key or variable read adds one line naming the new key to ``notes``;
     ``renamed`` gets the old flat keys read (for :func:`~slonkd.core.config_sources.say_old_names`).
+    A role that never had a file of its own (``had_flat_file=False``: prestop) leaves a flat
+    file alone: it is another role's (the agent's, in the same pod).
     """
     doc, path = _read(env)
     flat = bool(doc) and not set(doc) & set(ROOT_KEYS)
+    if flat and not had_flat_file:
+        doc, flat = {}, False
     if flat:
         notes.append(
             f"SLONKD_CONFIG {path}: a flat {role} file is deprecated: "

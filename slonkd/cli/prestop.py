@@ -97,7 +97,9 @@ def settings_from(
     ValueError with a one-line reason; deprecated variables read add their line to ``notes``.
     """
     env = os.environ if env is None else env
-    raw = role_section(env, "prestop", PrestopSettings, [] if notes is None else notes)
+    raw = role_section(
+        env, "prestop", PrestopSettings, [] if notes is None else notes, had_flat_file=False
+    )
     flags = {
         "node": args.node, "grace_s": args.grace, "margin_s": args.margin,
         "poll_s": args.poll, "checkpoint_signal": args.checkpoint_signal,

@@ -146,3 +146,23 @@ def test_every_field_is_in_the_file_or_marked_wiring() -> None:
         props = config_cmd.role_schema(role)["properties"]
         for f in dataclasses.fields(cls):
             assert (f.name in props) == of(f).in_file, (role, f.name)
+
+
+def test_prestop_reads_its_section_under_its_flags_and_leaves_an_old_flat_file_alone(
+    tmp_path: Path,
+) -> None:
+    """Flags over ``prestop.*`` over the old variables; a flat file is the agent's, not its own."""
+    from slonkd.cli import prestop
+
+    path = _write(tmp_path, {"prestop": {"grace_s": 60, "checkpoint_signal": "B:USR1"}})
+    notes: list[str] = []
+    env = {"POD_NAME": "w-0", "SLONKD_CONFIG": path, "SLONKD_GRACE_S": "90"}
+    s = prestop.settings_from(prestop.flags_unset(), env, notes)
+    assert (s.node, s.grace_s, str(s.checkpoint_signal)) == ("w-0", 60, "B:USR1")
+    assert notes == ["SLONKD_GRACE_S is deprecated: set prestop.grace_s in the config file"]
+    flags = prestop.flags_unset()
+    flags.grace = 45.0
+    assert prestop.settings_from(flags, env).grace_s == 45
+    flat = _write(tmp_path, {"resync_s": 5, "health": {"mounts": ["/home"]}})
+    old = prestop.settings_from(prestop.flags_unset(), {"POD_NAME": "w-0", "SLONKD_CONFIG": flat})
+    assert old.grace_s == 30
