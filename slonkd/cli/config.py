@@ -5,11 +5,11 @@
 and lays it over the values the fields' variables set (:mod:`slonkd.core.config_sources`);
 keys a role does not know are refused when its section is built (a typo must not pass
 silently). Old flat files and old variables still load, each with a deprecation line
-(:func:`deprecations`, printed once the settings are good). MQTT comes from
-``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and ``SLONKD_MQTT_PASSWORD``
-(or ``SLONKD_MQTT_PASSWORD_FILE``); ``SLONKD_MQTT_TLS_CA_FILE`` (a PEM CA bundle) makes
-every MQTT client of the process connect with TLS and verify the broker against it. Every
-problem is a ValueError with a one-line reason.
+(:func:`deprecations`: a ``config.deprecated`` warning, logged once the settings are good).
+MQTT comes from ``SLONKD_MQTT_HOST``, ``SLONKD_MQTT_PORT``, ``SLONKD_MQTT_USER`` and
+``SLONKD_MQTT_PASSWORD`` (or ``SLONKD_MQTT_PASSWORD_FILE``); ``SLONKD_MQTT_TLS_CA_FILE`` (a
+PEM CA bundle) makes every MQTT client of the process connect with TLS and verify the
+broker against it. Every problem is a ValueError with a one-line reason.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from slonkd.adapters.bus.client import BusSettings, tls_context
 from slonkd.core.config_sources import env_tree, lift_old_keys, merge
+from slonkd.core.log_events import CONFIG_DEPRECATED
 
 
 def role_section(
@@ -89,10 +92,19 @@ def _read(env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
     return doc, path
 
 
-def deprecations(command: str, notes: list[str]) -> None:
-    """Print each deprecation line once on stderr, as ``slonkd COMMAND: deprecated: ...``."""
+def deprecations(command: str, notes: list[str], *, structured: bool = True) -> None:
+    """Each deprecation line once: a ``config.deprecated`` warning in the role's JSON log.
+
+    ``structured=False`` (``slonkd config check``, which has no log): plain lines on stderr,
+    ``slonkd COMMAND: deprecated: ...``.
+    """
     for note in dict.fromkeys(notes):
-        print(f"slonkd {command}: deprecated: {note}", file=sys.stderr)
+        if structured:
+            structlog.get_logger("slonkd.config").warning(
+                CONFIG_DEPRECATED, command=command, detail=note
+            )
+        else:
+            print(f"slonkd {command}: deprecated: {note}", file=sys.stderr)
 
 
 def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:

@@ -213,7 +213,7 @@ def main_check(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"slonkd config check: {exc}", file=sys.stderr)
         return EXIT_BAD
-    deprecations("config check", notes)
+    deprecations("config check", notes, structured=False)
     print("ok")
     return 0
 

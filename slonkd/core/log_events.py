@@ -27,6 +27,10 @@ COORDINATOR_API_LISTENING: Final = "coordinator.api_listening"
 ROLLOUT_WATCHING: Final = "rollout.watching"
 """The leader's rollout loop watches the worker StatefulSets."""
 
+CONFIG_DEPRECATED: Final = "config.deprecated"
+"""A role read a deprecated file, key or variable (``command``, ``detail``: the old name and
+the new key); logged once per name at start, warning level."""
+
 AGENT_SYNCED: Final = "agent.synced"
 """An agent's caches are listed and its node mirrored once."""
 

@@ -166,3 +166,18 @@ def test_prestop_reads_its_section_under_its_flags_and_leaves_an_old_flat_file_a
     flat = _write(tmp_path, {"resync_s": 5, "health": {"mounts": ["/home"]}})
     old = prestop.settings_from(prestop.flags_unset(), {"POD_NAME": "w-0", "SLONKD_CONFIG": flat})
     assert old.grace_s == 30
+
+
+def test_a_role_logs_each_deprecation_once_as_a_warning_in_its_json_log() -> None:
+    """The daemons' line is ``config.deprecated`` in their JSON log (the harness reads it too)."""
+    from structlog.testing import capture_logs
+
+    from slonkd.cli.config import deprecations
+    from slonkd.core.log_events import CONFIG_DEPRECATED
+
+    note = "SLONKD_RESYNC_S is deprecated: set agent.resync_s in the config file"
+    with capture_logs() as logs:
+        deprecations("agent", [note, note])
+    assert logs == [
+        {"event": CONFIG_DEPRECATED, "log_level": "warning", "command": "agent", "detail": note}
+    ]
