@@ -14,11 +14,12 @@ Coordinator: ``SLONKD_MQTT_ADMIN_USERNAME`` and ``SLONKD_MQTT_ADMIN_PASSWORD`` (
 ``SLONKD_TOKEN_AUDIENCE`` (comma-separated) is the audience TokenReview checks;
 ``SLONKD_AGENT_SERVICE_ACCOUNT`` (``name`` or ``system:serviceaccount:ns:name``) restricts
 the accepted tokens to that ServiceAccount. Without ``SLONKD_MQTT_USER`` the coordinator
-makes its own bus client through dynsec. The endpoint's limits (see
-:class:`~slonkd.runtime.coordinating.credentials.CredentialSettings`) are
-``SLONKD_CREDENTIALS_SOURCE_RATE``,
-``_SOURCE_BURST``, ``_GLOBAL_RATE``, ``_GLOBAL_BURST``, ``_PER_POD_LIMIT``,
-``_PER_POD_WINDOW_S``, ``_MAX_CONCURRENT_REVIEWS`` and ``_MAX_BODY_BYTES``. The coordinator's
+makes its own bus client through dynsec. The endpoint's limits are
+``SLONKD_CREDENTIALS_SOURCE_RATE``, ``_SOURCE_BURST``, ``_GLOBAL_RATE``, ``_GLOBAL_BURST``,
+``_PER_POD_LIMIT``, ``_PER_POD_WINDOW_S``, ``_MAX_CONCURRENT_REVIEWS`` and
+``_MAX_BODY_BYTES``, each declared on its field of
+:class:`~slonkd.runtime.coordinating.credentials.CredentialSettings` and read typed by it
+(:func:`slonkd.core.config_sources.env_tree`). The coordinator's
 MQTT session expires :data:`COORDINATOR_SESSION_EXPIRY_S` after it goes (it subscribes to
 every node's status; a new leader reads the retained ones anyway). Every problem is a
 ValueError with a one-line reason.
@@ -27,13 +28,14 @@ ValueError with a one-line reason.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slonkd.adapters.bus.bootstrap import DEFAULT_TOKEN_FILE, BootstrapSettings
 from slonkd.adapters.bus.client import BusSettings
 from slonkd.cli.config import bus_settings, ca_file, mqtt_port, secret
+from slonkd.core.config_sources import env_tree
+from slonkd.core.config_tree import of
 
 if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to run
     from slonkd.runtime.coordinating.credentials import CredentialSettings
@@ -41,16 +43,6 @@ if TYPE_CHECKING:  # the runtime pulls in kubernetes_asyncio: import it only to 
 _CA = "SLONKD_MQTT_TLS_CA_FILE"
 COORDINATOR_SESSION_EXPIRY_S = 60
 """Seconds the broker keeps a coordinator's session after it goes (a reconnect, no more)."""
-_LIMITS = {  # SLONKD_CREDENTIALS_<KEY>: (field, whole number)
-    "SOURCE_RATE": ("source_rate", False),
-    "SOURCE_BURST": ("source_burst", True),
-    "GLOBAL_RATE": ("global_rate", False),
-    "GLOBAL_BURST": ("global_burst", True),
-    "PER_POD_LIMIT": ("per_pod_limit", True),
-    "PER_POD_WINDOW_S": ("per_pod_window_s", False),
-    "MAX_CONCURRENT_REVIEWS": ("max_concurrent_reviews", True),
-    "MAX_BODY_BYTES": ("max_body_bytes", True),
-}
 
 
 def agent_bus_settings(
@@ -95,7 +87,7 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
     audiences = tuple(a for a in (r.strip() for r in raw) if a)
     from slonkd.runtime.coordinating.credentials import CredentialSettings
 
-    limits = _limits(env)
+    limits, _ = env_tree(CredentialSettings, env, path="credentials")
     admin_ca = ca_file(env, _CA)
     try:
         settings = CredentialSettings(
@@ -109,26 +101,9 @@ def credential_settings(env: Mapping[str, str]) -> CredentialSettings | None:
         )
         return dataclasses.replace(settings, **limits)
     except ValueError as exc:  # a limit out of range: name its variable
-        names = [f"SLONKD_CREDENTIALS_{k}" for k, (f, _) in _LIMITS.items() if f in str(exc)]
+        declared = ((f.name, of(f).env) for f in dataclasses.fields(CredentialSettings))
+        names = [var for name, var in declared if var and name in str(exc)]
         raise ValueError(f"{' '.join(names) or 'SLONKD_CREDENTIALS_*'}: {exc}") from None
-
-
-def _limits(env: Mapping[str, str]) -> dict[str, Any]:
-    """The endpoint's limits set in ``SLONKD_CREDENTIALS_*`` (the others keep their default)."""
-    limits: dict[str, Any] = {}
-    for key, (field, whole) in _LIMITS.items():
-        raw = env.get(f"SLONKD_CREDENTIALS_{key}", "").strip()
-        if not raw:
-            continue
-        try:
-            value: int | float = int(raw) if whole else float(raw)
-        except ValueError:
-            kind = "a whole number" if whole else "a number"
-            raise ValueError(f"SLONKD_CREDENTIALS_{key} must be {kind}, not {raw[:40]!r}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"SLONKD_CREDENTIALS_{key} must be finite, not {raw[:40]!r}")
-        limits[field] = value
-    return limits
 
 
 def coordinator_bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:

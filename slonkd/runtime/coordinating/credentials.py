@@ -40,8 +40,9 @@ import re
 import secrets
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -52,6 +53,7 @@ from slonkd.adapters.bus.dynsec_roles import coordinator_role
 from slonkd.adapters.kube.informer import Informer
 from slonkd.adapters.kube.tokenreview import find_worker_pod, review_token
 from slonkd.adapters.kube.transport import KubeTransport
+from slonkd.core.config_tree import setting
 from slonkd.core.errors import ParseError, SlonkdError, TransientError
 from slonkd.core.kube_objects import Pod
 from slonkd.core.messages import check_name
@@ -66,9 +68,14 @@ MAX_TOKEN_BYTES = 8000
 itself refuses header lines over 8190 bytes with 400)."""
 
 
+def _env(name: str) -> Mapping[str, Any]:
+    """The metadata of a limit set by ``SLONKD_CREDENTIALS_<name>`` (read by slonkd.cli.bus_env)."""
+    return setting(env=f"SLONKD_CREDENTIALS_{name}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CredentialSettings:
-    """How the coordinator reaches dynsec and whom it trusts."""
+    """How the coordinator reaches dynsec and whom it trusts (the limits: ``x-env`` each)."""
 
     admin_host: str
     admin_port: int
@@ -80,22 +87,22 @@ class CredentialSettings:
     """TokenReview audiences (the agent's projected token's ``audience``); () : the apiserver's."""
     service_account: str = ""
     """If set, only this ServiceAccount's tokens (``name`` or ``system:serviceaccount:ns:name``)."""
-    per_pod_limit: int = 5
+    per_pod_limit: int = field(default=5, metadata=_env("PER_POD_LIMIT"))
     """Most (re)creations of one pod's client within ``per_pod_window_s`` ..."""
-    per_pod_window_s: float = 60.0
-    max_concurrent_reviews: int = 8
+    per_pod_window_s: float = field(default=60.0, metadata=_env("PER_POD_WINDOW_S"))
+    max_concurrent_reviews: int = field(default=8, metadata=_env("MAX_CONCURRENT_REVIEWS"))
     """Concurrent TokenReviews (what passed the limits waits here, not on the apiserver)."""
-    source_rate: float = 0.5
+    source_rate: float = field(default=0.5, metadata=_env("SOURCE_RATE"))
     """Requests per second one source address may make after its burst ..."""
-    source_burst: int = 10
+    source_burst: int = field(default=10, metadata=_env("SOURCE_BURST"))
     """... and at once (an agent asks once per start or rotation)."""
-    global_rate: float = 20.0
+    global_rate: float = field(default=20.0, metadata=_env("GLOBAL_RATE"))
     """TokenReviews per second this replica asks for after its burst ..."""
-    global_burst: int = 50
+    global_burst: int = field(default=50, metadata=_env("GLOBAL_BURST"))
     """... and at once (a rollout restarting many workers)."""
     max_sources: int = 10_000
     """Source addresses whose buckets are remembered (least recently used forgotten)."""
-    max_body_bytes: int = 1024
+    max_body_bytes: int = field(default=1024, metadata=_env("MAX_BODY_BYTES"))
     """Largest request body accepted (the agent sends none)."""
     refusal_log_interval_s: float = 60.0
     """After the first refusal is logged, one summary line per this many seconds."""
