@@ -59,10 +59,9 @@ def role_section(
     else:
         unknown = sorted(set(doc) - set(ROOT_KEYS))
         if unknown:
-            raise ValueError(
-                f"SLONKD_CONFIG {path}: unknown keys {unknown} (sections: {ROOT_KEYS})"
-            )
-        raw = doc.get(role) or {}
+            sections = ", ".join(ROOT_KEYS)
+            raise ValueError(f"SLONKD_CONFIG {path}: unknown keys {unknown} (sections: {sections})")
+        raw = {} if doc.get(role) is None else doc[role]
         if not isinstance(raw, Mapping):
             raise ValueError(f"SLONKD_CONFIG {path}: {role} must be a JSON object")
     lifted, old = lift_old_keys(
