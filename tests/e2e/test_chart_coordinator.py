@@ -127,7 +127,7 @@ def _render(helm: Helm, ns: str, test_label: dict[str, str]) -> tuple[str, dict[
     objs = [d for d in yaml.safe_load_all(rendered) if d]
     cms = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
     return manifests, {
-        "coordinator": json.loads(cms[f"{RELEASE}-coordinator"]["config.json"]),
+        "coordinator": json.loads(cms[f"{RELEASE}-coordinator"]["config.json"])["coordinator"],
         "seed": cms[f"{RELEASE}-slurm-config"]["topology.conf"],
         "slurm.conf": cms[f"{RELEASE}-slurm-config"]["slurm.conf"],
     }
@@ -179,7 +179,7 @@ def deployed(
         host_only = {"api_port": port, "api_host": "127.0.0.1", "resync_s": 2}
         config.update(host_only, audit_path=str(tmp_path / "audit.jsonl"))
         config["topology"] = {**config["topology"], "slurmctld_copy": str(slurm.topology_conf)}
-        (tmp_path / "config.json").write_text(json.dumps(config))
+        (tmp_path / "config.json").write_text(json.dumps({"coordinator": config}))
         token = kube.create_token(namespace, f"{RELEASE}-coordinator")
         kubeconfig = tmp_path / "coordinator.kubeconfig"
         kubeconfig.write_text(kube.kubeconfig_for(token, user="coordinator", namespace=namespace))
