@@ -86,7 +86,7 @@ def load_settings(env: Mapping[str, str], notes: list[str] | None = None) -> Age
         settings = build(AgentSettings, raw, non_negative=True, given=given)
     except ValueError as exc:
         raise ValueError(f"bad agent settings: {say_old_names(str(exc), renamed)}") from None
-    if not settings.resync_s > 0:
+    if not 0 < settings.resync_s < math.inf:
         raise ValueError("resync_s must be a number of seconds > 0")
     for key in ("failure_grace_s", "unready_grace_s"):
         if not math.isfinite(getattr(settings.policy, key)):
