@@ -9,7 +9,7 @@ returns the scontrol backend and says plainly why.
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -131,22 +131,34 @@ class BackendChoice:
     why: str
 
 
+def _major_minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) as numbers: pyslurm writes 22.05 as ``22.5.3``, SLURM as ``22.05.8``."""
+    parts = version.split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
 def pyslurm_verdict(module_version: str | None, slurm_version: str) -> tuple[bool, str]:
-    """Whether a pyslurm of ``module_version`` (None: not importable) fits ``slurm_version``."""
+    """Whether a pyslurm of ``module_version`` (None: not installed) fits ``slurm_version``."""
     if module_version is None:
         return False, "pyslurm is not installed (PyPI ships 25.11 only)"
-    wanted = ".".join(slurm_version.split(".")[:2])
-    if not module_version.startswith(wanted + "."):
+    wanted = _major_minor(slurm_version)
+    if wanted is None or _major_minor(module_version) != wanted:
         return False, f"pyslurm {module_version} does not match SLURM {slurm_version}"
     return True, f"pyslurm {module_version} matches SLURM {slurm_version}"
 
 
 def _pyslurm_version() -> str | None:
+    """The installed pyslurm's version, from its metadata: never ``import pyslurm`` here.
+
+    Importing it runs ``slurm_init``, which ends the whole process when no configuration
+    source is found: the daemon choosing its backend must not load libslurm itself.
+    """
     try:
-        module = importlib.import_module("pyslurm")
-    except Exception:  # noqa: BLE001 - pyslurm raises RuntimeError when built for another libslurm
+        return importlib.metadata.version("pyslurm")
+    except importlib.metadata.PackageNotFoundError:
         return None
-    return str(getattr(module, "__version__", "unknown"))
 
 
 async def installed_slurm_version(settings: SlurmSettings) -> str:
