@@ -403,8 +403,24 @@ def test_a_job_sbatched_over_ssh_is_requeued_by_the_prestop_before_slurmd_exits(
             timeout_s=90,
             interval_s=1,
         )
-    except HarnessError:
-        pytest.fail(f"{deployed.job_state(job)} node {deployed.node_line(victim)}")
+    except HarnessError:  # CI-like run 31: PENDING:BeginTime on an idle node for 90 s, once
+        fields = deployed.job(job)
+        times = {
+            k: fields.get(k)
+            for k in (
+                "JobState",
+                "Reason",
+                "Restarts",
+                "BeginTime",
+                "EligibleTime",
+                "SubmitTime",
+                "LastSchedEval",
+            )
+        }
+        pytest.fail(
+            f"{deployed.job_state(job)} node {deployed.node_line(victim)} job {times}\n"
+            f"slurmctld since the delete: {ctl_log(deployed, t_delete)[-20:]}"
+        )
     assert deployed.job(job)["Restarts"] == "1"
     assert deployed.node_line(victim).split("|")[0] in ("mixed", "allocated"), deployed.node_line(
         victim
