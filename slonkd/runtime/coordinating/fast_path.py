@@ -44,7 +44,7 @@ log = structlog.get_logger("slonkd.coordinator")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FastPath:
-    """Marks the K8s nodes of SLURM failures a poll saw, between two passes."""
+    """Marks the K8s nodes of SLURM failures a poll saw: once on each wake, before the pass."""
 
     changes: asyncio.Queue[SlurmChange]
     """What the poll saw change (it puts, only the fast path takes)."""
