@@ -57,14 +57,15 @@ async def lead(c: Coordinator, token: int) -> None:
 async def _lead(term: Term) -> None:
     """The term's waves in one task group: reads beside the claim, writers, the rest."""
     async with asyncio.TaskGroup() as group:
-        claim = group.create_task(term.claim())
-        for job in term.reads():  # only reads run beside the claim
-            group.create_task(job)
-        term.read_ahead()  # side by side with the lists: the first pass waits for both
-        await claim
-        for job in term.writers():  # fenced: they start once the term is on record
-            group.create_task(job)
-        await term.synced()
+        with term.loading():  # the lists: kept all term, scanned by no collection
+            claim = group.create_task(term.claim())
+            for job in term.reads():  # only reads run beside the claim
+                group.create_task(job)
+            term.read_ahead()  # side by side with the lists: the first pass waits for both
+            await claim
+            for job in term.writers():  # fenced: they start once the term is on record
+                group.create_task(job)
+            await term.synced()
         for job in term.after_sync():
             group.create_task(job)
         await term.passes()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Coroutine
+from contextlib import AbstractContextManager
 from typing import Any
 
 import structlog
@@ -24,12 +25,17 @@ from slonkd.adapters.kube.state import FencedError
 from slonkd.core.errors import SlonkdError, TransientError
 from slonkd.core.log_events import COORDINATOR_SYNCED
 from slonkd.runtime.coordinating.reconciling import Coordinator
+from slonkd.runtime.kit import heap
 from slonkd.runtime.kit.level_loop import Debounce, run_level_triggered
 
 log = structlog.get_logger("slonkd.coordinator")
 
 Job = Coroutine[Any, Any, None]
 """One of the term's tasks, not started yet."""
+
+
+LOADING_MAX_S = 120.0
+"""The longest the cyclic collector is held off for a term's lists (:meth:`Term.loading`)."""
 
 
 class NotLeading(Exception):
@@ -74,6 +80,15 @@ class Term:
         if c.rollout is not None:
             jobs.append(c.rollout.run())
         return jobs
+
+    def loading(self) -> AbstractContextManager[None]:
+        """Around the term's start until :meth:`synced`: what the lists make is kept all term.
+
+        No collection scans the growing caches again and again while they load; what they
+        hold then stays out of every later pass's collections until :meth:`end`
+        (:mod:`slonkd.runtime.kit.heap`).
+        """
+        return heap.loading(LOADING_MAX_S)
 
     async def synced(self) -> None:
         """Until both informers have listed (the first pass needs the whole fleet)."""
@@ -130,5 +145,10 @@ class Term:
         return c.s.resync_s
 
     def end(self) -> None:
-        """What outlives the task group: the read ahead of a first pass that never came."""
+        """What outlives the task group.
+
+        The read ahead of a first pass that never came; the lists frozen at the start, back
+        to the collector with the term.
+        """
         self.c.cancel_read_ahead()
+        heap.release()
