@@ -3,7 +3,8 @@
 A new term starts its first pass's read side by side with the informers' lists
 (:meth:`PassRead.start_ahead`, from :mod:`.term`); later passes take the table the poll
 (:mod:`.slurm_watch`) has just read or a change probe has just confirmed, when slonkd wrote
-nothing since (the term's :class:`~.node_table.NodeTable`), and read on their own otherwise,
+nothing since (the term's :class:`~.node_table.NodeTable`), or the one it is reading now
+(waiting for it: the same request, already sent), and read on their own otherwise,
 each read a turn of the coordinator's :class:`~.slurm_watch.ReadLimiter`. The pass itself is
 :meth:`.reconciling.Coordinator.reconcile_all`; the table it took last (:attr:`PassRead.last`)
 is what the fast path (:mod:`.fast_path`) patches the poll's changes into.
@@ -17,10 +18,9 @@ from typing import NamedTuple
 
 import structlog
 
-from slonkd.adapters.slurm.backend import SlurmReads
 from slonkd.core.errors import SlonkdError
 from slonkd.core.slurm_node import SlurmNode
-from slonkd.runtime.coordinating.node_table import NodeTable
+from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
 from slonkd.runtime.coordinating.slurm_watch import ReadLimiter
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -33,7 +33,8 @@ class PassTable(NamedTuple):
     read_began: float
     """When the read behind it began (monotonic): what the poll handed over before, it has."""
     began: float
-    """When the pass's turn to read came (after the read limit): its phase timing's start."""
+    """When the pass asked for its table, or, for a read of its own, when its turn to read
+    came (after the read limit): its phase timing's start."""
     reused: bool
     """It is the poll's table (no read of the pass's own)."""
 
@@ -42,7 +43,7 @@ class PassRead:
     """The passes' SLURM reads of one term."""
 
     def __init__(
-        self, slurm: SlurmReads, reads: ReadLimiter, table: NodeTable, *, max_age_s: float
+        self, slurm: KeptSlurm, reads: ReadLimiter, table: NodeTable, *, max_age_s: float
     ) -> None:
         self.slurm = slurm
         """The port with the table (:class:`~.node_table.KeptSlurm`): a whole read is kept."""
@@ -79,11 +80,15 @@ class PassRead:
     async def table(self) -> PassTable:
         """The read ahead, else the poll's recent table, else a read of the pass's own."""
         ahead, self._ahead = self._ahead, None
-        # the table the poll has just read, when slonkd wrote nothing since: the same request
-        recent = self.node_table.recent(self.max_age_s) if ahead is None else None
-        if ahead is None and recent is None:
-            await self.reads.acquire()
-        began = time.monotonic()
+        asked = time.monotonic()
+        recent = None
+        if ahead is None:
+            # the table the poll has just read, or is reading now (the same request already
+            # sent), when slonkd wrote nothing since
+            recent = await self.slurm.after_read(self.max_age_s)
+            if recent is None:
+                await self.reads.acquire()
+        began = asked if recent is not None else time.monotonic()
         read_began = self._ahead_began if ahead is not None else began
         if recent is not None:
             self.reused += 1
