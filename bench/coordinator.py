@@ -14,7 +14,8 @@
    node-table reads (``REQUEST_NODE_INFO``), which the coordinator's read limit counts; side
    by side with the fleet metrics off (``fleet_metrics: false``), whose only RPC is ``sdiag``
    (``REQUEST_STATS_INFO``, counted, as is the measurement's own ``sdiag --reset``).
-3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName, SLURM nodes declared
+3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName: :meth:`FleetBuilder.bound
+   <slonkd_sandbox.fleet.FleetBuilder.bound>`, SLURM nodes declared
    without slurmd, on the quiet harness's SlurmdTimeout:
    :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass
    and its phases (resync_{size}_*: the median over the passes of 26 s at rest, their count
@@ -65,13 +66,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.kube import bound_pod
-from slonkd.adapters.kube.errors import Call
+from bench.kube import create_all
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.core.log_events import COORDINATOR_API_LISTENING
 from slonkd_sandbox.daemon import Daemon, coordinator_env
+from slonkd_sandbox.fleet import FleetBuilder, FleetShape
 from slonkd_sandbox.kube.cluster import KubeCluster
-from slonkd_sandbox.kube.kwok import fake_node_body
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import (
@@ -93,11 +93,11 @@ _CLIENT_RPCS = ("REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_N
 
 
 RELEASE = os.environ.get("SLONKD_BENCH_SLURM", "22.05")
+"""The SLURM release of every cluster here: the host's 22.05, or a cached root's (24.11)."""
 REST_S = 24.0
 """The window at rest of each size's CPU and slurmctld keys: four resyncs (resync_s 5)."""
 RESYNC_WINDOW_S = 26.0
 """The window whose passes give each size's resync keys (their median): five or six passes."""
-"""The SLURM release of every cluster here: the host's 22.05, or a cached root's (24.11)."""
 
 
 def cluster_of(root: Path, layout: SlurmLayout, release: str = RELEASE) -> SlurmCluster:
@@ -209,26 +209,14 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _create(kube: KubeCluster, nodes: list[str], pods: list[str]) -> float:
-    """Create kwok nodes and one pod per node bound to it; seconds it took."""
+async def _create(kube: KubeCluster, build: FleetBuilder, prefix: str, pods: list[str]) -> float:
+    """The kwok nodes ``<prefix><pod>`` and each pod bound to its own; seconds it took."""
     began = time.monotonic()
+    nodes, bound = build.bound(prefix, pods)
     transport = await KubeTransport.from_kubeconfig(kube.kubeconfig, timeout_s=60)
-    limit = asyncio.Semaphore(16)
-
-    async def one(path: str, resource: str, body: dict[str, Any]) -> None:
-        async with limit:
-            await transport.request(
-                Call(verb="create", resource=resource), "POST", path, body=body, timeout_s=60
-            )
-
     try:
-        await asyncio.gather(*(one("/api/v1/nodes", "nodes", fake_node_body(n)) for n in nodes))
-        await asyncio.gather(
-            *(
-                one(f"/api/v1/namespaces/{NS}/pods", "pods", bound_pod(p, n))
-                for p, n in zip(pods, nodes, strict=True)
-            )
-        )
+        await create_all(transport, "/api/v1/nodes", nodes)
+        await create_all(transport, f"/api/v1/namespaces/{NS}/pods", bound)
     finally:
         await transport.close()
     return time.monotonic() - began
@@ -398,14 +386,14 @@ def _at_rest(slurm: SlurmCluster) -> tuple[int, int]:
 
 def latency(root: Path, kube: KubeCluster, events: int) -> dict[str, float]:
     """SLURM failure -> cordon + taint, and the coordinator's RPC rate at rest (fleet off/on)."""
-    names = [f"w-{i}" for i in range(10)]
     timeout_s = int(os.environ.get("SLONKD_BENCH_SLURMD_TIMEOUT_S", SCALE_SLURMD_TIMEOUT_S))
-    layout = SlurmLayout(nodes=tuple(names), slurmd_timeout_s=timeout_s)
-    slurm = cluster_of(root / "slurm", layout)
+    shape = FleetShape(slurmds=10, kube_nodes=10, slurmd_timeout_s=timeout_s)
+    names = list(shape.names)
+    slurm = cluster_of(root / "slurm", shape.layout())
     slurm.start()
     try:
-        knodes = [f"lat-{n}" for n in names]
-        asyncio.run(_create(kube, knodes, names))
+        build = FleetBuilder(kube=kube, namespace=NS, shape=shape, labelled=False)
+        asyncio.run(_create(kube, build, "lat-", names))
         wait_for("pods ready", lambda: _running(kube, len(names)), timeout_s=120)
         time.sleep(2)  # the pods must be Ready for longer than failure_grace_s
         config: dict[str, Any] = {
@@ -578,19 +566,16 @@ def scale(
     second coordinator with the change poll: its first pass and its cost at rest
     (``change_poll_*``).
     """
-    slurm = cluster_of(
-        root / f"slurm-{size}",
-        SlurmLayout(
-            nodes=("w-0",),
-            extra_prefix="x",
-            extra_nodes=size,
-            slurmd_timeout_s=QUIET_SLURMD_TIMEOUT_S,
-        ),
+    # w-0 with a slurmd (the latency part's pod, when it ran), x-0 ... declared without one
+    shape = FleetShape(
+        slurmds=1, declared=size, declared_pool="x", slurmd_timeout_s=QUIET_SLURMD_TIMEOUT_S
     )
+    slurm = cluster_of(root / f"slurm-{size}", shape.layout())
     slurm.start()
     try:
-        new = [f"x{i}" for i in range(have, size)]
-        create_s = asyncio.run(_create(kube, [f"k{n}" for n in new], new))
+        build = FleetBuilder(kube=kube, namespace=NS, shape=shape, labelled=False)
+        new = list(shape.declared_names[have:size])
+        create_s = asyncio.run(_create(kube, build, "k", new))
         wait_for(
             f"{size} pods ready",
             lambda: _running(kube, size + other_pods),

@@ -34,9 +34,11 @@ from slonkd.adapters.kube.errors import Call
 from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.sources import coordinator_informers, pod_source
 from slonkd.adapters.kube.transport import MERGE_PATCH, KubeTransport
-from slonkd.core.kube_objects import WORKER_LABELS, WORKER_SELECTOR, Pod
+from slonkd.core.kube_objects import WORKER_SELECTOR, Pod
+from slonkd_sandbox.fleet import FleetBuilder, FleetShape
 from slonkd_sandbox.kube.cluster import KubeCluster
-from slonkd_sandbox.kube.kwok import KWOK_ANNOTATION, fake_node_body
+from slonkd_sandbox.kube.kwok import fake_node_body
+from slonkd_sandbox.workloads import bound_worker_pod
 
 NS = "bench"
 WRITES = 300
@@ -59,25 +61,8 @@ def _node(name: str) -> dict[str, Any]:
     )
 
 
-def bound_pod(name: str, node: str) -> dict[str, Any]:
-    """A kwok worker pod created with ``nodeName`` (no scheduler), labelled as slurmd."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {**WORKER_LABELS, "slonk.dev/pool": "worker"},
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "slurmd", "image": "slonk/slurm:dev"}],
-            "tolerations": [{"key": KWOK_ANNOTATION, "operator": "Exists"}],
-            "automountServiceAccountToken": False,
-        },
-    }
-
-
-async def _create_all(transport: KubeTransport, path: str, bodies: list[dict[str, Any]]) -> None:
+async def create_all(transport: KubeTransport, path: str, bodies: list[dict[str, Any]]) -> None:
+    """POST each body to ``path``, 16 at a time (a bound fleet's nodes, then its pods)."""
     limit = asyncio.Semaphore(16)
     call = Call(verb="create", resource=path.rsplit("/", 1)[-1])
 
@@ -100,11 +85,11 @@ async def delivery(transport: KubeTransport, name: str, writes: int = WRITES) ->
 
     informer.add_handler(on_event)
     path = f"/api/v1/namespaces/{NS}/pods"
-    body = bound_pod(name, "none")
+    body = bound_worker_pod(name, "none")
     body["metadata"]["labels"] = {"bench": name}
     body["spec"].pop("nodeName")
     body["spec"]["nodeSelector"] = {"slonk.dev/nowhere": "true"}
-    await _create_all(transport, path, [body])
+    await create_all(transport, path, [body])
     task = asyncio.create_task(informer.run())
     try:
         await informer.synced.wait()
@@ -169,13 +154,11 @@ def _measure_sync(kubeconfig: Path) -> dict[str, float]:
 async def scale_to(kube: KubeCluster, transport: KubeTransport, have: int, want: int) -> float:
     """Create nodes and bound pods from ``have`` up to ``want``; seconds it took."""
     begun = time.monotonic()
-    names = [f"bench-{i:05d}" for i in range(have, want)]
-    await _create_all(transport, "/api/v1/nodes", [_node(n) for n in names])
-    await _create_all(
-        transport,
-        f"/api/v1/namespaces/{NS}/pods",
-        [bound_pod(f"w-{n}", n) for n in names],
-    )
+    shape = FleetShape(slurmds=0, declared=want)  # pods w-0 ... on kwok nodes bench-w-0 ...
+    build = FleetBuilder(kube=kube, namespace=NS, shape=shape, labelled=False)
+    nodes, pods = build.bound("bench-", shape.names[have:want], node_body=_node)
+    await create_all(transport, "/api/v1/nodes", nodes)
+    await create_all(transport, f"/api/v1/namespaces/{NS}/pods", pods)
     return time.monotonic() - begun
 
 

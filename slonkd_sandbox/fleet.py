@@ -15,22 +15,24 @@ layout) and :mod:`slonkd_sandbox.daemon` (the coordinator's environment and proc
 the e2e fixtures (``tests/e2e/conftest.py``'s ``workers``, ``coordinator_fleet.py``,
 ``health_path_fleet.py``, ``test_coordinator_nudge.py``, ``test_coordinator_scale.py``,
 through :meth:`tests.rig.Rig.fleet`), the fakes of ``tests/unit/test_job_places.py`` and
-``test_soak_check.py``, ``bench/agent.py`` and ``bench/soak_fleet.py``.
+``test_soak_check.py``, ``bench/agent.py``, ``bench/soak_fleet.py``, and the bound fleets of
+``bench/coordinator.py`` and ``bench/kube.py`` (:meth:`FleetBuilder.bound`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slonkd_sandbox.daemon import coordinator_env
 from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.kube.kwok import fake_node_body
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.slurm.conf import SlurmLayout
-from slonkd_sandbox.workloads import worker_statefulset
+from slonkd_sandbox.workloads import bound_worker_pod, worker_statefulset
 
 POOL = "w"
 """The worker StatefulSet's name: its pods, and their SLURM nodes, are ``w-<i>``."""
@@ -150,6 +152,30 @@ class FleetBuilder:
         name = pool or self.shape.pool
         replicas = sum(n.rsplit("-", 1)[0] == name for n in self.shape.names)
         return worker_statefulset(name, replicas=replicas, node_selector=self.label or None, **kw)
+
+    def bound(
+        self,
+        prefix: str,
+        names: Sequence[str] | None = None,
+        *,
+        node_body: Callable[[str], dict[str, Any]] | None = None,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A kwok node ``<prefix><pod>`` per worker pod and the pod bound to it, as bodies.
+
+        ``names``: some of the shape's pods (default: all); ``node_body``: a node's body by
+        its name (default: a kwok node with :attr:`label`). Pods bound by ``nodeName`` need
+        no scheduler and no StatefulSet's ordered start: the benchmarks' 5,000-node fleets,
+        which they send in bulk with a client of their own (this harness's speaks to the
+        apiserver one request at a time, :mod:`slonkd_sandbox.kube.api`).
+        """
+        pods = list(self.shape.names if names is None else names)
+        make = node_body or (lambda name: fake_node_body(name, labels=self.label or None))
+        nodes = [make(self.unique(f"{prefix}{pod}")) for pod in pods]
+        bound = [
+            bound_worker_pod(pod, node["metadata"]["name"])
+            for pod, node in zip(pods, nodes, strict=True)
+        ]
+        return nodes, bound
 
     def create(self, sts: Mapping[str, Any]) -> None:
         """Create the StatefulSet ``sts`` in the namespace."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slonkd.core.kube_objects import WORKER_LABELS
-from slonkd_sandbox.kube.kwok import STANDIN_LABEL
+from slonkd_sandbox.kube.kwok import KWOK_ANNOTATION, STANDIN_LABEL
 
 WORKER_IMAGE = "slonk/slurm:dev"
 """Never pulled: kwok nodes run no containers."""
@@ -41,6 +41,25 @@ def prestop_command(grace_s: float, margin_s: float, *, poll_s: float = 0.5) -> 
         "--poll",
         str(poll_s),
     ]
+
+
+def bound_worker_pod(name: str, node: str) -> dict[str, Any]:
+    """A worker pod created with ``nodeName`` (no scheduler, no StatefulSet), on kwok node ``node``.
+
+    For fleets too large for a StatefulSet's ordered start (the benchmarks' 5,000): labelled
+    as a worker, as the StatefulSet's pods are, so the coordinator takes it for one.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {**WORKER_LABELS, "slonk.dev/pool": "worker"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "slurmd", "image": WORKER_IMAGE}],
+            "tolerations": [{"key": KWOK_ANNOTATION, "operator": "Exists"}],
+            "automountServiceAccountToken": False,
+        },
+    }
 
 
 def worker_statefulset(

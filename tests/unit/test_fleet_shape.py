@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from slonkd_sandbox.fleet import FleetShape, worker_names
+from slonkd.core.kube_objects import WORKER_LABELS
+from slonkd_sandbox.fleet import TEST_LABEL, FleetBuilder, FleetShape, worker_names
 from slonkd_sandbox.slurm.conf import SlurmLayout
 
 
@@ -31,3 +32,20 @@ def test_kube_node_names_and_worker_names() -> None:
     """kwok nodes ``<prefix><i>``, pods ``<pool>-<i>`` from an ordinal on."""
     assert FleetShape(slurmds=4, kube_nodes=2).kube_node_names("kn-") == ("kn-0", "kn-1")
     assert worker_names("d", 2, first=3) == ("d-3", "d-4")
+
+
+def test_a_bound_fleet_is_a_kwok_node_per_pod_and_the_pod_bound_to_it() -> None:
+    """The benchmarks' bulk fleets: node ``<prefix><pod>``, the pod's nodeName that node."""
+    shape = FleetShape(slurmds=1, declared=4, declared_pool="x")
+    build = FleetBuilder(kube=None, namespace="bench", shape=shape, labelled=False)  # type: ignore[arg-type]
+    nodes, pods = build.bound("k", shape.declared_names[1:3])
+    assert [n["metadata"]["name"] for n in nodes] == ["kx-1", "kx-2"]
+    assert [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in pods] == [
+        ("x-1", "kx-1"),
+        ("x-2", "kx-2"),
+    ]
+    assert all(p["metadata"]["labels"].items() >= WORKER_LABELS.items() for p in pods)
+    labelled = FleetBuilder(kube=None, namespace="t1", shape=shape)  # type: ignore[arg-type]
+    nodes, _ = labelled.bound("k", node_body=None)
+    assert len(nodes) == shape.pods
+    assert nodes[0]["metadata"]["labels"][TEST_LABEL] == "t1"
