@@ -8,7 +8,8 @@ runs from building it at once. Nothing here touches the host's own SLURM.
 
     python -m slonkd_sandbox.slurm.root 24.11
 
-(which also adds slurmdbd, see :func:`ensure_accounting`).
+(which also adds slurmdbd, see :func:`ensure_accounting`). :func:`ensure_dev` adds
+``libslurm-dev`` (the release's headers) for :mod:`slonkd_sandbox.pyslurm_build`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ itself runs on the host (any MariaDB speaks to any slurmdbd)."""
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _MARKER = ".slonkd-complete"
 _ACCOUNTING_MARKER = ".slonkd-accounting"
+DEV_PACKAGES = ("libslurm-dev",)
+"""Added on demand (:func:`ensure_dev`): the headers pyslurm is compiled against."""
+_DEV_MARKER = ".slonkd-dev"
 
 
 def root_cache() -> Path:
@@ -109,12 +113,25 @@ def ensure_accounting(version: str = "24.11") -> Path:
     are not disturbed (packages are only added). Services are kept from starting
     (``policy-rc.d``).
     """
+    return _ensure_added(version, ACCOUNTING_PACKAGES, _ACCOUNTING_MARKER)
+
+
+def ensure_dev(version: str = "24.11") -> Path:
+    """The root for ``version`` with ``libslurm-dev`` added (its headers; once, cached).
+
+    As :func:`ensure_accounting`: apt-get in the existing root, marker ``.slonkd-dev``.
+    """
+    return _ensure_added(version, DEV_PACKAGES, _DEV_MARKER)
+
+
+def _ensure_added(version: str, packages: tuple[str, ...], marker: str) -> Path:
+    """The root for ``version`` with ``packages`` installed by apt-get, ``marker`` written last."""
     final = ensure_slurm_root(version)
-    if (final / _ACCOUNTING_MARKER).exists():
+    if (final / marker).exists():
         return final
     with (final.parent / f".{final.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / _ACCOUNTING_MARKER).exists():
+        if (final / marker).exists():
             return final
         shutil.copyfile("/etc/resolv.conf", final / "etc" / "resolv.conf")
         policy = final / "usr" / "sbin" / "policy-rc.d"
@@ -123,7 +140,7 @@ def ensure_accounting(version: str = "24.11") -> Path:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
         for argv in (
             ["apt-get", "update", "-q"],
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *ACCOUNTING_PACKAGES],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
         ):
             proc = subprocess.run(
                 ["chroot", str(final), *argv],
@@ -135,7 +152,7 @@ def ensure_accounting(version: str = "24.11") -> Path:
             )
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(argv)} in {final}: {proc.stderr[-1500:]}")
-        (final / _ACCOUNTING_MARKER).write_text(" ".join(ACCOUNTING_PACKAGES) + "\n")
+        (final / marker).write_text(" ".join(packages) + "\n")
     return final
 
 
