@@ -10,7 +10,7 @@ budget, the fast path's marks through the same budget, the dry run, the executor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from slonkd.core.plan import Kind, Policy
 from slonkd.core.reasons import Cause, format_reason
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
+from slonkd.runtime.coordinating.reconciling import Coordinator
 from tests.unit.coordinator_fakes import (
     AuditRecorder,
     FakeElector,
@@ -435,13 +436,10 @@ async def test_a_pass_right_after_the_polls_read_takes_its_table() -> None:
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (1, 1, 1)
 
 
-async def test_a_pass_while_the_poll_reads_waits_for_that_read() -> None:
-    """A pass that comes while the poll's whole read is on its way takes it: no second request.
-
-    At 5,000 nodes the poll's read takes a few tenths of its 0.7 s period, and a pass that
-    came then read the whole table again (the issue-38 comparison: resync_5000_slurm_read_ms
-    0 -> 68, half the passes reading twice what the poll was reading).
-    """
+async def _pass_while_the_poll_reads(
+    during: Callable[[Coordinator, FakeSlurm], None] = lambda c, slurm: None,
+) -> tuple[Coordinator, FakeSlurm]:
+    """A pass begun while the poll's whole read is on its way; ``during`` runs before it ends."""
     slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
     c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)])
     c.pass_read.max_age_s = 60.0  # the poll's period (0 in these settings: no poll)
@@ -457,33 +455,32 @@ async def test_a_pass_while_the_poll_reads_waits_for_that_read() -> None:
     await asyncio.sleep(0)
     passing = asyncio.create_task(c.reconcile_all())
     await asyncio.sleep(0.05)
+    during(c, slurm)
+    slurm.read_nodes = read  # type: ignore[method-assign]  # later reads answer at once
     answer.set()
     await asyncio.wait_for(asyncio.gather(poll, passing), 5)
+    return c, slurm
+
+
+async def test_a_pass_while_the_poll_reads_waits_for_that_read() -> None:
+    """A pass that comes while the poll's whole read is on its way takes it: no second request.
+
+    At 5,000 nodes the poll's read takes a few tenths of its 0.7 s period, and a pass that
+    came then read the whole table again (the issue-38 comparison: resync_5000_slurm_read_ms
+    0 -> 68, half the passes reading twice what the poll was reading).
+    """
+    c, slurm = await _pass_while_the_poll_reads()
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (1, 0, 1)
 
 
 async def test_a_pass_reads_on_its_own_when_the_read_it_waited_for_crossed_a_write() -> None:
     """The poll's read on its way when slonkd wrote: its table is never served, the pass reads."""
-    slurm = FakeSlurm([slurm_node(0), slurm_node(1)], failing=set())
-    c = coordinator_with(slurm, FakeNodeWriter(), [kube_node(0), kube_node(1)])
-    c.pass_read.max_age_s = 60.0
-    answer = asyncio.Event()
-    read = slurm.read_nodes
 
-    async def slow(names: Sequence[str] = ()) -> list[SlurmNode]:
-        await answer.wait()
-        return await read(names)
+    def write(c: Coordinator, _slurm: FakeSlurm) -> None:
+        with c.table.writing():  # a write of slonkd's while the poll reads
+            pass
 
-    slurm.read_nodes = slow  # type: ignore[method-assign]
-    poll = asyncio.create_task(c.slurm.read_nodes())
-    await asyncio.sleep(0)
-    passing = asyncio.create_task(c.reconcile_all())
-    await asyncio.sleep(0.05)
-    with c.table.writing():  # a write of slonkd's while the poll reads
-        pass
-    slurm.read_nodes = read  # type: ignore[method-assign]
-    answer.set()
-    await asyncio.wait_for(asyncio.gather(poll, passing), 5)
+    c, slurm = await _pass_while_the_poll_reads(write)
     assert (slurm.reads, c.reads.reads, c.pass_read.reused) == (2, 1, 0)
 
 

@@ -80,15 +80,17 @@ class PassRead:
     async def table(self) -> PassTable:
         """The read ahead, else the poll's recent table, else a read of the pass's own."""
         ahead, self._ahead = self._ahead, None
-        asked = time.monotonic()
-        recent = None
-        if ahead is None:
-            # the table the poll has just read, or is reading now (the same request already
-            # sent), when slonkd wrote nothing since
+        # the table the poll has just read, when slonkd wrote nothing since: the same request
+        recent = self.node_table.recent(self.max_age_s) if ahead is None else None
+        waited_from = None
+        if ahead is None and recent is None:
+            waited_from = time.monotonic()  # or the one it is reading now: wait for it
             recent = await self.slurm.after_read(self.max_age_s)
             if recent is None:
                 await self.reads.acquire()
-        began = asked if recent is not None else time.monotonic()
+        began = time.monotonic()
+        if recent is not None and waited_from is not None:
+            began = waited_from  # the wait for the poll's read is the pass's SLURM read
         read_began = self._ahead_began if ahead is not None else began
         if recent is not None:
             self.reused += 1
