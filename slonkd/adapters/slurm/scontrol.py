@@ -11,7 +11,8 @@ compressed hostlists (``hostlists.py``), chunked to ``max_hostlist_chars``. Resu
 slurmctld refuses (a node vanished, a state changed under us) is retried node by node so one
 bad node never hides the others. Subprocesses run in ``runner.py``. Every write goes through
 the runner's ``write``: sent again only when it never reached slurmctld, raised as
-``OutcomeUnknownError`` when it may have landed (``cas_apply.py``).
+``OutcomeUnknownError`` when it may have landed (``cas_apply.py``). The checkpoint signal of
+``job_signal.py`` is a write here too (``scancel --batch --signal``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
 from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.scontrol_reads import ScontrolReads
+from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.errors import ParseError, TerminalError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
+from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
@@ -135,6 +138,15 @@ class ScontrolBackend(ScontrolReads):
     async def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld reads its configuration again (topology)."""
         await self.runner.run("scontrol", "reconfigure")
+
+    async def signal_batch(self, job_id: JobId, signal: SignalSpec) -> None:
+        """``scancel --batch --signal``: ``signal`` to the job's batch shell alone, sent once.
+
+        As ``sbatch --signal=B:SIG`` would; a job signal, not a node write.
+        """
+        await self.runner.write(
+            "scancel", "--batch", f"--signal={signal.name}", str(job_id), retry=False
+        )
 
     # -- compare-and-set machinery ---------------------------------------------------------
 
