@@ -221,7 +221,8 @@ async def run_prestop(s: PrestopSettings) -> PrestopOutcome:
             last_count = len(jobs)
         if s.checkpoint_signal is not None and signal_sent_at is None and clock.until_signal() <= 0:
             signal_sent_at = time.monotonic()
-            signaller = JobSignaller(runner=backend().runner, node=s.node)
+            signalling = backend()
+            signaller = JobSignaller(runner=signalling.runner, slurm=signalling, node=s.node)
             for job in jobs:
                 if not job.requeueable:
                     continue  # it will not be requeued; a checkpoint signal would only disturb it

@@ -1,7 +1,8 @@
 """Checkpoint signals against a real slurmd: the batch shell is found, and only a handler gets one.
 
-``scontrol listpids`` and ``scancel --batch --signal`` of SLURM 22.05 and 24.11 (the
-``cluster_factory`` fixture of :mod:`tests.contract.conftest`). The harness runs each slurmd in
+``scontrol listpids`` and the port's ``signal_batch`` (the scontrol backend: ``scancel --batch
+--signal``) of SLURM 22.05 and 24.11 (the ``cluster_factory`` fixture of
+:mod:`tests.contract.conftest`). The harness runs each slurmd in
 a PID namespace of its own (as a container would); the signaller reads the job's ``/proc``
 through that namespace's root, as the preStop hook inside the container reads its own. A
 24.11 job runs in the cluster's root: its files live there, named by their inner paths.
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from slonkd.adapters.slurm.job_signal import JobSignaller, SignalOutcome
-from slonkd.adapters.slurm.runner import CommandRunner
+from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.slurm_job import JobId
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
@@ -83,8 +84,10 @@ async def test_a_trapping_shell_gets_the_signal_and_a_plain_one_is_left_alone(
         assert time.monotonic() < deadline, "jobs did not start"
         await asyncio.sleep(0.5)
     await asyncio.sleep(1)  # the shell has installed its trap
-    runner = CommandRunner(settings_for(cluster, timeout_s=20.0))
-    signaller = JobSignaller(runner=runner, node="n1", proc=_namespace_proc(cluster, "n1"))
+    backend = ScontrolBackend(settings_for(cluster, timeout_s=20.0))
+    signaller = JobSignaller(
+        runner=backend.runner, slurm=backend, node="n1", proc=_namespace_proc(cluster, "n1")
+    )
 
     assert await signaller.signal(JobId(int(trapping)), USR1) is SignalOutcome.SENT
     deadline = time.monotonic() + 15

@@ -29,9 +29,10 @@ from slonkd.adapters.kube.kubeconfig import ApiEndpoint
 from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.health import ok
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import (
@@ -105,9 +106,9 @@ class FakeSlurm:
         self.resumed.append((str(cause), list(names)))
         return UpdateResult(changed=tuple(NodeName(n) for n in names), calls=1)
 
-    async def diag(self) -> str:
-        """slurmctld's statistics: none (the fleet's sdiag poll reads nothing)."""
-        return ""
+    async def diag(self) -> SlurmctldStats:
+        """slurmctld's statistics: none (the fleet's sdiag poll counts a failed read)."""
+        raise ParseError("fake SLURM: no sdiag")
 
 
 class FakeStore:

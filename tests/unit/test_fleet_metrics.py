@@ -6,6 +6,7 @@ import asyncio
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from slonkd.adapters.slurm.parsing_sdiag import RpcStats, SlurmctldStats, parse_sdiag
 from slonkd.core.budget import Admission, PoolUse
 from slonkd.core.errors import TransientError
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
@@ -94,18 +95,18 @@ def test_sdiag_families_and_failures_never_raise() -> None:
     fleet = FleetExporter(clock)
     fleet.register(metrics.registry)
 
-    async def good() -> str:
-        return SDIAG
+    async def good() -> SlurmctldStats:
+        return parse_sdiag(SDIAG)
 
-    async def broken() -> str:
+    async def broken() -> SlurmctldStats:
         raise TransientError("sdiag: Unable to contact slurm controller")
 
-    async def stuck() -> str:
+    async def stuck() -> SlurmctldStats:
         await asyncio.sleep(60)
-        return SDIAG
+        return parse_sdiag(SDIAG)
 
-    async def garbage() -> str:
-        return "not sdiag"
+    async def garbage() -> SlurmctldStats:
+        return parse_sdiag("not sdiag")  # the port's ParseError
 
     async def run() -> None:
         await fleet.read_sdiag(good, timeout_s=5)
@@ -124,3 +125,37 @@ def test_sdiag_families_and_failures_never_raise() -> None:
     assert got[("slonkd_slurmctld_jobs", (("state", "pending"),))] == 0
     assert got[("slonkd_slurmctld_job_events_total", (("event", "submitted"),))] == 4
     assert got[("slonkd_slurmctld_sdiag_timestamp_seconds", ())] == clock.now
+
+
+def test_the_exporter_takes_the_ports_typed_statistics_as_they_are() -> None:
+    """Statistics that never were sdiag's text (another backend's) are exported unparsed.
+
+    The port's ``diag`` answers :class:`SlurmctldStats`; the exporter used to parse text.
+    """
+    metrics = Metrics(role="coordinator")
+    fleet = FleetExporter(Clock())
+    fleet.register(metrics.registry)
+    stats = SlurmctldStats(
+        server_threads=7,
+        agent_queue=2,
+        agent_count=1,
+        jobs={"submitted": 5},
+        jobs_now={"running": 3},
+        main_cycle_last_us=1500,
+        rpcs={"REQUEST_NODE_INFO": RpcStats(count=9, total_us=2_000_000)},
+    )
+
+    async def read() -> SlurmctldStats:
+        return stats
+
+    asyncio.run(fleet.read_sdiag(read, timeout_s=5))
+    got = scrape(metrics)
+    assert got[("slonkd_slurmctld_sdiag_failures_total", ())] == 0
+    assert got[("slonkd_slurmctld_server_threads", ())] == 7
+    assert got[("slonkd_slurmctld_agent_queue_size", ())] == 2
+    assert got[("slonkd_slurmctld_main_schedule_last_cycle_seconds", ())] == 0.0015
+    assert got[("slonkd_slurmctld_jobs", (("state", "running"),))] == 3
+    assert got[("slonkd_slurmctld_rpcs_total", (("rpc", "REQUEST_NODE_INFO"),))] == 9
+    assert (
+        got[("slonkd_slurmctld_rpc_duration_seconds_total", (("rpc", "REQUEST_NODE_INFO"),))] == 2.0
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.core.slurm_job import JobId, JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.leading import lead
@@ -36,10 +37,10 @@ class _Port(fakes.FakeSlurm):
         self.asked.append("finished_jobs")
         return [ENDED]
 
-    async def diag(self) -> str:
-        """An empty sdiag (the exporter counts it as a failed read; asked is what counts)."""
+    async def diag(self) -> SlurmctldStats:
+        """Typed statistics, as every backend answers them (asked is what counts)."""
         self.asked.append("diag")
-        return ""
+        return SlurmctldStats(server_threads=1, agent_queue=0)
 
 
 async def test_job_blames_finished_jobs_come_from_the_port() -> None:

@@ -16,11 +16,13 @@ from typing import Protocol
 
 from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
 from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.reasons import Cause
-from slonkd.core.slurm_job import SlurmJob
+from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import SlurmNode
 
 
@@ -58,8 +60,12 @@ class SlurmReads(Protocol):
         """Jobs that ended within slurmctld's ``MinJobAge`` (job blame's evidence)."""
         ...
 
-    async def diag(self) -> str:
-        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
+    async def diag(self) -> SlurmctldStats:
+        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate.
+
+        Typed, whatever the transport: the scontrol backend parses ``sdiag``'s text
+        (``parsing_sdiag.py``; an output that is not sdiag's is a ParseError).
+        """
         ...
 
     async def show_topology(self) -> str:
@@ -70,8 +76,9 @@ class SlurmReads(Protocol):
 class SlurmWrites(Protocol):
     """What slonkd writes to SLURM: compare-and-set holds and releases, requeues, reboots.
 
-    Every write takes slonkd's ownership rules (:mod:`slonkd.core.slurm_plan`): a hold or
-    reason that is not slonkd's is never changed.
+    Every node write takes slonkd's ownership rules (:mod:`slonkd.core.slurm_plan`): a hold
+    or reason that is not slonkd's is never changed. :meth:`signal_batch` and
+    :meth:`reconfigure` write no node.
     """
 
     async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
@@ -110,6 +117,14 @@ class SlurmWrites(Protocol):
 
     async def reconfigure(self) -> None:
         """Make slurmctld read its configuration again (``scontrol reconfigure``)."""
+        ...
+
+    async def signal_batch(self, job_id: JobId, signal: SignalSpec) -> None:
+        """Send ``signal`` to job ``job_id``'s batch shell alone, sent once (never re-sent).
+
+        A job signal, not a node write: the node table is unchanged. The caller decides
+        whether the shell handles it (:mod:`slonkd.adapters.slurm.job_signal`).
+        """
         ...
 
 

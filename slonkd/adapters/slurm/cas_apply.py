@@ -1,11 +1,17 @@
-"""How a compare-and-set's plans become ``scontrol update`` calls: chunks, rechecks, refusals.
+"""How a compare-and-set's plans become node updates: chunks, rechecks, refusals; any transport.
 
-:class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend` reads the nodes a write touches and
-plans each one (:mod:`slonkd.core.slurm_plan`); :class:`CasApply` then sends identical updates
-together as compressed hostlists (``hostlists.py``) chunked to ``max_hostlist_chars``, the
-first through the primed scontrol (``primed.py``) when it can, reads each later chunk again
-right before writing it, and judges a chunk that slurmctld refused node by node on a fresh
-read. Results (``results.py``) say which nodes changed and which were skipped, and why.
+A backend (:class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend` today) reads the nodes a
+write touches and plans each one (:mod:`slonkd.core.slurm_plan`); :class:`CasApply` then
+sends identical updates together as compressed hostlists (``hostlists.py``) chunked to
+``max_hostlist_chars``, the first on the compare-and-set read just made, reads each later
+chunk again right before writing it, and judges a chunk that slurmctld refused node by node
+on a fresh read. Results (``results.py``) say which nodes changed and which were skipped,
+and why.
+
+It knows no transport: the backend gives it its node read (:data:`ReadNodes`) and its update
+(:data:`SendUpdate`), and, when the first chunk goes another way, that chunk's update (the
+scontrol backend: through the primed ``scontrol``, ``primed.py``; later chunks by argv). The
+backend counts its own calls.
 
 No update is sent twice on the same read. One that never reached slurmctld
 (:class:`~slonkd.adapters.slurm.runner.NotReachedError`) is judged again on a new read of its
@@ -22,28 +28,35 @@ from dataclasses import dataclass
 import hostlist
 
 from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
-from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.results import UpdateResult
-from slonkd.adapters.slurm.runner import (
-    CommandRunner,
-    InvalidNodeStateError,
-    NodeNotFoundError,
-    NotReachedError,
-    SlurmSettings,
-    retrying,
-)
+from slonkd.adapters.slurm.runner import NotReachedError, SlurmSettings, retrying
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import Planner, Skip, SkipReason, Update, plan_or_missing, shows
+
+ReadNodes = Callable[[Sequence[str]], Awaitable[list[SlurmNode]]]
+"""A backend's read of the named nodes (scontrol: ``scontrol -o show node LIST``)."""
+SendUpdate = Callable[[str, str | None, str | None, str | None], Awaitable[bool]]
+"""One update of the nodes of hostlist ``expr``: (expr, state, reason, extra), None leaving a
+field as it is; sent once. True: slurmctld took it; False: it refused some of the nodes (one
+vanished, a state changed under us). Raises :class:`NotReachedError` when it never reached
+slurmctld (:meth:`CasApply.send` may send it again after a read) and
+:class:`~slonkd.core.errors.OutcomeUnknownError` when it may have been applied (never sent
+again)."""
 
 
 @dataclass(slots=True)
 class CasApply:
-    """Sends a compare-and-set's planned updates (made per write, on the backend's runner)."""
+    """Sends a compare-and-set's planned updates (made per write, on the backend's callables)."""
 
-    runner: CommandRunner
     settings: SlurmSettings
-    read_nodes: Callable[[Sequence[str]], Awaitable[list[SlurmNode]]]
-    """The backend's node read (named nodes: ``scontrol -o show node LIST``)."""
+    """``max_hostlist_chars`` (the chunks) and the attempts of a sending that never arrived."""
+    read_nodes: ReadNodes
+    """The backend's node read: each later chunk's recheck, a refused chunk's judgement."""
+    update: SendUpdate
+    """The backend's update (every chunk but the first, and the first if no other is given)."""
+    first_update: SendUpdate | None = None
+    """The first chunk's update, each sending of it, when it goes another way (scontrol: the
+    primed process, which sends only what it can and hands the rest to argv)."""
 
     async def recheck(
         self, names: list[NodeName], key: tuple[str | None, str | None, str | None], plan: Planner
@@ -67,10 +80,7 @@ class CasApply:
         return keep, skipped
 
     async def apply(
-        self,
-        plans: list[Update | Skip],
-        replan: Planner | None = None,
-        primed: PrimedScontrol | None = None,
+        self, plans: list[Update | Skip], replan: Planner | None = None
     ) -> UpdateResult:
         """Write ``plans`` (grouped by what they set); the caller counts the calls.
 
@@ -88,9 +98,7 @@ class CasApply:
         for key, updates in groups.items():
             by_name = {u.node: u for u in updates}
             for expr in chunk_hostlists(list(by_name), self.settings.max_hostlist_chars):
-                names, moved, wrote = await self.send(
-                    expr, key, replan, primed if first else None, fresh=first
-                )
+                names, moved, wrote = await self.send(expr, key, replan, first=first)
                 first = False
                 skipped.extend(moved)
                 if wrote:
@@ -127,17 +135,19 @@ class CasApply:
         expr: str,
         key: tuple[str | None, str | None, str | None],
         replan: Planner | None,
-        primed: PrimedScontrol | None,
         *,
-        fresh: bool,
+        first: bool,
     ) -> tuple[list[NodeName], list[Skip], bool]:
         """One chunk's update: (the nodes it went to, those skipped on a new read, written).
 
-        ``fresh``: the compare-and-set read was just made for it; otherwise (a later chunk, or
-        a second sending after :class:`NotReachedError`) the chunk is read again first
-        (``replan``) and only the nodes whose plan still holds go. An unknown outcome is
-        raised as it is: the caller's next read judges it.
+        ``first``: the compare-and-set read was just made for it (and it goes by
+        ``first_update`` if there is one); otherwise (a later chunk, or a second sending after
+        :class:`NotReachedError`) the chunk is read again first (``replan``) and only the
+        nodes whose plan still holds go. An unknown outcome is raised as it is: the caller's
+        next read judges it.
         """
+        update = self.first_update if first and self.first_update is not None else self.update
+        fresh = first
         names = [NodeName(n) for n in hostlist.expand_hostlist(expr)]
         skipped: list[Skip] = []
         async for attempt in retrying(self.settings, NotReachedError):
@@ -149,32 +159,5 @@ class CasApply:
                         return names, skipped, True
                     expr = compress(names)
                 fresh = False  # a second sending is judged on a new read
-                return names, skipped, await self.update(expr, *key, primed)
+                return names, skipped, await update(expr, *key)
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
-
-    async def update(
-        self, expr: str, state: str | None, reason: str | None, extra: str | None,
-        primed: PrimedScontrol | None = None,
-    ) -> bool:  # fmt: skip
-        """One ``scontrol update`` (``primed`` if it can), sent once; False: slurmctld refused some.
-
-        Raises :class:`NotReachedError` (never reached slurmctld: :meth:`send` may send it
-        again after a read) or :class:`~slonkd.core.errors.OutcomeUnknownError` (it may have
-        been applied: never sent again).
-        """
-        args = [f"nodename={expr}"]
-        if state is not None:
-            args.append(f"state={state}")
-        if reason is not None:
-            args.append(f"reason={reason}")
-        if extra is not None:
-            args.append(f"extra={extra}")
-        try:
-            if primed is not None and primed.can_send(args):
-                self.runner.count()
-                await primed.update(args)
-            else:
-                await self.runner.write("scontrol", "update", *args, retry=False)
-        except (NodeNotFoundError, InvalidNodeStateError):
-            return False
-        return True

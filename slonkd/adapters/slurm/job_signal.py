@@ -3,9 +3,11 @@
 Run on the job's node (the slurmd container: the preStop hook shares its PID namespace, so
 the PIDs ``scontrol listpids`` gives are this process's PIDs too). The batch shell is the
 ``batch`` step's process with local id 0; its ``/proc/PID/status`` says which signals it
-catches (:func:`slonkd.core.checkpoint.catches`). ``scancel --batch --signal`` sends the
-signal to that shell alone, as ``sbatch --signal=B:SIG`` would. Neighbours:
-:mod:`slonkd.adapters.slurm.runner` (the subprocess, its timeout and errors),
+catches (:func:`slonkd.core.checkpoint.catches`). The SLURM port's
+:meth:`~slonkd.adapters.slurm.backend.SlurmWrites.signal_batch` sends the signal to that
+shell alone, as ``sbatch --signal=B:SIG`` would (the scontrol backend: ``scancel --batch
+--signal``). Neighbours: :mod:`slonkd.adapters.slurm.runner` (``listpids``' subprocess, its
+timeout and errors), :mod:`slonkd.adapters.slurm.backend` (the port),
 :mod:`slonkd.core.checkpoint` (the rule and the spec), :mod:`slonkd.runtime.prestop` (when).
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from slonkd.adapters.slurm.backend import SlurmWrites
 from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.core.checkpoint import SignalSpec, catches
 from slonkd.core.errors import ParseError
@@ -56,6 +59,9 @@ class JobSignaller:
     """Sends checkpoint signals to batch shells on this node."""
 
     runner: CommandRunner
+    """Runs ``scontrol listpids`` (which shell is the job's)."""
+    slurm: SlurmWrites
+    """The SLURM port: sends the signal (:meth:`~SlurmWrites.signal_batch`)."""
     node: str
     proc: Path = field(default=Path("/proc"))
 
@@ -72,7 +78,5 @@ class JobSignaller:
             return SignalOutcome.NO_SHELL
         if not catches(status, spec.number):
             return SignalOutcome.NOT_CAUGHT
-        await self.runner.write(
-            "scancel", "--batch", f"--signal={spec.name}", str(job_id), retry=False
-        )
+        await self.slurm.signal_batch(job_id, spec)
         return SignalOutcome.SENT

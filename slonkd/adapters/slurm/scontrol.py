@@ -11,7 +11,10 @@ compressed hostlists (``hostlists.py``), chunked to ``max_hostlist_chars``. Resu
 slurmctld refuses (a node vanished, a state changed under us) is retried node by node so one
 bad node never hides the others. Subprocesses run in ``runner.py``. Every write goes through
 the runner's ``write``: sent again only when it never reached slurmctld, raised as
-``OutcomeUnknownError`` when it may have landed (``cas_apply.py``).
+``OutcomeUnknownError`` when it may have landed. The chunks, rechecks and resends are
+``cas_apply.py``'s, which knows no transport: this backend hands it its node read and its
+``scontrol update`` (the primed process for the first chunk, else argv). The checkpoint
+signal of ``job_signal.py`` is a write here too (``scancel --batch --signal``).
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
 from slonkd.adapters.slurm.primed import PrimedScontrol
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
+from slonkd.adapters.slurm.runner import InvalidNodeStateError, NodeNotFoundError
 from slonkd.adapters.slurm.scontrol_reads import ScontrolReads
+from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.errors import ParseError, TerminalError
 from slonkd.core.reasons import Cause, format_reason, sanitise_text
+from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
     HoldState,
@@ -136,6 +142,15 @@ class ScontrolBackend(ScontrolReads):
         """``scontrol reconfigure``: slurmctld reads its configuration again (topology)."""
         await self.runner.run("scontrol", "reconfigure")
 
+    async def signal_batch(self, job_id: JobId, signal: SignalSpec) -> None:
+        """``scancel --batch --signal``: ``signal`` to the job's batch shell alone, sent once.
+
+        As ``sbatch --signal=B:SIG`` would; a job signal, not a node write.
+        """
+        await self.runner.write(
+            "scancel", "--batch", f"--signal={signal.name}", str(job_id), retry=False
+        )
+
     # -- compare-and-set machinery ---------------------------------------------------------
 
     async def read_for_update(
@@ -188,8 +203,42 @@ class ScontrolBackend(ScontrolReads):
                 read_at = time.time()  # an operator's write after this and before ours is lost
                 nodes = await self.read_for_update(names, hold=hold)
                 plans = [plan_or_missing(nodes, n, planner) for n in dict.fromkeys(names)]
-                cas = CasApply(self.runner, self.settings, self.read_nodes)
-                result = await cas.apply(plans, planner, primed)
+
+                async def first(
+                    expr: str, state: str | None, reason: str | None, extra: str | None
+                ) -> bool:
+                    return await self._update_nodes(expr, state, reason, extra, primed)
+
+                cas = CasApply(self.settings, self.read_nodes, self._update_nodes, first)
+                result = await cas.apply(plans, planner)
                 return dataclasses.replace(result, read_at=read_at, calls=calls())
             finally:
                 await primed.close()
+
+    async def _update_nodes(
+        self, expr: str, state: str | None, reason: str | None, extra: str | None,
+        primed: PrimedScontrol | None = None,
+    ) -> bool:  # fmt: skip
+        """One ``scontrol update`` (``primed`` if it can), sent once; False: slurmctld refused some.
+
+        The compare-and-set's update (``cas_apply.SendUpdate``), counted on the runner. Raises
+        :class:`NotReachedError` (never reached slurmctld: the compare-and-set may send it
+        again after a read) or :class:`~slonkd.core.errors.OutcomeUnknownError` (it may have
+        been applied: never sent again).
+        """
+        args = [f"nodename={expr}"]
+        if state is not None:
+            args.append(f"state={state}")
+        if reason is not None:
+            args.append(f"reason={reason}")
+        if extra is not None:
+            args.append(f"extra={extra}")
+        try:
+            if primed is not None and primed.can_send(args):
+                self.runner.count()
+                await primed.update(args)
+            else:
+                await self.runner.write("scontrol", "update", *args, retry=False)
+        except (NodeNotFoundError, InvalidNodeStateError):
+            return False
+        return True

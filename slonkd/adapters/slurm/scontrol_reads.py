@@ -6,9 +6,10 @@ coordinator keeps the table it reads: ``slonkd/runtime/coordinating/node_table.p
 back to the unambiguous JSON read when the text does not split in one way only (``parsing.py``,
 ``parsing_v42.py``), and reads the reasons (``sinfo -R``), the jobs on a node, the
 running-job counts (``parsing_jobs.py``), the finished jobs (``parsing_finished.py``) and
-``sdiag``. Subprocesses run in ``runner.py``. It writes nothing: the compare-and-set writes
-are :class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend`'s (``scontrol.py``), built on
-these reads.
+``sdiag`` (typed by ``parsing_sdiag.py``). Subprocesses run in ``runner.py``. It writes
+nothing: the compare-and-set writes are
+:class:`~slonkd.adapters.slurm.scontrol.ScontrolBackend`'s (``scontrol.py``), built on these
+reads.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from slonkd.adapters.slurm.parsing_finished import (
     parse_finished_jobs,
 )
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS, parse_running_jobs
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats, parse_sdiag
 from slonkd.adapters.slurm.parsing_show_node import NodeLines, parse_show_node
 from slonkd.adapters.slurm.parsing_v42 import parse_scontrol_json, parse_squeue_json_v42
 from slonkd.adapters.slurm.runner import (
@@ -120,9 +122,12 @@ class ScontrolReads:
         """The topology slurmctld runs (``scontrol show topology``)."""
         return await self.runner.run("scontrol", "show", "topology")
 
-    async def diag(self) -> str:
-        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate."""
-        return await self.runner.run("sdiag", retry=False)
+    async def diag(self) -> SlurmctldStats:
+        """slurmctld's statistics (``sdiag``), tried once: the caller polls at its own rate.
+
+        ParseError when the output is not sdiag's (``parsing_sdiag.py``).
+        """
+        return parse_sdiag(await self.runner.run("sdiag", retry=False))
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""

@@ -3,8 +3,10 @@
 Every pass hands :meth:`FleetExporter.observe_pass` what it already read and decided (the
 SLURM node read, the views, the plans, the budget's answer); the counting is
 :mod:`slonkd.core.fleet`'s. slurmctld's own health comes from ``sdiag``, the one RPC this
-adds, at a low rate (:meth:`FleetExporter.poll_sdiag`, every ``sdiag_s`` with a timeout):
-a failure is counted and logged, never fatal, and the last good answer is kept.
+adds, at a low rate (:meth:`FleetExporter.poll_sdiag`, every ``sdiag_s`` with a timeout),
+read through the SLURM port's ``diag`` as typed statistics
+(:class:`~slonkd.adapters.slurm.parsing_sdiag.SlurmctldStats`, whichever backend): a failure
+is counted and logged, never fatal, and the last good answer is kept.
 
 Only the leader exports these: the exporter lives for one leader's term, registered on the
 process's registry while it leads (:meth:`register`, :meth:`unregister`). Ages (seconds out,
@@ -23,7 +25,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats, parse_sdiag
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.core.budget import Admission
 from slonkd.core.errors import SlonkdError
 from slonkd.core.fleet import (
@@ -83,19 +85,25 @@ class FleetExporter(Collector):
         self._disagreeing = track_disagreement(self._disagreeing, plans, now)
 
     async def poll_sdiag(
-        self, read: Callable[[], Awaitable[str]], *, interval_s: float, timeout_s: float
+        self, read: Callable[[], Awaitable[SlurmctldStats]], *, interval_s: float, timeout_s: float
     ) -> None:
         """Read slurmctld's statistics every ``interval_s``, until cancelled; never raises."""
         while True:
             await self.read_sdiag(read, timeout_s=timeout_s)
             await asyncio.sleep(interval_s)
 
-    async def read_sdiag(self, read: Callable[[], Awaitable[str]], *, timeout_s: float) -> None:
-        """One ``sdiag``: kept when it parses, counted as a failure when not."""
+    async def read_sdiag(
+        self, read: Callable[[], Awaitable[SlurmctldStats]], *, timeout_s: float
+    ) -> None:
+        """One read of the port's ``diag``: kept when it answers, counted as a failure when not.
+
+        The port types the statistics (the scontrol backend parses ``sdiag``): an output that
+        is not sdiag's comes here as its ParseError, a failure like any other.
+        """
         try:
             async with asyncio.timeout(timeout_s):
-                text = await read()
-            self._stats = parse_sdiag(text)
+                stats = await read()
+            self._stats = stats
             self._stats_at = self._clock()
         except (SlonkdError, TimeoutError, OSError) as exc:
             self._sdiag_failures += 1

@@ -34,9 +34,11 @@ from typing import NamedTuple
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
+from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.reasons import Cause
-from slonkd.core.slurm_job import SlurmJob
+from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import SlurmNode
 
 
@@ -168,7 +170,7 @@ class KeptSlurm:
         """Finished jobs: the port's read."""
         return await self.inner.finished_jobs()
 
-    async def diag(self) -> str:
+    async def diag(self) -> SlurmctldStats:
         """slurmctld's statistics: the port's read."""
         return await self.inner.diag()
 
@@ -223,3 +225,7 @@ class KeptSlurm:
     async def reconfigure(self) -> None:
         """The port's reconfigure: the configuration changes, not the node table."""
         await self.inner.reconfigure()  # the configuration, not the node table
+
+    async def signal_batch(self, job_id: JobId, signal: SignalSpec) -> None:
+        """The port's batch-shell signal: a job signal, not a node write; the table is kept."""
+        await self.inner.signal_batch(job_id, signal)  # no node changes
