@@ -19,7 +19,8 @@ scontrol backend's reads, by design:
   22.05's ``squeue --json`` prints it; 24.11's scontrol backend gives a list, so compare
   ``presence``/``requeueable``, never ``states``;
 - a reason group is one node, its state slonkd's spelling (``IDLE+DRAIN`` lower-cased), not
-  sinfo's compact word (as the scontrol backend's JSON fallback does);
+  sinfo's compact word (as the scontrol backend's JSON fallback does), and its user the name
+  alone (``root``; ``sinfo -R`` writes ``root(0)``);
 - pyslurm reports an exit code of 128 or more less 128 (its ``_get_exit_code``);
 - ``reason_user`` of a reason pyslurm wrote may be None (plan F7; writes are not here).
 
@@ -211,12 +212,15 @@ def parse_node_row(raw: object) -> SlurmNode:
         raise ParseError(f"empty state of {name}")
     if row[3] is not None and not isinstance(row[3], str):
         raise ParseError(f"reason user of {name} is not text: {str(row[3])[:40]!r}")
-    user = row[3] if isinstance(row[3], str) else None
+    reason = _text(row[2], f"reason of {name}")
+    # the reason's setter and time, only with a reason (24.11 keeps a uid of 0 without one)
+    user = row[3] if isinstance(row[3], str) and reason else None
     when = _epoch(row[4], f"reason time of {name}")
+    when = when if reason else None
     return SlurmNode(
         name=name,
         state=cached_state(base, tuple(flags)),
-        reason=_text(row[2], f"reason of {name}"),
+        reason=reason,
         reason_user=user or None,
         reason_time=None if when is None else datetime.fromtimestamp(when, UTC),
         comment=_text(row[5], f"comment of {name}"),
