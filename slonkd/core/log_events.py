@@ -43,5 +43,10 @@ SLURM_LIBSLURM_CHILD_EXITED: Final = "slurm.libslurm_child_exited"
 last words ``said``, ``restart_s``): exit 40 with "Name or service not known" is slurmctld's
 name not resolving. The next question after ``restart_s`` starts a new child."""
 
+SLURM_PYSLURM_CHILD_EXITED: Final = "slurm.pyslurm_child_exited"
+"""The child process holding pyslurm ended on a request, or was killed past its timeout
+(``op``, ``rc``, its last words ``said``, ``restart_s``). The next request after ``restart_s``
+starts a new child."""
+
 COORDINATOR_CHANGE_POLL_LOADED: Final = "coordinator.change_poll_loaded"
 """The change poll's libslurm child is ready (``library``, ``load_s``): polls ask it now."""

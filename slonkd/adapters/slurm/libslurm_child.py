@@ -16,26 +16,26 @@ a pipe, one JSON line each way per question.
   ``RESTART_S`` to ``RESTART_MAX_S`` while it keeps dying, so a name that does not resolve
   costs a process start every few minutes at most.
 
-Neighbours: :mod:`slonkd.adapters.slurm.libslurm` (the binding, the child's side, the one
-question and its errors), :mod:`slonkd.runtime.coordinating.slurm_watch` (the poll that asks).
+Neighbours: :mod:`slonkd.adapters.slurm.slurm_child` (the start, last words, restart waits
+and prefix it shares with pyslurm's child), :mod:`slonkd.adapters.slurm.libslurm` (the
+binding, the child's side, the one question and its errors),
+:mod:`slonkd.runtime.coordinating.slurm_watch` (the poll that asks).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
-import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import structlog
 
+from slonkd.adapters.slurm import slurm_child
 from slonkd.adapters.slurm.libslurm import (
     LIBRARY_PATHS,
     ChangeProbe,
@@ -48,55 +48,21 @@ from slonkd.core.log_events import SLURM_LIBSLURM_CHILD_EXITED
 log = structlog.get_logger("slonkd.slurm")
 
 CHILD_PREFIX: tuple[str, ...] = ()
-"""Put before the child's interpreter (tests: another release's dynamic loader)."""
-CHILD_START_S = 10.0
+"""This child's own prefix (tests); empty: the shared :data:`slurm_child.CHILD_PREFIX`."""
+CHILD_START_S = slurm_child.CHILD_START_S
 """How long a child may take to start, import and initialise libslurm."""
-RESTART_S = 2.0
-RESTART_MAX_S = 300.0
-
-
-def _spawn(path: str, conf: str | None) -> tuple[subprocess.Popen[str], deque[str]]:
-    """Start a child for ``path``; its stderr's last lines are kept (a daemon thread)."""
-    argv = [*CHILD_PREFIX, sys.executable, "-m", "slonkd.adapters.slurm.libslurm", path, conf or ""]
-    proc = subprocess.Popen(  # noqa: S603 (our interpreter, our module, paths as arguments)
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    said: deque[str] = deque(maxlen=4)
-    threading.Thread(target=_keep_last, args=(proc.stderr, said), daemon=True).start()
-    return proc, said
-
-
-def _keep_last(stream: IO[str], said: deque[str]) -> None:
-    for line in stream:
-        if line.strip():
-            said.append(line.strip()[-200:])
+RESTART_S = slurm_child.RESTART_S
+RESTART_MAX_S = slurm_child.RESTART_MAX_S
+_NAME = "libslurm child"
 
 
 def _started(path: str, conf: str | None) -> tuple[subprocess.Popen[str], deque[str]]:
     """A child that said it is ready; TerminalError when it died first, else TransientError."""
-    try:
-        proc, said = _spawn(path, conf)
-    except OSError as exc:
-        raise TransientError(f"libslurm child: {exc}") from None
-    if proc.stdout is None:  # Popen with PIPE: never
-        raise TransientError("libslurm child: no pipes")
-    ready, _, _ = select.select([proc.stdout], [], [], CHILD_START_S)
-    line = proc.stdout.readline() if ready else ""
-    if line.startswith('{"ready"'):
-        return proc, said
-    if not ready:
-        proc.kill()
-        proc.wait()
-        raise TransientError(f"libslurm child: not ready in {CHILD_START_S:g} s")
-    if proc.poll() is None:  # alive, but it said something else: not a child of ours
-        proc.kill()
-    rc = proc.wait()
-    time.sleep(0.05)  # its last words, read by the stderr thread
-    raise TerminalError(f"libslurm child exited {rc}: {said[-1] if said else ''}")
+    argv = slurm_child.child_argv(
+        "slonkd.adapters.slurm.libslurm", [path, conf or ""], CHILD_PREFIX or None
+    )
+    proc, said, _ = slurm_child.started(argv, name=_NAME, start_s=CHILD_START_S)
+    return proc, said
 
 
 class ChildLibSlurm(ChangeProbe):
@@ -106,9 +72,12 @@ class ChildLibSlurm(ChangeProbe):
         super().__init__(path)
         self._conf = conf
         self._proc, self._said = _started(path, conf)
-        self._wait_s = RESTART_S
-        self._next_start = 0.0
-        self.starts = 1
+        self._restarts = slurm_child.Restarts(RESTART_S, RESTART_MAX_S)
+
+    @property
+    def starts(self) -> int:
+        """Children started so far (the first included)."""
+        return self._restarts.starts
 
     def _ask(self, since: int) -> NodeTableStamp:
         proc = self._alive()
@@ -134,34 +103,32 @@ class ChildLibSlurm(ChangeProbe):
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise TransientError(f"libslurm child: {line[:200]!r}: {exc}") from None
-        self._wait_s = RESTART_S
+        self._restarts.answered()
         return stamp
 
     def _alive(self) -> subprocess.Popen[str]:
         """The child, started again when the last one died and its wait is over."""
         if self._proc.poll() is None:
             return self._proc
-        now = time.monotonic()
-        if now < self._next_start:
+        wait = self._restarts.due_in()
+        if wait > 0:
             raise TransientError(
-                f"libslurm child exited {self._proc.returncode}: next start in "
-                f"{self._next_start - now:.0f} s"
+                f"libslurm child exited {self._proc.returncode}: next start in {wait:.0f} s"
             )
-        self._next_start = now + self._wait_s
-        self._wait_s = min(self._wait_s * 2, RESTART_MAX_S)
+        self._restarts.starting()
         try:
             self._proc, self._said = _started(self.path, self._conf)
         except SlonkdError as exc:
             raise TransientError(str(exc)) from None
-        self.starts += 1
+        self._restarts.starts += 1
         return self._proc
 
     def _died(self, proc: subprocess.Popen[str]) -> TransientError:
         rc = proc.wait()
         time.sleep(0.05)  # its last words, read by the stderr thread
         last = self._said[-1] if self._said else ""
-        log.warning(SLURM_LIBSLURM_CHILD_EXITED, rc=rc, said=last, restart_s=self._wait_s)
-        self._next_start = time.monotonic() + self._wait_s
+        log.warning(SLURM_LIBSLURM_CHILD_EXITED, rc=rc, said=last, restart_s=self._restarts.wait_s)
+        self._restarts.died()
         return TransientError(f"libslurm child exited {rc}: {last}")
 
     def close(self) -> None:
