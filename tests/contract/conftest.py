@@ -7,6 +7,7 @@ once and cached, see :mod:`slonkd_sandbox.slurm.root`).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd_sandbox.kube.cluster import KubeCluster
+from slonkd_sandbox.pyslurm_build import REQUIRE_ENV, pyslurm_site, pyslurm_status
 from slonkd_sandbox.realnode.node import RealNode
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
@@ -117,3 +119,19 @@ def real_node(session_root: Path) -> Iterator[RealNode]:
             node.stop()
         finally:
             cluster.stop()
+
+
+@pytest.fixture
+def pyslurm_built(slurm_release: str) -> Path:
+    """The built pyslurm of ``slurm_release`` (its site directory).
+
+    Skipped with the bootstrap's reason without one; failed instead under
+    ``SLONKD_REQUIRE_PYSLURM=1`` (CI).
+    """
+    got = pyslurm_site(slurm_release)
+    if got is None:
+        why = pyslurm_status(slurm_release)
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{why} ({REQUIRE_ENV}=1)")
+        pytest.skip(why)
+    return got

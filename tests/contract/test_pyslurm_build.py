@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox.pyslurm_build import REQUIRE_ENV, pyslurm_site, pyslurm_status
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SlurmCluster
 
@@ -33,18 +32,6 @@ print(json.dumps({"version": pyslurm.__version__, "nodes": sorted(n.name for n i
 """
 
 
-@pytest.fixture
-def site(slurm_release: str) -> Path:
-    """The built pyslurm of ``slurm_release`` (skipped, or failed when required, without one)."""
-    got = pyslurm_site(slurm_release)
-    if got is None:
-        why = pyslurm_status(slurm_release)
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{why} ({REQUIRE_ENV}=1)")
-        pytest.skip(why)
-    return got
-
-
 def _scontrol_names(cluster: SlurmCluster) -> list[str]:
     shown = cluster.run("scontrol", "show", "node", "-o").stdout
     words = [line.split(None, 1)[0] for line in shown.splitlines() if line.strip()]
@@ -53,11 +40,11 @@ def _scontrol_names(cluster: SlurmCluster) -> list[str]:
 
 
 def test_pyslurm_of_the_release_reads_the_nodes_scontrol_shows(
-    site: Path, slurm_release: str, cluster_factory: Callable[..., SlurmCluster]
+    pyslurm_built: Path, slurm_release: str, cluster_factory: Callable[..., SlurmCluster]
 ) -> None:
     """The build imports, says its release's major.minor and lists the cluster's nodes."""
     cluster = cluster_factory()
-    env = {**os.environ, "PYTHONPATH": str(site), "SLURM_CONF": str(cluster.conf)}
+    env = {**os.environ, "PYTHONPATH": str(pyslurm_built), "SLURM_CONF": str(cluster.conf)}
     argv = [sys.executable, "-c", CHILD]
     if isinstance(cluster, ChrootSlurmCluster):
         argv, env = cluster.libslurm_argv(argv, env)

@@ -16,7 +16,6 @@ the tests are skipped with the bootstrap's reason, unless ``SLONKD_REQUIRE_PYSLU
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,7 +29,6 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.slurm_job import Presence, SlurmJob
 from slonkd.core.slurm_node import SlurmNode
-from slonkd_sandbox.pyslurm_build import REQUIRE_ENV, pyslurm_site, pyslurm_status
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.contract.conftest import settings_for
@@ -39,26 +37,14 @@ pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
-def site(slurm_release: str) -> Path:
-    """The built pyslurm of ``slurm_release`` (skipped, or failed when required, without one)."""
-    got = pyslurm_site(slurm_release)
-    if got is None:
-        why = pyslurm_status(slurm_release)
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{why} ({REQUIRE_ENV}=1)")
-        pytest.skip(why)
-    return got
-
-
-@pytest.fixture
-def pair(site: Path, cluster: SlurmCluster) -> tuple[SlurmCluster, ScontrolBackend]:
+def pair(pyslurm_built: Path, cluster: SlurmCluster) -> tuple[SlurmCluster, ScontrolBackend]:
     """The cluster and its scontrol backend, started only once a build was found."""
     return cluster, ScontrolBackend(settings_for(cluster))
 
 
 @pytest.fixture
 async def reads(
-    site: Path, pair: tuple[SlurmCluster, ScontrolBackend]
+    pyslurm_built: Path, pair: tuple[SlurmCluster, ScontrolBackend]
 ) -> AsyncIterator[PyslurmReads]:
     """PyslurmReads on the cluster: its child on the root's loader for 24.11."""
     cluster = pair[0]
@@ -66,7 +52,7 @@ async def reads(
     if isinstance(cluster, ChrootSlurmCluster):
         prefix = tuple(cluster.libslurm_argv([], {})[0])
     settings = SlurmSettings(env={"SLURM_CONF": str(cluster.conf)}, timeout_s=30.0)
-    got = PyslurmReads(settings, pyslurm_path=str(site), child_prefix=prefix)
+    got = PyslurmReads(settings, pyslurm_path=str(pyslurm_built), child_prefix=prefix)
     try:
         yield got
     finally:

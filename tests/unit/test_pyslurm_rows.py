@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from slonkd.adapters.slurm.parsing import reason_groups
 from slonkd.adapters.slurm.parsing_pyslurm import (
     JOB_FIELDS,
     NODE_FIELDS,
@@ -23,7 +24,6 @@ from slonkd.adapters.slurm.parsing_pyslurm import (
     jobs_on,
     parse_node_row,
     parse_nodes,
-    reason_groups,
     running_counts,
 )
 from slonkd.adapters.slurm.runner import (

@@ -71,6 +71,25 @@ class ReasonGroup:
     time: datetime | None
 
 
+def reason_groups(nodes: Iterable[SlurmNode]) -> list[ReasonGroup]:
+    """One group a node whose reason holds it, the state in slonkd's spelling.
+
+    The exact reads' groups (a node table instead of ``sinfo -R``'s compact ones): the scontrol
+    backend's JSON fallback and the pyslurm backend's reads.
+    """
+    return [
+        ReasonGroup(
+            nodes=(n.name,),
+            state=str(n.state).lower(),
+            reason=n.reason,
+            user=n.reason_user or "",
+            time=n.reason_time,
+        )
+        for n in nodes
+        if n.live_reason
+    ]
+
+
 @functools.lru_cache(maxsize=1024)
 def cached_state(base: str, flags: tuple[str, ...]) -> NodeState:
     """The state for SLURM's tokens; few distinct ones exist, so each is built once."""

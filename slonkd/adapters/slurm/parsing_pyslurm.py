@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from slonkd.adapters.slurm.parsing import (
-    ReasonGroup,
     cached_state,
     check_unique,
     expand_hostlist,
@@ -322,18 +321,3 @@ def finished_jobs(job_rows: object) -> list[FinishedJob]:
             )
         )
     return jobs
-
-
-def reason_groups(nodes: Iterable[SlurmNode]) -> list[ReasonGroup]:
-    """One group a node whose reason holds it, the state in slonkd's spelling."""
-    return [
-        ReasonGroup(
-            nodes=(n.name,),
-            state=str(n.state).lower(),
-            reason=n.reason,
-            user=n.reason_user or "",
-            time=n.reason_time,
-        )
-        for n in nodes
-        if n.live_reason
-    ]

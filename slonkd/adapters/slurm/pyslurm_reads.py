@@ -27,14 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slonkd.adapters.slurm.parsing import ReasonGroup
+from slonkd.adapters.slurm.parsing import ReasonGroup, reason_groups
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.parsing_pyslurm import (
     finished_jobs,
     jobs_on,
     parse_node_row,
     parse_nodes,
-    reason_groups,
 )
 from slonkd.adapters.slurm.pyslurm_link import PyslurmChild
 from slonkd.adapters.slurm.runner import SlurmSettings

@@ -27,6 +27,7 @@ from slonkd.adapters.slurm.parsing import (
     parse_sinfo_json,
     parse_sinfo_reasons,
     parse_squeue_json,
+    reason_groups,
 )
 from slonkd.adapters.slurm.parsing_finished import (
     SQUEUE_FINISHED_ARGS,
@@ -165,18 +166,7 @@ class ScontrolReads:
         except AmbiguousOutput:
             # A reason with a newline: read every node exactly instead (one group a node,
             # the state in slonkd's spelling rather than sinfo's compact word).
-            nodes = await self.read_nodes_json(())
-            return [
-                ReasonGroup(
-                    nodes=(n.name,),
-                    state=str(n.state).lower(),
-                    reason=n.reason,
-                    user=n.reason_user or "",
-                    time=n.reason_time,
-                )
-                for n in nodes
-                if n.live_reason
-            ]
+            return reason_groups(await self.read_nodes_json(()))
 
     async def jobs_on(self, name: str) -> list[SlurmJob]:
         """Jobs holding resources on node ``name`` now, with their requeue-ability."""
