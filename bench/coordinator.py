@@ -19,7 +19,8 @@
    without slurmd, on the quiet harness's SlurmdTimeout:
    :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass
    and its phases (resync_{size}_*: the median over the passes of 26 s at rest, their count
-   resync_{size}_samples; one pass alone moves by up to 2x), the slurmctld reads it took, and
+   resync_{size}_samples; one pass alone moves by up to 2x; the SLURM phase's mean too,
+   resync_{size}_slurm_read_mean_ms, for it is bimodal), the slurmctld reads it took, and
    the coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up:
    a failover's time to first action) and the way there: process start, its CPU seconds, the
    Lease, the informers' lists and the first pass's phases (first_pass_{size}_*). Over the
@@ -553,6 +554,11 @@ def _resync_median(co: Coordinator, window_s: float = RESYNC_WINDOW_S) -> dict[s
             k: statistics.median(float(p["last_phases_ms"].get(k, 0.0)) for p in samples)
             for k in sorted(phases)
         },
+        # the SLURM phase is bimodal (the poll's table at once, or a read: a pass's own, or the
+        # rest of the poll's on its way), so its median hides which: its mean does not
+        "slurm_read_mean_ms": statistics.fmean(
+            float(p["last_phases_ms"].get("slurm_read", 0.0)) for p in samples
+        ),
         "passes": float(len(samples)),
     }
 
@@ -619,6 +625,7 @@ def scale(
                 f"nodes_seen_{size}": float(nodes),
                 **rest,
                 **{f"resync_{size}_{k}_ms": v for k, v in resync["phases_ms"].items()},
+                f"resync_{size}_slurm_read_mean_ms": resync["slurm_read_mean_ms"],
                 f"resync_{size}_samples": resync["passes"],
             }
         finally:
