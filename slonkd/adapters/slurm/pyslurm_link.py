@@ -270,10 +270,13 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def _sigkill(pid: int) -> None:
-    """SIGKILL through a pidfd: never another process that took its pid.
+    """SIGKILL through a pidfd opened now, for a child asyncio has not yet seen exit.
 
-    Not ``Process.kill()``: its ``Popen.poll()`` would reap a child that already exited, and
-    asyncio's watcher would then report its exit status as 255, its last words' status lost.
+    The pid is only ever signalled through that pidfd; the one window left is between
+    asyncio's watcher reaping the child and reporting it (microseconds; a pid reused within
+    them is not something Linux does in practice). Not ``Process.kill()``: its
+    ``Popen.poll()`` would reap a child that already exited, and asyncio's watcher would then
+    report its exit status as 255, its last words' status lost.
     """
     try:
         fd = os.pidfd_open(pid)
