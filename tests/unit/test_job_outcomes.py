@@ -19,11 +19,12 @@ from slonkd.adapters.kube.informer import CacheEvent, EventType
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import JOB_FAILURES, decide
 from slonkd.core.plan import Kind, Writer
-from slonkd.core.slurm_job import JobId, JobState
+from slonkd.core.slurm_job import JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
 from tests.unit.coordinator_fakes import POLICY, kinds, pod, slurm, view
+from tests.unit.jobs import finished_job
 
 BAD = NodeName("w-0")
 SETTINGS = JobBlameSettings(min_failures=3, max_p_value=0.5, infrastructure_exit_codes=(42,))
@@ -37,12 +38,8 @@ def _job(
     user: int | None = None,
 ) -> FinishedJob:
     """Job ``job_id`` on ``nodes``; run by user ``user`` (default: a user of its own)."""
-    return FinishedJob(
-        job_id=JobId(job_id),
-        state=state,
-        exit_code=code,
-        nodes=tuple(NodeName(n) for n in nodes),
-        user=1000 + job_id if user is None else user,
+    return finished_job(
+        job_id, *nodes, state=state, code=code, user=1000 + job_id if user is None else user
     )
 
 

@@ -20,12 +20,13 @@ from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.core.decide import decide
 from slonkd.core.job_places import UNKNOWN_POD, PodHistory, locate, place, place_parts
 from slonkd.core.kube_objects import Pod, PodPhase
-from slonkd.core.slurm_job import JobId, JobState
+from slonkd.core.slurm_job import JobState
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.settings import JobBlameSettings
 from slonkd_sandbox.fleet import FleetShape
 from tests.unit.coordinator_fakes import POLICY, view
+from tests.unit.jobs import finished_job
 from tests.unit.pods import running_pod
 
 T0 = 1_800_000_000.0
@@ -48,15 +49,7 @@ def _job(
     job_id: int, *nodes: str, end: float, state: JobState = JobState.NODE_FAIL, code: int = 0
 ) -> FinishedJob:
     """A job that ran for 60 s up to ``end``."""
-    return FinishedJob(
-        job_id=JobId(job_id),
-        state=state,
-        exit_code=code,
-        nodes=tuple(NodeName(n) for n in nodes),
-        start=end - 60,
-        end=end,
-        user=1000,
-    )
+    return finished_job(job_id, *nodes, state=state, code=code, start=end - 60, end=end)
 
 
 class Fleet:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -48,98 +49,84 @@ for line in sys.stdin:
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PyslurmChild:
-    """A PyslurmChild whose child is FAKE (restart waits of 0.3 s)."""
+async def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[PyslurmChild]:
+    """A PyslurmChild whose child is FAKE (restart waits of 0.3 s); closed after the test."""
     script = tmp_path / "child.py"
     script.write_text(FAKE)
     monkeypatch.setattr(slurm_child, "RESTART_S", 0.3)
-    return PyslurmChild(conf="/etc/slurm/slurm.conf", prefix=(sys.executable, str(script)))
+    child = PyslurmChild(conf="/etc/slurm/slurm.conf", prefix=(sys.executable, str(script)))
+    try:
+        yield child
+    finally:
+        await child.aclose()
 
 
 async def test_an_op_is_answered_by_id_and_its_rpcs_counted(fake: PyslurmChild) -> None:
     """The hello is kept; ok comes back; the RPCs the child reports are summed."""
-    try:
-        assert await fake.ask("nodes", {"names": ["n1"]}, timeout_s=10) == {
-            "op": "nodes",
-            "args": {"names": ["n1"]},
-        }
-        assert fake.hello["pyslurm"] == "24.11.0"
-        assert fake.hello["library"].endswith("libslurmfull.so")
-        await fake.ask("reasons", timeout_s=10)
-        assert fake.rpcs == 4
-        assert fake.starts == 1
-    finally:
-        await fake.aclose()
+    assert await fake.ask("nodes", {"names": ["n1"]}, timeout_s=10) == {
+        "op": "nodes",
+        "args": {"names": ["n1"]},
+    }
+    assert fake.hello["pyslurm"] == "24.11.0"
+    assert fake.hello["library"].endswith("libslurmfull.so")
+    await fake.ask("reasons", timeout_s=10)
+    assert fake.rpcs == 4
+    assert fake.starts == 1
 
 
 async def test_error_words_become_slonkds_errors(fake: PyslurmChild) -> None:
     """not-found is NodeNotFoundError, not-reached NotReachedError; the child lives on."""
-    try:
-        with pytest.raises(NodeNotFoundError, match="Invalid node name"):
-            await fake.ask("missing", timeout_s=10)
-        with pytest.raises(NotReachedError, match="Unable to contact"):
-            await fake.ask("unreached", timeout_s=10)
-        assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
-        assert fake.starts == 1
-    finally:
-        await fake.aclose()
+    with pytest.raises(NodeNotFoundError, match="Invalid node name"):
+        await fake.ask("missing", timeout_s=10)
+    with pytest.raises(NotReachedError, match="Unable to contact"):
+        await fake.ask("unreached", timeout_s=10)
+    assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
+    assert fake.starts == 1
 
 
 async def test_lines_that_are_not_the_answer_are_dropped(fake: PyslurmChild) -> None:
     """A line that is not JSON, or answers another id, is not taken for the answer."""
-    try:
-        assert (await fake.ask("chatter", timeout_s=10))["op"] == "chatter"
-    finally:
-        await fake.aclose()
+    assert (await fake.ask("chatter", timeout_s=10))["op"] == "chatter"
 
 
 async def test_a_child_that_dies_on_an_op_is_transient_and_started_again(
     fake: PyslurmChild,
 ) -> None:
     """Its last words are said; no new child before the wait; then a new one answers."""
-    try:
+    await fake.ask("ping", timeout_s=10)
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.raises(TransientError, match="exited 40: Name or service not known"),
+    ):
+        await fake.ask("die", timeout_s=10)
+    assert [e["rc"] for e in logs if e["event"] == "slurm.pyslurm_child_exited"] == [40]
+    with pytest.raises(TransientError, match="next start in"):
         await fake.ask("ping", timeout_s=10)
-        with (
-            structlog.testing.capture_logs() as logs,
-            pytest.raises(TransientError, match="exited 40: Name or service not known"),
-        ):
-            await fake.ask("die", timeout_s=10)
-        assert [e["rc"] for e in logs if e["event"] == "slurm.pyslurm_child_exited"] == [40]
-        with pytest.raises(TransientError, match="next start in"):
-            await fake.ask("ping", timeout_s=10)
-        await asyncio.sleep(0.35)
-        assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
-        assert fake.starts == 2
-    finally:
-        await fake.aclose()
+    await asyncio.sleep(0.35)
+    assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
+    assert fake.starts == 2
 
 
 async def test_an_op_past_its_timeout_kills_the_child(fake: PyslurmChild) -> None:
     """The op is a TransientError at its timeout, the child is killed, a new one serves."""
-    try:
-        await fake.ask("ping", timeout_s=10)
-        pid = fake._proc.pid if fake._proc else 0
-        began = time.monotonic()
-        with pytest.raises(TransientError, match=r"no answer to hang in 0\.5 s"):
-            await fake.ask("hang", timeout_s=0.5)
-        assert time.monotonic() - began < 5
-        assert fake._proc is not None
-        assert fake._proc.returncode is not None
-        await asyncio.sleep(0.35)
-        assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
-        assert fake._proc is not None
-        assert fake._proc.pid != pid
-    finally:
-        await fake.aclose()
+    await fake.ask("ping", timeout_s=10)
+    pid = fake._proc.pid if fake._proc else 0
+    began = time.monotonic()
+    with pytest.raises(TransientError, match=r"no answer to hang in 0\.5 s"):
+        await fake.ask("hang", timeout_s=0.5)
+    assert time.monotonic() - began < 5
+    assert fake._proc is not None
+    assert fake._proc.returncode is not None
+    await asyncio.sleep(0.35)
+    assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
+    assert fake._proc is not None
+    assert fake._proc.pid != pid
 
 
 async def test_ops_wait_for_the_one_in_flight(fake: PyslurmChild) -> None:
     """Two ops at once are sent one after the other (the child is serial)."""
-    try:
-        got = await asyncio.gather(*(fake.ask(f"op{i}", timeout_s=10) for i in range(5)))
-        assert [g["op"] for g in got] == [f"op{i}" for i in range(5)]
-    finally:
-        await fake.aclose()
+    got = await asyncio.gather(*(fake.ask(f"op{i}", timeout_s=10) for i in range(5)))
+    assert [g["op"] for g in got] == [f"op{i}" for i in range(5)]
 
 
 async def test_a_child_that_dies_before_hello_is_terminal_on_the_first_start(

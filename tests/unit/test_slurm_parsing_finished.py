@@ -15,8 +15,8 @@ from slonkd.adapters.slurm.parsing_finished import (
     parse_finished_jobs,
 )
 from slonkd.core.errors import ParseError
-from slonkd.core.slurm_job import JobId, JobState
-from slonkd.core.slurm_node import NodeName
+from slonkd.core.slurm_job import JobState
+from tests.unit.jobs import finished_job
 
 START, END = "2026-12-01T10:00:00", "2026-12-01T10:05:00"
 T = f"{START}|{END}|1000|"
@@ -24,14 +24,14 @@ T = f"{START}|{END}|1000|"
 
 
 def _job(job_id: int, state: JobState, code: int, *nodes: str, ran: bool = True) -> FinishedJob:
-    return FinishedJob(
-        job_id=JobId(job_id),
+    start, end = (datetime.fromisoformat(t).replace(tzinfo=UTC).timestamp() for t in (START, END))
+    return finished_job(
+        job_id,
+        *nodes,
         state=state,
-        exit_code=code,
-        nodes=tuple(NodeName(n) for n in nodes),
-        start=datetime.fromisoformat(START).replace(tzinfo=UTC).timestamp() if ran else None,
-        end=datetime.fromisoformat(END).replace(tzinfo=UTC).timestamp() if ran else None,
-        user=1000,
+        code=code,
+        start=start if ran else None,
+        end=end if ran else None,
     )
 
 
