@@ -38,7 +38,8 @@ slonkd's), slopes and offsets. Per key the table shows the median of each side, 
 - ``better``: head's worst run is better than base's best by more than 10 %;
 - ``ok``: none of these; ``info``: a key without a direction; ``-``: a key on one side only,
   or not a number. A base of 0 makes any change infinite (``false_blames`` 0 -> 1 is a
-  regression).
+  regression), except within a time key's resolution (:data:`RESOLUTION`: a millisecond, so
+  a phase of 0 ms -> 0.1 ms is ``ok``).
 
 One round has no spread: its verdicts cannot tell a regression from the machine's noise (the
 floors, ``raw_*``, moving as much as slonkd's figures beside them is the sign). Act on
@@ -196,6 +197,26 @@ def worse_by(base: float, head: float, way: Direction) -> float:
     return delta / abs(base)
 
 
+RESOLUTION: tuple[tuple[str, float], ...] = (
+    (r"(?<!per)_ms" + _SIZE + "$", 1.0),
+    (r"(?<!per)_us" + _SIZE + "$", 1000.0),
+    (r"(?<!per)_s" + _SIZE + "$", 0.001),
+)
+"""(regex on a time key's unit, what counts as no change): head within a millisecond of base,
+either way, is the same time. The passes' phases are timed to 0.1 ms and one of them can be 0
+in most passes of one side (the SLURM phase, when the poll's table serves at once): 0 -> 0.1
+ms is not an infinite regression. Counts and rates have none (``false_blames`` 0 -> 1 is
+one), nor do costs per second (``busy_ms_per_s``, ``reads_per_s``); the first matching rule
+decides, a key of no rule has 0."""
+
+_RESOLUTION = tuple((re.compile(p), r) for p, r in RESOLUTION)
+
+
+def resolution(key: str) -> float:
+    """The change of ``key`` too small to count, either way (:data:`RESOLUTION`)."""
+    return next((r for pattern, r in _RESOLUTION if pattern.search(key)), 0.0)
+
+
 _EPSILON = 1e-9
 """Exactly 10 % (2.0 -> 2.2 in floats: 0.10000000000000009) is not more than 10 %."""
 
@@ -203,20 +224,31 @@ Verdict = Literal["regression", "noise", "better", "ok", "info", "-"]
 
 
 def verdict(
-    way: Direction, base: Sequence[float], head: Sequence[float], threshold: float = THRESHOLD
+    way: Direction,
+    base: Sequence[float],
+    head: Sequence[float],
+    threshold: float = THRESHOLD,
+    floor: float = 0.0,
 ) -> Verdict:
-    """The verdict on one key from each side's runs (see the module docstring)."""
+    """The verdict on one key from each side's runs (see the module docstring).
+
+    ``floor``: a change of at most this much, either way, is none (:func:`resolution`).
+    """
     if way == "info":
         return "info"
     if not base or not head:
         return "-"
     best, worst = (min, max) if way == "lower" else (max, min)
     limit = threshold + _EPSILON
-    if worse_by(worst(base), best(head), way) > limit:
+
+    def worse(b: float, h: float) -> float:
+        return 0.0 if abs(h - b) <= floor + _EPSILON else worse_by(b, h, way)
+
+    if worse(worst(base), best(head)) > limit:
         return "regression"
-    if worse_by(best(base), worst(head), way) < -limit:
+    if worse(best(base), worst(head)) < -limit:
         return "better"
-    if worse_by(statistics.median(base), statistics.median(head), way) > limit:
+    if worse(statistics.median(base), statistics.median(head)) > limit:
         return "noise"
     return "ok"
 
@@ -313,7 +345,7 @@ def compare_rows(base: Side, head: Side, threshold: float = THRESHOLD) -> list[R
                 way=way,
                 base=b,
                 head=h,
-                verdict=verdict(way, b, h, threshold) if b and h else "-",
+                verdict=verdict(way, b, h, threshold, resolution(key)) if b and h else "-",
                 shown_base=_shown(base, key, b),
                 shown_head=_shown(head, key, h),
                 change_pct=change,

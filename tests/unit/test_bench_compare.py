@@ -20,6 +20,7 @@ from bench.compare import (
     main,
     parse_bench,
     parse_result,
+    resolution,
     run_once,
     verdict,
     worse_by,
@@ -163,6 +164,29 @@ def test_a_base_of_zero() -> None:
     assert worse_by(0.0, 1.0, "higher") == -math.inf
     assert verdict("lower", [0.0], [1.0]) == "regression"
     assert worse_by(-2.0, -1.0, "lower") == 0.5  # relative to |base|
+
+
+def test_a_time_within_a_millisecond_is_no_change() -> None:
+    """0 -> 0.1 ms (a phase that is 0 in most passes) is ok; 0 -> 2 ms and counts still count."""
+    assert resolution("resync_5000_slurm_read_ms") == 1.0
+    assert resolution("first_pass_5000_s") == 0.001
+    assert resolution("false_blames") == 0.0
+    assert resolution("slurmctld_busy_ms_per_s_5000") == 0.0  # a rate: no floor
+    assert resolution("reads_per_s_1000") == 0.0
+    assert resolution("cordon_latency_p99_ms") == 1.0
+    assert verdict("lower", [0.0, 0.0], [0.1, 0.1], floor=1.0) == "ok"
+    assert verdict("lower", [0.0, 0.0], [0.1, 0.1]) == "regression"  # without the floor
+    assert verdict("lower", [0.0, 0.0], [2.0, 2.5], floor=1.0) == "regression"
+    assert verdict("lower", [3.0, 3.1], [0.5, 0.6], floor=1.0) == "better"
+    assert verdict("lower", [0.0005], [0.0009], floor=0.001) == "ok"
+    rows = compare_rows(
+        Side(runs=[{"x_slurm_read_ms": 0.0, "false_blames": 0}]),
+        Side(runs=[{"x_slurm_read_ms": 0.1, "false_blames": 1}]),
+    )
+    assert [(r.key, r.verdict) for r in rows] == [
+        ("x_slurm_read_ms", "ok"),
+        ("false_blames", "regression"),
+    ]
 
 
 def test_rows_show_keys_of_one_side_and_non_numbers_without_verdict() -> None:
