@@ -18,7 +18,8 @@ import structlog
 from slonkd.adapters.slurm import slurm_child
 from slonkd.adapters.slurm.pyslurm_link import PyslurmChild, child_env
 from slonkd.adapters.slurm.runner import NodeNotFoundError, NotReachedError
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.errors import OutcomeUnknownError, TerminalError, TransientError
+from slonkd.core.fencing import guard_writes
 
 FAKE = """
 import json, sys, time
@@ -31,6 +32,14 @@ for line in sys.stdin:
     if op == "die":
         print("Name or service not known", file=sys.stderr, flush=True)
         sys.exit(40)
+    if op.startswith("send-"):
+        print(json.dumps({"id": req["id"], "sending": "n1"}), flush=True)
+        op = op[5:]
+    if op == "crash":
+        sys.exit(41)
+    if op == "unresolved":
+        print("error: slurm_set_addr: Unable to resolve 'ctld'", file=sys.stderr, flush=True)
+        sys.exit(42)
     if op == "hang":
         time.sleep(60)
     if op == "chatter":
@@ -182,3 +191,43 @@ def test_the_childs_environment_leads_with_the_pyslurm_site(
     monkeypatch.delenv("PYTHONPATH")
     assert child_env({}, "/cache/site")["PYTHONPATH"] == "/cache/site"
     assert "PYTHONPATH" not in child_env({}, "")
+
+
+@pytest.mark.parametrize(
+    ("op", "error"),
+    [
+        ("crash", NotReachedError),  # died before it said sending: nothing left
+        ("send-crash", OutcomeUnknownError),  # after: it may have been applied
+        ("send-unresolved", NotReachedError),  # libslurm's end before any byte left
+        ("hang", NotReachedError),
+        ("send-hang", OutcomeUnknownError),
+    ],
+)
+async def test_a_write_whose_child_dies_is_not_reached_or_unknown_by_sending(
+    fake: PyslurmChild, op: str, error: type[Exception]
+) -> None:
+    """A write is never a plain TransientError: resent only when it cannot have arrived."""
+    with pytest.raises(error):
+        await fake.ask(op, timeout_s=0.5, write=True)
+
+
+async def test_a_write_runs_the_fencing_check_before_its_request(fake: PyslurmChild) -> None:
+    """A leader that lost its lease sends nothing: the guard's error, no request line."""
+    await fake.ask("ping", timeout_s=10)
+
+    class Fenced(Exception):
+        pass
+
+    def refuse() -> None:
+        raise Fenced("lease lost")
+
+    async def fenced_write() -> None:  # a task of its own: the guard stays in its context
+        guard_writes(refuse)
+        await fake.ask("write", timeout_s=10, write=True)
+
+    starts, rpcs = fake.starts, fake.rpcs
+    with pytest.raises(Fenced):
+        await asyncio.create_task(fenced_write())
+    assert (await fake.ask("ping", timeout_s=10))["op"] == "ping"
+    assert fake.rpcs == rpcs + 2  # the ping's alone: the write never reached the child
+    assert fake.starts == starts

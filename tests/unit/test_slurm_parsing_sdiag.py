@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slonkd.adapters.slurm.parsing_sdiag import RpcStats, parse_sdiag
+from slonkd.adapters.slurm.parsing_sdiag import RpcStats, parse_sdiag, stats_from_fields
 from slonkd.core.errors import ParseError
 from tests.unit.recorded import recorded
 
@@ -61,3 +61,47 @@ def test_output_without_the_server_thread_count_is_refused(text: str) -> None:
     """Not sdiag's output (empty, an error, cut off): a ParseError, never zeros."""
     with pytest.raises(ParseError):
         parse_sdiag(text)
+
+
+FIELDS = {
+    "server_thread_count": 3,
+    "agent_queue_size": 1,
+    "agent_count": 2,
+    "dbd_agent_queue_size": 0,
+    "jobs_submitted": 4,
+    "jobs_started": 3,
+    "jobs_pending": 1,
+    "jobs_running": 2,
+    "schedule_cycle_last": 57,
+    "rpcs": {"REQUEST_NODE_INFO": [14, 3976]},
+}
+
+
+def test_the_pyslurm_childs_fields_build_the_same_statistics() -> None:
+    """The child's ``diag`` fields (sdiag's names): missing counters are 0."""
+    stats = stats_from_fields(FIELDS)
+    assert (stats.server_threads, stats.agent_queue, stats.agent_count) == (3, 1, 2)
+    assert stats.jobs == {"submitted": 4, "started": 3, "completed": 0, "canceled": 0, "failed": 0}
+    assert stats.jobs_now == {"pending": 1, "running": 2}
+    assert stats.main_cycle_last_us == 57
+    assert stats.rpcs == {"REQUEST_NODE_INFO": RpcStats(count=14, total_us=3976)}
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        None,
+        [],
+        {k: v for k, v in FIELDS.items() if k != "rpcs"},
+        {k: v for k, v in FIELDS.items() if k != "server_thread_count"},
+        {**FIELDS, "agent_queue_size": -1},
+        {**FIELDS, "jobs_running": "2"},
+        {**FIELDS, "agent_count": True},
+        {**FIELDS, "rpcs": {"REQUEST_PING": [1]}},
+        {**FIELDS, "rpcs": {"REQUEST_PING": [1, -5]}},
+    ],
+)
+def test_fields_of_the_wrong_shape_are_refused(said: object) -> None:
+    """Nothing guessed: a missing thread count or a bad count is a ParseError."""
+    with pytest.raises(ParseError):
+        stats_from_fields(said)

@@ -1,25 +1,21 @@
-"""The SLURM port (:class:`SlurmReads`, :class:`SlurmWrites`), and the choice of backend at start.
+"""The SLURM port: :class:`SlurmReads`, :class:`SlurmWrites`, and both (:class:`SlurmBackend`).
 
-Two backends are foreseen: the scontrol/sinfo clients (``scontrol.py``, always available)
-and pyslurm, the C-API bindings, used only when pyslurm imports *and* was built for the
-installed SLURM release. PyPI ships pyslurm 25.11 only (and 18.x), which refuses SLURM
-22.05 and 24.11; no pyslurm backend is implemented yet, so :func:`select_backend` always
-returns the scontrol backend and says plainly why.
+Two backends implement it: SLURM's clients (:class:`~slonkd.adapters.slurm.scontrol.
+ScontrolBackend`, ``scontrol.py`` and ``scontrol_reads.py``) and pyslurm in a child process
+(:class:`~slonkd.adapters.slurm.pyslurm_writes.PyslurmBackend`); which one a role uses is
+chosen at its start (:mod:`slonkd.adapters.slurm.choice`). Both pass the same contract tests
+(tests/contract/test_slurm_backend.py).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
-from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.reasons import Cause
 from slonkd.core.slurm_job import JobId, SlurmJob
@@ -134,61 +130,3 @@ class SlurmBackend(SlurmReads, SlurmWrites, Protocol):
     A part that only reads (the pass's table, the rollout's read, the fleet's statistics, job
     blame) is typed against :class:`SlurmReads`; every backend passes the same contract tests.
     """
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BackendChoice:
-    """The backend chosen at start, and why (logged once)."""
-
-    backend: SlurmBackend
-    name: str
-    slurm_version: str
-    why: str
-
-
-def _major_minor(version: str) -> tuple[int, int] | None:
-    """(major, minor) as numbers: pyslurm writes 22.05 as ``22.5.3``, SLURM as ``22.05.8``."""
-    parts = version.split(".")
-    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-def pyslurm_verdict(module_version: str | None, slurm_version: str) -> tuple[bool, str]:
-    """Whether a pyslurm of ``module_version`` (None: not installed) fits ``slurm_version``."""
-    if module_version is None:
-        return False, "pyslurm is not installed (PyPI ships 25.11 only)"
-    wanted = _major_minor(slurm_version)
-    if wanted is None or _major_minor(module_version) != wanted:
-        return False, f"pyslurm {module_version} does not match SLURM {slurm_version}"
-    return True, f"pyslurm {module_version} matches SLURM {slurm_version}"
-
-
-def _pyslurm_version() -> str | None:
-    """The installed pyslurm's version, from its metadata: never ``import pyslurm`` here.
-
-    Importing it runs ``slurm_init``, which ends the whole process when no configuration
-    source is found: the daemon choosing its backend must not load libslurm itself.
-    """
-    try:
-        return importlib.metadata.version("pyslurm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-async def installed_slurm_version(settings: SlurmSettings) -> str:
-    """The SLURM release of the configured clients (``scontrol --version``)."""
-    out = await CommandRunner(settings).run("scontrol", "--version")
-    parts = out.split()
-    return parts[-1] if parts else "unknown"
-
-
-async def select_backend(settings: SlurmSettings) -> BackendChoice:
-    """Pick the backend for the installed SLURM; today always scontrol, with the reason."""
-    version = await installed_slurm_version(settings)
-    fits, why = pyslurm_verdict(_pyslurm_version(), version)
-    if fits:
-        why += "; no pyslurm backend is implemented yet"
-    return BackendChoice(
-        backend=ScontrolBackend(settings), name="scontrol", slurm_version=version, why=why
-    )

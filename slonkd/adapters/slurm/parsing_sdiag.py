@@ -1,5 +1,7 @@
 """Pure parser of ``sdiag``: slurmctld's own statistics (22.05 and 24.11 print the same).
 
+Also the same statistics from the pyslurm child's fields (:func:`stats_from_fields`).
+
 What slonkd exports of it: the server thread count, the agent queue, the job counters
 (submitted, started, ...) and the current pending and running jobs, the main scheduler's
 last cycle, and the RPC statistics by message type (count and total time). RPC statistics by
@@ -89,3 +91,42 @@ def parse_sdiag(text: str) -> SlurmctldStats:
         main_cycle_last_us=main_cycle,
         rpcs=rpcs,
     )
+
+
+def stats_from_fields(said: object) -> SlurmctldStats:
+    """The statistics the pyslurm child answers ``diag`` with (its fields are sdiag's).
+
+    ``said``: ``server_thread_count``, ``agent_queue_size``, ``agent_count``,
+    ``dbd_agent_queue_size``, ``jobs_<counter>``, ``jobs_<state>``, ``schedule_cycle_last`` and
+    ``rpcs`` (type -> [count, total microseconds]); anything else is a ParseError.
+    """
+    if not isinstance(said, Mapping) or not isinstance(said.get("rpcs"), Mapping):
+        raise ParseError(f"not slurmctld's statistics: {str(said)[:80]!r}")
+
+    def count(key: str) -> int:
+        value = said.get(key, 0)
+        if not _is_count(value):
+            raise ParseError(f"statistics: {key} is not a count: {str(value)[:20]!r}")
+        return int(value)
+
+    rpcs: dict[str, RpcStats] = {}
+    for name, pair in said["rpcs"].items():
+        if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_count, pair))):
+            raise ParseError(f"statistics: RPC {str(name)[:40]!r} is not [count, time]")
+        rpcs[str(name)] = RpcStats(count=pair[0], total_us=pair[1])
+    if "server_thread_count" not in said:
+        raise ParseError("statistics: no server_thread_count")
+    return SlurmctldStats(
+        server_threads=count("server_thread_count"),
+        agent_queue=count("agent_queue_size"),
+        agent_count=count("agent_count"),
+        dbd_agent_queue=count("dbd_agent_queue_size"),
+        jobs={j: count(f"jobs_{j}") for j in JOB_COUNTERS},
+        jobs_now={j: count(f"jobs_{j}") for j in JOB_STATES},
+        main_cycle_last_us=count("schedule_cycle_last"),
+        rpcs=rpcs,
+    )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

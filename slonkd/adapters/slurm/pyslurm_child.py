@@ -17,11 +17,20 @@ shared with the libslurm change poll's child).
   or ``{"id": n, "error": kind, "errno": e, "detail": ...}``, kind by
   :func:`~slonkd.adapters.slurm.parsing_pyslurm.error_kind`. One request at a time: pyslurm's
   calls block and hold the GIL.
-- Ops (reads only; the writes, ``diag``, ``topology`` and ``changed_since`` come later):
-  ``versions``, ``nodes{names, with_jobs}``, ``node{name}``, ``reasons``, ``jobs_on{name}``,
-  ``finished``. Rows are arrays of :data:`~slonkd.adapters.slurm.parsing_pyslurm.NODE_FIELDS`
-  and :data:`~slonkd.adapters.slurm.parsing_pyslurm.JOB_FIELDS`, built into slonkd's types by
-  the parent (:mod:`slonkd.adapters.slurm.parsing_pyslurm`); the child filters, never parses.
+- Reads: ``versions``, ``nodes{names, with_jobs}``, ``node{name}``, ``reasons``,
+  ``jobs_on{name}``, ``finished``, ``diag``, ``topology`` (by ctypes: pyslurm has no such
+  read, :mod:`slonkd.adapters.slurm.libslurm_extra`). Rows are arrays of
+  :data:`~slonkd.adapters.slurm.parsing_pyslurm.NODE_FIELDS` and
+  :data:`~slonkd.adapters.slurm.parsing_pyslurm.JOB_FIELDS`, built into slonkd's types by the
+  parent (:mod:`slonkd.adapters.slurm.parsing_pyslurm`); the child filters, never parses.
+- Writes (:data:`WRITES`), one SLURM request each except ``requeue`` (one a job):
+  ``update{expr, state, reason, extra}`` (the compare-and-set's update: the parent read and
+  planned; a hostlist expression names every node of it), ``comment{expr, comment}``,
+  ``requeue{job_ids}``, ``signal{job_id, signal}`` (to the batch shell), ``reconfigure``.
+  Right before each request leaves, the child says ``{"id": n, "sending": what}``: a child
+  that dies after that line may have been heard (an unknown outcome), one that dies before
+  it was not. A lost answer is ``outcome-unknown``, never ``transient``, for a write. An empty
+  text is refused (pyslurm sends it as "unchanged", never as "clear").
 
 The object API (``pyslurm.Nodes``/``Node``/``Jobs``) is the same in the 22.5 and 24.11
 branches; only the controller's version differs (24.11: ``slurmctld.Config.load().version``;
@@ -30,55 +39,36 @@ branches; only the controller's version differs (24.11: ``slurmctld.Config.load(
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib
 import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from slonkd.adapters.slurm.libslurm import unreadable_conf
+from slonkd.adapters.slurm.libslurm_extra import (
+    SlurmCallError,
+    api_version,
+    library_path,
+    topology_text,
+)
 from slonkd.adapters.slurm.parsing_finished import FINISHED_STATES
 from slonkd.adapters.slurm.parsing_pyslurm import (
     ESLURM_INVALID_NODE_NAME,
     JOB_FIELDS,
     NODE_FIELDS,
+    NOT_REQUEUEABLE_ERRNOS,
     error_kind,
 )
 
 MODULE = "slonkd.adapters.slurm.pyslurm_child"
+KILL_JOB_BATCH = 1
+"""slurm.h's ``KILL_JOB_BATCH``: the signal goes to the batch shell alone."""
 _FINISHED = frozenset(s.value for s in FINISHED_STATES)
-_Op = Callable[[Any, Mapping[str, Any]], tuple[object, int]]
-
-
-def library_path(maps: str = "/proc/self/maps") -> str:
-    """The path of the libslurm this process loaded ("" when none is)."""
-    with contextlib.suppress(OSError), open(maps, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and Path(parts[5].strip()).name.startswith("libslurm"):
-                return parts[5].strip()
-    return ""
-
-
-def api_version(path: str) -> str:
-    """``slurm_api_version()`` of the already loaded library at ``path``, e.g. ``38.0.0``.
-
-    That is the library's API (its soname's number: 38 for 22.05's ``libslurm.so.38``), not
-    the SLURM release: the release is slurmctld's (op ``versions``) and pyslurm's own.
-    """
-    if not path:
-        return ""
-    try:
-        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        lib.slurm_api_version.restype = ctypes.c_long
-        num = int(lib.slurm_api_version())
-    except (OSError, AttributeError):
-        return ""
-    return f"{num >> 16}.{(num >> 8) & 0xFF}.{num & 0xFF}"
+Say = Callable[[str], None]
+"""Says ``sending`` for the request in hand (writes call it right before each RPC)."""
+_Op = Callable[[Any, Mapping[str, Any], Say], tuple[object, int]]
 
 
 def _value(obj: Any, field: str) -> object:
@@ -102,7 +92,7 @@ def _job_rows(py: Any, keep: Callable[[Any], bool]) -> list[list[object]]:
     return [job_row(j) for j in py.Jobs.load().values() if keep(j)]
 
 
-def _versions(py: Any, _args: Mapping[str, Any]) -> tuple[object, int]:
+def _versions(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     try:
         ctld = py.slurmctld.Config.load().version  # 24.11
     except AttributeError:
@@ -112,7 +102,7 @@ def _versions(py: Any, _args: Mapping[str, Any]) -> tuple[object, int]:
     return {**said, "slurmctld": ctld}, 1
 
 
-def _nodes(py: Any, args: Mapping[str, Any]) -> tuple[object, int]:
+def _nodes(py: Any, args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     names = set(args.get("names") or ())
     rows = [
         node_row(n)
@@ -124,7 +114,7 @@ def _nodes(py: Any, args: Mapping[str, Any]) -> tuple[object, int]:
     return {"nodes": rows, "jobs": _job_rows(py, lambda j: bool(j.allocated_nodes))}, 3
 
 
-def _node(py: Any, args: Mapping[str, Any]) -> tuple[object, int]:
+def _node(py: Any, args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     try:
         return node_row(py.Node.load(str(args["name"]))), 2
     except py.RPCError as exc:
@@ -133,16 +123,110 @@ def _node(py: Any, args: Mapping[str, Any]) -> tuple[object, int]:
         raise
 
 
-def _reasons(py: Any, _args: Mapping[str, Any]) -> tuple[object, int]:
+def _reasons(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     return [node_row(n) for n in py.Nodes.load().values() if n.name and n.reason], 2
 
 
-def _jobs_on(py: Any, _args: Mapping[str, Any]) -> tuple[object, int]:
+def _jobs_on(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     return _job_rows(py, lambda j: bool(j.allocated_nodes)), 1
 
 
-def _finished(py: Any, _args: Mapping[str, Any]) -> tuple[object, int]:
+def _finished(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
     return _job_rows(py, lambda j: j.state in _FINISHED), 1
+
+
+_STATS = (
+    "server_thread_count",
+    "agent_queue_size",
+    "agent_count",
+    "dbd_agent_queue_size",
+    "jobs_submitted",
+    "jobs_started",
+    "jobs_completed",
+    "jobs_canceled",
+    "jobs_failed",
+    "jobs_pending",
+    "jobs_running",
+    "schedule_cycle_last",
+)
+"""The statistics sdiag prints that slonkd keeps (the same names in both APIs)."""
+
+
+def _diag(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
+    """slurmctld's statistics: :data:`_STATS` and each RPC type's count and total time (us)."""
+    try:
+        got = py.slurmctld.Statistics.load()  # 24.11
+    except AttributeError:
+        old = py.statistics().get()  # 22.5: the old API's dict
+        rpcs = {k: [v["count"], v["total_time"]] for k, v in old["rpc_type_stats"].items()}
+        return {**{k: old.get(k, 0) for k in _STATS}, "rpcs": rpcs}, 1
+    rpcs = {k: [v.count, v.time] for k, v in got.rpcs_by_type.items()}
+    return {**{k: getattr(got, k, 0) for k in _STATS}, "rpcs": rpcs}, 1
+
+
+def _text(args: Mapping[str, Any], key: str) -> str | None:
+    """A text field of a write: None leaves it; "" cannot be sent (pyslurm: "unchanged")."""
+    value = args.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key}: pyslurm cannot send {value!r} (an empty text is 'unchanged')")
+    return value
+
+
+def _update(py: Any, args: Mapping[str, Any], say: Say) -> tuple[object, int]:
+    expr = str(args["expr"])
+    changes = {k: v for k in ("state", "reason", "extra") if (v := _text(args, k)) is not None}
+    target, delta = py.Node(expr), py.Node(**changes)
+    say(expr)
+    target.modify(delta)
+    return True, 1
+
+
+def _comment(py: Any, args: Mapping[str, Any], say: Say) -> tuple[object, int]:
+    expr = str(args["expr"])
+    target, delta = py.Node(expr), py.Node(comment=_text(args, "comment"))
+    say(expr)
+    target.modify(delta)
+    return True, 1
+
+
+def _requeue(py: Any, args: Mapping[str, Any], say: Say) -> tuple[object, int]:
+    """Each job in turn; one that ended, pends or cannot be requeued is reported, not raised."""
+    done: list[int] = []
+    refused: dict[str, str] = {}
+    for job_id in args["job_ids"]:
+        say(str(job_id))
+        try:
+            py.Job(int(job_id)).requeue()
+        except py.RPCError as exc:
+            if getattr(exc, "errno", None) not in NOT_REQUEUEABLE_ERRNOS:
+                raise
+            refused[str(job_id)] = str(exc)[:200]
+        else:
+            done.append(int(job_id))
+    return {"requeued": done, "refused": refused}, len(args["job_ids"])
+
+
+def _signal(py: Any, args: Mapping[str, Any], say: Say) -> tuple[object, int]:
+    job_id, number = int(args["job_id"]), int(args["signal"])
+    say(str(job_id))
+    py.slurm_kill_job(job_id, number, KILL_JOB_BATCH)  # raises on a refusal, with its errno
+    return True, 1
+
+
+def _topology(_py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
+    return topology_text(library_path()), 1
+
+
+def _reconfigure(py: Any, _args: Mapping[str, Any], say: Say) -> tuple[object, int]:
+    say("reconfigure")
+    try:
+        again = py.slurmctld.reconfigure  # 24.11
+    except AttributeError:
+        again = py.slurm_reconfigure  # 22.5
+    again()
+    return True, 1
 
 
 OPS: dict[str, _Op] = {
@@ -152,11 +236,22 @@ OPS: dict[str, _Op] = {
     "reasons": _reasons,
     "jobs_on": _jobs_on,
     "finished": _finished,
+    "diag": _diag,
+    "topology": _topology,
+    "update": _update,
+    "comment": _comment,
+    "requeue": _requeue,
+    "signal": _signal,
+    "reconfigure": _reconfigure,
 }
+WRITES = frozenset({"update", "comment", "requeue", "signal", "reconfigure"})
+"""Ops that change slurmctld's state: a lost answer is an unknown outcome."""
 
 
 def _errno(py: Any, exc: Exception) -> int | None:
     """The SLURM error number of a pyslurm exception (None: not a SLURM error)."""
+    if isinstance(exc, SlurmCallError):  # a libslurm call of libslurm_extra.py
+        return exc.errno
     if isinstance(exc, py.RPCError):
         errno = getattr(exc, "errno", None)
         return errno if isinstance(errno, int) else None
@@ -165,18 +260,30 @@ def _errno(py: Any, exc: Exception) -> int | None:
     return None
 
 
-def answer(py: Any, request: Mapping[str, Any]) -> dict[str, object]:
-    """The answer line to one request (never raises for an op's failure)."""
+def _say(rid: object) -> Say:
+    def say(what: str) -> None:
+        print(json.dumps({"id": rid, "sending": what}), flush=True)
+
+    return say
+
+
+def answer(py: Any, request: Mapping[str, Any], say: Say | None = None) -> dict[str, object]:
+    """The answer line to one request (never raises for an op's failure).
+
+    ``say``: how a write says ``sending`` (default: a line on stdout for this request's id).
+    """
     rid = request.get("id")
-    op = OPS.get(str(request.get("op")))
+    name = str(request.get("op"))
+    op = OPS.get(name)
     if op is None:
         return {"id": rid, "error": "terminal", "errno": None, "detail": "unknown op"}
     try:
-        ok, rpcs = op(py, request.get("args") or {})
+        ok, rpcs = op(py, request.get("args") or {}, say or _say(rid))
     except Exception as exc:  # noqa: BLE001 (every failure is answered, typed by errno)
         errno = _errno(py, exc)
         detail = f"{type(exc).__name__}: {exc}"[:300]
-        return {"id": rid, "error": error_kind(errno), "errno": errno, "detail": detail}
+        kind = error_kind(errno, write=name in WRITES)
+        return {"id": rid, "error": kind, "errno": errno, "detail": detail}
     return {"id": rid, "ok": ok, "rpcs": rpcs}
 
 

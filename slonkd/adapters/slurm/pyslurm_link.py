@@ -16,8 +16,15 @@ the pyslurm build's site, and speaks its JSON lines with request ids:
 - An answer's error word becomes slonkd's error (:func:`~slonkd.adapters.slurm.
   parsing_pyslurm.error_for`); a line that is not JSON or answers another id is dropped.
 
-Reads only for now (:mod:`slonkd.adapters.slurm.pyslurm_reads`): the writes' ``sending``
-and ``ask``/``go`` lines (fencing, unknown outcomes) come with them.
+Writes (``write=True``, :mod:`slonkd.adapters.slurm.pyslurm_writes`): the child says
+``{"id": n, "sending": ...}`` right before each request leaves it. A write whose child dies or
+times out before that line never reached slurmctld (:class:`~slonkd.adapters.slurm.runner.
+NotReachedError`: the compare-and-set may send it again after a read); after it, the outcome
+is unknown (:class:`~slonkd.core.errors.OutcomeUnknownError`: never sent again), unless the
+child's last words say it could not reach the controller (libslurm ends the process when the
+controller's name does not resolve, before anything left). A leader's fencing check
+(:func:`~slonkd.core.fencing.before_write`) runs right before the request line is written,
+with no await between: one check a request, as for one ``scontrol`` process.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ import structlog
 from slonkd.adapters.slurm import slurm_child
 from slonkd.adapters.slurm.parsing import MAX_OUTPUT_BYTES
 from slonkd.adapters.slurm.parsing_pyslurm import error_for
-from slonkd.core.errors import TerminalError, TransientError
+from slonkd.adapters.slurm.runner import NotReachedError, count_calls
+from slonkd.core.errors import OutcomeUnknownError, SlonkdError, TerminalError, TransientError
+from slonkd.core.fencing import before_write
 from slonkd.core.log_events import SLURM_PYSLURM_CHILD_EXITED
 
 log = structlog.get_logger("slonkd.slurm")
@@ -84,6 +93,7 @@ class PyslurmChild:
         )
         self._tried = False
         self._down = ""
+        self._sending = False
 
     @property
     def starts(self) -> int:
@@ -91,30 +101,65 @@ class PyslurmChild:
         return self._restarts.starts
 
     async def ask(
-        self, op: str, args: Mapping[str, object] | None = None, *, timeout_s: float
+        self,
+        op: str,
+        args: Mapping[str, object] | None = None,
+        *,
+        timeout_s: float,
+        write: bool = False,
     ) -> Any:
         """The ``ok`` of op ``op``, or slonkd's error for the child's.
 
-        TransientError on a timeout (the child is killed) or a death (its last words said).
+        A read: TransientError on a timeout (the child is killed) or a death (its last words
+        said). A write (``write``): NotReachedError or OutcomeUnknownError instead, by whether
+        the child said ``sending`` (see the module docstring); the fencing check first.
         """
         async with self._lock:
             proc = await self._alive()
             rid = next(self._ids)
             line = json.dumps({"id": rid, "op": op, "args": dict(args or {})}) + "\n"
+            self._sending = False
+            if write:
+                before_write()  # a leader's term: its lease, right before the request
             try:
                 async with asyncio.timeout(timeout_s):  # not wait_for: see test_cancellation.py
                     said = await self._exchange(proc, rid, line.encode())
             except TimeoutError:
                 await _kill(proc)
-                raise await self._died(proc, op, f"no answer to {op} in {timeout_s:g} s") from None
+                died = await self._died(proc, op, f"no answer to {op} in {timeout_s:g} s")
+                raise (await self._lost(proc, rid, died)) if write else died from None
             if said is None:
-                raise await self._died(proc, op, "")
+                died = await self._died(proc, op, "")
+                raise (await self._lost(proc, rid, died)) if write else died
             self._restarts.answered()
             rpcs = said.get("rpcs", 0)
-            self.rpcs += rpcs if isinstance(rpcs, int) else 0
+            rpcs = rpcs if isinstance(rpcs, int) and not isinstance(rpcs, bool) else 0
+            self.rpcs += rpcs
+            count_calls(rpcs)  # a write's own count (runner.counting)
             if "error" in said:
                 raise error_for(str(said["error"]), f"pyslurm {op}: {said.get('detail', '')}")
             return said.get("ok")
+
+    async def _lost(
+        self, proc: asyncio.subprocess.Process, rid: int, died: TransientError
+    ) -> SlonkdError:
+        """A write's error when its child died or was killed before answering.
+
+        Its ``sending`` line may still wait in the pipe (written just before the kill): what
+        is left is read to the end first, so that no write that left is taken for one that
+        did not.
+        """
+        with contextlib.suppress(TimeoutError, ValueError, ConnectionError):
+            async with asyncio.timeout(1.0):
+                while proc.stdout is not None and (got := await proc.stdout.readline()):
+                    with contextlib.suppress(ValueError):
+                        said = json.loads(got)
+                        if isinstance(said, dict) and said.get("id") == rid and "sending" in said:
+                            self._sending = True
+        text = str(died)
+        if not self._sending or any(w in text.lower() for w in _CONTACT_WORDS):
+            return NotReachedError(text)
+        return OutcomeUnknownError(f"{text} (after sending: it may have been applied)")
 
     async def _exchange(
         self, proc: asyncio.subprocess.Process, rid: int, line: bytes
@@ -139,6 +184,9 @@ class PyslurmChild:
             except ValueError:
                 said = None
             if isinstance(said, dict) and said.get("id") == rid:
+                if "sending" in said:
+                    self._sending = True
+                    continue
                 return said
             self._said.append(got.decode(errors="replace").strip()[-200:])  # not ours: dropped
 

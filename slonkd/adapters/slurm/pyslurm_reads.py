@@ -10,10 +10,12 @@ scontrol backend's reads are listed). Each read is one request, with
 the next read starts a new child (at doubling waits while it keeps dying). A read is tried
 once: the caller polls at its own rate (a restart wait would refuse a retry at once anyway).
 
-Not here yet: ``diag`` (its type changes now: ``SlurmctldStats``), ``show_topology`` and
-``changed_since`` (ctypes on the library pyslurm loaded), and every write (the CAS in the
-child, comments, requeue, reboot, reconfigure, signals): plan steps 6 (rest) to 8. The
-scontrol backend's reads are :mod:`slonkd.adapters.slurm.scontrol_reads`.
+The statistics (``diag``) and the topology slurmctld runs are reads too; the topology through
+ctypes on the library pyslurm loaded (pyslurm does not read it), printed by the function
+``scontrol show topology`` prints with. The writes are :mod:`slonkd.adapters.slurm.
+pyslurm_writes`'s (:class:`~slonkd.adapters.slurm.pyslurm_writes.PyslurmBackend`); the
+scontrol backend's reads are :mod:`slonkd.adapters.slurm.scontrol_reads`. Not here yet:
+``changed_since`` (the change poll through this child: plan step 9).
 
 The child runs ``[*child_prefix, python, -m, ...pyslurm_child, SLURM_CONF]`` with
 ``PYTHONPATH`` led by ``pyslurm_path`` (a pyslurm build's site; empty: this interpreter's
@@ -35,6 +37,7 @@ from slonkd.adapters.slurm.parsing_pyslurm import (
     parse_node_row,
     parse_nodes,
 )
+from slonkd.adapters.slurm.parsing_sdiag import SlurmctldStats, stats_from_fields
 from slonkd.adapters.slurm.pyslurm_link import PyslurmChild
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import ParseError
@@ -101,6 +104,17 @@ class PyslurmReads:
     async def finished_jobs(self) -> list[FinishedJob]:
         """Jobs that ended within slurmctld's ``MinJobAge``."""
         return finished_jobs(await self._ask("finished"))
+
+    async def diag(self) -> SlurmctldStats:
+        """slurmctld's statistics (one RPC), tried once."""
+        return stats_from_fields(await self._ask("diag"))
+
+    async def show_topology(self) -> str:
+        """The topology slurmctld runs, as ``scontrol show topology`` prints it (one RPC)."""
+        said = await self._ask("topology")
+        if not isinstance(said, str):
+            raise ParseError(f"pyslurm topology: not text: {str(said)[:80]!r}")
+        return said
 
     async def aclose(self) -> None:
         """End the child."""

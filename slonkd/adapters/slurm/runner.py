@@ -133,6 +133,28 @@ _COUNTERS: ContextVar[tuple[list[int], ...]] = ContextVar("slonkd_slurm_calls", 
 """The call counters of the :meth:`CommandRunner.counting` blocks the current task is in."""
 
 
+def count_calls(calls: int) -> None:
+    """``calls`` more SLURM calls in every :func:`counting` block the current task is in."""
+    for counter in _COUNTERS.get():
+        counter[0] += calls
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Callable[[], int]]:
+    """Count the SLURM calls made inside the block by this asyncio task (and tasks it starts).
+
+    Yields a function that returns the count so far. Blocks nest: a call counts in each. The
+    scontrol backend's runner counts a client call; the pyslurm child's parent the RPCs the
+    child reports (:mod:`slonkd.adapters.slurm.pyslurm_link`).
+    """
+    counter = [0]
+    token = _COUNTERS.set((*_COUNTERS.get(), counter))
+    try:
+        yield lambda: counter[0]
+    finally:
+        _COUNTERS.reset(token)
+
+
 @dataclass(slots=True)
 class CommandRunner:
     """Runs one SLURM client per call; counts invocations for the benchmarks.
@@ -148,21 +170,11 @@ class CommandRunner:
     def count(self) -> None:
         """One more SLURM client call: on this runner and in every open counting block."""
         self.calls += 1
-        for counter in _COUNTERS.get():
-            counter[0] += 1
+        count_calls(1)
 
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[Callable[[], int]]:
-        """Count the calls made inside the block by this asyncio task (and tasks it starts).
-
-        Yields a function that returns the count so far. Blocks nest: a call counts in each.
-        """
-        counter = [0]
-        token = _COUNTERS.set((*_COUNTERS.get(), counter))
-        try:
-            yield lambda: counter[0]
-        finally:
-            _COUNTERS.reset(token)
+    def counting(self) -> contextlib.AbstractContextManager[Callable[[], int]]:
+        """Count the calls made inside the block by this asyncio task (:func:`counting`)."""
+        return counting()
 
     def argv(self, tool: str, *args: str) -> list[str]:
         """The full argv for ``tool args...`` with the configured prefix."""
