@@ -40,7 +40,7 @@ from slonkd.core.config_sources import say_old_names
 from slonkd.core.config_tree import build, of
 
 if TYPE_CHECKING:  # the runtime pulls in aiohttp, aiomqtt, prometheus_client: import it only to run
-    from slonkd.runtime.agent.sidecar import AgentSettings
+    from slonkd.runtime.agent.settings import AgentSettings
 
 _UID = re.compile(r"[0-9A-Fa-f]{8}(-?[0-9A-Fa-f]{4}){3}-?[0-9A-Fa-f]{12}")
 """A pod's ``metadata.uid`` (RFC 4122, as the apiserver makes them)."""
@@ -57,7 +57,7 @@ def load_settings(env: Mapping[str, str], notes: list[str] | None = None) -> Age
 
     Deprecated files, keys and variables read add their line to ``notes``.
     """
-    from slonkd.runtime.agent.sidecar import AgentSettings
+    from slonkd.runtime.agent.settings import AgentSettings
 
     renamed: dict[str, str] = {}
     raw = role_section(env, "agent", AgentSettings, [] if notes is None else notes, renamed)

@@ -48,5 +48,9 @@ SLURM_PYSLURM_CHILD_EXITED: Final = "slurm.pyslurm_child_exited"
 (``op``, ``rc``, its last words ``said``, ``restart_s``). The next request after ``restart_s``
 starts a new child."""
 
+SLURM_BACKEND_CHOSEN: Final = "slurm.backend_chosen"
+"""The SLURM backend a role chose at start (``backend``, ``wanted``: the ``slurm_backend``
+setting, ``slurm_version``, ``why``): once per process."""
+
 COORDINATOR_CHANGE_POLL_LOADED: Final = "coordinator.change_poll_loaded"
 """The change poll's libslurm child is ready (``library``, ``load_s``): polls ask it now."""

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
-from slonkd.runtime.agent.sidecar import AgentSettings
+from slonkd.runtime.agent.settings import AgentSettings
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.prestop import PrestopSettings
 

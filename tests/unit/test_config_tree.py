@@ -133,7 +133,7 @@ def test_the_agents_keys_are_its_settings_fields_and_every_health_field_is_setta
 ) -> None:
     """The agent's section: AgentSettings' fields (health's nested thresholds too)."""
     from slonkd.core.config_tree import of
-    from slonkd.runtime.agent.sidecar import AgentSettings
+    from slonkd.runtime.agent.settings import AgentSettings
 
     fields = {f.name for f in dataclasses.fields(AgentSettings) if of(f).in_file}
     doc = config_cmd.role_schema("agent")

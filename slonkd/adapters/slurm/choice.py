@@ -24,11 +24,16 @@ import importlib.metadata
 from dataclasses import dataclass
 from enum import StrEnum
 
+import structlog
+
 from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.pyslurm_writes import PyslurmBackend
 from slonkd.adapters.slurm.runner import CommandRunner, SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.errors import SlonkdError, TerminalError
+from slonkd.core.log_events import SLURM_BACKEND_CHOSEN
+
+log = structlog.get_logger("slonkd.slurm")
 
 
 class SlurmBackendName(StrEnum):
@@ -106,8 +111,13 @@ async def select_backend(
 
     TerminalError when ``pyslurm`` was named and cannot serve (one line: why).
     """
-    if wanted is SlurmBackendName.SCONTROL:
-        return await _scontrol(settings, "slurm_backend is scontrol")
+    if wanted is SlurmBackendName.SCONTROL:  # no client run: the release is not asked
+        return BackendChoice(
+            backend=ScontrolBackend(settings),
+            name="scontrol",
+            slurm_version="",
+            why="slurm_backend is scontrol",
+        )
     named = wanted is SlurmBackendName.PYSLURM
     where = f" at {pyslurm_path}" if pyslurm_path else ""
     module = pyslurm_version(pyslurm_path)
@@ -132,3 +142,24 @@ async def select_backend(
     if named:
         raise TerminalError(f"slurm_backend pyslurm: {why}")
     return await _scontrol(settings, f"auto: {why}")
+
+
+async def open_backend(
+    settings: SlurmSettings, wanted: SlurmBackendName, *, pyslurm_path: str = ""
+) -> BackendChoice:
+    """:func:`select_backend` for a role's start, logged once (``slurm.backend_chosen``)."""
+    choice = await select_backend(settings, wanted, pyslurm_path=pyslurm_path)
+    log.info(
+        SLURM_BACKEND_CHOSEN,
+        backend=choice.name,
+        wanted=str(wanted),
+        slurm_version=choice.slurm_version,
+        why=choice.why,
+    )
+    return choice
+
+
+async def close_backend(backend: SlurmBackend) -> None:
+    """End what a backend started (the pyslurm child); the scontrol backend keeps nothing."""
+    if isinstance(backend, PyslurmBackend):
+        await backend.aclose()

@@ -20,29 +20,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from slonkd.adapters.bus.bootstrap import BootstrapSettings
-from slonkd.adapters.bus.client import Bus, BusSettings
+from slonkd.adapters.bus.client import Bus
 from slonkd.adapters.health.checks import build_checks
 from slonkd.adapters.health.probes import ProbeGuard
-from slonkd.adapters.health.settings import HealthSettings
 from slonkd.adapters.kube.informer import CacheEvent, Informer
 from slonkd.adapters.kube.kubeconfig import KubeConfigError
 from slonkd.adapters.kube.sources import agent_informers
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
-from slonkd.adapters.slurm.runner import SlurmSettings
+from slonkd.adapters.slurm.choice import close_backend, open_backend
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.checkpoint import requeue_cause
-from slonkd.core.config_tree import setting
 from slonkd.core.decide import decide
-from slonkd.core.errors import TransientError
-from slonkd.core.health import CheckResult, Hysteresis, encode_verdict
+from slonkd.core.errors import TerminalError, TransientError
+from slonkd.core.health import CheckResult, encode_verdict
 from slonkd.core.kube_objects import Node, Pod
 from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
 from slonkd.core.messages import (
@@ -51,7 +47,7 @@ from slonkd.core.messages import (
     Command,
     node_topic,
 )
-from slonkd.core.plan import NodeView, Policy, Writer
+from slonkd.core.plan import NodeView, Writer
 from slonkd.core.pod_ready import ReadyTracker
 from slonkd.core.slurm_node import NodeName
 from slonkd.runtime.agent.apply import apply_action
@@ -65,6 +61,7 @@ from slonkd.runtime.agent.commands import (
 from slonkd.runtime.agent.health_loop import HealthLoop
 from slonkd.runtime.agent.requeue_report import PATH as REQUEUE_REPORT_PATH
 from slonkd.runtime.agent.requeue_report import RequeueReports
+from slonkd.runtime.agent.settings import AgentSettings
 from slonkd.runtime.kit.http_server import HttpServer, ServeError
 from slonkd.runtime.kit.metrics import Metrics
 from slonkd.runtime.kit.process import stop_on_signals
@@ -73,66 +70,8 @@ from slonkd.runtime.kit.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.agent")
 
-METRICS_PORT = 9464
-"""Port of /healthz, /readyz and /metrics (the chart's ``agent.metricsPort``)."""
-_WIRING = setting(in_file=False)
-"""A field the command builds from the environment (MQTT, SLURM, the pod's uid)."""
 EXIT_BAD_KUBECONFIG = 2
 EXIT_CANNOT_SERVE = 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentSettings:
-    """Who the agent is (downward API) and how it reaches Kubernetes and SLURM."""
-
-    pod_name: str = field(metadata=setting(env="POD_NAME"))
-    """This agent's pod (``POD_NAME``): the only pod it watches."""
-    namespace: str = field(metadata=setting(env="POD_NAMESPACE"))
-    """The pod's namespace (``POD_NAMESPACE``)."""
-    kube_node: str = field(metadata=setting(env="NODE_NAME"))
-    """The K8s node the pod runs on (``NODE_NAME``)."""
-    slurm_node: str = field(metadata=setting(old_env=("SLONKD_SLURM_NODE",)))
-    """The SLURM node the pod is (default: the pod's name)."""
-    pod_uid: str = field(default="", metadata=setting(env="POD_UID", in_file=False))
-    """This agent's pod incarnation (``POD_UID``). A pod of the same name with another uid is
-    its successor: this agent never acts for it (it sees its own pod as gone). Empty: any
-    pod of that name is its own."""
-    kubeconfig: str | None = field(default=None, metadata=setting(env="KUBECONFIG"))
-    """A kubeconfig path; None means the pod's in-cluster ServiceAccount."""
-    slurm: SlurmSettings = field(default_factory=SlurmSettings, metadata=_WIRING)
-    """How slurmd's node is reached (``SLURM_CONF``)."""
-    policy: Policy = field(
-        default_factory=Policy,
-        metadata=setting(only=frozenset({"failure_grace_s", "unready_grace_s"})),
-    )
-    """The graces of the rules the agent applies (the coordinator's policy has the rest)."""
-    resync_s: float = field(default=30.0, metadata=setting(old_env=("SLONKD_RESYNC_S",)))
-    """A reconcile at least this often, even without a change."""
-    shutdown_deadline_s: float = 5.0
-    """On SIGTERM, the tasks get this long to end before they are cancelled."""
-    ready_file: str | None = field(default=None, metadata=setting(old_env=("SLONKD_READY_FILE",)))
-    """Touched once the caches have synced and the first reconcile ran (readiness)."""
-    cluster: str = field(default="lab", metadata=setting(old_env=("SLONKD_CLUSTER",)))
-    """The cluster's name in logs and metrics."""
-    bus: BusSettings | None = field(default=None, metadata=_WIRING)
-    """MQTT broker and credentials; None: no status is published (health stays local)."""
-    health: HealthSettings | None = None
-    """Checks to run on schedules; None: no health checks."""
-    hysteresis: Hysteresis = field(default_factory=Hysteresis)
-    """How many failing runs of a check make a ``fail``, and how many passes clear it."""
-    metrics_port: int = field(
-        default=METRICS_PORT, metadata=setting(old_env=("SLONKD_METRICS_PORT",))
-    )
-    """Port of /healthz, /readyz and /metrics; 0: no HTTP server."""
-    metrics_address: str = field(
-        default="0.0.0.0",  # noqa: S104 - the kubelet and Prometheus reach it by pod IP
-        metadata=setting(old_env=("SLONKD_METRICS_ADDRESS",)),
-    )
-    """Address to listen on (0.0.0.0: every interface of the pod)."""
-    bootstrap: BootstrapSettings | None = field(default=None, metadata=_WIRING)
-    """Fetch the MQTT credentials from the coordinator with the pod-bound token; None: static."""
-    report_linger_s: float = 10.0
-    """On shutdown, wait this long at most for a scrape of an unscraped signal-to-requeue."""
 
 
 def informers_ready(*informers: tuple[str, Informer[Any]]) -> tuple[bool, str]:
@@ -149,9 +88,15 @@ def informers_ready(*informers: tuple[str, Informer[Any]]) -> tuple[bool, str]:
 class Agent:
     """One agent: informers, a work queue with one key (its SLURM node), a reconciler."""
 
-    def __init__(self, settings: AgentSettings, transport: KubeTransport) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        transport: KubeTransport,
+        backend: SlurmBackend | None = None,
+    ) -> None:
         self.s = settings
-        self.backend: SlurmBackend = ScontrolBackend(settings.slurm)
+        self.backend: SlurmBackend = backend or ScontrolBackend(settings.slurm)
+        """The SLURM port (chosen at start: :func:`~slonkd.adapters.slurm.choice.open_backend`)."""
         self.nodes, self.pods = agent_informers(
             transport, settings.namespace, pod_name=settings.pod_name, node_name=settings.kube_node
         )
@@ -386,12 +331,19 @@ async def run_agent(settings: AgentSettings) -> int:
     except KubeConfigError as exc:
         log.error("agent.bad_kube_config", error=str(exc))
         return EXIT_BAD_KUBECONFIG
+    backend: SlurmBackend | None = None
     try:
-        await Agent(settings, transport).run(stop)
-    except ServeError as exc:
+        choice = await open_backend(
+            settings.slurm, settings.slurm_backend, pyslurm_path=settings.pyslurm_path
+        )
+        backend = choice.backend
+        await Agent(settings, transport, backend).run(stop)
+    except (ServeError, TerminalError) as exc:  # TerminalError: slurm_backend pyslurm cannot serve
         log.error("agent.cannot_serve", error=str(exc))
         return EXIT_CANNOT_SERVE
     finally:
+        if backend is not None:
+            await close_backend(backend)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(settings.shutdown_deadline_s):
                 await transport.close()

@@ -35,6 +35,7 @@ from slonkd.adapters.kube.sources import coordinator_informers
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
 from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.choice import BackendChoice
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.runner import CommandRunner
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
@@ -93,12 +94,17 @@ class Composition:
         *,
         metrics: Metrics | None = None,
         parts: Parts | None = None,
+        slurm: BackendChoice | None = None,
     ) -> None:
         self.s = s
         self.elector = elector
         self.metrics = metrics or Metrics(role="coordinator")
+        self.slurm_choice = slurm or BackendChoice(
+            backend=ScontrolBackend(s.slurm), name="scontrol", slurm_version="", why="default"
+        )
+        """The SLURM backend chosen at the process's start (``slonkd status`` shows it)."""
         parts = parts or Parts(
-            slurm=ScontrolBackend(s.slurm),
+            slurm=self.slurm_choice.backend,
             nodes=NodeWriter(transport),
             pods=PodWriter(transport),
             events=EventRecorder(transport),

@@ -18,7 +18,8 @@ import structlog
 from slonkd.adapters.kube.lease import LeaderElector
 from slonkd.adapters.kube.state import StateStore
 from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.core.errors import SlonkdError
+from slonkd.adapters.slurm.choice import close_backend, open_backend
+from slonkd.core.errors import SlonkdError, TerminalError
 from slonkd.core.fencing import guard_writes
 from slonkd.core.log_events import COORDINATOR_API_LISTENING, COORDINATOR_LEADING
 from slonkd.runtime.coordinating.api import CoordinatorAPI
@@ -28,6 +29,9 @@ from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.term import NotLeading, Term
 from slonkd.runtime.kit.metrics import Metrics
 from slonkd.runtime.kit.process import cancel_within, exit_now, stop_on_signals
+
+EXIT_CANNOT_SERVE = 1
+"""``slurm_backend: pyslurm`` named and pyslurm cannot serve (the log's one line says why)."""
 
 log = structlog.get_logger("slonkd.coordinator")
 
@@ -87,6 +91,11 @@ def api_readiness(silent_s: float | None, limit_s: float) -> tuple[bool, str]:
 
 async def run_coordinator(s: CoordinatorSettings) -> int:
     """Campaign for the Lease and lead while holding it, until SIGTERM/SIGINT."""
+    try:  # before anything starts: slurm_backend pyslurm that cannot serve ends the start
+        choice = await open_backend(s.slurm, s.slurm_backend, pyslurm_path=s.pyslurm_path)
+    except TerminalError as exc:
+        log.error("coordinator.cannot_serve", error=str(exc))
+        return EXIT_CANNOT_SERVE
     if s.kubeconfig:
         transport = await KubeTransport.from_kubeconfig(s.kubeconfig)
     else:
@@ -113,7 +122,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
 
     async def term(token: int) -> None:
         guard_writes(elector.check_valid)  # every write of the term, right before it is sent
-        coordinator = Coordinator(s, transport, elector, metrics=metrics)
+        coordinator = Coordinator(s, transport, elector, metrics=metrics, slurm=choice)
         api.leader = coordinator
         if coordinator.fleet is not None:
             coordinator.fleet.register(metrics.registry)  # a standby exports no fleet
@@ -143,6 +152,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
                 await elector.release()
         await api.stop()
         await transport.close()
+        await close_backend(choice.backend)
     log.info("coordinator.stopped", identity=s.identity)
     if not task.done():
         exit_now()  # the stuck task would also hang asyncio.run's final cancellation

@@ -78,6 +78,8 @@ class Coordinator(Composition):
                 "slurm_change_polls": self.watch.probes if self.watch else 0,
                 "slurm_poll_backend": self.watch.backend if self.watch else "off",
                 "slurm_poll_why": self.watch.why if self.watch else "poll_s is 0",
+                "slurm_backend": self.slurm_choice.name,
+                "slurm_backend_why": self.slurm_choice.why,
             }
         }
         if self.topology is not None:
