@@ -10,6 +10,13 @@ from elsewhere hits both alike); the running-job count (``squeue``) is timed wit
 job table, so its cost here is the RPC floor.
 
     .venv/bin/python -m bench.slurm [--quick] [24.11]
+
+The pyslurm backend (issue 39) on the same cluster in the same run, where the bootstrap built
+pyslurm for the release (``slonkd_sandbox.pyslurm_build``): its whole read, its one-node read,
+a compare-and-set drain (read + ``Node.modify`` through its child) and the bulk drain and
+resume of 1,000, beside the scontrol backend's (``pyslurm_*`` keys; ``cas_drain_ms`` is the
+scontrol backend's compare-and-set drain of one node). Without a build those keys are absent
+and a line says why.
 """
 
 from __future__ import annotations
@@ -28,11 +35,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
+from slonkd.adapters.slurm.pyslurm_writes import PyslurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
+from slonkd_sandbox.pyslurm_build import pyslurm_site, pyslurm_status
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
@@ -160,19 +170,8 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
         r["cas_floor_ratio"] = statistics.median(
             f / raw for f, raw in zip(cas_floor, raws, strict=True)
         )
-        if len(extra) >= 1000:
-            drain_t, resume_t, dcalls, rcalls = [], [], 0, 0
-            for i in range(max(2, reps // 5)):
-                chosen = random.Random(i).sample(extra, 1000)  # noqa: S311 - seeded choice
-                began = time.perf_counter()
-                dres = await backend.drain(chosen, CAUSE)
-                drain_t.append(time.perf_counter() - began)
-                began = time.perf_counter()
-                rres = await backend.resume(chosen, CAUSE)
-                resume_t.append(time.perf_counter() - began)
-                dcalls, rcalls = dres.calls, rres.calls
-            r["bulk_drain_1000"] = _stats(drain_t) | {"calls": dcalls}
-            r["bulk_resume_1000"] = _stats(resume_t) | {"calls": rcalls}
+        r |= await _bulk(backend, extra, reps)
+        r["pyslurm"] = await _pyslurm(cluster, release, extra, reps)
         sdiag_reps = 5
         r["sdiag_us"] = {
             "show_node_all": _sdiag(cluster, ["scontrol", "-o", "show", "node"], sdiag_reps),
@@ -183,6 +182,66 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
             "sinfo_json": _sdiag(cluster, ["sinfo", "--json"], 2),
         }
     return r
+
+
+async def _bulk(backend: SlurmBackend, extra: list[str], reps: int) -> dict[str, Any]:
+    """Drain then resume 1,000 random declared nodes, a few times (none below 1,000)."""
+    if len(extra) < 1000:
+        return {}
+    drain_t, resume_t, dcalls, rcalls = [], [], 0, 0
+    for i in range(max(2, reps // 5)):
+        chosen = random.Random(i).sample(extra, 1000)  # noqa: S311 - seeded choice
+        began = time.perf_counter()
+        dres = await backend.drain(chosen, CAUSE)
+        drain_t.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        rres = await backend.resume(chosen, CAUSE)
+        resume_t.append(time.perf_counter() - began)
+        dcalls, rcalls = dres.calls, rres.calls
+    return {
+        "bulk_drain_1000": _stats(drain_t) | {"calls": dcalls},
+        "bulk_resume_1000": _stats(resume_t) | {"calls": rcalls},
+    }
+
+
+async def _pyslurm(
+    cluster: SlurmCluster, release: str, extra: list[str], reps: int
+) -> dict[str, Any]:
+    """The pyslurm backend's reads and writes on ``cluster`` ({} without a build)."""
+    site = pyslurm_site(release)
+    if site is None:
+        print(f"pyslurm: not measured: {pyslurm_status(release)}", file=sys.stderr)
+        return {}
+    child: tuple[str, ...] = ()
+    if isinstance(cluster, ChrootSlurmCluster):
+        child = tuple(cluster.libslurm_argv([], {})[0])
+    settings = SlurmSettings(
+        argv_prefix=_prefix(cluster),
+        env={"SLURM_CONF": str(cluster.conf)},
+        retry_wait_min_s=0,
+        retry_wait_max_s=0,
+    )
+    backend = PyslurmBackend(settings, pyslurm_path=str(site), child_prefix=child)
+    try:
+        await backend.read_nodes()  # the child's start and import, outside every timing
+        r: dict[str, Any] = {
+            "read_all": _stats(await _timed(reps, backend.read_nodes)),
+            "read_all_with_jobs": _stats(
+                await _timed(reps, lambda: backend.read_nodes(with_jobs=True))
+            ),
+            "read_one": _stats(await _timed(reps, lambda: backend.read_node("n1"))),
+        }
+        drains, calls = [], 0
+        for _ in range(reps):
+            began = time.perf_counter()
+            res = await backend.drain(["n1"], CAUSE)
+            drains.append(time.perf_counter() - began)
+            calls = res.calls
+            await backend.resume(["n1"], CAUSE)
+        r["single_drain"] = _stats(drains) | {"calls": calls}
+        return r | await _bulk(backend, extra, reps)
+    finally:
+        await backend.aclose()
 
 
 def main() -> int:
@@ -207,12 +266,22 @@ def main() -> int:
         ("adapter bulk drain 1000 random", "bulk_drain_1000"),
         ("adapter bulk resume 1000 random", "bulk_resume_1000"),
     ]
+    pyslurm_rows = [
+        ("pyslurm read_nodes", "read_all"),
+        ("pyslurm read_nodes(with_jobs=True)", "read_all_with_jobs"),
+        ("pyslurm read_node n1", "read_one"),
+        ("pyslurm drain 1 node (CAS read+update)", "single_drain"),
+        ("pyslurm bulk drain 1000 random", "bulk_drain_1000"),
+        ("pyslurm bulk resume 1000 random", "bulk_resume_1000"),
+    ]
     header = f"{'operation':42} " + " ".join(f"{r['nodes']:>22}" for r in results)
     print(header + "\n" + "-" * len(header))
-    for label, key in rows:
+    table = [(label, key, False) for label, key in rows]
+    table += [(label, key, True) for label, key in pyslurm_rows]
+    for label, key, of_pyslurm in table:
         cells = []
         for r in results:
-            v = r.get(key)
+            v = (r["pyslurm"] if of_pyslurm else r).get(key)
             cells.append(
                 f"{v['median_ms']:7.1f}/{v['p99_ms']:7.1f} ms"
                 + (f" {v['calls']}c" if "calls" in v else "   ")
@@ -244,10 +313,23 @@ def main() -> int:
         "read_all_with_jobs_5000_s": big["read_all_with_jobs"]["median_ms"] / 1000,
         "overhead_ratio_5000": big["overhead_ratio"],
         "raw_update_ms": results[0]["raw_update"]["median_ms"],
+        "cas_drain_ms": results[0]["single_drain"]["median_ms"],
         "slurm_release": release,
         "loadavg_1m_at_end": os.getloadavg()[0],
         "results": results,
     }
+    py_small, py_big = results[0]["pyslurm"], big["pyslurm"]
+    if py_big:
+        summary |= {
+            "pyslurm_read_all_5000_s": py_big["read_all"]["median_ms"] / 1000,
+            "pyslurm_read_all_with_jobs_5000_s": py_big["read_all_with_jobs"]["median_ms"] / 1000,
+            "pyslurm_read_one_5000_ms": py_big["read_one"]["median_ms"],
+            "pyslurm_cas_drain_ms": py_small["single_drain"]["median_ms"],
+            "pyslurm_cas_drain_5000_ms": py_big["single_drain"]["median_ms"],
+            "pyslurm_bulk_drain_1000_s": py_big["bulk_drain_1000"]["median_ms"] / 1000,
+            "pyslurm_bulk_resume_1000_s": py_big["bulk_resume_1000"]["median_ms"] / 1000,
+            "pyslurm_bulk_drain_1000_calls": py_big["bulk_drain_1000"]["calls"],
+        }
     print(json.dumps(summary))
     return 0
 
