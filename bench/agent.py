@@ -10,6 +10,11 @@ p99 29.7 s). Then one agent's RSS with its /healthz, /readyz, /metrics server ru
 scraped (its drain counter must equal the drains measured), its CPU over 60 s at rest while
 probed and scraped every 15 s as a kubelet and Prometheus would, and the RSS of the imports.
 
+The same deletions again with every agent on the pyslurm backend (``SLONKD_SLURM_BACKEND=
+pyslurm``, the bootstrap's 22.05 build: issue 39), on a fleet of its own started the same way:
+``pyslurm_drain_latency_*`` beside ``drain_latency_*``; without a build those keys are absent
+and a line says why.
+
 Prints a table, then one JSON object as the last line. Not part of CI. Options: --rounds N
 (default 5), --idle-s S (default 60).
 """
@@ -37,6 +42,7 @@ from slonkd_sandbox.fleet import FleetBuilder, FleetShape
 from slonkd_sandbox.kube.cluster import KubeCluster
 from slonkd_sandbox.kube.kubelet import KubeletStandIn
 from slonkd_sandbox.procs import free_ports, wait_for
+from slonkd_sandbox.pyslurm_build import pyslurm_site, pyslurm_status
 from slonkd_sandbox.slurm.cluster import SlurmCluster
 from slonkd_sandbox.workloads import GATED_PRESTOP
 
@@ -104,8 +110,11 @@ class Fleet:
 
 
 @contextmanager
-def standin_fleet(root: Path) -> Iterator[Fleet]:
-    """The fleet started under ``root``, every agent synced; leaving stops it all."""
+def standin_fleet(root: Path, agent_env: dict[str, str] | None = None) -> Iterator[Fleet]:
+    """The fleet started under ``root``, every agent synced; leaving stops it all.
+
+    ``agent_env``: more environment for every agent (e.g. its SLURM backend).
+    """
     names = SHAPE.names
     agents: list[Daemon] = []
     with (
@@ -137,6 +146,7 @@ def standin_fleet(root: Path) -> Iterator[Fleet]:
                         "SLONKD_READY_FILE": str(root / f"ready-{name}"),
                         "SLONKD_METRICS_ADDRESS": "127.0.0.1",
                         "SLONKD_METRICS_PORT": str(ports[name]),
+                        **(agent_env or {}),
                     }
                     agent = Daemon(role="agent", env=env, log=root / f"agent-{name}.log")
                     agents.append(agent.start())
@@ -200,6 +210,20 @@ def drain_round(fleet: Fleet) -> list[float]:
     return latencies
 
 
+def _pyslurm_latencies(root: Path, rounds: int) -> list[float]:
+    """The rounds again on a fleet whose agents use the pyslurm backend ([] without a build)."""
+    site = pyslurm_site("22.05")
+    if site is None:
+        print(f"pyslurm: not measured: {pyslurm_status('22.05')}", file=sys.stderr)
+        return []
+    env = {"SLONKD_SLURM_BACKEND": "pyslurm", "SLONKD_PYSLURM_PATH": str(site)}
+    latencies: list[float] = []
+    with standin_fleet(root, env) as fleet:
+        for _ in range(rounds):
+            latencies += drain_round(fleet)
+    return latencies
+
+
 def _measure(root: Path, rounds: int, idle_s: float) -> int:
     latencies: list[float] = []
     with standin_fleet(root) as fleet:
@@ -217,6 +241,7 @@ def _measure(root: Path, rounds: int, idle_s: float) -> int:
             time.sleep(min(SCRAPE_EVERY_S, left))
         idle_cpu_pct = (_cpu_s(pid) - cpu0) / (time.monotonic() - t0) * 100
         rss_after_idle = _rss_mb(pid)
+    py_latencies = _pyslurm_latencies(root / "pyslurm", rounds)
     imports = subprocess.run(
         [
             sys.executable,
@@ -244,6 +269,14 @@ def _measure(root: Path, rounds: int, idle_s: float) -> int:
         "agent_idle_cpu_pct": round(idle_cpu_pct, 3),
         "agent_import_rss_mb": round(import_rss, 1),
     }
+    if py_latencies:
+        result |= {
+            "pyslurm_events": len(py_latencies),
+            "pyslurm_drain_latency_p50_ms": round(statistics.median(py_latencies), 1),
+            "pyslurm_drain_latency_p90_ms": round(_pct(py_latencies, 0.90), 1),
+            "pyslurm_drain_latency_p99_ms": round(_pct(py_latencies, 0.99), 1),
+            "pyslurm_drain_latency_max_ms": round(max(py_latencies), 1),
+        }
     print_result(result, 26, 12)
     return 0
 

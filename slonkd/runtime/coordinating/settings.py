@@ -108,11 +108,14 @@ class CoordinatorSettings:
     """Candidates try the Lease this often; the leader renews this often."""
     slurm: SlurmSettings = field(default_factory=SlurmSettings, metadata=WIRING)
     """How slurmctld is reached (``SLURM_CONF``)."""
-    slurm_backend: SlurmBackendName = SlurmBackendName.SCONTROL
+    slurm_backend: SlurmBackendName = field(
+        default=SlurmBackendName.SCONTROL, metadata=setting(env="SLONKD_SLURM_BACKEND")
+    )
     """How SLURM is reached: ``scontrol`` (its clients), ``pyslurm`` (pyslurm in a child
     process, the build at ``pyslurm_path``; the start fails with one line when it cannot
     serve) or ``auto`` (pyslurm where its major.minor is the running slurmctld's, else
-    scontrol). Chosen once at start and logged with why (``slurm.backend_chosen``)."""
+    scontrol; ``SLONKD_SLURM_BACKEND``). Chosen once at start and logged with why
+    (``slurm.backend_chosen``)."""
     pyslurm_path: str = field(default="", metadata=setting(env="SLONKD_PYSLURM_PATH"))
     """The site directory of a pyslurm build (``SLONKD_PYSLURM_PATH``); empty: this
     interpreter's path. pyslurm is an optional extra under GPL-2.0 (see the README)."""
