@@ -29,10 +29,8 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from slonkd.adapters.slurm.backend import SlurmBackend
@@ -43,7 +41,7 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import Cause
 from slonkd_sandbox.pyslurm_build import pyslurm_site, pyslurm_status
-from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster, cluster_of_release
 from slonkd_sandbox.slurm.cluster import SCALE_SLURMD_TIMEOUT_S, SlurmCluster, SlurmLayout
 
 CAUSE = Cause.parse("k8s-cordoned")
@@ -97,13 +95,7 @@ async def _measure(size: int, reps: int, release: str) -> dict[str, Any]:
     layout = SlurmLayout(
         nodes=("n1", "n2", "n3", "n4"), extra_nodes=size, slurmd_timeout_s=SCALE_SLURMD_TIMEOUT_S
     )
-    cluster: SlurmCluster
-    if release == "22.05":
-        root = Path(tempfile.mkdtemp(prefix="slonkd-bench-slurm-", dir="/tmp"))
-        cluster = SlurmCluster(root, layout)
-    else:
-        cluster = ChrootSlurmCluster.create(release, layout)
-    with cluster:
+    with cluster_of_release(release, layout, "slonkd-bench-slurm-") as cluster:
         rng = random.Random(size)  # noqa: S311 - seeded choice of benchmark nodes
         extra = cluster.extra_node_names
         if extra:

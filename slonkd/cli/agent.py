@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from slonkd.adapters.bus.dynsec_roles import agent_client_id
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import agent_bus_settings
-from slonkd.cli.config import deprecations, role_section
-from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
+from slonkd.cli.config import loaded, role_section
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS
 from slonkd.core.config_sources import say_old_names
 from slonkd.core.config_tree import build, of
 
@@ -120,11 +120,9 @@ def _metrics_listen(raw_port: Any, raw_address: Any) -> tuple[int, str]:
 
 def main(_args: argparse.Namespace) -> int:
     """Run ``slonkd agent``."""
-    notes: list[str] = []
-    settings = settings_or_refusal("agent", lambda: load_settings(os.environ, notes))
+    settings = loaded("agent", lambda notes: load_settings(os.environ, notes))
     if settings is None:
         return EXIT_BAD_SETTINGS
-    deprecations("agent", notes)
     from slonkd.runtime.agent.sidecar import run_agent
 
     return asyncio.run(run_agent(settings))

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from slonkd.adapters.bus.client import BusSettings, tls_context
+from slonkd.cli.refusal import settings_or_refusal
 from slonkd.core.config_sources import env_tree, lift_old_keys, merge
 from slonkd.core.log_events import CONFIG_DEPRECATED
+
+T = TypeVar("T")
 
 
 def role_section(
@@ -104,6 +107,18 @@ def deprecations(command: str, notes: list[str], *, structured: bool = True) -> 
             )
         else:
             print(f"slonkd {command}: deprecated: {note}", file=sys.stderr)
+
+
+def loaded(command: str, load: Callable[[list[str]], T]) -> T | None:
+    """``load(notes)``, or None once its ValueError is said (:func:`settings_or_refusal`).
+
+    The deprecation notes it gathered are logged (:func:`deprecations`).
+    """
+    notes: list[str] = []
+    settings = settings_or_refusal(command, lambda: load(notes))
+    if settings is not None:
+        deprecations(command, notes)
+    return settings
 
 
 def bus_settings(env: Mapping[str, str], client_id: str) -> BusSettings | None:

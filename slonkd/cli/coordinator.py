@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.cli.bus_env import coordinator_bus_settings, credential_settings
-from slonkd.cli.config import deprecations, role_section
-from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
+from slonkd.cli.config import loaded, role_section
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS
 from slonkd.core.config_sources import say_old_names
 from slonkd.core.config_tree import build
 
@@ -120,11 +120,9 @@ def _api_tls(env: Mapping[str, str]) -> ApiTls | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd coordinator``."""
-    notes: list[str] = []
-    settings = settings_or_refusal("coordinator", lambda: load_settings(os.environ, notes))
+    settings = loaded("coordinator", lambda notes: load_settings(os.environ, notes))
     if settings is None:
         return EXIT_BAD_SETTINGS
-    deprecations("coordinator", notes)
     if getattr(args, "dry_run", False):
         from dataclasses import replace
 

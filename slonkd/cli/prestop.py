@@ -24,8 +24,8 @@ import os
 from collections.abc import Mapping
 
 from slonkd.adapters.slurm.runner import SlurmSettings
-from slonkd.cli.config import deprecations, role_section
-from slonkd.cli.refusal import EXIT_BAD_SETTINGS, settings_or_refusal
+from slonkd.cli.config import loaded, role_section
+from slonkd.cli.refusal import EXIT_BAD_SETTINGS
 from slonkd.core.config_tree import build
 from slonkd.runtime.prestop import PrestopSettings, run_prestop
 
@@ -137,10 +137,8 @@ def settings_from(
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd prestop``."""
-    notes: list[str] = []
-    settings = settings_or_refusal("prestop", lambda: settings_from(args, notes=notes))
+    settings = loaded("prestop", lambda notes: settings_from(args, notes=notes))
     if settings is None:
         return EXIT_BAD_SETTINGS
-    deprecations("prestop", notes)
     asyncio.run(run_prestop(settings))
     return 0

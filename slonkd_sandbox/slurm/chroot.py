@@ -202,3 +202,14 @@ class ChrootSlurmCluster(SlurmCluster):
             print(f"kept 24.11 cluster dir {self.root}", file=sys.stderr)
             return
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def cluster_of_release(release: str, layout: SlurmLayout, prefix: str) -> SlurmCluster:
+    """A cluster of ``release``, not started.
+
+    22.05 on the host (in a new ``/tmp/PREFIX*`` directory), any other in its cached root
+    (:meth:`ChrootSlurmCluster.create`).
+    """
+    if release == "22.05":
+        return SlurmCluster(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")), layout)
+    return ChrootSlurmCluster.create(release, layout)

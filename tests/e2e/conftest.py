@@ -71,10 +71,15 @@ class AgentProcess:
 
     env: dict[str, str]
     log: Path
+    prefix: tuple[str, ...] = ()
+    """What runs its interpreter (another release's loader: ``libslurm_argv``)."""
+    module: str = "slonkd.cli.main"
     daemon: Daemon = field(init=False)
 
     def __post_init__(self) -> None:
-        self.daemon = Daemon(role="agent", env=self.env, log=self.log)
+        self.daemon = Daemon(
+            role="agent", env=self.env, log=self.log, prefix=self.prefix, module=self.module
+        )
 
     def start(self) -> None:
         """Start the agent and wait until its caches synced.

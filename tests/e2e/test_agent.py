@@ -8,13 +8,27 @@ import time
 
 import pytest
 
-from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED
+from slonkd.adapters.slurm.parsing_show_node import parse_show_node
+from slonkd.core.log_events import AGENT_POD_REPLACED, AGENT_SYNCED, SLURM_BACKEND_CHOSEN
+from slonkd.core.reasons import decode_causes
 from slonkd_sandbox.procs import wait_for
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.workloads import GATED_PRESTOP
 from tests.cli import slonkd
 from tests.e2e.conftest import AgentProcess, Workers
+from tests.pyslurm_builds import built_or_skip
 
 pytestmark = [pytest.mark.kube, pytest.mark.slurm]
+
+
+def _resumed_by(workers: Workers, uid: str, agent: AgentProcess) -> None:
+    """w-0's next pod (not ``uid``) came, and ``agent`` resumed its node and logged it."""
+    workers.wait_recreated("w-0", uid)
+    wait_for(
+        "w-0 resumed and logged",
+        lambda: workers.slurm.node_states().get("w-0") == "idle" and agent.did("release"),
+        timeout_s=30,
+    )
 
 
 @pytest.mark.prestop(GATED_PRESTOP)
@@ -35,12 +49,7 @@ def test_pod_deleted_drains_then_new_pod_resumes(workers: Workers) -> None:
     assert drains[0]["changed"] is True
     assert drains[0]["cause"] == "pod-terminating"
     (workers.standin.root.parent / "open").write_text("")
-    workers.wait_recreated("w-0", uid)
-    wait_for(
-        "w-0 resumed and logged",
-        lambda: workers.slurm.node_states().get("w-0") == "idle" and agent.did("release"),
-        timeout_s=30,
-    )
+    _resumed_by(workers, uid, agent)
     assert "Reason=" not in workers.show("w-0")
     releases = [a for a in agent.actions() if a["action"] == "release"]
     assert releases
@@ -252,3 +261,48 @@ def test_bad_settings_exit_2_with_one_line() -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "POD_NAME" in proc.stderr
+
+
+@pytest.mark.prestop(GATED_PRESTOP)
+@pytest.mark.parametrize("worker_slurm", ["22.05", "24.11"], indirect=True)
+def test_an_agent_on_the_pyslurm_backend_drains_then_resumes(
+    workers: Workers, request: pytest.FixtureRequest
+) -> None:
+    """w-0's agent on ``slurm_backend: pyslurm``: the same drain and release (issue 39).
+
+    Its SLURM calls go through its pyslurm child (the release's build). On 24.11 the agent
+    runs as that release's image would have it: on the root's loader with its library, its
+    child too (as bench/coordinator.py runs 24.11's change poll).
+    """
+    release = str(request.node.callspec.params["worker_slurm"])
+    site = built_or_skip(release)
+    workers.agents["w-0"].stop()
+    env = {
+        **workers.agents["w-0"].env,
+        "SLONKD_SLURM_BACKEND": "pyslurm",
+        "SLONKD_PYSLURM_PATH": str(site),
+    }
+    prefix: tuple[str, ...] = ()
+    module = "slonkd.cli.main"
+    if isinstance(workers.slurm, ChrootSlurmCluster):
+        wrapped, env = workers.slurm.libslurm_argv([], env)
+        prefix, module = tuple(wrapped), "slonkd_sandbox.slurm.libslurm_launch"
+    log = workers.agents["w-0"].log.with_name("agent-w-0-pyslurm.log")
+    agent = AgentProcess(env=env, log=log, prefix=prefix, module=module)
+    agent.start()
+    workers.agents["w-0"] = agent  # stopped by the fixture
+    (chosen,) = agent.events(SLURM_BACKEND_CHOSEN)
+    assert chosen["backend"] == "pyslurm", chosen
+    assert chosen["slurm_version"].startswith(release)
+    uid = workers.delete_pod("w-0")
+    wait_for(
+        "the pyslurm agent drained w-0 and logged it",
+        lambda: "Reason=slonkd:pod-terminating" in workers.show("w-0") and agent.did("drain"),
+        timeout_s=10,
+    )
+    (workers.standin.root.parent / "open").write_text("")
+    _resumed_by(workers, uid, agent)
+    assert [a["action"] for a in agent.actions()] == ["drain", "release"]
+    (node,) = parse_show_node(workers.show("w-0"))
+    assert decode_causes(node.extra) == frozenset()  # "{}": pyslurm cannot send an empty text
+    assert not agent.events("slurm.pyslurm_child_exited")

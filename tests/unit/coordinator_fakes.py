@@ -231,6 +231,26 @@ def slurm_node(i: int, state: str = "IDLE", reason: str = "") -> SlurmNode:
     )
 
 
+def leader_on(
+    settings: CoordinatorSettings,
+    slurm: FakeSlurm,
+    writer: FakeNodeWriter | None = None,
+    **fake: Any,
+) -> Coordinator:
+    """A coordinator of ``settings`` on these fakes (``pods``, ``store``: new where not given)."""
+    pods: FakePodWriter | None = fake.get("pods")
+    store: FakeStore | None = fake.get("store")
+    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
+    parts = Parts(
+        slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
+        nodes=writer or FakeNodeWriter(),
+        pods=pods or FakePodWriter(),
+        events=FakeEvents(),
+        store=store or FakeStore(),
+    )
+    return Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
+
+
 def coordinator_with(
     slurm: FakeSlurm,
     writer: FakeNodeWriter,
@@ -245,15 +265,7 @@ def coordinator_with(
         "max_out": 10, "max_out_percent": 100, "mass_percent": 100, "poll_s": 0, **budget
     }  # fmt: skip
     settings = CoordinatorSettings(namespace="slonk", identity="c-0", rollout=None, **limits)
-    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
-    parts = Parts(
-        slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
-        nodes=writer,
-        pods=pods or FakePodWriter(),
-        events=FakeEvents(),
-        store=store or FakeStore(),
-    )
-    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
+    c = leader_on(settings, slurm, writer, pods=pods, store=store)
     c.pods._cache = {f"slonk/w-{i}": worker_pod(i) for i in range(len(nodes))}
     c.nodes._cache = {n.name: n for n in nodes}
     writer.cache = c.nodes._cache

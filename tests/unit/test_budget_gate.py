@@ -22,10 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
-from slonkd.adapters.kube.kubeconfig import ApiEndpoint
-from slonkd.adapters.kube.lease import LeaderElector
-from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.kube_changes import ChangeResult
@@ -34,15 +30,13 @@ from slonkd.core.reasons import Cause
 from slonkd.core.rollout import RolloutSettings
 from slonkd.core.rollout_phase import REVISION_LABEL
 from slonkd.core.slurm_node import NodeFlag, NodeName, NodeState, SlurmNode
-from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
+from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings
 from tests.unit.coordinator_fakes import (
-    FakeElector,
-    FakeEvents,
     FakeNodeWriter,
-    FakePodWriter,
     FakeSlurm,
     FakeStore,
     kube_node,
+    leader_on,
     saw,
 )
 from tests.unit.pods import running_pod
@@ -113,12 +107,7 @@ def _leader(writer: FakeNodeWriter | None = None) -> tuple[Coordinator, _Slurm, 
     )  # fmt: skip
     slurm, writer = _Slurm([_slurm(i) for i in range(WORKERS)], failing=set()), writer
     writer = writer or FakeNodeWriter()
-    parts = Parts(
-        slurm=cast(SlurmBackend, slurm), nodes=writer, pods=FakePodWriter(),
-        events=FakeEvents(), store=_Store(),
-    )  # fmt: skip
-    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
-    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
+    c = leader_on(settings, slurm, writer, store=_Store())
     assert c.rollout is not None
     labels = {"slonk.dev/pool": "w", REVISION_LABEL: "w-old"}
     c.pods._cache = {

@@ -155,37 +155,27 @@ def test_diag_of_22_5_takes_the_old_dict_and_missing_fields_are_0() -> None:
 def test_diag_of_24_11_takes_the_statistics_object() -> None:
     """24.11's ``slurmctld.Statistics``: its fields and each RPC type's count and time."""
     fake = _Fake()
-    stats = SimpleNamespace(
-        server_thread_count=2,
-        agent_queue_size=0,
-        agent_count=4,
-        dbd_agent_queue_size=0,
-        jobs_submitted=1,
-        jobs_started=1,
-        jobs_completed=0,
-        jobs_canceled=0,
-        jobs_failed=0,
-        jobs_pending=0,
-        jobs_running=1,
-        schedule_cycle_last=12,
-        rpcs_by_type={"REQUEST_PING": SimpleNamespace(count=2, time=30)},
-    )
+    fields: dict[str, int] = {**dict.fromkeys(pyslurm_child.STATS, 1), "agent_count": 4}
+    pings = SimpleNamespace(count=2, time=30)
+    stats = SimpleNamespace(**fields, rpcs_by_type={"REQUEST_PING": pings})
     fake.py.slurmctld = SimpleNamespace(Statistics=SimpleNamespace(load=lambda: stats))
     said = fake.ask("diag")["ok"]
     assert said["agent_count"] == 4
     assert said["rpcs"] == {"REQUEST_PING": [2, 30]}
 
 
+WRITE_ARGS: dict[str, dict[str, object]] = {
+    "update": {"expr": "n1", "state": "DRAIN", "reason": "r"},
+    "comment": {"expr": "n1", "comment": "c"},
+    "requeue": {"job_ids": [1]},
+    "signal": {"job_id": 1, "signal": 10},
+    "reconfigure": {},
+}
+
+
 @pytest.mark.parametrize("op", sorted(pyslurm_child.WRITES))
 def test_every_write_is_known_and_says_sending(op: str) -> None:
     """Each write op says sending before its request (the parent's unknown-outcome rule)."""
-    args = {
-        "update": {"expr": "n1", "state": "DRAIN", "reason": "r"},
-        "comment": {"expr": "n1", "comment": "c"},
-        "requeue": {"job_ids": [1]},
-        "signal": {"job_id": 1, "signal": 10},
-        "reconfigure": {},
-    }[op]
     fake = _Fake()
-    assert "ok" in fake.ask(op, **args)
+    assert "ok" in fake.ask(op, **WRITE_ARGS[op])
     assert fake.log[0][0] == "sending"

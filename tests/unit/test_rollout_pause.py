@@ -21,12 +21,8 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from slonkd.adapters.kube.kubeconfig import ApiEndpoint
-from slonkd.adapters.kube.lease import LeaderElector
-from slonkd.adapters.kube.transport import KubeTransport
-from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.results import RequeueResult
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import TransientError
@@ -34,15 +30,13 @@ from slonkd.core.rollout import RolloutSettings, plan_rollout
 from slonkd.core.rollout_phase import Phase
 from slonkd.core.slurm_job import JobId, SlurmJob
 from slonkd.core.slurm_node import NodeName
-from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings, Parts
+from slonkd.runtime.coordinating import Coordinator, CoordinatorSettings
 from tests.unit.coordinator_fakes import (
     TOKEN,
-    FakeElector,
-    FakeEvents,
-    FakeNodeWriter,
     FakePodWriter,
     FakeSlurm,
     FakeStore,
+    leader_on,
 )
 from tests.unit.rollout_fakes import DRAINED, ROOMY, STS, fleet, node, pod, view
 
@@ -113,12 +107,7 @@ def _coordinator(tmp_path: Path, store: _Store) -> tuple[Coordinator, _Slurm, Fa
         rollout=RolloutSettings(job_wait_s=0.0),
     )  # fmt: skip
     slurm, pods = _Slurm(), FakePodWriter()
-    parts = Parts(
-        slurm=cast(SlurmBackend, slurm), nodes=FakeNodeWriter(), pods=FakePodWriter(),
-        events=FakeEvents(), store=store,
-    )  # fmt: skip
-    transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
-    c = Coordinator(settings, transport, cast(LeaderElector, FakeElector()), parts=parts)
+    c = leader_on(settings, slurm, store=store)
     assert c.rollout is not None
     worker = pod(NAME)  # revision w-old; the StatefulSet's update revision is w-new
     c.pods._cache = {f"slonk/{NAME}": worker}

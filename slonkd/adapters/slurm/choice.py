@@ -21,8 +21,8 @@ distribution's metadata). Neighbours: :mod:`slonkd.adapters.slurm.backend` (the 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import structlog
 
@@ -39,19 +39,16 @@ log = structlog.get_logger("slonkd.slurm")
 class SlurmBackendName(StrEnum):
     """The ``slurm_backend`` setting."""
 
-    AUTO = "auto"
-    PYSLURM = "pyslurm"
-    SCONTROL = "scontrol"
+    AUTO, PYSLURM, SCONTROL = "auto", "pyslurm", "scontrol"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BackendChoice:
-    """The backend chosen at start, and why (logged once)."""
-
-    backend: SlurmBackend
-    name: str
-    slurm_version: str
-    why: str
+BackendChoice = NamedTuple(  # noqa: UP014 - its fields on one line
+    "BackendChoice",
+    [("backend", SlurmBackend), ("why", str), ("name", str), ("slurm_version", str)],
+)
+"""The backend chosen at start, and why (logged once): ``name`` is ``scontrol`` or
+``pyslurm``; ``slurm_version`` slurmctld's release (pyslurm), the clients' (auto's scontrol),
+or "" (scontrol named: not asked)."""
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

@@ -135,7 +135,7 @@ def _finished(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int
     return _job_rows(py, lambda j: j.state in _FINISHED), 1
 
 
-_STATS = (
+STATS = (
     "server_thread_count",
     "agent_queue_size",
     "agent_count",
@@ -153,15 +153,15 @@ _STATS = (
 
 
 def _diag(py: Any, _args: Mapping[str, Any], _say: Say) -> tuple[object, int]:
-    """slurmctld's statistics: :data:`_STATS` and each RPC type's count and total time (us)."""
+    """slurmctld's statistics: :data:`STATS` and each RPC type's count and total time (us)."""
     try:
         got = py.slurmctld.Statistics.load()  # 24.11
     except AttributeError:
         old = py.statistics().get()  # 22.5: the old API's dict
         rpcs = {k: [v["count"], v["total_time"]] for k, v in old["rpc_type_stats"].items()}
-        return {**{k: old.get(k, 0) for k in _STATS}, "rpcs": rpcs}, 1
+        return {**{k: old.get(k, 0) for k in STATS}, "rpcs": rpcs}, 1
     rpcs = {k: [v.count, v.time] for k, v in got.rpcs_by_type.items()}
-    return {**{k: getattr(got, k, 0) for k in _STATS}, "rpcs": rpcs}, 1
+    return {**{k: getattr(got, k, 0) for k in STATS}, "rpcs": rpcs}, 1
 
 
 def _text(args: Mapping[str, Any], key: str) -> str | None:

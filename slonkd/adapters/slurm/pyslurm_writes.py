@@ -39,9 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import hostlist
-
 from slonkd.adapters.slurm.cas_apply import CasApply
+from slonkd.adapters.slurm.cas_writes import CasWrites
 from slonkd.adapters.slurm.hostlists import chunk_hostlists
 from slonkd.adapters.slurm.pyslurm_reads import PyslurmReads
 from slonkd.adapters.slurm.results import RequeueResult, UpdateResult
@@ -53,20 +52,14 @@ from slonkd.adapters.slurm.runner import (
 )
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.errors import ParseError, TerminalError
-from slonkd.core.reasons import Cause, format_reason, sanitise_text
+from slonkd.core.reasons import sanitise_text
 from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
-    HoldState,
     Planner,
-    ReleaseState,
     Skip,
-    SkipReason,
     Update,
-    plan_hold,
     plan_or_missing,
-    plan_reboot,
-    plan_release,
 )
 
 EMPTY_EXTRA = "{}"
@@ -86,7 +79,7 @@ def with_empty_extra(planner: Planner) -> Planner:
 
 
 @dataclass(slots=True)
-class PyslurmBackend(PyslurmReads):
+class PyslurmBackend(PyslurmReads, CasWrites):
     """SLURM through pyslurm in a child process (22.05 and 24.11 builds)."""
 
     runner: CommandRunner = field(init=False)
@@ -98,55 +91,6 @@ class PyslurmBackend(PyslurmReads):
 
     async def _write(self, op: str, **args: object) -> Any:
         return await self.child.ask(op, args, timeout_s=self.settings.timeout_s, write=True)
-
-    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Drain ``names`` for ``cause``; foreign, SLURM-held and unknown nodes are skipped."""
-        return await self._hold(names, HoldState.DRAIN, cause, text)
-
-    async def down(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Mark ``names`` DOWN under slonkd's reason."""
-        return await self._hold(names, HoldState.DOWN, cause, text)
-
-    async def fail(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Mark ``names`` FAIL under slonkd's reason."""
-        return await self._hold(names, HoldState.FAIL, cause, text)
-
-    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
-        """Release ``cause``; resume nodes slonkd holds for no other cause."""
-        return await self._release(names, ReleaseState.RESUME, cause)
-
-    async def undrain(self, names: Sequence[str], cause: Cause) -> UpdateResult:
-        """Like :meth:`resume` but only removes DRAIN."""
-        return await self._release(names, ReleaseState.UNDRAIN, cause)
-
-    async def request_reboot(
-        self, names: Sequence[str], cause: Cause, text: str = ""
-    ) -> UpdateResult:
-        """A compare-and-set drain for ``cause``, then ``scontrol reboot ASAP`` of what it holds.
-
-        As the scontrol backend's: a node whose reboot is pending already is skipped
-        (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
-        """
-        with counting() as calls:
-            wanted = list(dict.fromkeys(names))
-            drained = await self._hold(wanted, HoldState.DRAIN, cause, text)
-            refused = {s.node for s in drained.skipped if s.why is not SkipReason.ALREADY_HELD}
-            skipped = [s for s in drained.skipped if s.node in refused]
-            rest = [n for n in wanted if n not in refused]
-            nodes = await self.read_for_update(rest)
-            plans = [plan_or_missing(nodes, n, plan_reboot) for n in rest]
-            skipped += [p for p in plans if isinstance(p, Skip)]
-            by_reason: dict[str, list[NodeName]] = {}
-            for plan in plans:
-                if isinstance(plan, Update):
-                    reason = plan.reason or format_reason(cause, text)
-                    by_reason.setdefault(reason, []).append(plan.node)
-            changed: list[NodeName] = []
-            for reason, todo in by_reason.items():
-                for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
-                    await self.runner.write("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
-                    changed += [NodeName(n) for n in hostlist.expand_hostlist(expr)]
-            return UpdateResult(changed=tuple(changed), skipped=tuple(skipped), calls=calls())
 
     async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
         """Set the comment of ``names`` (sanitised); an empty one cannot be sent (see above)."""
@@ -188,34 +132,27 @@ class PyslurmBackend(PyslurmReads):
         """``signal`` to job ``job_id``'s batch shell alone, sent once."""
         await self._write("signal", job_id=int(job_id), signal=signal.number)
 
-    async def read_for_update(self, names: Sequence[str]) -> dict[str, SlurmNode]:
-        """The fresh read a compare-and-set decides on: one node alone, or one table read."""
+    async def read_for_update(
+        self, names: Sequence[str], *, hold: bool = False
+    ) -> dict[str, SlurmNode]:
+        """The fresh read a compare-and-set decides on: one node alone, or one table read.
+
+        ``hold`` changes nothing: pyslurm's read is exact (``extra`` included).
+        """
         unique = list(dict.fromkeys(names))
         if len(unique) == 1:
             node = await self.read_node(unique[0])
             return {} if node is None else {node.name: node}
         return {n.name: n for n in await self.read_nodes(unique)} if unique else {}
 
-    async def _hold(
-        self, names: Sequence[str], how: HoldState, cause: Cause, text: str
+    async def read_then_apply(
+        self, names: Sequence[str], planner: Planner, *, hold: bool = False
     ) -> UpdateResult:
-        def planner(node: SlurmNode) -> Update | Skip:
-            return plan_hold(node, how, cause, text)
-
-        return await self._read_then_apply(names, planner)
-
-    async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
-        def planner(node: SlurmNode) -> Update | Skip:
-            return plan_release(node, how, cause)
-
-        return await self._read_then_apply(names, planner)
-
-    async def _read_then_apply(self, names: Sequence[str], planner: Planner) -> UpdateResult:
         """The compare-and-set: the read, the plans (an empty extra as ``{}``), the updates."""
         plan = with_empty_extra(planner)
         with counting() as calls:
             read_at = time.time()  # an operator's write after this and before ours is lost
-            nodes = await self.read_for_update(names)
+            nodes = await self.read_for_update(names, hold=hold)
             plans = [plan_or_missing(nodes, n, plan) for n in dict.fromkeys(names)]
             cas = CasApply(self.settings, self.read_nodes, self._update)
             result = await cas.apply(plans, plan)

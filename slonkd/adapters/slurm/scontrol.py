@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import hostlist
-
 from slonkd.adapters.slurm.cas_apply import CasApply
+from slonkd.adapters.slurm.cas_writes import CasWrites
 from slonkd.adapters.slurm.hostlists import chunk_hostlists, compress
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT, parse_cas_read
 from slonkd.adapters.slurm.primed import PrimedScontrol
@@ -35,83 +34,18 @@ from slonkd.adapters.slurm.runner import InvalidNodeStateError, NodeNotFoundErro
 from slonkd.adapters.slurm.scontrol_reads import ScontrolReads
 from slonkd.core.checkpoint import SignalSpec
 from slonkd.core.errors import ParseError, TerminalError
-from slonkd.core.reasons import Cause, format_reason, sanitise_text
+from slonkd.core.reasons import sanitise_text
 from slonkd.core.slurm_job import JobId
 from slonkd.core.slurm_node import NodeName, SlurmNode
 from slonkd.core.slurm_plan import (
-    HoldState,
     Planner,
-    ReleaseState,
-    Skip,
-    SkipReason,
-    Update,
-    plan_hold,
     plan_or_missing,
-    plan_reboot,
-    plan_release,
 )
 
 
 @dataclass(slots=True)
-class ScontrolBackend(ScontrolReads):
+class ScontrolBackend(ScontrolReads, CasWrites):
     """SLURM through its command-line clients (22.05 and 24.11; argv prefix for a chroot)."""
-
-    async def drain(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Drain ``names`` for ``cause``; foreign, SLURM-held and unknown nodes are skipped."""
-        return await self._hold(names, HoldState.DRAIN, cause, text)
-
-    async def down(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Mark ``names`` DOWN (running jobs are requeued by SLURM) under slonkd's reason."""
-        return await self._hold(names, HoldState.DOWN, cause, text)
-
-    async def fail(self, names: Sequence[str], cause: Cause, text: str = "") -> UpdateResult:
-        """Mark ``names`` FAIL under slonkd's reason."""
-        return await self._hold(names, HoldState.FAIL, cause, text)
-
-    async def resume(self, names: Sequence[str], cause: Cause) -> UpdateResult:
-        """Release ``cause``; resume nodes slonkd holds for no other cause."""
-        return await self._release(names, ReleaseState.RESUME, cause)
-
-    async def undrain(self, names: Sequence[str], cause: Cause) -> UpdateResult:
-        """Like :meth:`resume` but only removes DRAIN (a DOWN node stays DOWN)."""
-        return await self._release(names, ReleaseState.UNDRAIN, cause)
-
-    async def request_reboot(
-        self, names: Sequence[str], cause: Cause, text: str = ""
-    ) -> UpdateResult:
-        """``scontrol reboot ASAP`` of the nodes slonkd may hold, once per request.
-
-        First a compare-and-set drain for ``cause`` (next to any other cause slonkd holds the
-        node for), then, on a fresh read, the reboot of every node slonkd's reason holds now,
-        that reason unchanged (:func:`plan_reboot`). A node whose reboot is pending already is
-        skipped (``reboot-pending``); ``changed`` names the nodes a reboot was sent for.
-        """
-        with self.runner.counting() as calls:
-            return await self._reboot(names, cause, text, calls)
-
-    async def _reboot(
-        self, names: Sequence[str], cause: Cause, text: str, calls: Callable[[], int]
-    ) -> UpdateResult:
-        wanted = list(dict.fromkeys(names))
-        drained = await self._hold(wanted, HoldState.DRAIN, cause, text)
-        refused = {s.node for s in drained.skipped if s.why is not SkipReason.ALREADY_HELD}
-        skipped = [s for s in drained.skipped if s.node in refused]
-        rest = [n for n in wanted if n not in refused]
-        nodes = await self.read_for_update(rest, hold=True) if rest else {}
-        plans = [plan_or_missing(nodes, n, plan_reboot) for n in rest]
-        skipped += [p for p in plans if isinstance(p, Skip)]
-        by_reason: dict[str, list[NodeName]] = {}
-        for plan in plans:
-            if isinstance(plan, Update):
-                by_reason.setdefault(plan.reason or format_reason(cause, text), []).append(
-                    plan.node
-                )
-        changed: list[NodeName] = []
-        for reason, todo in by_reason.items():
-            for expr in chunk_hostlists(todo, self.settings.max_hostlist_chars):
-                await self.runner.write("scontrol", "reboot", "ASAP", f"reason={reason}", expr)
-                changed += [NodeName(n) for n in hostlist.expand_hostlist(expr)]
-        return UpdateResult(changed=tuple(changed), skipped=tuple(skipped), calls=calls())
 
     async def set_comment(self, names: Sequence[str], comment: str) -> UpdateResult:
         """Set the comment of ``names`` (sanitised); comments are free for anyone to write."""
@@ -155,7 +89,7 @@ class ScontrolBackend(ScontrolReads):
 
     async def read_for_update(
         self, names: Sequence[str], *, hold: bool = False
-    ) -> dict[str, SlurmNode]:
+    ) -> dict[str, SlurmNode]:  # CasWrites' read
         """The fresh read a compare-and-set decides on, right before its update.
 
         One node: ``sinfo -n NODE`` with only the fields the decisions use (slurmctld packs
@@ -178,21 +112,7 @@ class ScontrolBackend(ScontrolReads):
             nodes.update((n.name, n) for n in await self.read_nodes(sorted(exact)))
         return nodes
 
-    async def _hold(
-        self, names: Sequence[str], how: HoldState, cause: Cause, text: str
-    ) -> UpdateResult:
-        def planner(node: SlurmNode) -> Update | Skip:
-            return plan_hold(node, how, cause, text)
-
-        return await self._read_then_apply(names, planner, hold=True)
-
-    async def _release(self, names: Sequence[str], how: ReleaseState, cause: Cause) -> UpdateResult:
-        def planner(node: SlurmNode) -> Update | Skip:
-            return plan_release(node, how, cause)
-
-        return await self._read_then_apply(names, planner)
-
-    async def _read_then_apply(
+    async def read_then_apply(
         self, names: Sequence[str], planner: Planner, *, hold: bool = False
     ) -> UpdateResult:
         """The compare-and-set: a primed scontrol (``primed.py``), the read, the plans, writes."""

@@ -47,14 +47,10 @@ class AgentSettings:
     slurm_backend: SlurmBackendName = field(
         default=SlurmBackendName.SCONTROL, metadata=setting(env="SLONKD_SLURM_BACKEND")
     )
-    """How SLURM is reached: ``scontrol`` (its clients), ``pyslurm`` (pyslurm in a child
-    process, the build at ``pyslurm_path``; the start fails with one line when it cannot
-    serve) or ``auto`` (pyslurm where its major.minor is the running slurmctld's, else
-    scontrol; ``SLONKD_SLURM_BACKEND``). Chosen once at start and logged with why
-    (``slurm.backend_chosen``)."""
+    """How the agent's drains and releases reach slurmctld (``SLONKD_SLURM_BACKEND``): as the
+    coordinator's ``slurm_backend`` (``scontrol``, ``pyslurm`` or ``auto``), chosen at start."""
     pyslurm_path: str = field(default="", metadata=setting(env="SLONKD_PYSLURM_PATH"))
-    """The site directory of a pyslurm build (``SLONKD_PYSLURM_PATH``); empty: this
-    interpreter's path. pyslurm is an optional extra under GPL-2.0 (see the README)."""
+    """Where the agent finds pyslurm (``SLONKD_PYSLURM_PATH``; empty: on its own path)."""
     policy: Policy = field(
         default_factory=Policy,
         metadata=setting(only=frozenset({"failure_grace_s", "unready_grace_s"})),

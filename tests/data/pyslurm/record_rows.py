@@ -17,14 +17,13 @@ import datetime
 import importlib.util
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from slonkd.adapters.slurm.pyslurm_link import PyslurmChild
 from slonkd_sandbox.procs import wait_for
 from slonkd_sandbox.pyslurm_build import pyslurm_site, pyslurm_status
-from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster, cluster_of_release
 from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 HERE = Path(__file__).resolve().parent
@@ -88,12 +87,7 @@ def main() -> int:
     """Record every op's answer of one release; print where they went."""
     release = sys.argv[1] if len(sys.argv) > 1 else "22.05"
     layout = SlurmLayout(nodes=("n1", "n2", "n3", "n4", "n5"), extra_nodes=8)
-    cluster: SlurmCluster
-    if release == "22.05":
-        root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
-        cluster = SlurmCluster(root, layout)
-    else:
-        cluster = ChrootSlurmCluster.create(release, layout)
+    cluster = cluster_of_release(release, layout, "slonkd-rec-")
     cluster.start()
     try:
         version = cluster.run("scontrol", "--version").stdout.split()[-1]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from slonkd.adapters.slurm.parsing_cas import CAS_FORMAT
 from slonkd.adapters.slurm.parsing_jobs import SQUEUE_JOBS_ARGS
 from slonkd_sandbox.procs import wait_for
-from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
+from slonkd_sandbox.slurm.chroot import cluster_of_release
 from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
 
 HERE = Path(__file__).resolve().parent
@@ -85,7 +84,6 @@ def main() -> int:
     only = args[args.index("--only") + 1 :] if "--only" in args else []
     args = args[: args.index("--only")] if "--only" in args else args
     commands = COMMANDS
-    cluster: SlurmCluster
     if args == ["24.11"]:
         commands = COMMANDS_24_11
     unknown = [name for name in only if name not in commands]
@@ -94,11 +92,7 @@ def main() -> int:
         return 2
     if only:
         commands = {name: commands[name] for name in only}
-    if args == ["24.11"]:
-        cluster = ChrootSlurmCluster.create("24.11", layout)
-    else:
-        root = Path(tempfile.mkdtemp(prefix="slonkd-rec-", dir="/tmp"))
-        cluster = SlurmCluster(root, layout)
+    cluster = cluster_of_release("24.11" if args == ["24.11"] else "22.05", layout, "slonkd-rec-")
     cluster.start()
     try:
         version = cluster.run("scontrol", "--version").stdout.split()[-1]
