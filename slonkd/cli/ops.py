@@ -234,6 +234,12 @@ def render_table(body: dict[str, Any]) -> str:
             for p in body.get("budget", [])
         ),
     ]
+    passes = body.get("passes")
+    if isinstance(passes, dict) and passes.get("slurm_backend"):
+        lines.append(
+            f"slurm: {escape(passes['slurm_backend'])} ({escape(passes.get('slurm_backend_why'))});"
+            f" poll: {escape(passes.get('slurm_poll_backend'))}"
+        )
     if isinstance(body.get("topology"), dict) and body["topology"]:
         lines.extend(_topology_lines(body["topology"]))
     if isinstance(body.get("rollout"), dict) and body["rollout"]:

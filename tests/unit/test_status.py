@@ -187,3 +187,15 @@ def test_a_paused_rollout_says_why_it_writes_nothing() -> None:
     lines = text.split("\n")
     head = lines.index("rollout: 3 updated, 2 outdated, 2 in progress (max parallel 1)")
     assert lines[head + 1] == "  paused: slonkd is paused: maint\\u202e"
+
+
+def test_the_table_names_the_slurm_backend_and_why() -> None:
+    """``slurm_backend`` and its why (issue 39), beside the poll's backend; none without them."""
+    passes = {
+        "slurm_backend": "pyslurm",
+        "slurm_backend_why": "pyslurm 22.5.3 matches SLURM 22.05.8",
+        "slurm_poll_backend": "libslurm",
+    }
+    lines = render_table(_body(passes=passes)).splitlines()
+    assert lines[4] == "slurm: pyslurm (pyslurm 22.5.3 matches SLURM 22.05.8); poll: libslurm"
+    assert not any(line.startswith("slurm:") for line in render_table(_body()).splitlines())
