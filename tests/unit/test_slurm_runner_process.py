@@ -109,3 +109,22 @@ async def test_failed_job_count_stops_the_node_read(tmp_path: Path) -> None:
         await backend.read_nodes(with_jobs=True)
     assert time.monotonic() - began < 10
     assert not _alive(int(pidfile.read_text()))
+
+
+async def test_a_path_in_the_settings_env_finds_the_client_both_ways(
+    runner: CommandRunner, tmp_path: Path
+) -> None:
+    """``PATH`` in ``SlurmSettings.env`` picks the client on both ways of waiting.
+
+    asyncio's subprocesses search the child's PATH; ``posix_spawnp`` searched this process's,
+    so a stand-in directory named in the settings was used by one way and not the other.
+    """
+    tool = tmp_path / "slonkd-stand-in"
+    tool.write_text("#!/bin/sh\necho stand-in\n")
+    tool.chmod(0o755)
+    paths = CommandRunner(
+        SlurmSettings(env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout_s=5.0, attempts=1)
+    )
+    assert (await paths.run("slonkd-stand-in")).strip() == "stand-in"
+    with pytest.raises(TerminalError, match="slonkd-stand-in"):
+        await runner.run("slonkd-stand-in")  # not on this process's PATH

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Mapping, Sequence
 
@@ -80,9 +81,19 @@ class Child:
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> Child:
-    """Start ``argv`` (searched on PATH) with stdin from /dev/null and output to the fds."""
-    pid = os.posix_spawnp(
-        argv[0],
+    """Start ``argv`` with stdin from /dev/null and output to the fds.
+
+    ``argv[0]`` is searched on ``env``'s PATH, as asyncio's subprocesses search it
+    (``posix_spawnp`` would search this process's); FileNotFoundError when it is not there.
+    """
+    program = argv[0]
+    if "/" not in program:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise FileNotFoundError(f"{program}: not found on PATH")
+        program = found
+    pid = os.posix_spawn(
+        program,
         list(argv),
         dict(env),
         file_actions=[
