@@ -2,26 +2,28 @@
 
 Every test that takes ``cluster`` (or ``cluster_factory``, ``backend``) runs twice: against
 SLURM 22.05 on the host and against SLURM 24.11 in a debootstrapped trixie root (built
-once and cached, see :mod:`slonkd_sandbox.slurm.root`).
+once and cached, see :mod:`slonkd_sandbox.slurm.root`). One that takes ``any_backend`` runs
+on each backend of the SLURM port too (scontrol, pyslurm: :data:`BACKEND_KINDS`).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slonkd.adapters.slurm.backend import SlurmBackend
+from slonkd.adapters.slurm.pyslurm_writes import PyslurmBackend
 from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd_sandbox.kube.cluster import KubeCluster
-from slonkd_sandbox.pyslurm_build import REQUIRE_ENV, pyslurm_site, pyslurm_status
 from slonkd_sandbox.realnode.node import RealNode
 from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from tests.pyslurm_builds import built_or_skip
 from tests.started import Started
 
 SLURM_RELEASES = ("22.05", "24.11")
@@ -121,6 +123,55 @@ def real_node(session_root: Path) -> Iterator[RealNode]:
             cluster.stop()
 
 
+BACKEND_KINDS = ("scontrol", "pyslurm")
+"""The SLURM port's backends: every contract test of the port runs on each (issue 39)."""
+
+
+@pytest.fixture(params=BACKEND_KINDS)
+async def backend_factory(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Callable[..., SlurmBackend]]:
+    """Make each backend in turn for a cluster: scontrol, then pyslurm (children closed after).
+
+    ``make(cluster, **settings)``: :func:`settings_for` with ``settings``. pyslurm's child
+    runs on the release's own library (24.11: under the root's loader, as
+    :meth:`~slonkd_sandbox.slurm.chroot.ChrootSlurmCluster.libslurm_argv` runs a host program)
+    with the host's path of slurm.conf; its one SLURM client (``scontrol reboot``) runs as the
+    scontrol backend's do. Without a build: skipped, or failed under ``SLONKD_REQUIRE_PYSLURM``.
+    """
+    site = request.getfixturevalue("pyslurm_built") if request.param == "pyslurm" else None
+    made: list[PyslurmBackend] = []
+
+    def make(cluster: SlurmCluster, **overrides: Any) -> SlurmBackend:
+        if site is None:
+            return ScontrolBackend(settings_for(cluster, **overrides))
+        prefix: tuple[str, ...] = ()
+        if isinstance(cluster, ChrootSlurmCluster):
+            prefix = tuple(cluster.libslurm_argv([], {})[0])
+        settings = settings_for(cluster, env={"SLURM_CONF": str(cluster.conf)}, **overrides)
+        made.append(PyslurmBackend(settings, pyslurm_path=str(site), child_prefix=prefix))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for backend in made:
+            await backend.aclose()
+
+
+@pytest.fixture
+def any_backend(
+    backend_factory: Callable[..., SlurmBackend], cluster: SlurmCluster
+) -> SlurmBackend:
+    """Each backend talking to ``cluster`` (:func:`backend_factory`)."""
+    return backend_factory(cluster)
+
+
+def kind_of(backend: SlurmBackend) -> str:
+    """``scontrol`` or ``pyslurm``: per-backend expectations, never a weaker contract."""
+    return "pyslurm" if isinstance(backend, PyslurmBackend) else "scontrol"
+
+
 @pytest.fixture
 def pyslurm_built(slurm_release: str) -> Path:
     """The built pyslurm of ``slurm_release`` (its site directory).
@@ -128,10 +179,4 @@ def pyslurm_built(slurm_release: str) -> Path:
     Skipped with the bootstrap's reason without one; failed instead under
     ``SLONKD_REQUIRE_PYSLURM=1`` (CI).
     """
-    got = pyslurm_site(slurm_release)
-    if got is None:
-        why = pyslurm_status(slurm_release)
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{why} ({REQUIRE_ENV}=1)")
-        pytest.skip(why)
-    return got
+    return built_or_skip(slurm_release)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.decide import decide
 from slonkd.core.health import CheckResult, decode_verdict, ok
 from slonkd.core.plan import Kind, NodeView, Policy
@@ -21,6 +21,13 @@ from slonkd.core.slurm_plan import recorded_causes
 from tests.unit.coordinator_fakes import knode, pod, view
 
 pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend of the port in turn (tests/contract/conftest.py)."""
+    return any_backend
+
 
 POLICY = Policy(failure_grace_s=120, unready_grace_s=60)
 DIRECT = Policy(
@@ -40,7 +47,7 @@ def _view(slurm: SlurmNode, health: dict[str, CheckResult]) -> NodeView:
     )
 
 
-async def _read(backend: ScontrolBackend) -> SlurmNode:
+async def _read(backend: SlurmBackend) -> SlurmNode:
     node = await backend.read_node("n1")
     assert node is not None
     return node
@@ -54,7 +61,7 @@ async def _read(backend: ScontrolBackend) -> SlurmNode:
     ],
 )
 async def test_a_health_drain_reads_back_as_slonkds_and_is_lifted(
-    backend: ScontrolBackend, check: str, verdict: str
+    backend: SlurmBackend, check: str, verdict: str
 ) -> None:
     """A health drain written to SLURM is read back as slonkd's and lifted when it passes.
 
@@ -83,7 +90,7 @@ async def test_a_health_drain_reads_back_as_slonkds_and_is_lifted(
 
 
 async def test_a_passing_check_adds_revalidating_which_round_trips_and_outlives_the_health_cause(
-    backend: ScontrolBackend,
+    backend: SlurmBackend,
 ) -> None:
     """With revalidation on, a check passing again does not resume the node: it adds a cause.
 

@@ -11,13 +11,19 @@ import time
 
 import pytest
 
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.job_blame import is_infrastructure_failure
 from slonkd.core.slurm_job import JobState
 from slonkd_sandbox.slurm.cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend of the port in turn (tests/contract/conftest.py)."""
+    return any_backend
 
 
 def _submit(cluster: SlurmCluster, nodes: str, script: str) -> int:
@@ -30,7 +36,7 @@ def _submit(cluster: SlurmCluster, nodes: str, script: str) -> int:
 
 
 async def _wait_finished(
-    cluster: SlurmCluster, backend: ScontrolBackend, ids: set[int], timeout_s: float = 90.0
+    cluster: SlurmCluster, backend: SlurmBackend, ids: set[int], timeout_s: float = 90.0
 ) -> dict[int, FinishedJob]:
     """The finished jobs once all of ``ids`` are among them.
 
@@ -57,7 +63,7 @@ async def _wait_finished(
 
 
 async def test_failed_and_node_failed_multi_node_jobs_are_read_with_their_nodes(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """A 2-node job exiting 42, a 2-node job whose node went DOWN, a 1-node success.
 

@@ -7,18 +7,25 @@ import time
 
 import pytest
 
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd_sandbox.slurm.cluster import SlurmCluster
+from tests.contract.conftest import kind_of
 
 pytestmark = pytest.mark.slurm
 
 
-async def _counts(backend: ScontrolBackend) -> dict[str, int | None]:
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend of the port in turn (tests/contract/conftest.py)."""
+    return any_backend
+
+
+async def _counts(backend: SlurmBackend) -> dict[str, int | None]:
     return {n.name: n.running_jobs for n in await backend.read_nodes(with_jobs=True)}
 
 
 async def _wait_counts(
-    backend: ScontrolBackend, want: dict[str, int], timeout_s: float = 60.0
+    backend: SlurmBackend, want: dict[str, int], timeout_s: float = 60.0
 ) -> dict[str, int | None]:
     deadline = time.monotonic() + timeout_s
     while (got := await _counts(backend)) != want:
@@ -27,9 +34,7 @@ async def _wait_counts(
     return got
 
 
-async def test_running_jobs_counted_per_node(
-    backend: ScontrolBackend, cluster: SlurmCluster
-) -> None:
+async def test_running_jobs_counted_per_node(backend: SlurmBackend, cluster: SlurmCluster) -> None:
     """One job on n2, two on n1, one across n3+n4; counts drop to zero when they end.
 
     The jobs run 20 s: long enough to be seen together on a loaded machine.
@@ -39,7 +44,8 @@ async def test_running_jobs_counted_per_node(
     assert all(n.running_jobs is None for n in await backend.read_nodes())
     before = backend.calls
     await backend.read_nodes(with_jobs=True)
-    assert backend.calls - before == 2  # the node read and one squeue
+    # the node read and one squeue; pyslurm: the nodes, their partitions and the jobs
+    assert backend.calls - before == {"scontrol": 2, "pyslurm": 3}[kind_of(backend)]
 
     for argv in (["-w", "n2", "-n1"], ["-w", "n1", "-n1"], ["-w", "n1", "-n1"]):
         cluster.run("sbatch", "-o", "/dev/null", *argv, "--wrap", "sleep 20")

@@ -12,6 +12,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
 from slonkd_sandbox.slurm.cluster import SlurmCluster
@@ -20,8 +21,14 @@ from tests.contract.conftest import settings_for
 pytestmark = pytest.mark.slurm
 
 
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend of the port in turn (tests/contract/conftest.py)."""
+    return any_backend
+
+
 async def test_sdiag_counts_the_node_reads_slonkd_makes(
-    cluster: SlurmCluster, backend: ScontrolBackend
+    cluster: SlurmCluster, backend: SlurmBackend
 ) -> None:
     """Three node reads later, sdiag's REQUEST_NODE_INFO count is at least three higher."""
     before = (await backend.diag()).rpcs

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from slonkd.adapters.slurm.scontrol import ScontrolBackend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.core.decide import decide
 from slonkd.core.kube_objects import KubeNodeName, Node
 from slonkd.core.plan import Kind, NodeView, Policy, Writer
@@ -21,6 +21,12 @@ from slonkd_sandbox.slurm.cluster import SlurmCluster
 from tests.unit.coordinator_fakes import pod
 
 pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend of the port in turn (tests/contract/conftest.py)."""
+    return any_backend
 
 
 def _view(slurm: SlurmNode, *, now: float, terminating: bool, ready_for_s: float) -> NodeView:
@@ -38,7 +44,7 @@ def _view(slurm: SlurmNode, *, now: float, terminating: bool, ready_for_s: float
 
 
 async def _resumed(
-    backend: ScontrolBackend, cluster: SlurmCluster, node: str, state: str, reason: str
+    backend: SlurmBackend, cluster: SlurmCluster, node: str, state: str, reason: str
 ) -> SlurmNode:
     """``node`` as read back after an operator set ``state`` with ``reason``, then resumed it."""
     cluster.run("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
@@ -48,7 +54,7 @@ async def _resumed(
 
 
 async def test_pod_deletion_after_operator_drain_and_resume_drains(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """Operator drains n1 and resumes it; its pod is deleted: slonkd drains n1 again."""
     node = await _resumed(backend, cluster, "n1", "drain", "maintenance by alice")
@@ -66,7 +72,7 @@ async def test_pod_deletion_after_operator_drain_and_resume_drains(
 
 
 async def test_leftover_failure_text_after_resume_is_no_failure(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """SLURM's failure reason, then an operator's resume: the node is healthy, no marks."""
     node = await _resumed(backend, cluster, "n2", "fail", "Kill task failed")

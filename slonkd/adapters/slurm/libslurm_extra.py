@@ -48,7 +48,21 @@ def library_path(maps: str = "/proc/self/maps") -> str:
 
 def _loaded(path: str) -> ctypes.CDLL:
     """The already loaded library at ``path`` (OSError when it is not loaded)."""
-    return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW, use_errno=True)
+
+
+def _errno(lib: ctypes.CDLL) -> int:
+    """SLURM's error number of the last call.
+
+    22.05's ``slurm_get_errno()``; 24.11 exports no such function (there it is ``errno``), so
+    the C errno ctypes kept for the call.
+    """
+    try:
+        get = lib.slurm_get_errno
+    except AttributeError:
+        return ctypes.get_errno()
+    get.restype = ctypes.c_int
+    return int(get())
 
 
 def _api(lib: ctypes.CDLL) -> int:
@@ -84,7 +98,6 @@ def topology_text(path: str) -> str:
     lib.slurm_load_topo.restype = ctypes.c_int
     lib.slurm_free_topo_info_msg.argtypes = [ctypes.c_void_p]
     lib.slurm_free_topo_info_msg.restype = None
-    lib.slurm_get_errno.restype = ctypes.c_int
     printer = lib.slurm_print_topo_info_msg
     printer.restype = None
     if nargs == 3:
@@ -98,7 +111,7 @@ def topology_text(path: str) -> str:
     libc.fclose.argtypes = [ctypes.c_void_p]
     msg = ctypes.c_void_p()
     if lib.slurm_load_topo(ctypes.byref(msg)) != 0:
-        raise SlurmCallError("slurm_load_topo", int(lib.slurm_get_errno()))
+        raise SlurmCallError("slurm_load_topo", _errno(lib))
     stream = libc.tmpfile()
     try:
         if not stream:

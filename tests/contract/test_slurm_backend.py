@@ -1,37 +1,65 @@
-"""The scontrol backend against real SLURM 22.05 and 24.11: every operation round-trips."""
+"""Each backend of the SLURM port against real SLURM 22.05 and 24.11: every operation round-trips.
+
+The same tests for the scontrol backend and the pyslurm one (``any_backend``), with the same
+expectations except where the two are documented to differ
+(:mod:`slonkd.adapters.slurm.pyslurm_writes`): the calls a write makes (:data:`CALLS`:
+pyslurm's one-node read is two RPCs, the node and the partitions; scontrol's a client run),
+an ``extra`` a release empties of slonkd's causes (``{}`` through pyslurm: it cannot send
+an empty text), a reason group (one a node through pyslurm), and who set a reason (pyslurm
+leaves ``reason_uid`` unset: slurmctld shows its own user or none). A test that only one
+backend can pass is the scontrol backend's own, and says so.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from slonkd.adapters.slurm.backend import select_backend
+from slonkd.adapters.slurm.backend import SlurmBackend
 from slonkd.adapters.slurm.parsing import ReasonGroup
 from slonkd.adapters.slurm.parsing_show_node import parse_show_node
+from slonkd.adapters.slurm.pyslurm_writes import EMPTY_EXTRA
 from slonkd.adapters.slurm.scontrol import ScontrolBackend
 from slonkd.core.reasons import MAX_REASON_CHARS, Cause, ReasonOwner, decode_causes, reason_owner
 from slonkd.core.slurm_node import DrainStatus, NodeFlag, SlurmNode
 from slonkd.core.slurm_plan import SkipReason, recorded_causes
-from slonkd_sandbox.slurm.cluster import SlurmCluster
-from tests.contract.conftest import settings_for
+from slonkd.core.topology import TopologySpec, render, stamped
+from slonkd_sandbox.slurm.cluster import SlurmCluster, SlurmLayout
+from tests.contract.conftest import kind_of, settings_for
 
 pytestmark = pytest.mark.slurm
 
 POD = Cause.parse("pod-terminating")
 HEALTH = Cause.parse("health:gpu-xid-79")
 
+CALLS = {
+    "scontrol": {"all": 1, "one": 2, "bulk4": 2, "two_extras": 4},
+    "pyslurm": {"all": 2, "one": 3, "bulk4": 3, "two_extras": 6},
+}
+"""SLURM calls: the whole table read; a one-node drain (read, update); a drain of four nodes
+with other extras (one read, one hostlist update); two nodes whose extras now differ (read,
+update, the second chunk read again, update). scontrol counts client runs; pyslurm RPCs, and
+its reads are two RPCs each (``Nodes.load``/``Node.load`` also load the partitions)."""
 
-async def _node(backend: ScontrolBackend, name: str) -> SlurmNode:
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Each backend in turn (tests/contract/conftest.py)."""
+    return any_backend
+
+
+async def _node(backend: SlurmBackend, name: str) -> SlurmNode:
     node = await backend.read_node(name)
     assert node is not None
     return node
 
 
-async def _available(backend: ScontrolBackend, name: str) -> bool:
+async def _available(backend: SlurmBackend, name: str) -> bool:
     # Right after a resume, 22.05 shows the node idle* (NOT_RESPONDING) for about a second.
     return (await _node(backend, name)).state.available
 
@@ -52,11 +80,11 @@ async def _wait_for(what: str, probe: object, timeout_s: float = 60.0) -> None:
         await asyncio.sleep(0.2)
 
 
-async def test_reads_all_one_and_missing(backend: ScontrolBackend) -> None:
+async def test_reads_all_one_and_missing(backend: SlurmBackend) -> None:
     """All nodes come in one call, one node by name, and an unknown name reads as None."""
     before = backend.calls
     nodes = await backend.read_nodes()
-    assert backend.calls - before == 1
+    assert backend.calls - before == CALLS[kind_of(backend)]["all"]
     assert sorted(n.name for n in nodes) == ["n1", "n2", "n3", "n4"]
     assert all(n.state.available for n in nodes)
     n2 = await _node(backend, "n2")
@@ -65,27 +93,29 @@ async def test_reads_all_one_and_missing(backend: ScontrolBackend) -> None:
     assert await backend.read_node("nope") is None
 
 
-async def test_drain_and_resume_round_trip(backend: ScontrolBackend, cluster: SlurmCluster) -> None:
+async def test_drain_and_resume_round_trip(backend: SlurmBackend, cluster: SlurmCluster) -> None:
     """Drain writes slonkd's reason and cause set; resume lifts both and the node is idle."""
     result = await backend.drain(["n1"], POD, "pod worker-1 deleted")
     assert result.changed == ("n1",)
-    assert result.calls == 2  # one compare-and-set read, one update
+    assert result.calls == CALLS[kind_of(backend)]["one"]  # one compare-and-set read, one update
     n1 = await _node(backend, "n1")
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason == "slonkd:pod-terminating pod worker-1 deleted"
     assert reason_owner(n1.reason) is ReasonOwner.SLONKD
     assert recorded_causes(n1) == {POD}
-    assert n1.reason_user == "root"
+    if kind_of(backend) == "scontrol":
+        assert n1.reason_user == "root"  # pyslurm leaves reason_uid unset (display only)
     result = await backend.resume(["n1"], POD)
     assert result.changed == ("n1",)
     n1 = await _node(backend, "n1")
-    assert (n1.live_reason, n1.extra) == ("", "")  # 24.11 keeps the stale reason text
+    assert (n1.live_reason, n1.extra) == ("", "")  # 24.11 keeps the old text; one cause: no extra
+    assert decode_causes(n1.extra) == frozenset()
     assert n1.state.drain is DrainStatus.NONE
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
     assert cluster.node_states()["n1"] == "idle"
 
 
-async def test_down_fail_and_undrain_round_trip(backend: ScontrolBackend) -> None:
+async def test_down_fail_and_undrain_round_trip(backend: SlurmBackend) -> None:
     """down, fail and undrain each show in the next read and are undone by resume."""
     assert (await backend.down(["n2"], POD)).changed == ("n2",)
     assert (await _node(backend, "n2")).state.down
@@ -103,7 +133,7 @@ async def test_down_fail_and_undrain_round_trip(backend: ScontrolBackend) -> Non
 
 
 async def test_second_cause_holds_the_node_until_both_are_released(
-    backend: ScontrolBackend,
+    backend: SlurmBackend,
 ) -> None:
     """Two slonkd causes: the reason shows the higher; one release keeps the drain."""
     await backend.drain(["n1"], POD, "bye")
@@ -122,12 +152,14 @@ async def test_second_cause_holds_the_node_until_both_are_released(
     assert n1.state.drain is DrainStatus.DRAINED
     assert n1.reason.startswith("slonkd:pod-terminating")
     assert recorded_causes(n1) == {POD}
+    # the cause set left in ``extra`` went with HEALTH: "" (scontrol) or "{}" (pyslurm)
+    assert n1.extra == {"scontrol": "", "pyslurm": EMPTY_EXTRA}[kind_of(backend)]
     assert (await backend.resume(["n1"], POD)).changed == ("n1",)
     await _wait_for("n1 idle", lambda: _available(backend, "n1"))
 
 
 async def test_draining_with_a_job_then_drained(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """A node with a running job reads draining after the drain, drained when the job ends."""
     cluster.run("sbatch", "-o", "/dev/null", "-w", "n2", "-n1", "--wrap", "sleep 4")
@@ -148,7 +180,7 @@ async def test_draining_with_a_job_then_drained(
 
 
 async def test_drain_never_replaces_a_foreign_reason(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """Nodes drained or down under an operator's reason are skipped and keep their reason."""
     cluster.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin maint")
@@ -164,7 +196,7 @@ async def test_drain_never_replaces_a_foreign_reason(
 
 
 async def test_resume_refuses_foreign_and_redrained_nodes(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """Resume leaves a foreign drain, and a node an operator re-drained after slonkd, drained."""
     cluster.run("scontrol", "update", "nodename=n1", "state=drain", "reason=admin maint")
@@ -190,7 +222,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 async def test_hostile_reasons_are_stored_safely(
-    backend: ScontrolBackend, cluster: SlurmCluster, text: str
+    backend: SlurmBackend, cluster: SlurmCluster, text: str
 ) -> None:
     """Hostile text is sanitised: one line per node, same reason in text and JSON, bounded."""
     await backend.drain(["n1"], POD, text)
@@ -198,7 +230,9 @@ async def test_hostile_reasons_are_stored_safely(
     shown = cluster.run("scontrol", "-o", "show", "node").stdout
     assert len(shown.splitlines()) == 4
     by_text = _by_name(parse_show_node(shown))
-    by_json = _by_name(await backend.read_nodes_json(()))
+    json_reads = ScontrolBackend(settings_for(cluster))  # what a second reader sees, exactly
+    by_json = _by_name(await json_reads.read_nodes_json(()))
+    assert _by_name(await backend.read_nodes())["n1"].reason == by_json["n1"].reason
     assert by_text["n1"].reason == by_json["n1"].reason
     assert by_text["n2"].comment == by_json["n2"].comment
     assert len(by_json["n1"].reason) <= MAX_REASON_CHARS
@@ -209,7 +243,7 @@ async def test_hostile_reasons_are_stored_safely(
 
 
 async def test_foreign_hostile_reason_falls_back_to_json(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """A foreign reason that breaks the text format is read exactly through JSON."""
     reason = "line1\nline2 Comment=x Reason=slonkd:pod-terminating"
@@ -224,7 +258,7 @@ async def test_foreign_hostile_reason_falls_back_to_json(
 
 
 async def test_reasons_read_lists_only_nodes_with_a_reason(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """The cheap read returns the nodes that carry a reason, with setter and time."""
     await backend.drain(["n1", "n2"], POD, "bye")
@@ -232,13 +266,16 @@ async def test_reasons_read_lists_only_nodes_with_a_reason(
     groups = await backend.read_reasons()
     by_node: dict[str, ReasonGroup] = {n: g for g in groups for n in g.nodes}
     assert set(by_node) == {"n1", "n2", "n4"}
-    assert by_node["n1"] is by_node["n2"]  # one group, one hostlist
+    if kind_of(backend) == "scontrol":
+        assert by_node["n1"] is by_node["n2"]  # one group, one hostlist (sinfo -R's)
+    else:
+        assert by_node["n1"].reason == by_node["n2"].reason  # pyslurm: a group a node
     assert by_node["n1"].reason == "slonkd:pod-terminating bye"
     assert by_node["n4"].state.startswith("down")
     assert by_node["n4"].time is not None
 
 
-async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, cluster: SlurmCluster) -> None:
+async def test_requeue_jobs_of_a_node(backend: SlurmBackend, cluster: SlurmCluster) -> None:
     """Requeueable jobs of a node go back to the queue; a --no-requeue job is reported."""
     cluster.run("sbatch", "-o", "/dev/null", "-w", "n4", "-n1", "--wrap", "sleep 300")
     cluster.run(
@@ -261,7 +298,7 @@ async def test_requeue_jobs_of_a_node(backend: ScontrolBackend, cluster: SlurmCl
 
 
 async def test_reboot_request_drains_with_slonkds_reason(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """A reboot request shows REBOOT_* flags with slonkd's reason; foreign nodes are skipped."""
     cluster.run("scontrol", "update", "nodename=n2", "state=drain", "reason=admin maint")
@@ -280,7 +317,7 @@ async def test_reboot_request_drains_with_slonkds_reason(
 
 
 async def test_reboot_of_a_node_slonkd_already_drained_is_sent_once(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """The ladder's normal path: slonkd drained the node for the failure, then asks a reboot.
 
@@ -311,7 +348,7 @@ async def test_reboot_of_a_node_slonkd_already_drained_is_sent_once(
     assert runs == 1, f"RebootProgram ran {runs} times"
 
 
-async def test_comment_round_trips(backend: ScontrolBackend) -> None:
+async def test_comment_round_trips(backend: SlurmBackend) -> None:
     """A comment is written sanitised to every named node and reads back."""
     await backend.set_comment(["n1", "n2"], 'rack "r1"\nrow 2')
     nodes = _by_name(await backend.read_nodes())
@@ -321,25 +358,14 @@ async def test_comment_round_trips(backend: ScontrolBackend) -> None:
     assert json.dumps(nodes["n1"].comment)
 
 
-async def test_backend_choice_is_scontrol_and_says_why(
-    cluster: SlurmCluster, slurm_release: str
-) -> None:
-    """On this machine pyslurm is absent (PyPI has 25.11 only): scontrol, with the reason."""
-    choice = await select_backend(settings_for(cluster))
-    assert choice.name == "scontrol"
-    assert choice.slurm_version.startswith(slurm_release)
-    assert "pyslurm" in choice.why
-    assert len(await choice.backend.read_nodes()) == 4
-
-
 async def test_nodes_with_different_extra_drain_in_one_call(
-    backend: ScontrolBackend, cluster: SlurmCluster
+    backend: SlurmBackend, cluster: SlurmCluster
 ) -> None:
     """Someone else's per-node extra neither splits a bulk drain nor gets overwritten."""
     for i in range(1, 5):
         cluster.run("scontrol", "update", f"nodename=n{i}", f'extra={{"rack":"r{i}"}}')
     result = await backend.drain(["n1", "n2", "n3", "n4"], POD)
-    assert result.calls == 2  # one read, one hostlist update
+    assert result.calls == CALLS[kind_of(backend)]["bulk4"]  # one read, one hostlist update
     nodes = _by_name(await backend.read_nodes())
     assert [nodes[f"n{i}"].extra for i in range(1, 5)] == [
         f'{{"rack":"r{i}"}}' for i in range(1, 5)
@@ -348,8 +374,33 @@ async def test_nodes_with_different_extra_drain_in_one_call(
     second = await backend.drain(["n1", "n2"], HEALTH)
     # two different extras now need writing: one update each, the second chunk read again
     # right before its write (the compare-and-set window is one chunk, see cas_window)
-    assert second.calls == 4
+    assert second.calls == CALLS[kind_of(backend)]["two_extras"]
     assert json.loads(_by_name(await backend.read_nodes())["n1"].extra) == {
         "rack": "r1",
         "slonkd": ["health:gpu-xid-79", "pod-terminating"],
     }
+
+
+async def test_the_topology_reads_as_scontrol_prints_it(
+    backend_factory: Callable[..., SlurmBackend],
+    cluster_factory: Callable[..., SlurmCluster],
+) -> None:
+    """A tree topology: each backend's ``show_topology`` is ``scontrol show topology``'s text.
+
+    pyslurm reads none: its backend prints ``slurm_load_topo``'s answer with the function
+    scontrol prints it with (ctypes, ``libslurm_extra.py``); the drift check parses either.
+    """
+    cluster = cluster_factory(SlurmLayout(topology_plugin="topology/tree"))
+    labels = {
+        n: {
+            "topology.kubernetes.io/zone": "z0",
+            "slonk.dev/spine": "s0",
+            "slonk.dev/leaf": f"r{i % 2}",
+        }
+        for i, n in enumerate(cluster.layout.nodes)
+    }
+    cluster.topology_conf.write_text(stamped(render(labels, TopologySpec())))
+    cluster.run("scontrol", "reconfigure")
+    shown = cluster.run("scontrol", "show", "topology").stdout
+    assert "Switches=l2-z0_s0_r0,l2-z0_s0_r1" in shown  # the tree, not one flat switch
+    assert await backend_factory(cluster).show_topology() == shown
