@@ -12,6 +12,7 @@ key. Neighbours: :mod:`slonkd.core.config_tree` (builds and describes the tree) 
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 import typing
@@ -61,6 +62,8 @@ def from_text(text: str, hint: Any, var: str) -> Any:
         hint = args[0]  # X | None: a set variable is an X
     if hint is str or is_text_type(hint):
         return text
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return text.strip()  # its value; the tree's build refuses one not among them
     if hint is bool:
         if text.strip().lower() not in _TRUE | _FALSE:
             raise ValueError(f"{var} must be true or false, not {text[:40]!r}")

@@ -229,3 +229,19 @@ def test_the_coordinator_reads_its_change_poll_settings(tmp_path: Path) -> None:
     )
     assert (s.change_poll, s.change_poll_s) == (False, 0.5)
     assert coordinator.load_settings({"POD_NAMESPACE": "ns"}).change_poll is True
+
+
+def test_the_slurm_backend_is_set_from_the_environment_and_refused_when_unknown() -> None:
+    """``SLONKD_SLURM_BACKEND`` (an enum) and ``SLONKD_PYSLURM_PATH`` load for both roles."""
+    from slonkd.adapters.slurm.choice import SlurmBackendName
+    from slonkd.cli import agent, coordinator
+
+    env = {"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "NODE_NAME": "n1", "SLONKD_METRICS_PORT": "0"}
+    chosen = {"SLONKD_SLURM_BACKEND": "pyslurm", "SLONKD_PYSLURM_PATH": "/opt/pyslurm"}
+    a = agent.load_settings({**env, **chosen})
+    assert (a.slurm_backend, a.pyslurm_path) == (SlurmBackendName.PYSLURM, "/opt/pyslurm")
+    c = coordinator.load_settings({"POD_NAMESPACE": "ns", "SLONKD_SLURM_BACKEND": "auto"})
+    assert c.slurm_backend is SlurmBackendName.AUTO
+    assert agent.load_settings(env).slurm_backend is SlurmBackendName.SCONTROL
+    with pytest.raises(ValueError, match="slurm_backend"):
+        agent.load_settings({**env, "SLONKD_SLURM_BACKEND": "slurmrestd"})
