@@ -211,10 +211,13 @@ class Coordinators:
         until: str | None = COORDINATOR_SYNCED,
         timeout_s: float = 30.0,
         prefix: Sequence[str] = (),
+        module: str = "slonkd.cli.main",
     ) -> Daemon:
         """Start a candidate as pod ``identity``; return once it logs ``until`` anew.
 
-        ``prefix``: what runs its interpreter (e.g. a mount namespace with its own files).
+        ``prefix``: what runs its interpreter (e.g. a mount namespace with its own files);
+        ``module``: what it runs (:mod:`slonkd_sandbox.slurm.libslurm_launch` with another
+        release's loader as ``prefix``).
         """
         full = {**env, "POD_NAME": identity}
         if isinstance(config, Path):
@@ -233,6 +236,7 @@ class Coordinators:
             log=log or self.root / f"{identity}.log",
             python_args=self.python_args,
             prefix=prefix,
+            module=module,
         )
         self.started.append(daemon)
         return daemon.start(until=until, timeout_s=timeout_s)

@@ -20,10 +20,12 @@ import pytest
 from slonkd.core.log_events import COORDINATOR_API_LISTENING
 from slonkd_sandbox.daemon import Coordinators, Daemon
 from slonkd_sandbox.fleet import LEASE_TIMINGS, FleetShape
+from slonkd_sandbox.slurm.chroot import ChrootSlurmCluster
 from slonkd_sandbox.slurm.cluster import SlurmCluster
 from slonkd_sandbox.workloads import spread_over_nodes
 from tests.cli import slonkd
 from tests.e2e.conftest import slurm_of_release
+from tests.pyslurm_builds import built_or_skip
 from tests.rig import OnRig, Rig
 
 PODS = 20
@@ -174,7 +176,16 @@ def fleet(
         rig.tmp_path / "coordinator.json", audit_path=str(rig.tmp_path / "audit.jsonl")
     )
     env = build.coordinator_env(slurm.conf, SLONKD_CONFIG=str(config), **clients)
-    coordinators.start(env)  # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
+    prefix: list[str] = []
+    module = "slonkd.cli.main"
+    if coordinator_config.get("slurm_backend") == "pyslurm":  # the release's build (issue 39)
+        release = "24.11" if isinstance(slurm, ChrootSlurmCluster) else "22.05"
+        env["SLONKD_PYSLURM_PATH"] = str(built_or_skip(release))
+        if isinstance(slurm, ChrootSlurmCluster):  # as the release's image: its library
+            prefix, env = slurm.libslurm_argv([], env)
+            module = "slonkd_sandbox.slurm.libslurm_launch"
+    # until it is synced; stopped (SIGTERM, dump, SIGKILL) at the end
+    coordinators.start(env, prefix=prefix, module=module)
     return Fleet(
         rig=rig,
         slurm=slurm,

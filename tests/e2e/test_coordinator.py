@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from slonkd.core.log_events import (
     COORDINATOR_API_LISTENING,
     COORDINATOR_LEADING,
     COORDINATOR_SYNCED,
+    SLURM_BACKEND_CHOSEN,
     SLURM_LIBSLURM_CHILD_EXITED,
 )
 from slonkd_sandbox.daemon import Daemon
@@ -67,6 +69,51 @@ def test_cordoned_k8s_nodes_drain_their_slurm_nodes_in_bulk(fleet: Fleet) -> Non
     wait_for(
         "resumed", lambda: all(fleet.reasons().get(n) == "none" for n in affected), timeout_s=20
     )
+
+
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "slurm_backend": "pyslurm"}])
+@pytest.mark.parametrize("fleet_slurm", ["22.05", "24.11"], indirect=True)
+def test_a_coordinator_on_the_pyslurm_backend_marks_drains_and_resumes(fleet: Fleet) -> None:
+    """A coordinator on ``slurm_backend: pyslurm``: marks, drains and resumes (issue 39).
+
+    The release's build (on 24.11 the coordinator on that root's loader): a SLURM failure
+    marks its K8s node, a cordon drains its pods' SLURM nodes and the uncordon resumes them,
+    through the pyslurm child.
+    """
+    (chosen,) = fleet.events(SLURM_BACKEND_CHOSEN)
+    assert chosen["backend"] == "pyslurm", chosen
+    shown: list[dict[str, Any]] = []
+
+    def status_served() -> bool:  # 503 until the leader's first pass
+        try:
+            with urllib.request.urlopen(f"{fleet.api_url()}/v1/status", timeout=10) as resp:  # noqa: S310
+                shown.append(json.loads(resp.read())["passes"])
+        except urllib.error.HTTPError:
+            return False
+        return True
+
+    wait_for("the leader's status", status_served, timeout_s=20)
+    passes = shown[-1]
+    assert passes["slurm_backend"] == "pyslurm", passes
+    assert "matches" in passes["slurm_backend_why"], passes
+    victim = "w-3"
+    failed_on = next(n for n in fleet.kube_nodes if victim in fleet.pods_on(n))
+    fleet.fail([victim])
+    wait_for("K8s node marked", lambda: (victim, failed_on) in fleet.cordons(), timeout_s=20)
+    cordoned = next(n for n in fleet.kube_nodes if n != failed_on and fleet.pods_on(n))
+    affected = fleet.pods_on(cordoned)
+    set_unschedulable(fleet.kube, [cordoned])
+
+    def drained() -> bool:
+        reasons = fleet.reasons()
+        return all(reasons.get(n, "").startswith("slonkd:k8s-cordoned") for n in affected)
+
+    wait_for("their SLURM nodes drained", drained, timeout_s=20)
+    set_unschedulable(fleet.kube, [cordoned], on=False)
+    states = fleet.slurm.node_states
+    wait_for("resumed", lambda: all(states().get(n) == "idle" for n in affected), timeout_s=20)
+    assert fleet.reasons()[victim] == "Kill task failed"  # SLURM's reason: never cleared
+    assert not fleet.events("slurm.pyslurm_child_exited")
 
 
 @pytest.mark.parametrize("fleet_slurm", ["22.05", "24.11"], indirect=True)
