@@ -33,7 +33,8 @@
    total_time), the node table's share of it (node_info_*), and the node registrations
    slurmctld took meanwhile (registrations_during_{size}: a ping round of the harness, 0
    expected). Then the same with a second coordinator that uses the libslurm change poll
-   (change_poll_*). The issue's unsuffixed keys (harness_cpu_pct, slurmctld_busy_ms_per_s)
+   (change_poll_*; its passes' own reads a pass: change_poll_resync_{size}_slurm_reads).
+   The issue's unsuffixed keys (harness_cpu_pct, slurmctld_busy_ms_per_s)
    are the 5,000-node ones.
 
 ``EVENTS`` 0 runs part 3 alone, an empty ``SIZES`` (``''``) parts 1 and 2 alone;
@@ -636,8 +637,15 @@ def scale(
             wait_for("first pass", lambda: fast.passes() > 0, timeout_s=300, interval_s=0.2)
             out[f"change_poll_first_pass_{size}_s"] = time.monotonic() - began
             out.update(_rest(slurm, kube, fast, size, "change_poll_"))
-            out[f"change_poll_resync_{size}_s"] = _resync_median(fast)["ms"] / 1000
+            fast_resync = _resync_median(fast)
+            out[f"change_poll_resync_{size}_s"] = fast_resync["ms"] / 1000
+            out[f"change_poll_resync_{size}_slurm_read_mean_ms"] = fast_resync["slurm_read_mean_ms"]
             passes = fast.status()["passes"]
+            # the passes' own whole reads (not the poll's), per pass: with "no change" confirming
+            # the poll's table, a pass should read none at rest
+            out[f"change_poll_resync_{size}_slurm_reads"] = (
+                passes["slurm_reads"] - passes["slurm_polls"]
+            ) / max(1, passes["count"])
             out[f"change_poll_backend_is_libslurm_{size}"] = float(
                 passes["slurm_poll_backend"] == "libslurm"
             )
