@@ -235,11 +235,11 @@ def leader_on(
     settings: CoordinatorSettings,
     slurm: FakeSlurm,
     writer: FakeNodeWriter | None = None,
-    **fake: Any,
+    *,
+    pods: FakePodWriter | None = None,
+    store: FakeStore | None = None,
 ) -> Coordinator:
-    """A coordinator of ``settings`` on these fakes (``pods``, ``store``: new where not given)."""
-    pods: FakePodWriter | None = fake.get("pods")
-    store: FakeStore | None = fake.get("store")
+    """A coordinator of ``settings`` on these fakes (new ones where None); caches empty."""
     transport = KubeTransport(ApiEndpoint(server="http://127.0.0.1:9"))  # never contacted
     parts = Parts(
         slurm=cast(SlurmBackend, slurm),  # reads and the writes a pass makes, no more
