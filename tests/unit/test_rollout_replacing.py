@@ -175,3 +175,27 @@ async def test_all_requeueable_are_requeued_together_then_the_pod_is_evicted(
     assert slurm.writes == [("scontrol", "requeue", "11,12")]
     assert pods.evicted == [NODE]
     assert NODE not in replacer.blocked
+
+
+async def test_a_pod_evicted_once_is_not_evicted_again_while_the_cache_lags(
+    tmp_path: Path,
+) -> None:
+    """CI stop 51: the next pass saw the evicted pod not yet terminating and evicted it again.
+
+    The watch cache may lag the eviction by a pass; the same pod (same uid) is evicted once.
+    Its replacement (another uid under the same name) is a new pod, and the node's release
+    (``forget``) starts afresh.
+    """
+    slurm, pods = _Slurm({}), FakePodWriter()
+    replacer = _replacer(slurm, pods, tmp_path / "a")
+    await replacer.step(VIEW, "draining")
+    await replacer.step(VIEW, "replacing")  # the cache still shows the pod Running
+    assert pods.evicted == [NODE]
+    replacement = WorkerView(
+        node=NODE, pod=running_pod(NODE, uid="u1", on="kn-0"), statefulset=None, slurm=None
+    )
+    await replacer.step(replacement, "replacing")
+    assert pods.evicted == [NODE, NODE]
+    replacer.forget(NODE)
+    await replacer.step(VIEW, "draining")
+    assert pods.evicted == [NODE, NODE, NODE]

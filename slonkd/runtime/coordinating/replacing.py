@@ -11,7 +11,8 @@ logged (``rollout.blocked``) and audited once. Once those jobs have ended, the r
 requeued (with ``requeue_in_prestop``, left running to the pod's preStop hook, which signals
 them for a checkpoint before it requeues them); then the pod is evicted through the Eviction
 API with its uid as precondition, so the pool's PodDisruptionBudget holds too (a refusal is
-retried next pass). Requeueing the others at once would send them back to the queue,
+retried next pass; an eviction that went is not sent again for the same uid, though the
+watch cache may show that pod Running for one more pass). Requeueing the others at once would send them back to the queue,
 unsignalled, for a node that may wait days for the last job (issue 37 item 5). The requeue
 is judged again on its own read (``requeue_jobs(all_or_none=True)``), so a job that turns
 unrequeueable in between holds back the others too. What blocks each node is kept for
@@ -64,19 +65,23 @@ class Replacer:
     blocked: dict[str, str] = field(default_factory=dict)
     """Node -> why its pod is not evicted yet (for ``slonkd status``)."""
     jobs_seen: dict[str, int] = field(default_factory=dict)
+    evicted: dict[str, str] = field(default_factory=dict)
+    """Node -> the uid of the pod this leader evicted there: the watch cache may show it
+    Running for another pass, and the same pod is not evicted twice."""
 
     def forget(self, name: str) -> None:
         """The node left the rollout (released, or undrained by someone else)."""
         self.drained_at.pop(name, None)
         self.blocked.pop(name, None)
         self.jobs_seen.pop(name, None)
+        self.evicted.pop(name, None)
 
     async def step(self, view: WorkerView, before: str | None) -> None:
         """A node drained for the rollout, pod outdated: wait for jobs, requeue, evict."""
         pod = view.pod
-        if pod is None or pod.terminating or self.paused():
-            return
         name = view.node
+        if pod is None or pod.terminating or self.paused() or self.evicted.get(name) == pod.uid:
+            return
         drained_at = self.drained_at.setdefault(name, time.monotonic())
         await self.read_turn()
         jobs = await self.slurm.jobs_on(name)
@@ -147,6 +152,7 @@ class Replacer:
             self.blocked[name] = refused
         else:
             self.blocked.pop(name, None)
+            self.evicted[name] = pod.uid
 
     def _paused_now(self, name: str) -> bool:
         """Whether a pause came while this step waited: then it writes nothing (logged)."""
