@@ -5,7 +5,8 @@ only for a ``fail`` (a failing prolog makes SLURM drain the node with its own re
 requeue the job); ``unknown`` (a missing tool, a probe past its deadline) exits 0.
 
 With no option that names checks (``--expected-gpus``, ``--disk``, ``--mount``,
-``--slurmd-port``, ``--peer``, ``--nic``, ``--ib-ports``) and no ``--no-discover``, it first
+``--slurmd-port``, ``--peer``, ``--nic``, ``--ib-ports``), no ``--no-discover`` and no
+``--prolog`` (a prolog checks what the site named: its failure drains the node), it first
 finds what the machine has (:mod:`slonkd.adapters.health.discovery`: GPUs from /dev/nvidia*
 and ``nvidia-smi -L``, InfiniBand ports, physical NICs that are up, the agent config's
 mounts) and checks that. Every run then says which check families it did not run, and why.
@@ -191,8 +192,14 @@ is not one: like ``--dcgm`` it tunes the GPU checks, which discovery may find.""
 
 
 def discovers(args: argparse.Namespace) -> bool:
-    """Whether this run looks for what to check: no ``--no-discover``, no check named."""
-    return not args.no_discover and all(getattr(args, d) in (None, []) for d in SELECTING)
+    """Whether this run looks for what to check: no ``--no-discover``, no check named.
+
+    Never in ``--prolog`` mode: a failing prolog drains the node, so a prolog checks what
+    the site named, not whatever a NIC or port left down happens to be.
+    """
+    return not (args.no_discover or args.prolog) and all(
+        getattr(args, d) in (None, []) for d in SELECTING
+    )
 
 
 def settings_from(args: argparse.Namespace) -> HealthSettings:

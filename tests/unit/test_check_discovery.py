@@ -281,9 +281,11 @@ def test_every_option_of_check_has_help_text() -> None:
 
 
 def test_no_discover_and_roots_are_options() -> None:
-    """--no-discover turns discovery off; --nvlink-links and --prolog do not."""
+    """--no-discover and --prolog turn discovery off; --nvlink-links does not."""
     args = _check_parser().parse_args(["--no-discover", "--sysfs-root", "/host/sys"])
     assert args.no_discover
     assert args.sysfs_root == "/host/sys"
     assert not check.discovers(args)
-    assert check.discovers(_check_parser().parse_args(["--nvlink-links", "18", "--prolog"]))
+    assert check.discovers(_check_parser().parse_args(["--nvlink-links", "18"]))
+    # a prolog's failure drains the node: it checks what the site named, nothing found
+    assert not check.discovers(_check_parser().parse_args(["--nvlink-links", "18", "--prolog"]))
