@@ -16,7 +16,8 @@ from slonkd.adapters.slurm.runner import SlurmSettings
 from slonkd.core.errors import TerminalError, TransientError
 from slonkd.core.slurm_node import NodeName, NodeState, SlurmNode
 from slonkd.runtime.coordinating import slurm_watch
-from slonkd.runtime.coordinating.node_table import NodeTable
+from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
+from slonkd.runtime.coordinating.pass_read import PassRead
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.slurm_watch import (
     ReadLimiter,
@@ -309,3 +310,45 @@ async def test_the_first_baseline_is_the_kept_table_so_the_terms_first_second_ke
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_pass_with_an_aged_table_asks_changed_since_instead_of_reading_it_again() -> None:
+    """Issue 38: a pass that found the kept table past ``poll_s`` read all of it again.
+
+    At 5,000 nodes a pass decides for half a second without yielding, so the poll's "no
+    change" came late and the next pass read the whole table (a pass in ten at rest). Now
+    the pass asks the change poll's question once: "no change" serves the kept table, a
+    change (or no change poll) reads as before.
+    """
+    probe = _Probe([NodeTableStamp(changed=True, last_update=10)])  # the first stamp
+    reads = _Reads()
+    slurm = KeptSlurm(reads, reads.table)  # type: ignore[arg-type]  # whole reads kept
+    watch = SlurmWatch(
+        slurm, ReadLimiter(100.0), asyncio.Queue(), poll_s=0.7,
+        table=reads.table,
+        change_probe=probe, change_poll_s=60.0,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await run_for(watch.run, 0.1)  # the first stamp and read, then the poll sleeps
+    assert reads.reads == 1
+    pass_read = PassRead(slurm, ReadLimiter(100.0), reads.table, max_age_s=0.7)
+
+    def age() -> None:
+        kept = reads.table.table
+        assert kept is not None
+        reads.table.table = kept._replace(current_at=time.monotonic() - 5.0)
+
+    age()
+    assert not (await pass_read.table()).reused  # without the question: a whole read
+    assert reads.reads == 2
+    pass_read.confirm = watch.confirm_now
+    age()
+    took = await pass_read.table()
+    assert (took.reused, reads.reads, probe.sent[-1]) == (True, 2, 10)
+    probe.answers.append(NodeTableStamp(changed=True, last_update=12))
+    age()
+    assert not (await pass_read.table()).reused  # changed: read it
+    assert reads.reads == 3
+    probe.answers.append(TransientError("slurmctld unreachable"))
+    age()
+    assert not (await pass_read.table()).reused  # no answer: read it
+    assert reads.reads == 4

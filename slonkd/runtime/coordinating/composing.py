@@ -179,6 +179,8 @@ class Composition:
             if s.poll_s > 0
             else None
         )
+        if self.watch is not None:  # a table aged past poll_s: one "changed?" before a read
+            self.pass_read.confirm = self.watch.confirm_now
         self.began = time.monotonic()
         self.first_pass_ms: dict[str, float] = {}
         """The term's way to its first pass: lists, waits and the pass's phases (status)."""

@@ -4,7 +4,8 @@ A new term starts its first pass's read side by side with the informers' lists
 (:meth:`PassRead.start_ahead`, from :mod:`.term`); later passes take the table the poll
 (:mod:`.slurm_watch`) has just read or a change probe has just confirmed, when slonkd wrote
 nothing since (the term's :class:`~.node_table.NodeTable`), or the one it is reading now
-(waiting for it: the same request, already sent), and read on their own otherwise,
+(waiting for it: the same request, already sent), or a kept table older than that which
+the change poll's question confirms (:attr:`PassRead.confirm`), and read on their own otherwise,
 each read a turn of the coordinator's :class:`~.slurm_watch.ReadLimiter`. The pass itself is
 :meth:`.reconciling.Coordinator.reconcile_all`; the table it took last (:attr:`PassRead.last`)
 is what the fast path (:mod:`.fast_path`) patches the poll's changes into.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 import structlog
@@ -57,6 +59,10 @@ class PassRead:
         """Passes that took the poll's table instead of reading again (no write since)."""
         self.last: PassTable | None = None
         """The table the last pass took (None: no pass has read SLURM in this term yet)."""
+        self.confirm: Callable[[], Awaitable[bool]] | None = None
+        """Asks slurmctld "changed since the kept table's read?" (the change poll's question,
+        :meth:`.slurm_watch.SlurmWatch.confirm_now`): True when it confirmed the table. None
+        without a poll."""
 
     def start_ahead(self) -> None:
         """Start the first pass's SLURM read now, side by side with the informers' lists.
@@ -86,6 +92,8 @@ class PassRead:
         if ahead is None and recent is None:
             waited_from = time.monotonic()  # or the one it is reading now: wait for it
             recent = await self.slurm.after_read(self.max_age_s)
+            if recent is None and self.confirm is not None and await self.confirm():
+                recent = self.node_table.recent(self.max_age_s)  # "no change": still SLURM's
             if recent is None:
                 await self.reads.acquire()
         began = time.monotonic()

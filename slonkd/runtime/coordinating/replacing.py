@@ -12,8 +12,9 @@ requeued (with ``requeue_in_prestop``, left running to the pod's preStop hook, w
 them for a checkpoint before it requeues them); then the pod is evicted through the Eviction
 API with its uid as precondition, so the pool's PodDisruptionBudget holds too (a refusal is
 retried next pass; an eviction that went is not sent again for the same uid, though the
-watch cache may show that pod Running for one more pass). Requeueing the others at once would send them back to the queue,
-unsignalled, for a node that may wait days for the last job (issue 37 item 5). The requeue
+watch cache may show that pod Running for one more pass). Requeueing the others at once
+would send them back to the queue, unsignalled, for a node that may wait days for the last
+job (issue 37 item 5). The requeue
 is judged again on its own read (``requeue_jobs(all_or_none=True)``), so a job that turns
 unrequeueable in between holds back the others too. What blocks each node is kept for
 ``slonkd status``. The lease is checked right before each write, and so is the pause

@@ -18,7 +18,7 @@ scontrol as before; a load that failed only for now (its child slow to start on 
 node) is tried again after ``RELOAD_S``, then at doubling waits up to ``RELOAD_MAX_S``. Each
 "no change" also confirms that the table its last read kept is still SLURM's
 (:meth:`.node_table.NodeTable.confirm`), so passes take that table instead of reading it
-again.
+again; a pass that finds it too old anyway asks once itself (:meth:`SlurmWatch.confirm_now`).
 """
 
 from __future__ import annotations
@@ -183,6 +183,8 @@ class SlurmWatch:
         self.changes = 0
         self.read_began: float | None = None
         """When the read that ``since`` precedes began (monotonic; None: no read yet)."""
+        self._asking = asyncio.Lock()
+        """One "changed since?" at a time: the poll's and a pass's (:meth:`confirm_now`)."""
 
     @property
     def backend(self) -> str:
@@ -194,7 +196,8 @@ class SlurmWatch:
         if self.probe is None or self.last is None:
             return False, 0
         try:
-            stamp = await self.probe.changed_since(self.since, timeout_s=max(1.0, self.poll_s))
+            async with self._asking:
+                stamp = await self.probe.changed_since(self.since, timeout_s=max(1.0, self.poll_s))
         except TerminalError as exc:
             self._drop(exc)
             return False, 0
@@ -207,6 +210,34 @@ class SlurmWatch:
         if stamp.changed:
             log.debug("coordinator.change_seen", since=self.since, last_update=stamp.last_update)
         return not stamp.changed, stamp.last_update
+
+    async def confirm_now(self) -> bool:
+        """Ask "changed since?" now for a pass whose table aged past ``poll_s``: True = confirmed.
+
+        At 5,000 nodes a pass decides for half a second without yielding, the poll's "no
+        change" waits for it, and the next pass found the table too old and read it whole
+        again (issue 38: a pass in ten at rest). One "no change" (a few bytes, about a
+        millisecond of slurmctld) confirms the table instead. False (the pass reads on its
+        own) without the change poll, before its first read, on a change (the poll reads it
+        at its next turn) or on an error. One question at a time: a pass's waits for the
+        poll's, and the other way round.
+        """
+        if self.probe is None or self.last is None or self.read_began is None:
+            return False
+        async with self._asking:  # after the poll's own question, if one is on its way
+            probe, began = self.probe, time.monotonic()
+            read_began, since = self.read_began, self.since
+            if probe is None or read_began is None or self.probe_failed:
+                return False
+            try:
+                stamp = await probe.changed_since(since, timeout_s=max(1.0, self.poll_s))
+            except SlonkdError:
+                return False  # slurmctld unreachable, say: the pass reads as before
+        self.probes += 1
+        if stamp.changed:
+            return False
+        self.table.confirm(read_began, began)
+        return True
 
     async def run(self) -> None:
         """Poll until cancelled; a failed read is logged and retried at the next period."""
