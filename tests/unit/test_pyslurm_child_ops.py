@@ -165,3 +165,27 @@ def test_main_answers_each_line(
     assert lines[1]["id"] == 1
     assert [r[0] for r in lines[1]["ok"]] == ["n2"]
     assert lines[2]["error"] == "terminal"
+
+
+def test_a_node_without_a_reason_never_looks_up_its_reason_user() -> None:
+    """pyslurm turns ``reason_user`` into a name through the passwd database on each read.
+
+    At 5,000 nodes that lookup was 100-150 ms of the child's 130-280 ms for the rows (the
+    whole read: 482 ms against scontrol's 78): a node without a reason has no setter to name.
+    """
+
+    class _Watched(SimpleNamespace):
+        looked_up = 0
+
+        @property
+        def reason_user(self) -> str:
+            type(self).looked_up += 1
+            return "root"
+
+    values: dict[str, Any] = dict.fromkeys(f for f in NODE_FIELDS if f != "reason_user")
+    idle = _Watched(**{**values, "name": "n1", "state": "IDLE", "reason": None})
+    held = _Watched(**{**values, "name": "n2", "state": "IDLE+DRAIN", "reason": "maint"})
+    user = NODE_FIELDS.index("reason_user")
+    assert pyslurm_child.node_row(idle)[user] is None
+    assert pyslurm_child.node_row(held)[user] == "root"
+    assert _Watched.looked_up == 1

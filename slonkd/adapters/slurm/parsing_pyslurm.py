@@ -252,7 +252,41 @@ def parse_nodes(rows: object, job_rows: object = None) -> list[SlurmNode]:
     """Node rows, in the order read; ``job_rows`` (not None) gives each ``running_jobs``."""
     if not isinstance(rows, list):
         raise ParseError(f"node rows are not a list: {str(rows)[:80]!r}")
-    nodes = [parse_node_row(r) for r in rows]
+    return with_running_jobs([parse_node_row(r) for r in rows], job_rows)
+
+
+class NodeRows:
+    """The rows of the last whole read, parsed: a row unchanged since is not parsed again.
+
+    A 5,000-node read spent 120-140 ms building the same nodes from the same rows each time
+    (the scontrol backend skips its unchanged lines alike, :mod:`.parsing_show_node`). A
+    row's key is its ``repr`` (JSON's values: exact); only the last read's rows are kept,
+    and only once the whole read parsed (a refused read keeps nothing of its own).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, SlurmNode] = {}
+
+    def parse(self, rows: object, job_rows: object = None) -> list[SlurmNode]:
+        """What :func:`parse_nodes` returns for these rows."""
+        if not isinstance(rows, list):
+            raise ParseError(f"node rows are not a list: {str(rows)[:80]!r}")
+        last, kept = self._last, {}
+        nodes = []
+        for raw in rows:
+            key = repr(raw)
+            node = last.get(key)
+            if node is None:
+                node = parse_node_row(raw)
+            kept[key] = node
+            nodes.append(node)
+        nodes = with_running_jobs(nodes, job_rows)
+        self._last = kept
+        return nodes
+
+
+def with_running_jobs(nodes: list[SlurmNode], job_rows: object) -> list[SlurmNode]:
+    """Each node's ``running_jobs`` from ``job_rows`` (None: left as read); names unique."""
     check_unique(nodes)
     if job_rows is None:
         return nodes

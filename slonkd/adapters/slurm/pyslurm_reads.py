@@ -32,6 +32,7 @@ from typing import Any
 from slonkd.adapters.slurm.parsing import ReasonGroup, reason_groups
 from slonkd.adapters.slurm.parsing_finished import FinishedJob
 from slonkd.adapters.slurm.parsing_pyslurm import (
+    NodeRows,
     finished_jobs,
     jobs_on,
     parse_node_row,
@@ -55,6 +56,8 @@ class PyslurmReads:
     child_prefix: tuple[str, ...] | None = None
     """Put before the child's interpreter (None: the shared ``CHILD_PREFIX``)."""
     child: PyslurmChild = field(init=False)
+    rows: NodeRows = field(init=False, default_factory=NodeRows)
+    """The last whole read's rows, parsed (an unchanged row is not parsed again)."""
 
     def __post_init__(self) -> None:
         self.child = PyslurmChild(
@@ -86,7 +89,10 @@ class PyslurmReads:
         ``with_jobs`` every job, in the same request): the child keeps the named nodes.
         """
         said = _mapping(await self._ask("nodes", names=list(names), with_jobs=with_jobs), "nodes")
-        return parse_nodes(said.get("nodes"), said.get("jobs") if with_jobs else None)
+        jobs = said.get("jobs") if with_jobs else None
+        if names:  # a few nodes: parsed, the whole read's rows left as they are
+            return parse_nodes(said.get("nodes"), jobs)
+        return self.rows.parse(said.get("nodes"), jobs)
 
     async def read_node(self, name: str) -> SlurmNode | None:
         """One node, or None when slurmctld does not know it."""
