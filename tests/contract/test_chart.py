@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -688,6 +689,71 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         assert len(installed.pods()) == sum(EXPECTED.values())
     finally:
         _teardown(inst)
+
+
+OLD_SECRETS = """\
+{{- if not .Values.munge.existingSecret }}
+{{- $name := include "slonk.mungeSecret" . }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "slonk.labels" . | nindent 4 }}
+type: Opaque
+data:
+  munge.key: {{ if $old }}{{ index $old.data "munge.key" }}{{ else }}{{ randBytes 1024 }}{{ end }}
+{{- end }}
+{{- if not .Values.mosquitto.admin.existingSecret }}
+{{- $name := include "slonk.mqttAdminSecret" . }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "slonk.labels" . | nindent 4 }}
+type: Opaque
+data:
+  username: {{ .Values.mosquitto.admin.username | b64enc }}
+  password: {{ if $old }}{{ index $old.data "password" }}{{ else -}}
+    {{ randAlphaNum 32 | b64enc }}{{ end }}
+{{- end }}
+"""
+"""templates/secrets.yaml as the chart had it before the secrets Job (issue 40 item 2)."""
+
+
+def test_upgrade_from_a_chart_that_rendered_its_secrets_keeps_them(
+    kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The Secrets an older chart rendered (lookup, randBytes) survive the upgrade to this one.
+
+    Helm deletes on upgrade what the new chart no longer renders; the pre-upgrade Job finds
+    them first and adds only ``helm.sh/resource-policy: keep``: same data after the upgrade.
+    """
+    old_chart = tmp_path / "slonk-old"
+    shutil.copytree(CHART_DIR, old_chart)
+    (old_chart / "templates" / "secrets.yaml").write_text(OLD_SECRETS)
+    inst = _slonk(kube, tmp_path_factory)
+    api = kube.api
+    secret_path = f"/api/v1/namespaces/{inst.ns}/secrets"
+    try:
+        inst.helm.run("install", inst.release, str(old_chart), *inst.helm_args())
+        inst.wait_all_running(EXPECTED)
+        names = ("slonk-munge", "slonk-mosquitto-admin")
+        before = {n: api.request("GET", f"{secret_path}/{n}")["data"] for n in names}
+        inst.with_secrets_job("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
+        inst.wait_all_running(EXPECTED)
+        (ran,) = inst.job_outputs
+        for name in names:
+            now = api.request("GET", f"{secret_path}/{name}", ok=(200, 404))
+            assert now.get("data") == before[name], f"{name} lost in the upgrade"
+            assert now["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+            assert f"secret {inst.ns}/{name}: kept, released from Helm" in ran
+    finally:
+        _teardown(inst)  # the namespace, and the Secrets with it
 
 
 BREAKING = {
