@@ -37,7 +37,12 @@ def _render(kube: KubeCluster, tmp_path: Path, namespace: str) -> list[Obj]:
 
 
 def _one(objs: list[Obj], kind: str) -> Obj:
-    (found,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == "rel-secrets"]
+    """The Job's (one of its kind), or its account's object named rel-secrets."""
+    (found,) = [
+        o
+        for o in objs
+        if o["kind"] == kind and (kind == "Job" or o["metadata"]["name"] == "rel-secrets")
+    ]
     return found
 
 

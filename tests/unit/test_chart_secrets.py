@@ -144,7 +144,8 @@ def test_each_generated_secret_is_made_once_by_a_presync_job_the_pods_wait_for(
     slurmctld = _secret_names(one(objs, "StatefulSet", "rel-slurmctld")["spec"]["template"]["spec"])
     assert "rel-munge" in slurmctld
 
-    job = one(objs, "Job", "rel-secrets")
+    (job,) = kinds(objs, "Job")
+    assert re.fullmatch(r"rel-secrets-[0-9a-f]{8}", job["metadata"]["name"])
     ann = job["metadata"]["annotations"]
     assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert "before-hook-creation" in ann["helm.sh/hook-delete-policy"].split(",")
@@ -173,6 +174,23 @@ def test_each_generated_secret_is_made_once_by_a_presync_job_the_pods_wait_for(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "rel-secrets", "namespace": "hpc"}
     ]
+
+
+def test_the_jobs_name_changes_with_what_its_pod_runs_so_kubectl_apply_never_updates_it(
+    helm: Helm,
+) -> None:
+    """A Job's pod template is immutable: other values that reach it give another Job name."""
+
+    def job_name(*set_json: str) -> str:
+        (job,) = kinds(render(helm, set_json=set_json), "Job")
+        return str(job["metadata"]["name"])
+
+    base = job_name()
+    assert job_name() == base
+    assert job_name('images={"slonkd":{"repository":"r/slonkd","tag":"v2"}}') != base
+    assert job_name('coordinator={"slurmTriggers":{"enabled":true}}') != base
+    assert job_name('secretsJob={"nodeSelector":{"a":"b"}}') != base
+    assert job_name('pools=[{"name":"x","replicas":1,"gpus":0,"cpus":1,"realMemoryMB":1}]') == base
 
 
 def test_given_secrets_are_not_made_and_without_any_to_make_no_job_runs(helm: Helm) -> None:
