@@ -62,7 +62,7 @@ async def _read(transport: KubeTransport, namespace: str, name: str) -> dict[str
 async def _keep(
     transport: KubeTransport, namespace: str, spec: SecretSpec, obj: dict[str, Any]
 ) -> Ensured:
-    have = set(obj.get("data") or {}) | set(obj.get("stringData") or {})
+    have = set(obj.get("data") or {})
     missing = tuple(k.key for k in spec.keys if k.key not in have)
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     if HELM_RELEASE not in annotations or annotations.get(RESOURCE_POLICY) == "keep":
