@@ -751,6 +751,9 @@ def test_upgrade_from_a_chart_that_rendered_its_secrets_keeps_them(
             now = api.request("GET", f"{secret_path}/{name}", ok=(200, 404))
             assert now.get("data") == before[name], f"{name} lost in the upgrade"
             assert now["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+            assert now["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == (
+                "Prune=false"
+            )
             assert f"secret {inst.ns}/{name}: kept, released from Helm" in ran
     finally:
         _teardown(inst)  # the namespace, and the Secrets with it

@@ -145,7 +145,7 @@ def test_the_jobs_account_reads_no_other_secret_and_replaces_none(
 def test_a_secret_an_older_chart_rendered_is_released_from_helm_with_its_data(
     kube: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
-    """Helm's annotation: only helm.sh/resource-policy=keep is added, so the upgrade keeps it.
+    """Helm's marks: only helm.sh/resource-policy=keep and Argo CD's Prune=false are added.
 
     And a kept Secret without a key the pods need fails the Job (exit 1), naming the key.
     """
@@ -168,6 +168,18 @@ def test_a_secret_an_older_chart_rendered_is_released_from_helm_with_its_data(
         f"/api/v1/namespaces/{namespace}/secrets",
         {"metadata": {"name": "rel-accounting-db"}, "data": {"user": key}},
     )
+    argo = {"username": key, "password": key}  # helm template's labels, no Helm annotation
+    kube.api.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "metadata": {
+                "name": "rel-slurmctld-mqtt",
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            },
+            "data": argo,
+        },
+    )
     done = _run(args, config)
     assert done.returncode == 1
     assert "rel-accounting-db exists without key(s) password" in done.stderr
@@ -175,6 +187,11 @@ def test_a_secret_an_older_chart_rendered_is_released_from_helm_with_its_data(
     munge = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rel-munge")
     assert munge["data"] == {"munge.key": key}
     assert munge["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert munge["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false"
+    nudge = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rel-slurmctld-mqtt")
+    assert nudge["data"] == argo
+    assert nudge["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false"
+    assert f"secret {namespace}/rel-slurmctld-mqtt: kept, released from Helm" in done.stdout
     version = munge["metadata"]["resourceVersion"]
     again = _run(args, config)
     assert f"secret {namespace}/rel-munge: kept (keys" in again.stdout

@@ -1,5 +1,7 @@
 """The spec of ``slonkd secrets ensure``: what it accepts, the values it draws, what it refuses.
 
+And which Secret it releases from Helm's (and Argo CD's) care: one an older chart rendered.
+
 The chart's pre-install Job passes this spec (tests/unit/test_chart_secrets.py renders it);
 the contract test (tests/contract/test_kube_secrets.py) runs the command on the apiserver.
 """
@@ -14,6 +16,7 @@ import string
 
 import pytest
 
+from slonkd.adapters.kube.secrets import release_from_helm
 from slonkd.core.secret_spec import make_data, parse_spec
 from tests.cli import slonkd
 
@@ -94,3 +97,33 @@ def test_the_command_refuses_bad_input_with_one_line_and_exit_2(argv: list[str],
     assert lines[0].startswith("slonkd secrets ensure: ")
     assert says in lines[0]
     assert done.stdout == ""
+
+
+KEEP = {"helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Prune=false"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "added"),
+    [
+        ({"labels": {"app.kubernetes.io/managed-by": "slonkd"}}, {}),  # made once: left alone
+        ({}, {}),  # an operator's
+        ({"annotations": {"meta.helm.sh/release-name": "rel"}}, KEEP),  # helm install
+        ({"labels": {"app.kubernetes.io/managed-by": "Helm"}}, KEEP),  # helm template, Argo CD
+        ({"labels": {"app.kubernetes.io/managed-by": "Helm"}, "annotations": KEEP}, {}),
+        (
+            {
+                "annotations": {
+                    "meta.helm.sh/release-name": "rel",
+                    "helm.sh/resource-policy": "keep",
+                    "argocd.argoproj.io/sync-options": "Replace=true",
+                }
+            },
+            {"argocd.argoproj.io/sync-options": "Replace=true,Prune=false"},
+        ),
+    ],
+)
+def test_only_a_secret_an_older_chart_rendered_is_released_from_helm_and_argo(
+    metadata: dict[str, dict[str, str]], added: dict[str, str]
+) -> None:
+    """Helm's marks get keep and Prune=false, added to what is there; nothing else is touched."""
+    assert release_from_helm(metadata) == added

@@ -5,11 +5,13 @@
 meanwhile) keeps the one that won. One that exists is kept as it is: only its key names are
 looked at, so that a Secret an operator made without a key the pods need is reported.
 
-One exception to "never written": a Secret an older chart rendered itself (it carries Helm's
-``meta.helm.sh/release-name`` annotation) would be deleted by the ``helm upgrade`` whose
-chart no longer renders it. The upgrade's pre-upgrade Job runs first and adds
-``helm.sh/resource-policy: keep`` to it (a merge patch of that one annotation, data
-untouched), so Helm leaves it in place, and from then on it is made-once like the others.
+One exception to "never written": a Secret an older chart rendered itself (Helm's
+``meta.helm.sh/release-name`` annotation or ``app.kubernetes.io/managed-by: Helm`` label,
+which ``helm template`` renders too) would be deleted by the ``helm upgrade`` whose chart no
+longer renders it, or pruned by Argo CD. The pre-upgrade (PreSync) Job runs first and adds
+``helm.sh/resource-policy: keep`` and Argo CD's ``Prune=false`` sync option to it (a merge
+patch of those annotations, data untouched), so neither deletes it; from then on it is
+made-once like the others.
 
 Neighbours: :mod:`slonkd.core.secret_spec` (the spec, the values),
 :mod:`slonkd.cli.secrets_cmd` (``slonkd secrets ensure``), :mod:`slonkd.adapters.kube.transport`.
@@ -26,7 +28,10 @@ from slonkd.adapters.kube.transport import MERGE_PATCH, KubeTransport
 from slonkd.core.secret_spec import SecretSpec, make_data
 
 HELM_RELEASE: Final = "meta.helm.sh/release-name"
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 RESOURCE_POLICY: Final = "helm.sh/resource-policy"
+SYNC_OPTIONS: Final = "argocd.argoproj.io/sync-options"
+NO_PRUNE: Final = "Prune=false"
 
 
 class Outcome(StrEnum):
@@ -34,7 +39,7 @@ class Outcome(StrEnum):
 
     CREATED = "created"
     KEPT = "kept"
-    RELEASED_FROM_HELM = "kept, released from Helm (helm.sh/resource-policy: keep)"
+    RELEASED_FROM_HELM = "kept, released from Helm (helm.sh/resource-policy: keep, Prune=false)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,17 +69,32 @@ async def _keep(
 ) -> Ensured:
     have = set(obj.get("data") or {})
     missing = tuple(k.key for k in spec.keys if k.key not in have)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    if HELM_RELEASE not in annotations or annotations.get(RESOURCE_POLICY) == "keep":
+    added = release_from_helm(obj.get("metadata") or {})
+    if not added:
         return Ensured(name=spec.name, outcome=Outcome.KEPT, missing=missing)
     await transport.request(
         _call("patch", namespace, spec.name),
         "PATCH",
         f"/api/v1/namespaces/{namespace}/secrets/{spec.name}",
-        body={"metadata": {"annotations": {RESOURCE_POLICY: "keep"}}},
+        body={"metadata": {"annotations": added}},
         content_type=MERGE_PATCH,
     )
     return Ensured(name=spec.name, outcome=Outcome.RELEASED_FROM_HELM, missing=missing)
+
+
+def release_from_helm(metadata: dict[str, Any]) -> dict[str, str]:
+    """The annotations that keep a Secret an older chart rendered from deletion; {} if none."""
+    annotations = metadata.get("annotations") or {}
+    labels = metadata.get("labels") or {}
+    if HELM_RELEASE not in annotations and labels.get(MANAGED_BY) != "Helm":
+        return {}
+    added = {}
+    if annotations.get(RESOURCE_POLICY) != "keep":
+        added[RESOURCE_POLICY] = "keep"
+    options = [o.strip() for o in str(annotations.get(SYNC_OPTIONS, "")).split(",") if o.strip()]
+    if NO_PRUNE not in options:
+        added[SYNC_OPTIONS] = ",".join([*options, NO_PRUNE])
+    return added
 
 
 async def ensure_secret(transport: KubeTransport, namespace: str, spec: SecretSpec) -> Ensured:
@@ -104,4 +124,4 @@ async def ensure_secret(transport: KubeTransport, namespace: str, spec: SecretSp
     return await _keep(transport, namespace, spec, obj)
 
 
-__all__ = ["Ensured", "Outcome", "ensure_secret"]
+__all__ = ["Ensured", "Outcome", "ensure_secret", "release_from_helm"]
