@@ -82,7 +82,7 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 """The pool's toleration of it, as a GPU pool's values give it."""
 MAINT = "example.com/maint"
 """A node maintenance's taint, which the pool does not tolerate."""
-COMPONENTS = ("controller", "login", "coordinator", "mosquitto")
+COMPONENTS = ("controller", "login", "coordinator", "mosquitto", "secretsJob")
 """The chart's other pods, each with its own ``tolerations`` value."""
 COORDINATOR = {"app.kubernetes.io/component": "coordinator"}
 WORKER = {"app.kubernetes.io/component": "slurmd"}
