@@ -8,15 +8,8 @@ from slonkd.core.coordinator_state import Attempts, CoordinatorState
 from slonkd.core.health import Remediation, fail, ok
 from slonkd.core.kube_actions import FAILURE_TAINT, MANUAL_TAINT, REBOOT_TAINT
 from slonkd.core.kube_objects import (
-    CORDONED_BY_ANNOTATION,
-    SLURM_HEALTHY,
-    TAINTS_BY_ANNOTATION,
-    KubeNodeName,
-    Node,
-    NodeCondition,
     Taint,
     TaintEffect,
-    encode_taint_record,
 )
 from slonkd.core.plan import Kind
 from slonkd.core.quarantine import (
@@ -27,52 +20,10 @@ from slonkd.core.quarantine import (
     return_actions,
     return_refusal,
 )
-from tests.unit.coordinator_fakes import pod, slurm
+from tests.unit.coordinator_fakes import marked_node as marked
+from tests.unit.coordinator_fakes import pod, quarantine_taint, slurm
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp()
-
-
-def _taint(key: str, value: str = "health.gpu-xid-79") -> Taint:
-    return Taint(key=key, effect=TaintEffect.NO_SCHEDULE, value=value)
-
-
-def marked(
-    name: str = "kn-0",
-    *,
-    ours: tuple[str, ...] = (FAILURE_TAINT,),
-    foreign: tuple[Taint, ...] = (),
-    cordon: str | None = "health:gpu-xid-79 node=w-0",
-    unschedulable: bool = True,
-    condition: bool = True,
-    annotations: dict[str, str] | None = None,
-) -> Node:
-    """A K8s node with slonkd's marks (``ours`` taints, its cordon, the condition)."""
-    taints = tuple(_taint(k) for k in ours) + foreign
-    notes = dict(annotations or {})
-    record = encode_taint_record(_taint(k).identity for k in ours)
-    if record:
-        notes[TAINTS_BY_ANNOTATION] = record
-    if cordon is not None:
-        notes[CORDONED_BY_ANNOTATION] = cordon
-    conditions = [NodeCondition(type="Ready", status="True")]
-    if condition:
-        conditions.append(
-            NodeCondition(
-                type=SLURM_HEALTHY,
-                status="False",
-                message="health:gpu-xid-79",
-                last_transition_time="2026-12-01T09:00:00Z",
-            )
-        )
-    return Node(
-        name=KubeNodeName(name),
-        uid="u",
-        resource_version="1",
-        unschedulable=unschedulable,
-        taints=taints,
-        conditions=tuple(conditions),
-        annotations=notes,
-    )
 
 
 def test_a_marked_machine_without_a_worker_pod_is_quarantined_with_rung_since_and_why() -> None:
@@ -116,7 +67,7 @@ def test_marks_without_history_fall_back_to_the_condition_time() -> None:
 def test_a_machine_with_a_worker_pod_or_without_slonkds_marks_is_not_quarantined() -> None:
     """A pod there (even terminating) is judged by the pass; foreign marks are not slonkd's."""
     foreign_only = marked(
-        "kn-1", ours=(), cordon=None, condition=False, foreign=(_taint("vendor/broken"),)
+        "kn-1", ours=(), cordon=None, condition=False, foreign=(quarantine_taint("vendor/broken"),)
     )
     nodes = [marked("kn-0"), foreign_only]
     assert quarantined(nodes, [pod(on="kn-0", terminating=True)], {}) == []
@@ -181,7 +132,7 @@ def test_return_is_refused_with_a_worker_pod_there_or_nothing_of_slonkds() -> No
 
 def test_return_lifts_only_slonkds_own_marks() -> None:
     """slonkd's cordon, taints and condition go; a foreign taint and a foreign cordon stay."""
-    vendor = _taint("vendor.io/gpu-broken")
+    vendor = quarantine_taint("vendor.io/gpu-broken")
     spoof = Taint(key=MANUAL_TAINT, effect=TaintEffect.NO_SCHEDULE, value="by-hand")
     node = marked(ours=(FAILURE_TAINT, REBOOT_TAINT), foreign=(vendor, spoof))
     actions = return_actions(node, "alice@example")
