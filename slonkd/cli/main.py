@@ -1,8 +1,9 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
-``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset`` and ``recheck``; those
-other distributions add (``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
+``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``, ``recheck`` and
+``return``; those other distributions add (``sandbox``, from the harness) come through
+:mod:`slonkd.cli.commands`.
 
 Only the named subcommand's module is imported (:data:`MODULES`): ``slonkd check``, which
 the kubelet and operators run often, does not pay for the agent's bus and HTTP clients
@@ -29,6 +30,7 @@ MODULES: dict[str, str] = {
     "prestop": "prestop",
     **dict.fromkeys(("status", "explain", "pause", "unpause", "budget", "state"), "ops"),
     "recheck": "recheck",
+    "return": "quarantine",
 }
 """Each built-in subcommand's module under ``slonkd.cli``, in the help's order."""
 
