@@ -4,7 +4,9 @@
 pods: :mod:`.observing`) and the state's remediation history (:mod:`.remembering`), the
 machines slonkd marked that no worker pod runs on; :func:`section` is ``slonkd status``'s
 ``quarantined`` section and :func:`observe` sets ``slonkd_quarantined_nodes`` and
-``slonkd_quarantined_longest_seconds`` once a pass (:mod:`.reconciling`).
+``slonkd_quarantined_longest_seconds`` once a pass (:mod:`.reconciling`), beside
+``slonkd_quarantine_limit_seconds`` (the settings' ``quarantine_alert_s``, the chart's
+``coordinator.quarantine.alertAfterSeconds``) that the alert compares it with.
 
 ``POST /v1/nodes/{kube_node}/return`` (:func:`return_endpoint`, served by :mod:`.api`) is a
 person's answer: the machine was checked. Like ``recheck`` (:mod:`.commands`) it answers
@@ -67,6 +69,7 @@ def observe(leader: Any, now: float) -> None:
     )
     leader.metrics.quarantined.set(len(found))
     leader.metrics.quarantined_longest.set(round(longest(found, now), 1))
+    leader.metrics.quarantine_limit.set(leader.s.quarantine_alert_s)
 
 
 def _slurm_of(leader: Any, kube: Node | None) -> SlurmNode | None:

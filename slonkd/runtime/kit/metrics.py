@@ -121,6 +121,11 @@ class Metrics:
             "How long the longest-quarantined machine has waited (0: none), at the last pass",
             registry=self.registry,
         )
+        self.quarantine_limit = Gauge(
+            "slonkd_quarantine_limit_seconds",
+            "How long quarantined hardware may wait for a person before the alert (leader only)",
+            registry=self.registry,
+        )
         self.slurm_reads = Counter(
             "slonkd_slurmctld_reads",
             "Reads slonkd sent to slurmctld (polls and full reads)",
