@@ -123,3 +123,14 @@ async def test_return_of_a_machine_with_a_worker_pod_is_refused() -> None:
     assert body["error"].startswith("worker pod w-0 runs on kn-0")
     status, body = await _return(c, "kn-404", "bob")
     assert (status, body["error"]) == (409, "no K8s node 'kn-404'")
+
+
+async def test_a_leader_that_lost_its_lease_returns_nothing() -> None:
+    """The lease is gone (a deposed leader): 503, no write, no history change."""
+    c, writer, store, _ = await _leader()
+    c.elector.valid = False  # type: ignore[attr-defined]
+    before = list(writer.calls)
+    status, _body = await _return(c, "kn-5", "alice")
+    assert status == 503
+    assert writer.calls == before
+    assert store.state.remediation["kn-5"].returned_at == 0

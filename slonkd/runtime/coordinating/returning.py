@@ -128,9 +128,13 @@ async def return_endpoint(
         node=NodeName(kube.marked_for or name), now=time.time(), slurm=None, pod=None,
         kube_node=kube,
     )  # fmt: skip
-    done, failed = await leader.executor.apply_kube_all(
-        view, actions, token, leader.elector.check_valid
-    )
+    try:
+        done, failed = await leader.executor.apply_kube_all(
+            view, actions, token, leader.elector.check_valid
+        )
+    except SlonkdError as exc:  # the lease went meanwhile: the rest is the next leader's
+        log.warning("coordinator.return_interrupted", kube_node=name, error=str(exc)[:200])
+        return web.json_response({"error": f"interrupted: {str(exc)[:200]}"}, status=503)
     history = leader.state.remediation.get(name)
     if history is not None and not failed and not leader.s.dry_run:
 
