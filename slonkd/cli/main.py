@@ -2,8 +2,8 @@
 
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
 ``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``, ``recheck`` and
-``return``; those other distributions add (``sandbox``, from the harness) come through
-:mod:`slonkd.cli.commands`.
+``return``, and the chart Job's ``secrets ensure``; those other distributions add
+(``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
 
 Only the named subcommand's module is imported (:data:`MODULES`): ``slonkd check``, which
 the kubelet and operators run often, does not pay for the agent's bus and HTTP clients
@@ -31,6 +31,7 @@ MODULES: dict[str, str] = {
     **dict.fromkeys(("status", "explain", "pause", "unpause", "budget", "state"), "ops"),
     "recheck": "recheck",
     "return": "quarantine",
+    "secrets": "secrets_cmd",
 }
 """Each built-in subcommand's module under ``slonkd.cli``, in the help's order."""
 

@@ -12,8 +12,11 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,8 @@ class Install:
     values: Path
     nodes: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    job_outputs: list[str] = field(default_factory=list)
+    """What each run of the secrets Job printed (created/kept per Secret)."""
 
     def helm_args(self, *more: str) -> list[str]:
         """Namespace and values for install/upgrade."""
@@ -75,7 +80,86 @@ class Install:
 
     def install(self, *extra: str) -> None:
         """``helm install`` the chart (no --wait: the tests poll the objects themselves)."""
-        self.helm.run("install", self.release, str(CHART_DIR), *self.helm_args(*extra))
+        self.with_secrets_job("install", self.release, str(CHART_DIR), *self.helm_args(*extra))
+
+    def with_secrets_job(self, *helm_args: str) -> None:
+        """Run helm, and play the kubelet for its pre-install/pre-upgrade secrets Job.
+
+        kwok runs no container: the Job's pod is Running on a fake node, so its command (the
+        container's args, ``slonkd secrets ensure``) runs here with a token of the Job's own
+        ServiceAccount, while helm waits for the Job, before any other object of the release
+        exists; then the pod is marked Succeeded (exit 0), the Job completes and helm goes on.
+        """
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            done = pool.submit(self.helm.run, *helm_args)
+            self._run_secrets_job(done, installing=helm_args[0] == "install")
+            done.result(timeout=300)
+
+    def _run_secrets_job(self, helm_done: Future[Any], *, installing: bool) -> None:
+        api, job = self.kube.api, f"{self.release}-secrets"
+        pods = f"/api/v1/namespaces/{self.ns}/pods"
+        sel = {"labelSelector": f"app.kubernetes.io/instance={self.release},"
+               "app.kubernetes.io/component=secrets"}  # fmt: skip
+        found: list[Obj] = []
+
+        def running() -> bool:
+            if helm_done.done():
+                helm_done.result()  # helm failed: its error, not a timeout here
+                raise AssertionError("helm finished before its secrets Job ran")
+            items = api.request("GET", pods, params=sel)["items"]
+            found[:] = [p for p in items if p.get("status", {}).get("phase") == "Running"]
+            return bool(found)
+
+        wait_for(f"{job} pod Running", running, timeout_s=120)
+        pod = found[0]
+        assert pod["spec"]["serviceAccountName"] == job
+        if installing:
+            assert not self.workloads(), "the secrets Job runs before any workload exists"
+        (container,) = pod["spec"]["containers"]
+        config = self.helm.home / f"kubeconfig-{job}-{self.tag}"
+        token = self.kube.create_token(self.ns, job)
+        config.write_text(self.kube.kubeconfig_for(token, user=job, namespace=self.ns))
+        env = {**os.environ, "KUBECONFIG": str(config)}
+        env.pop("POD_NAMESPACE", None)
+        ran = slonkd(*container["args"], env=env)
+        assert ran.returncode == 0, ran.stderr
+        self.job_outputs.append(ran.stdout)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "phase": "Succeeded",
+            "conditions": [
+                {"type": t, "status": v, "lastTransitionTime": now}
+                for t, v in (
+                    ("PodScheduled", "True"),
+                    ("Initialized", "True"),
+                    ("ContainersReady", "False"),
+                    ("Ready", "False"),
+                )
+            ],
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "image": container["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+            ],
+        }
+        api.request(
+            "PATCH",
+            f"{pods}/{pod['metadata']['name']}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
 
     def workloads(self) -> list[Obj]:
         """The release's StatefulSets and Deployments."""
@@ -131,6 +215,7 @@ def _setup(
         "coordinator": {"nodeSelector": here},
         "login": {"nodeSelector": here},
         "mosquitto": {"nodeSelector": here},
+        "secretsJob": {"nodeSelector": here},
         "pools": [
             {**p, "nodeSelector": {**here, **p.get("nodeSelector", GPU_LABELS)}} for p in pools
         ],
@@ -547,7 +632,9 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
     """Upgrade adds a node but replaces no worker; uninstall removes every object it made.
 
     The same release name is installed in a second namespace beside the first: cluster-scoped
-    objects do not collide. The upgrade keeps the generated munge key and broker password.
+    objects do not collide. The upgrade keeps the munge key and broker password that the
+    install's secrets Job made: the upgrade's Job runs again and keeps both. Uninstall leaves
+    those Secrets alone (a reinstall finds them), and nothing else.
     """
     inst = _slonk(kube, tmp_path_factory)
     api = kube.api
@@ -563,8 +650,12 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         values = yaml.safe_load(inst.values.read_text())
         values["pools"][0] = {**values["pools"][0], **grown}
         inst.values.write_text(yaml.safe_dump(values))
-        inst.helm.run("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
+        inst.with_secrets_job("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
         inst.wait_all_running({**EXPECTED, "slonk-gpu": 3})
+        made, kept = inst.job_outputs
+        for name in ("slonk-munge", "slonk-mosquitto-admin"):
+            assert f"secret {inst.ns}/{name}: created " in made
+            assert f"secret {inst.ns}/{name}: kept " in kept
 
         after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in inst.pods()}
         for name in ("slonk-gpu-0", "slonk-gpu-1"):
@@ -580,7 +671,12 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         node_events = f"{inst.ns}-slonk-node-events"
         assert f"{NODE_EVENT_NAMESPACED[0]}/{node_events}" in _leftovers(inst)
         inst.helm.run("uninstall", inst.release, f"--namespace={inst.ns}")
-        wait_for(f"nothing of {inst.release} left", lambda: not _leftovers(inst), timeout_s=90)
+        made_once = {f"{secret_path}/slonk-munge", f"{secret_path}/slonk-mosquitto-admin"}
+        wait_for(
+            f"nothing of {inst.release} left but the Secrets made once",
+            lambda: set(_leftovers(inst)) == made_once,
+            timeout_s=90,
+        )
         # The first install, same release name in another namespace, is untouched.
         for tier in ("control", "serving", "training"):
             api.request(
@@ -593,6 +689,74 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         assert len(installed.pods()) == sum(EXPECTED.values())
     finally:
         _teardown(inst)
+
+
+OLD_SECRETS = """\
+{{- if not .Values.munge.existingSecret }}
+{{- $name := include "slonk.mungeSecret" . }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "slonk.labels" . | nindent 4 }}
+type: Opaque
+data:
+  munge.key: {{ if $old }}{{ index $old.data "munge.key" }}{{ else }}{{ randBytes 1024 }}{{ end }}
+{{- end }}
+{{- if not .Values.mosquitto.admin.existingSecret }}
+{{- $name := include "slonk.mqttAdminSecret" . }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "slonk.labels" . | nindent 4 }}
+type: Opaque
+data:
+  username: {{ .Values.mosquitto.admin.username | b64enc }}
+  password: {{ if $old }}{{ index $old.data "password" }}{{ else -}}
+    {{ randAlphaNum 32 | b64enc }}{{ end }}
+{{- end }}
+"""
+"""templates/secrets.yaml as the chart had it before the secrets Job (issue 40 item 2)."""
+
+
+def test_upgrade_from_a_chart_that_rendered_its_secrets_keeps_them(
+    kube: KubeCluster, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The Secrets an older chart rendered (lookup, randBytes) survive the upgrade to this one.
+
+    Helm deletes on upgrade what the new chart no longer renders; the pre-upgrade Job finds
+    them first and adds only ``helm.sh/resource-policy: keep``: same data after the upgrade.
+    """
+    old_chart = tmp_path / "slonk-old"
+    shutil.copytree(CHART_DIR, old_chart)
+    (old_chart / "templates" / "secrets.yaml").write_text(OLD_SECRETS)
+    inst = _slonk(kube, tmp_path_factory)
+    api = kube.api
+    secret_path = f"/api/v1/namespaces/{inst.ns}/secrets"
+    try:
+        inst.helm.run("install", inst.release, str(old_chart), *inst.helm_args())
+        inst.wait_all_running(EXPECTED)
+        names = ("slonk-munge", "slonk-mosquitto-admin")
+        before = {n: api.request("GET", f"{secret_path}/{n}")["data"] for n in names}
+        inst.with_secrets_job("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
+        inst.wait_all_running(EXPECTED)
+        (ran,) = inst.job_outputs
+        for name in names:
+            now = api.request("GET", f"{secret_path}/{name}", ok=(200, 404))
+            assert now.get("data") == before[name], f"{name} lost in the upgrade"
+            assert now["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+            assert now["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == (
+                "Prune=false"
+            )
+            assert f"secret {inst.ns}/{name}: kept, released from Helm" in ran
+    finally:
+        _teardown(inst)  # the namespace, and the Secrets with it
 
 
 BREAKING = {

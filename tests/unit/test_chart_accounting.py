@@ -20,6 +20,7 @@ import pytest
 
 from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from tests.unit.test_chart_render import Obj, helm, one, render, slurm_conf
+from tests.unit.test_chart_secrets import made_once
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render
 
@@ -114,7 +115,7 @@ def test_enabled_runs_slurmdbd_on_the_charts_mariadb(helm: Helm) -> None:
     assert env["MARIADB_USER"] == dbd_conf["StorageUser"]
     secret = _secret_ref(mariadb, "MARIADB_PASSWORD")
     assert secret == _secret_ref(_container(dbd, "slurmdbd-conf", init=True), "DB_PASSWORD")
-    assert one(objs, "Secret", secret[0])["data"][secret[1]]
+    assert secret[1] in made_once(objs)[secret[0]]  # made once by the secrets Job
     assert db["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
 
     policy = one(objs, "NetworkPolicy", "rel-mariadb")
@@ -127,7 +128,7 @@ def test_an_external_database_replaces_the_charts_mariadb(helm: Helm) -> None:
     objs = render(helm, set_json=EXTERNAL)
     names = _names(objs)
     assert not [n for n in names if "mariadb" in n[1]]
-    assert ("Secret", "rel-accounting-db") not in names
+    assert "rel-accounting-db" not in made_once(objs)
     dbd_conf = _conf_lines(one(objs, "ConfigMap", "rel-slurmdbd-config")["data"]["slurmdbd.conf"])
     assert dbd_conf["StorageHost"] == "db.example.org"
     init = _container(one(objs, "StatefulSet", "rel-slurmdbd"), "slurmdbd-conf", init=True)

@@ -12,6 +12,8 @@
 - :mod:`~slonkd.adapters.kube.lease`: leader election with a fencing token;
   :mod:`~slonkd.adapters.kube.state`: the coordinator's fenced state in a ConfigMap;
   :mod:`~slonkd.adapters.kube.tokenreview`: who a pod-bound token belongs to.
+- :mod:`~slonkd.adapters.kube.secrets`: a Secret made once (the chart's secrets Job).
 
-The RBAC these calls need is in ``deploy/rbac/``.
+The RBAC these calls need is in ``deploy/rbac/``; the secrets Job's is its own Role in the
+chart (``templates/secrets.yaml``).
 """
