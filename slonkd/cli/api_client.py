@@ -29,9 +29,16 @@ def base_url(url: str | None, env: Mapping[str, str] = os.environ) -> str:
 
 
 async def call(
-    method: str, url: str, *, timeout_s: float = TIMEOUT_S, env: Mapping[str, str] = os.environ
+    method: str,
+    url: str,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    env: Mapping[str, str] = os.environ,
+    json_body: Any = None,
 ) -> tuple[int, Any]:
-    """``method url`` with the environment's CA and TLS name; (status, JSON body).
+    """``method url`` (``json_body`` its body, if any); (status, JSON body).
+
+    The environment's CA and TLS name verify an https URL.
 
     ValueError for an unusable ``SLONKD_COORDINATOR_CA`` (naming it); aiohttp's errors for
     an unreachable or unverifiable coordinator.
@@ -45,6 +52,6 @@ async def call(
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
-        session.request(method, url, ssl=context, server_hostname=name) as response,
+        session.request(method, url, ssl=context, server_hostname=name, json=json_body) as response,
     ):
         return response.status, await response.json(content_type=None)

@@ -1,9 +1,9 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
-``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset`` and ``recheck``, and
-the chart Job's ``secrets ensure``; those other distributions add (``sandbox``, from the
-harness) come through :mod:`slonkd.cli.commands`.
+``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``, ``recheck`` and
+``return``, and the chart Job's ``secrets ensure``; those other distributions add
+(``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
 
 Only the named subcommand's module is imported (:data:`MODULES`): ``slonkd check``, which
 the kubelet and operators run often, does not pay for the agent's bus and HTTP clients
@@ -30,6 +30,7 @@ MODULES: dict[str, str] = {
     "prestop": "prestop",
     **dict.fromkeys(("status", "explain", "pause", "unpause", "budget", "state"), "ops"),
     "recheck": "recheck",
+    "return": "quarantine",
     "secrets": "secrets_cmd",
 }
 """Each built-in subcommand's module under ``slonkd.cli``, in the help's order."""

@@ -212,6 +212,29 @@ def _topology_lines(t: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _quarantine_lines(q: Any) -> list[str]:
+    """Machines slonkd took out that no worker pod runs on: each waits for a person."""
+    nodes = q.get("nodes") if isinstance(q, dict) else None
+    if not nodes:
+        return []
+    lines = [
+        f"quarantined (waiting for a person): {len(nodes)}, `slonkd return NODE` after a check"
+    ]
+    for n in nodes[:SHOWN] if isinstance(nodes, list) else []:
+        hours = n.get("for_s") / 3600 if isinstance(n.get("for_s"), int | float) else None
+        lines.append(
+            f"  {escape(n.get('kube_node'))}: {escape(n.get('rung'))}"
+            f" (attempt {escape(n.get('attempts'))}) since {escape(n.get('since') or '?')}"
+            + (f" ({hours:.1f} h)" if hours is not None else "")
+            + f": {escape(n.get('why') or '?')}"
+            + (f", for {escape(n['slurm_node'])}" if n.get("slurm_node") else "")
+            + (", on hold" if n.get("hold") else "")
+        )
+    if len(nodes) > SHOWN:
+        lines.append(f"  and {len(nodes) - SHOWN} more (slonkd status -o json)")
+    return lines
+
+
 def render_table(body: dict[str, Any]) -> str:
     """The status as a table for people; all text from outside goes through :func:`escape`."""
     state = body.get("state", {})
@@ -253,6 +276,7 @@ def render_table(body: dict[str, Any]) -> str:
                 f" pending {escape(','.join(r.get('pending_checks') or []))}"
                 f" ({escape(r.get('why'))})"
             )
+    lines.extend(_quarantine_lines(body.get("quarantined")))
     rows = [[_cell(n.get(c)) for c in COLUMNS] for n in body.get("nodes", [])]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     lines.append("  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))

@@ -47,6 +47,12 @@ class Attempts:
 
     attempts: int = 0
     last_at: float = 0.0
+    returned_at: float = 0.0
+    """When a person returned the machine (``slonkd return``; 0: not since the last step).
+    The history is kept: the attempts still count, so a later failure takes the next rung;
+    the next step clears this mark (:mod:`slonkd.core.quarantine`)."""
+    returned_by: str = ""
+    """Who returned it (cut to :data:`MAX_TEXT`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,10 +84,7 @@ class CoordinatorState:
 
     def to_data(self) -> dict[str, str]:
         """The ConfigMap ``data`` for this state."""
-        remediation = {
-            k: {"attempts": v.attempts, "lastAt": v.last_at}
-            for k, v in sorted(self.remediation.items())
-        }
+        remediation = {k: _attempts_data(v) for k, v in sorted(self.remediation.items())}
         return {
             "schema": SCHEMA,
             "nodesOut": json.dumps(sorted(self.nodes_out)),
@@ -182,6 +185,14 @@ def salvage_token(data: Mapping[str, str] | None) -> int:
         return -1
 
 
+def _attempts_data(a: Attempts) -> dict[str, Any]:
+    """One K8s node's history as stored (the return's keys only once it was returned)."""
+    out: dict[str, Any] = {"attempts": a.attempts, "lastAt": a.last_at}
+    if a.returned_at:
+        out.update(returnedAt=a.returned_at, returnedBy=a.returned_by[:MAX_TEXT])
+    return out
+
+
 def _json(data: Mapping[str, str], key: str, default: str) -> Any:
     return json.loads(data.get(key, default))
 
@@ -237,8 +248,14 @@ def _remediation(data: Mapping[str, str]) -> dict[str, Attempts]:
         for k, v in raw.items():
             if not isinstance(v, dict) or not {"attempts", "lastAt"} <= set(v):
                 raise StateCorrupt(f"coordinator state remediation of {k[:60]!r} is malformed")
+            by = v.get("returnedBy", "")
+            if not isinstance(by, str):
+                raise StateCorrupt(f"coordinator state returnedBy of {k[:60]!r} is not a text")
             done[k] = Attempts(
-                attempts=_count(v["attempts"], "attempts"), last_at=_time(v["lastAt"], "lastAt")
+                attempts=_count(v["attempts"], "attempts"),
+                last_at=_time(v["lastAt"], "lastAt"),
+                returned_at=_time(v.get("returnedAt", 0), "returnedAt"),
+                returned_by=by[:MAX_TEXT],
             )
         return done
     old = json.loads(data.get("remediationAttempts", "{}"))

@@ -34,6 +34,7 @@ from slonkd.adapters.slurm.results import UpdateResult
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.errors import ParseError, TerminalError, TransientError
 from slonkd.core.health import ok
+from slonkd.core.kube_actions import FAILURE_TAINT
 from slonkd.core.kube_changes import ChangeOutcome, ChangeResult, ObjectRef
 from slonkd.core.kube_objects import (
     CORDONED_BY_ANNOTATION,
@@ -405,3 +406,50 @@ def kinds(plan: Plan, writer: Writer | None = None) -> list[tuple[str, str]]:
     return [
         (a.kind.value, str(a.cause)) for a in plan.actions if writer is None or a.writer is writer
     ]
+
+
+# -- quarantined hardware: a K8s node slonkd marked, for test_quarantine and its users --------
+
+
+def quarantine_taint(key: str, value: str = "health.gpu-xid-79") -> Taint:
+    """A NoSchedule taint ``key`` with slonkd's kind of value."""
+    return Taint(key=key, effect=TaintEffect.NO_SCHEDULE, value=value)
+
+
+def marked_node(
+    name: str = "kn-0",
+    *,
+    ours: tuple[str, ...] = (FAILURE_TAINT,),
+    foreign: tuple[Taint, ...] = (),
+    cordon: str | None = "health:gpu-xid-79 node=w-0",
+    unschedulable: bool = True,
+    condition: bool = True,
+    annotations: dict[str, str] | None = None,
+) -> Node:
+    """A K8s node with slonkd's marks (``ours`` taints, its cordon, the condition)."""
+    taints = tuple(quarantine_taint(k) for k in ours) + foreign
+    notes = dict(annotations or {})
+    record = encode_taint_record(quarantine_taint(k).identity for k in ours)
+    if record:
+        notes[TAINTS_BY_ANNOTATION] = record
+    if cordon is not None:
+        notes[CORDONED_BY_ANNOTATION] = cordon
+    conditions = [NodeCondition(type="Ready", status="True")]
+    if condition:
+        conditions.append(
+            NodeCondition(
+                type=SLURM_HEALTHY,
+                status="False",
+                message="health:gpu-xid-79",
+                last_transition_time="2026-12-01T09:00:00Z",
+            )
+        )
+    return Node(
+        name=KubeNodeName(name),
+        uid="u",
+        resource_version="1",
+        unschedulable=unschedulable,
+        taints=taints,
+        conditions=tuple(conditions),
+        annotations=notes,
+    )

@@ -1,11 +1,14 @@
 """The coordinator's HTTP API: ``/v1/status``, ``/v1/nodes``, ``/v1/explain/{node}``.
 
+Two POSTs, loopback only (``kubectl exec`` into the pod: RBAC decides who): ``recheck``
+(:mod:`.commands`) and ``return`` of a quarantined K8s node (:mod:`.returning`).
+
 Every replica serves it; only the leader has a pass to show, the others answer 503 with the
 holder they last saw on the Lease so ``slonkd status`` can say where to look. ``/healthz``
 says the process is alive; ``/readyz`` that it is campaigning and reaching the Kubernetes
 API (a standby is ready too: it is doing its job; a replica the API does not answer is not).
-Read-only: operators change slonkd through Kubernetes objects (hold label, the state
-ConfigMap) so that RBAC, not this API, decides who may.
+Otherwise read-only: operators change slonkd through Kubernetes objects (hold label, the
+state ConfigMap) so that RBAC, not this API, decides who may.
 
 With :class:`ApiTls` it serves HTTPS only (the chart's ``tls.enabled``): the port then
 answers no plain HTTP, so agents fetching MQTT credentials verify the coordinator with the
@@ -23,6 +26,7 @@ from aiohttp import web
 
 from slonkd.core.status import explain, node_row
 from slonkd.runtime.coordinating.commands import recheck_endpoint
+from slonkd.runtime.coordinating.returning import return_endpoint
 from slonkd.runtime.kit.metrics import Metrics
 
 MAX_BODY_BYTES = 64 * 1024
@@ -92,6 +96,7 @@ class CoordinatorAPI:
         if self.credentials is not None:
             app.router.add_post("/v1/credentials", self.credentials.handle)
         app.router.add_post("/v1/nodes/{node}/recheck", self._recheck)
+        app.router.add_post("/v1/nodes/{node}/return", self._return)
         return app
 
     async def start(self, host: str, port: int, *, tls: ApiTls | None = None) -> None:
@@ -190,3 +195,6 @@ class CoordinatorAPI:
 
     async def _recheck(self, request: web.Request) -> web.Response:
         return await recheck_endpoint(request, self.leader, self._not_leading)
+
+    async def _return(self, request: web.Request) -> web.Response:
+        return await return_endpoint(request, self.leader, self._not_leading)

@@ -113,7 +113,8 @@ class CommandSender:
         return command
 
 
-def _loopback(remote: str | None) -> bool:
+def loopback(remote: str | None) -> bool:
+    """Whether the peer's address is a loopback one (None or not an address: no)."""
     try:
         return remote is not None and ipaddress.ip_address(remote).is_loopback
     except ValueError:
@@ -125,7 +126,7 @@ async def recheck_endpoint(
 ) -> web.Response:
     """``POST /v1/nodes/{node}/recheck``: loopback only; the leader sends ``recheck``."""
     node = request.match_info["node"]
-    if not _loopback(request.remote):
+    if not loopback(request.remote):
         log.warning("bus.recheck_refused", reason="not from loopback", remote=request.remote)
         return web.json_response({"error": "only from inside the coordinator's pod"}, status=403)
     if (refusal := not_leading()) is not None:

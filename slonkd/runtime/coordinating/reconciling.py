@@ -35,6 +35,7 @@ from slonkd.core.budget import Admission
 from slonkd.core.coordinator_state import CoordinatorState
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
+from slonkd.runtime.coordinating import returning
 from slonkd.runtime.coordinating.composing import Composition
 from slonkd.runtime.coordinating.executing import SLURM_KINDS
 from slonkd.runtime.coordinating.values import slurm_text
@@ -65,7 +66,7 @@ class Coordinator(Composition):
     suspected: frozenset[Cause] = frozenset()
 
     def status_sections(self) -> dict[str, Any]:
-        """Extra sections of ``slonkd status`` (topology, rollout) from the leader's tasks."""
+        """Extra sections of ``slonkd status`` (topology, rollout, quarantined machines)."""
         sections: dict[str, Any] = {
             "passes": {
                 "count": self.passes,
@@ -88,6 +89,7 @@ class Coordinator(Composition):
             sections["rollout"] = self.rollout.status()
         if self.job_outcomes is not None:
             sections["job_blame"] = self.job_outcomes.status()
+        sections["quarantined"] = returning.section(self, time.time())
         return sections
 
     # -- one pass ----------------------------------------------------------------------------
@@ -167,6 +169,7 @@ class Coordinator(Composition):
         finally:  # held until the reads show what the pass took out (a dry run: nothing)
             (self.gate.release if self.s.dry_run else self.gate.written)(ticket)
         await self.revalidator.after_pass(views, plans)
+        returning.observe(self, time.time())
         self.metrics.reconciled("ok", time.monotonic() - began)
         self.metrics.breaker_open.set(1 if self.state.breaker_open else 0)
         self.metrics.paused.set(1 if self.state.paused else 0)

@@ -205,6 +205,8 @@ class CoordinatorSettings:
         check_rotation(self.audit_max_bytes, self.audit_keep)
         if not (self.sdiag_s == 0 or self.sdiag_s >= 1) or not self.sdiag_timeout_s > 0:
             raise ValueError("sdiag_s must be 0 (off) or at least 1, sdiag_timeout_s positive")
+        if not self.quarantine_alert_s > 0:
+            raise ValueError("quarantine_alert_s must be positive")
 
     def lease_settings(self) -> LeaseSettings:
         """The elector's settings (built, and so checked, at start too)."""
@@ -239,6 +241,10 @@ class CoordinatorSettings:
     """slurmctld's statistics (``sdiag``) are read this often for the fleet metrics (0: never)."""
     sdiag_timeout_s: float = 10.0
     """... each read given up after this long (counted as a failure, never fatal)."""
+    quarantine_alert_s: float = 86400.0
+    """Hardware slonkd took out that waits for a person longer than this is too long: exported
+    as ``slonkd_quarantine_limit_seconds``, which ``SlonkdHardwareQuarantinedTooLong`` compares
+    with ``slonkd_quarantined_longest_seconds`` (:mod:`.returning`)."""
     trigger_program: str = ""
     """slurmctld's permanent node triggers run this program (``slonkd-nudge``'s path where
     slurmctld runs), installed and kept by the leader (:mod:`.triggering`); "": off, and the

@@ -111,6 +111,21 @@ class Metrics:
             "Age of the oldest revalidation in progress (0: none), at the last pass",
             registry=self.registry,
         )
+        self.quarantined = Gauge(
+            "slonkd_quarantined_nodes",
+            "K8s nodes with slonkd's marks and no worker pod (for a person), at the last pass",
+            registry=self.registry,
+        )
+        self.quarantined_longest = Gauge(
+            "slonkd_quarantined_longest_seconds",
+            "How long the longest-quarantined machine has waited (0: none), at the last pass",
+            registry=self.registry,
+        )
+        self.quarantine_limit = Gauge(
+            "slonkd_quarantine_limit_seconds",
+            "How long quarantined hardware may wait for a person before the alert (leader only)",
+            registry=self.registry,
+        )
         self.slurm_reads = Counter(
             "slonkd_slurmctld_reads",
             "Reads slonkd sent to slurmctld (polls and full reads)",

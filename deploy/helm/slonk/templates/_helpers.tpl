@@ -241,6 +241,7 @@ configuration tree (`slonkd config schema coordinator`). Lease timing keeps clie
   "dry_run" $c.dryRun
   "fleet_metrics" $c.fleetMetrics.enabled
   "sdiag_s" $c.fleetMetrics.sdiagSeconds
+  "quarantine_alert_s" (int $c.quarantine.alertAfterSeconds)
 -}}
 {{- $t := .Values.topology -}}
 {{- if ne $t.plugin "none" -}}
