@@ -17,10 +17,12 @@
 3. For 1,000 and 5,000 nodes (kwok nodes, pods created with nodeName: :meth:`FleetBuilder.bound
    <slonkd_sandbox.fleet.FleetBuilder.bound>`, SLURM nodes declared
    without slurmd, on the quiet harness's SlurmdTimeout:
-   :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`): the duration of a full resync pass
-   and its phases (resync_{size}_*: the median over the passes of 26 s at rest, their count
-   resync_{size}_samples; one pass alone moves by up to 2x; the SLURM phase's mean too,
-   resync_{size}_slurm_read_mean_ms, for it is bimodal), the slurmctld reads it took, and
+   :data:`~slonkd_sandbox.slurm.cluster.QUIET_SLURMD_TIMEOUT_S`; measured once the node
+   lifecycle controller has labelled and untainted every node, :func:`_settled`): the
+   duration of a full resync pass and its phases (resync_{size}_*: the median over the
+   passes of 26 s at rest, their count resync_{size}_samples; one pass alone moves by up to
+   2x; the SLURM phase's mean too, resync_{size}_slurm_read_mean_ms, for it is bimodal),
+   the slurmctld reads it took, and
    the coordinator's RSS; the time to its first pass (first_pass_{size}_s, from its API up:
    a failover's time to first action) and the way there: process start, its CPU seconds, the
    Lease, the informers' lists and the first pass's phases (first_pass_{size}_*). Over the
@@ -222,6 +224,19 @@ async def _create(kube: KubeCluster, build: FleetBuilder, prefix: str, pods: lis
     finally:
         await transport.close()
     return time.monotonic() - began
+
+
+def _settled(kube: KubeCluster) -> bool:
+    """Every node labelled and untainted by the node lifecycle controller (nothing pending).
+
+    Until then each node it changes starts a coordinator pass: a window "at rest" is not.
+    """
+    items = kube.api.request("GET", "/api/v1/nodes")["items"]
+    return all(
+        "beta.kubernetes.io/os" in n["metadata"].get("labels", {})
+        and not any(t["key"] == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", []))
+        for n in items
+    )
 
 
 def _running(kube: KubeCluster, want: int) -> bool:
@@ -589,6 +604,7 @@ def scale(
             timeout_s=600,
             interval_s=2,
         )
+        wait_for("K8s nodes settled", lambda: _settled(kube), timeout_s=600, interval_s=2)
         config: dict[str, Any] = {
             "resync_s": 5, "failure_grace_s": 10**6, "unready_grace_s": 10**6,
             "max_out": 100, "max_out_percent": 100, "mass_percent": 100,

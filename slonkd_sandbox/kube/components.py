@@ -95,6 +95,11 @@ def kcm_argv(
         f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=false",
         f"--node-monitor-grace-period={node_monitor_grace_period}",
+        # the node lifecycle controller labels and untaints each new node at the client's
+        # default 20 requests/s: 5,000 kwok nodes took about 18 minutes to settle, and every
+        # one of those changes starts a coordinator's pass (a bench "at rest" was not)
+        "--kube-api-qps=500",
+        "--kube-api-burst=1000",
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
         "--v=1",
