@@ -691,37 +691,9 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         _teardown(inst)
 
 
-OLD_SECRETS = """\
-{{- if not .Values.munge.existingSecret }}
-{{- $name := include "slonk.mungeSecret" . }}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
-apiVersion: v1
-kind: Secret
-metadata:
-  name: {{ $name }}
-  labels:
-    {{- include "slonk.labels" . | nindent 4 }}
-type: Opaque
-data:
-  munge.key: {{ if $old }}{{ index $old.data "munge.key" }}{{ else }}{{ randBytes 1024 }}{{ end }}
-{{- end }}
-{{- if not .Values.mosquitto.admin.existingSecret }}
-{{- $name := include "slonk.mqttAdminSecret" . }}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: {{ $name }}
-  labels:
-    {{- include "slonk.labels" . | nindent 4 }}
-type: Opaque
-data:
-  username: {{ .Values.mosquitto.admin.username | b64enc }}
-  password: {{ if $old }}{{ index $old.data "password" }}{{ else -}}
-    {{ randAlphaNum 32 | b64enc }}{{ end }}
-{{- end }}
-"""
+OLD_SECRETS = (
+    Path(__file__).resolve().parent.parent / "data" / "chart" / "secrets-before-issue-40.yaml"
+)
 """templates/secrets.yaml as the chart had it before the secrets Job (issue 40 item 2)."""
 
 
@@ -735,7 +707,7 @@ def test_upgrade_from_a_chart_that_rendered_its_secrets_keeps_them(
     """
     old_chart = tmp_path / "slonk-old"
     shutil.copytree(CHART_DIR, old_chart)
-    (old_chart / "templates" / "secrets.yaml").write_text(OLD_SECRETS)
+    shutil.copy(OLD_SECRETS, old_chart / "templates" / "secrets.yaml")
     inst = _slonk(kube, tmp_path_factory)
     api = kube.api
     secret_path = f"/api/v1/namespaces/{inst.ns}/secrets"

@@ -427,29 +427,16 @@ def marked_node(
     annotations: dict[str, str] | None = None,
 ) -> Node:
     """A K8s node with slonkd's marks (``ours`` taints, its cordon, the condition)."""
-    taints = tuple(quarantine_taint(k) for k in ours) + foreign
-    notes = dict(annotations or {})
-    record = encode_taint_record(quarantine_taint(k).identity for k in ours)
-    if record:
-        notes[TAINTS_BY_ANNOTATION] = record
+    added = tuple(quarantine_taint(k) for k in ours)
+    node = knode(name=name, cordoned=unschedulable, taints=added + foreign, added=added)
+    notes = {**node.annotations, **(annotations or {})}
     if cordon is not None:
         notes[CORDONED_BY_ANNOTATION] = cordon
-    conditions = [NodeCondition(type="Ready", status="True")]
-    if condition:
-        conditions.append(
-            NodeCondition(
-                type=SLURM_HEALTHY,
-                status="False",
-                message="health:gpu-xid-79",
-                last_transition_time="2026-12-01T09:00:00Z",
-            )
-        )
-    return Node(
-        name=KubeNodeName(name),
-        uid="u",
-        resource_version="1",
-        unschedulable=unschedulable,
-        taints=taints,
-        conditions=tuple(conditions),
-        annotations=notes,
+    failing = NodeCondition(
+        type=SLURM_HEALTHY,
+        status="False",
+        message="health:gpu-xid-79",
+        last_transition_time="2026-12-01T09:00:00Z",
     )
+    conditions = (*node.conditions, failing) if condition else node.conditions
+    return replace(node, uid="u", annotations=notes, conditions=conditions)
