@@ -35,20 +35,6 @@ from slonkd.core.reasons import Cause, ReasonOwner, cause_detail, decode_causes,
 from slonkd.core.revalidation import is_failure
 from slonkd.core.slurm_node import SlurmNode
 
-RETURNED = "returned"
-"""The cause name of the writes ``slonkd return`` makes (its detail: who)."""
-
-
-class Rung(StrEnum):
-    """How far the remediation ladder went on a quarantined machine."""
-
-    MARKED = "marked"
-    """slonkd's marks, no ladder step on record (``policy.remediate`` off, the pod went)."""
-    EVICTED = "pod-evicted"
-    """The ladder's first step: the pod was evicted to other hardware."""
-    REBOOT = "reboot-requested"
-    MANUAL = "manual-repair"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Quarantined:
@@ -81,6 +67,21 @@ class Quarantined:
             "marks": list(self.marks),
             "hold": self.held,
         }
+
+
+class Rung(StrEnum):
+    """How far the remediation ladder went on a quarantined machine."""
+
+    MARKED = "marked"
+    """slonkd's marks, no ladder step on record (``policy.remediate`` off, the pod went)."""
+    EVICTED = "pod-evicted"
+    """The ladder's first step: the pod was evicted to other hardware."""
+    REBOOT = "reboot-requested"
+    MANUAL = "manual-repair"
+
+
+RETURNED = "returned"
+"""The cause name of the writes ``slonkd return`` makes (its detail: who)."""
 
 
 def slonkd_marks(node: Node) -> tuple[str, ...]:

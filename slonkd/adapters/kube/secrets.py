@@ -42,6 +42,10 @@ class Outcome(StrEnum):
     RELEASED_FROM_HELM = "kept, released from Helm (helm.sh/resource-policy: keep, Prune=false)"
 
 
+def _call(verb: str, namespace: str, name: str = "") -> Call:
+    return Call(verb=verb, resource="secrets", namespace=namespace, name=name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ensured:
     """One Secret's outcome, and the keys of the spec it lacks (only a kept one can)."""
@@ -49,10 +53,6 @@ class Ensured:
     name: str
     outcome: Outcome
     missing: tuple[str, ...] = ()
-
-
-def _call(verb: str, namespace: str, name: str = "") -> Call:
-    return Call(verb=verb, resource="secrets", namespace=namespace, name=name)
 
 
 async def _read(transport: KubeTransport, namespace: str, name: str) -> dict[str, Any] | None:
