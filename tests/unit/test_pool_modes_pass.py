@@ -139,3 +139,29 @@ async def test_switching_to_full_takes_the_standing_failures_within_the_budget()
     await c.reconcile_all()  # the two are out now: no room, nothing more, still no breaker
     assert {name for what, name in writer.calls if what == "cordon"} == cordoned
     assert not store.state.breaker_open
+
+
+async def test_a_held_back_action_that_ends_and_comes_back_is_reported_again() -> None:
+    """Reported once while it stands; gone, then back (a new failure): reported again."""
+    failed = slurm_node(0, "IDLE+FAIL", "Kill task failed")
+    slurm = FakeSlurm([failed, slurm_node(1)], failing=set())
+    writer, store = FakeNodeWriter(), FakeStore()
+    _switch(store, "observe")
+    c = coordinator_with(
+        slurm, writer, [kube_node(0), kube_node(1)], store=store, policy=Policy(remediate=False)
+    )
+    audit = AuditRecorder()
+    c.auditor.log = audit  # type: ignore[assignment]
+
+    def cordons() -> int:
+        return sum(1 for r in audit.records if r["action"] == "cordon" and r["node"] == "w-0")
+
+    await c.reconcile_all()
+    await c.reconcile_all()
+    assert cordons() == 1
+    slurm.nodes = [slurm_node(0), slurm_node(1)]
+    await c.reconcile_all()
+    slurm.nodes = [failed, slurm_node(1)]
+    await c.reconcile_all()
+    assert cordons() == 2
+    assert writer.calls == []

@@ -7,7 +7,8 @@ ConfigMap, :mod:`.remembering`), else the chart's (the ``pool_modes`` setting,
 (:mod:`.reconciling`) and the fast path (:mod:`.fast_path`) act on the kept plans only; the
 pass reports each action a mode holds back: logged (``coordinator.would_act``), audited with
 outcome ``observed``, counted (``slonkd_would_act{mode,action,cause}``) and, outside a dry
-run, a Normal Event on the K8s node; each once per node, action and cause, not every pass.
+run, a Normal Event on the K8s node; each once per node, action and cause while it stays held
+back, not every pass.
 
 A pool whose mode lets more through than at the last pass (observe to quarantine or full,
 quarantine to full) hands the nodes it held back to the budget gate (:mod:`.admitting`) as
@@ -29,7 +30,6 @@ from slonkd.core.errors import SlonkdError
 from slonkd.core.kube_changes import ObjectRef
 from slonkd.core.modes import Mode, Would, held_back, mode_of, pool_of, split
 from slonkd.core.plan import NodeView, Plan
-from slonkd.runtime.coordinating.audit_log import DryRunSeen
 from slonkd.runtime.coordinating.auditing import Auditor
 
 log = structlog.get_logger("slonkd.coordinator")
@@ -52,8 +52,9 @@ class PoolModes:
         self.auditor = auditor
         self.events = events
         self.would_act = would_act
-        self.seen = DryRunSeen()
-        """Would-be actions already reported, per node."""
+        self._said: dict[str, set[tuple[str, str, str, str]]] = {}
+        """Per node, the held-back actions reported and still held back at the last pass (one
+        that goes away, a failure that ended, is reported again if it comes back)."""
         self._last: dict[str, Mode] = {}
         """Each pool's mode at the last pass."""
         self._held: dict[str, frozenset[str]] = {}
@@ -116,9 +117,12 @@ class PoolModes:
     async def report(self, views: Sequence[NodeView], would: Sequence[Would], token: int) -> None:
         """Log, audit, count and record an Event for each would-be action new for its node."""
         by_node = {v.node: v for v in views}
+        said, self._said = self._said, {}
         for w in would:
             a = w.action
-            if not self.seen.is_new(str(w.node), (a.kind.value, str(a.cause), a.key), w.mode):
+            key = (a.kind.value, str(a.cause), a.key, w.mode.value)
+            self._said.setdefault(str(w.node), set()).add(key)
+            if key in said.get(str(w.node), ()):
                 continue
             view = by_node.get(w.node)
             kube = view.kube_node if view is not None else None
@@ -154,6 +158,14 @@ class PoolModes:
                     message=f"slonkd ({w.mode.value} mode, pool {w.pool}): would {a.kind.value}"
                     f" for {a.cause} on {w.node}; nothing changed",
                 )
+
+    def acting(self) -> bool:
+        """Whether a pool of the last pass takes more than it observes.
+
+        A suspected check opens the breaker only then: an observe-only fleet (a dry run among
+        them) changes nothing, its state neither.
+        """
+        return any(mode is not Mode.OBSERVE for mode in self._last.values())
 
     def status(self, state: CoordinatorState, pools: Sequence[str]) -> dict[str, Any]:
         """Each pool's mode, where it comes from, and how many actions it holds back."""

@@ -140,7 +140,7 @@ class Coordinator(Composition):
             token = self.elector.check_valid()  # a paused old leader stops here
             why = admission.open_breaker or (
                 f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
-                if newly
+                if newly and self.modes.acting()
                 else ""
             )
             if why and not self.state.breaker_open and not self.memory.error:
