@@ -208,11 +208,12 @@ class Coordinator(Composition):
                 "pass_ms": self.snapshot.duration_ms,
             }
         self.passes += 1
-        (log.info if slurm_groups or kube_actions else log.debug)(
+        (log.info if slurm_groups or kube_actions or would else log.debug)(
             "coordinator.pass",
             nodes=len(views),
             slurm_calls=len(slurm_groups),
             kube_actions=len(kube_actions),
+            held_back=len(would),  # by the pools' modes (.pool_modes)
             failed_actions=failed,
             slurm_read="poll's" if reused else "own",
             duration_ms=round((time.monotonic() - began) * 1000, 1),
