@@ -101,7 +101,8 @@ def split(
     """The plans with only the actions each node's pool mode takes, and those it would take.
 
     ``pools``: each plan's pool (in order); ``modes``: each pool's mode (absent: ``full``).
-    A plan whose actions are all taken is returned as it is.
+    A plan whose actions are all taken is returned as it is; the others say in a note what
+    their mode holds back (``slonkd explain``).
     """
     kept: list[Plan] = []
     would: list[Would] = []
@@ -115,7 +116,14 @@ def split(
             kept.append(plan)
             continue
         would.extend(Would(node=plan.node, pool=pool, mode=mode, action=a) for a in held)
-        kept.append(replace(plan, actions=tuple(a for a in plan.actions if taken(a, mode))))
+        said = ", ".join(f"{a.kind.value} {a.cause}" for a in held)
+        kept.append(
+            replace(
+                plan,
+                actions=tuple(a for a in plan.actions if taken(a, mode)),
+                notes=(*plan.notes, f"pool {pool} is in {mode.value} mode: would {said}"),
+            )
+        )
     return kept, would
 
 

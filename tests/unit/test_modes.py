@@ -72,6 +72,7 @@ def test_split_keeps_taken_actions_and_reports_the_rest() -> None:
     assert [a.kind for a in kept[0].actions] == [Kind.DRAIN]
     assert [a.kind for a in kept[1].actions] == [Kind.CORDON]
     assert kept[2] is plans[2]
+    assert kept[1].notes == ("pool q is in quarantine mode: would evict slurm-failure",)
     assert [(w.node, w.mode, w.action.kind) for w in would] == [
         ("a", Mode.OBSERVE, Kind.CORDON),
         ("a", Mode.OBSERVE, Kind.EVICT),
