@@ -47,7 +47,7 @@ CHART_SETS: dict[str, frozenset[str]] = {
         "api_port", "audit_path",
         "audit_max_bytes", "audit_keep", "max_out", "max_out_percent", "mass_percent",
         "dry_run", "fleet_metrics", "sdiag_s", "topology", "trigger_program", "job_blame",
-        "quarantine_alert_s",
+        "quarantine_alert_s", "pool_modes",  # pool_modes: each of pools[].mode
     }),
     "agent": frozenset({
         # from the pod (the downward API and the chart's wiring)

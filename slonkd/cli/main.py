@@ -1,7 +1,7 @@
 """The ``slonkd`` command: parses arguments and hands over to one subcommand.
 
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
-``explain``, ``pause``, ``unpause``, ``budget reset``, ``state reset``, ``recheck`` and
+``explain``, ``pause``, ``unpause``, ``mode``, ``budget reset``, ``state reset``, ``recheck`` and
 ``return``, and the chart Job's ``secrets ensure``; those other distributions add
 (``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
 
@@ -29,6 +29,7 @@ MODULES: dict[str, str] = {
     "config": "config_cmd",
     "prestop": "prestop",
     **dict.fromkeys(("status", "explain", "pause", "unpause", "budget", "state"), "ops"),
+    "mode": "mode",
     "recheck": "recheck",
     "return": "quarantine",
     "secrets": "secrets_cmd",

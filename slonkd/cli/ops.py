@@ -33,6 +33,7 @@ from urllib.parse import quote
 import aiohttp
 
 from slonkd.cli.api_client import DEFAULT_URL, base_url, call
+from slonkd.cli.mode import status_line
 from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
 from slonkd.core.errors import SlonkdError
 
@@ -257,6 +258,8 @@ def render_table(body: dict[str, Any]) -> str:
             for p in body.get("budget", [])
         ),
     ]
+    if (modes := status_line(body)) is not None:
+        lines.append(modes)
     passes = body.get("passes")
     if isinstance(passes, dict) and passes.get("slurm_backend"):
         lines.append(

@@ -1,9 +1,10 @@
-"""The coordinator's small persistent state: breaker, pause, remediation history.
+"""The coordinator's small persistent state: breaker, pause, pool modes, remediation history.
 
 It lives in a Kubernetes object (a ConfigMap the coordinator owns) so that a failover neither
 resets nor repeats it. Each leader write carries the writer's fencing token; the store refuses
 a write from a leader older than the last writer. Operators change only the fields that are
-theirs (pause, breaker reset) through ``slonkd pause`` / ``unpause`` / ``budget reset``,
+theirs (pause, breaker reset, a pool's mode) through ``slonkd pause`` / ``unpause`` /
+``budget reset`` / ``mode`` (:mod:`slonkd.core.modes`),
 which keep the token. This module only defines the value and its string encoding
 (ConfigMap data is a map of strings); the adapter does the I/O.
 """
@@ -36,6 +37,8 @@ MAX_TOKEN = 2**31 - 2
 """The highest fencing token a state may hold: the token is the Lease's ``leaseTransitions``,
 an int32, and the next term's must be above it. A higher one is corrupt state (no term could
 ever exceed it), and it is not salvaged as a floor."""
+MODES = ("observe", "quarantine", "full")
+"""The modes a pool may run in (:class:`slonkd.core.modes.Mode`'s values)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +56,15 @@ class Attempts:
     the next step clears this mark (:mod:`slonkd.core.quarantine`)."""
     returned_by: str = ""
     """Who returned it (cut to :data:`MAX_TEXT`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolMode:
+    """An operator's mode for one pool (``slonkd mode POOL MODE``): it wins over the chart's."""
+
+    mode: str
+    by: str = ""
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +86,8 @@ class CoordinatorState:
     paused_by: str = ""
     paused_reason: str = ""
     paused_at: float = 0.0
+    pool_modes: Mapping[str, PoolMode] = field(default_factory=dict)
+    """Per pool: the mode an operator switched it to (absent: the chart's)."""
     fencing_token: int = -1
     """Token of the leader that wrote this state last (operators' writes keep it)."""
 
@@ -108,6 +122,12 @@ class CoordinatorState:
             "pausedBy": self.paused_by[:MAX_TEXT],
             "pausedReason": self.paused_reason[:MAX_TEXT],
             "pausedAt": repr(self.paused_at),
+            "poolModes": json.dumps(
+                {
+                    k: {"mode": v.mode, "by": v.by[:MAX_TEXT], "at": v.at}
+                    for k, v in sorted(self.pool_modes.items())
+                }
+            ),
             "fencingToken": str(self.fencing_token),
         }
 
@@ -147,6 +167,7 @@ class CoordinatorState:
                 paused_by=data.get("pausedBy", "")[:MAX_TEXT],
                 paused_reason=data.get("pausedReason", "")[:MAX_TEXT],
                 paused_at=_time(data.get("pausedAt", "0"), "pausedAt"),
+                pool_modes=_pool_modes(data),
                 fencing_token=_token(data.get("fencingToken", "-1")),
             )
         except StateCorrupt:
@@ -161,6 +182,10 @@ class CoordinatorState:
             "pausedBy": self.paused_by,
             "pausedReason": self.paused_reason,
             "pausedAt": self.paused_at,
+            "poolModes": {
+                k: {"mode": v.mode, "by": v.by, "at": v.at}
+                for k, v in sorted(self.pool_modes.items())
+            },
             "breakerOpen": self.breaker_open,
             "breakerReason": self.breaker_reason,
             "breakerOpenedAt": self.breaker_opened_at,
@@ -284,4 +309,20 @@ def _revalidating(data: Mapping[str, str]) -> dict[str, Pending]:
             command=v["command"][:MAX_TEXT],
             requested_at=_time(v["requestedAt"], "requestedAt"),
         )
+    return done
+
+
+def _pool_modes(data: Mapping[str, str]) -> dict[str, PoolMode]:
+    """The operators' modes per pool (absent in states written before them: none)."""
+    raw = json.loads(data.get("poolModes", "{}"))
+    if not isinstance(raw, dict):
+        raise StateCorrupt("coordinator state poolModes has the wrong shape")
+    done: dict[str, PoolMode] = {}
+    for k, v in raw.items():
+        if not isinstance(v, dict) or v.get("mode") not in MODES:
+            raise StateCorrupt(f"coordinator state poolModes of {k[:60]!r} is malformed")
+        by = v.get("by", "")
+        if not isinstance(by, str):
+            raise StateCorrupt(f"coordinator state poolModes by of {k[:60]!r} is not a text")
+        done[k] = PoolMode(mode=v["mode"], by=by[:MAX_TEXT], at=_time(v.get("at", 0), "at"))
     return done

@@ -303,6 +303,44 @@ def test_same_failure_on_30_percent_opens_the_breaker_and_a_failover_keeps_it(
     wait_for("held-back failures handled after the reset", rest_handled, timeout_s=30)
 
 
+@pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG, "pool_modes": {"w": "observe"}}])
+def test_an_observe_pool_reports_and_acts_once_switched_to_full(fleet: Fleet) -> None:
+    """Issue 40 item 1: an observe pool audits what it would do and writes nothing.
+
+    `slonkd mode` to full (the operator's kubeconfig, as pause): the failure is marked at the
+    next pass; a misspelt pool is refused in one line.
+    """
+    status = json.loads(fleet.slonkd("status", "-o", "json").stdout)
+    assert status["modes"]["w"]["mode"] == "observe"
+    fleet.fail(["w-2"])
+
+    def observed() -> bool:
+        audit = fleet.audit.read_text() if fleet.audit.exists() else ""
+        records = [json.loads(line) for line in audit.splitlines()]
+        return any(
+            r["action"] == "cordon" and r["node"] == "w-2" and r["outcome"] == "observed"
+            for r in records
+        )
+
+    wait_for("the cordon audited as observed", observed, timeout_s=20)
+    assert fleet.events("coordinator.would_act")
+    assert not fleet.cordons()
+    bad = fleet.slonkd("mode", "wx", "full", "--namespace", fleet.namespace)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert "unknown pool 'wx'" in bad.stderr
+    done = fleet.slonkd("mode", "w", "full", "--namespace", fleet.namespace, "--by", "ann")
+    assert done.returncode == 0, done.stderr
+    wait_for("marked once full", lambda: bool(fleet.cordons()), timeout_s=45)
+    assert [slurm for slurm, _ in fleet.cordons()] == ["w-2"]
+    status = json.loads(fleet.slonkd("status", "-o", "json").stdout)
+    assert status["modes"]["w"] == {
+        "mode": "full",
+        "source": "slonkd mode, by ann",
+        "would": 0,
+    }
+
+
 @pytest.mark.parametrize("coordinator_config", [{**BASE_CONFIG}])
 def test_pause_stops_automated_actions_until_unpause(fleet: Fleet) -> None:
     """`slonkd pause` is seen at the next pass: a failure is marked only after unpause."""
@@ -345,7 +383,8 @@ def test_dry_run_logs_plans_and_writes_nothing(fleet: Fleet) -> None:
 
     wait_for("plans audited", planned, timeout_s=20)
     records = [json.loads(line) for line in fleet.audit.read_text().splitlines()]
-    assert all(r["dry_run"] and r["outcome"] == "dry-run" for r in records)
+    # a dry run is observe for every pool: held back ("observed"), lifecycle ones "dry-run"
+    assert all(r["dry_run"] and r["outcome"] in ("observed", "dry-run") for r in records)
     assert fleet.cordoned() == set(fleet.kube_nodes[:2])  # the admin's, nothing of slonkd's
     assert all(fleet.reasons()[p] == "none" for p in affected)
     assert fleet.reasons()["w-6"] == "Kill task failed"

@@ -1276,3 +1276,24 @@ def test_a_reboot_setting_slurm_cannot_use_is_refused(helm: Helm, value: str, wh
     proc = helm.template("rel", set_json=(f"slurm.reboot={value}",), check=False)
     assert proc.returncode != 0
     assert why in proc.stderr, proc.stderr
+
+
+def test_each_pools_mode_reaches_the_coordinators_settings(helm: Helm, tmp_path: Path) -> None:
+    """``pools[].mode`` is the coordinator's ``pool_modes`` (absent: full); a bad one is refused."""
+    from slonkd.cli.coordinator import load_settings
+    from slonkd.core.modes import Mode
+
+    pools = (
+        'pools=[{"name":"gpu","replicas":1,"gpus":8,"cpus":32,"realMemoryMB":1000,'
+        '"mode":"observe"},{"name":"cpu","replicas":1,"gpus":0,"cpus":8,"realMemoryMB":1000}]'
+    )
+    objs = render(helm, set_json=(pools,))
+    pod = dict(one(objs, "Deployment", "rel-coordinator")["spec"]["template"]["spec"])
+    (coord,) = pod["containers"]
+    s = load_settings(_mounted_config(pod, coord, objs, tmp_path), [])
+    assert s.pool_modes == {"gpu": Mode.OBSERVE, "cpu": Mode.FULL}
+    bad = helm.template(
+        "rel", namespace="hpc", set_json=(pools.replace("observe", "watch"),), check=False
+    )
+    assert bad.returncode != 0
+    assert "mode" in bad.stderr

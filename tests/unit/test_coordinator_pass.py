@@ -331,7 +331,7 @@ async def test_fast_marks_leave_reasons_that_are_not_slurms_to_the_pass() -> Non
 
 
 async def test_a_dry_run_writes_nothing_and_audits_each_plan_once() -> None:
-    """dry_run: no SLURM or K8s write; every planned action is audited as dry-run, once."""
+    """dry_run: no SLURM or K8s write; every planned action is audited as observed, once."""
     slurm = FakeSlurm(
         [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed")], failing=set()
     )
@@ -347,7 +347,8 @@ async def test_a_dry_run_writes_nothing_and_audits_each_plan_once() -> None:
     assert ("drain", "w-0") in planned
     assert ("cordon", "w-1") in planned
     assert len(planned) == len(set(planned)), planned  # the second pass said nothing again
-    assert {r["outcome"] for r in audit.records} == {"dry-run"}
+    assert {r["outcome"] for r in audit.records} == {"observed"}  # dry run: observe everywhere
+    assert all(r["dry_run"] and r["mode"] == "observe" for r in audit.records)
 
 
 def test_every_action_kind_has_exactly_one_executor() -> None:

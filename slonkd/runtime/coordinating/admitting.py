@@ -4,7 +4,8 @@ Every node an automated cause wants out is a request to :func:`slonkd.core.budge
 (per pool, or per pool and topology block); past the budget it is refused, and a mass event
 or a suspected check opens the breaker, persisted in the state (:mod:`.remembering`) until a
 human resets it. Failures still standing at a reset are admitted within the budget, never as
-a new mass event; so are nodes returning from a failure to prove their health
+a new mass event; so are the actions a pool's mode held back once it lets them go
+(:mod:`.pool_modes`), and nodes returning from a failure to prove their health
 (``revalidating``, :mod:`slonkd.core.revalidation`). Used by the pass (:mod:`.reconciling`)
 and the fast path (:mod:`.fast_path`).
 
@@ -103,6 +104,12 @@ class Gate:
             standing=sorted(self._standing)[:50],
             detail="standing candidates are admitted within the budget, never a mass event",
         )
+
+    def add_standing(self, nodes: frozenset[str]) -> None:
+        """A pool's mode now lets ``nodes``' held-back actions go: admitted within the budget."""
+        if nodes:
+            self._standing |= nodes
+            log.info("budget.mode_standing", standing=sorted(nodes)[:50])
 
     def admit(
         self, views: Sequence[NodeView], plans: Sequence[Plan], *, read_at: float | None = None

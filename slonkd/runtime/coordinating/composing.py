@@ -56,6 +56,7 @@ from slonkd.runtime.coordinating.job_outcomes import JobOutcomes
 from slonkd.runtime.coordinating.node_table import KeptSlurm, NodeTable
 from slonkd.runtime.coordinating.observing import Observer, coordinator_bus
 from slonkd.runtime.coordinating.pass_read import PassRead
+from slonkd.runtime.coordinating.pool_modes import PoolModes
 from slonkd.runtime.coordinating.remediating import Remediator
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.revalidating import Revalidator
@@ -147,6 +148,10 @@ class Composition:
         self.gate = Gate(
             self.budget, block_label=s.budget_block_label, memory=self.memory, auditor=self.auditor
         )
+        self.modes = PoolModes(  # each pool's mode, see .pool_modes
+            s.pool_modes, auditor=self.auditor, events=parts.events,
+            would_act=self.metrics.would_act,
+        )  # fmt: skip
         remediator = Remediator(
             slurm=self.slurm, nodes=parts.nodes, pods=parts.pods, events=parts.events,
             memory=self.memory, auditor=self.auditor, check_valid=elector.check_valid,
@@ -163,7 +168,7 @@ class Composition:
         self.fast_path = FastPath(  # a marks-only pass on every wake, see .fast_path
             changes=self.changes, read=self.pass_read, observer=self.observer,
             memory=self.memory, planner=self.planner, gate=self.gate, executor=self.executor,
-            check_valid=elector.check_valid,
+            check_valid=elector.check_valid, modes=self.modes,
         )  # fmt: skip
         self.watch = (
             SlurmWatch(

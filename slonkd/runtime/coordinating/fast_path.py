@@ -7,7 +7,8 @@ changed exactly (state, reason, who and when) and put them on the term's queue a
 is SLURM's own (a failure), the last pass's read (:attr:`.pass_read.PassRead.last`) with those
 nodes replaced is all the pass's planner (:class:`~slonkd.core.fleet_decide.FleetPlanner`)
 needs to mark their K8s nodes: cordon, taint, the ``SlurmHealthy`` condition and the Event
-(:data:`.executing.MARKS`). Only those marking actions are taken, inside the disruption
+(:data:`.executing.MARKS`), those the pool's mode takes (:mod:`.pool_modes`). Only those
+marking actions are taken, inside the disruption
 budget, asked of the one gate as a pass asks it (:mod:`.admitting`) on that read: the nodes of
 the K8s nodes it marks are reserved there until the reads show them, and what the rollout or
 a pass reserved since that read counts as out (issue 37 item 3); the full pass that follows
@@ -36,6 +37,7 @@ from slonkd.runtime.coordinating.admitting import Gate
 from slonkd.runtime.coordinating.executing import MARKS, Executor
 from slonkd.runtime.coordinating.observing import Observer
 from slonkd.runtime.coordinating.pass_read import PassRead
+from slonkd.runtime.coordinating.pool_modes import PoolModes
 from slonkd.runtime.coordinating.remembering import Memory
 from slonkd.runtime.coordinating.slurm_watch import SlurmChange
 
@@ -57,6 +59,8 @@ class FastPath:
     executor: Executor
     check_valid: Callable[[], int]
     """The fencing token, or an error when the lease is not held right now."""
+    modes: PoolModes | None = None
+    """Each pool's mode: a mark its mode holds back is not taken (the pass reports it)."""
 
     async def mark(self) -> None:
         """Mark K8s nodes for the failures the poll saw since the last pass's read.
@@ -88,6 +92,8 @@ class FastPath:
     ) -> None:
         views = self.observer.views(slurm_nodes, time.time(), self.memory.state)
         plans, _ = self.planner(views)
+        if self.modes is not None:
+            plans, _ = self.modes.filter(plans, self.gate.groups(views), self.memory.state)
         token = self.check_valid()
         admission, ticket = self.gate.take(
             views, plans, task="fast-path", read_at=read_at, takes=_taken(views, plans, failing)

@@ -11,7 +11,9 @@ after its caches synced and a SLURM read succeeded, checks its lease right befor
 (:mod:`.admitting`): automated actions past it are refused, the breaker opens and stays open
 until ``slonkd budget reset``. Breaker, pause and remediation history live in the state
 ConfigMap (:mod:`.remembering`), so a failover neither resets nor repeats them. Every action
-goes to the audit log (:mod:`.auditing`); ``dry_run`` logs the plans and writes nothing. The
+goes to the audit log (:mod:`.auditing`); each pool's mode (:mod:`.pool_modes`: observe,
+quarantine, full) keeps back what it does not take and reports it; ``dry_run`` is observe for
+every pool, and writes nothing. The
 last pass is kept as a :class:`Snapshot` for ``slonkd status`` and ``slonkd explain``. Before
 each pass, on the wake, the fast path (:mod:`.fast_path`) marks the K8s nodes of SLURM failures
 a poll saw, with the same planner and gate.
@@ -33,6 +35,7 @@ import structlog
 
 from slonkd.core.budget import Admission
 from slonkd.core.coordinator_state import CoordinatorState
+from slonkd.core.modes import pool_of
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating import returning
@@ -90,6 +93,8 @@ class Coordinator(Composition):
         if self.job_outcomes is not None:
             sections["job_blame"] = self.job_outcomes.status()
         sections["quarantined"] = returning.section(self, time.time())
+        groups = self.gate.groups(self.snapshot.views) if self.snapshot else []
+        sections["modes"] = self.modes.status(self.state, [pool_of(g) for g in groups])
         return sections
 
     # -- one pass ----------------------------------------------------------------------------
@@ -118,6 +123,8 @@ class Coordinator(Composition):
         if self.job_outcomes is not None:
             views = self.job_outcomes.annotate(views)
         plans, suspected = self.planner(views)
+        plans, would, standing = self.modes.take(plans, self.gate.groups(views), self.state)
+        self.gate.add_standing(standing)  # a pool's mode let them go: within the budget
         newly = sorted(str(c) for c in suspected - self.suspected)
         for suspect in newly:
             log.warning(
@@ -133,12 +140,13 @@ class Coordinator(Composition):
             token = self.elector.check_valid()  # a paused old leader stops here
             why = admission.open_breaker or (
                 f"suspected check(s) {', '.join(newly)}: the same failure on many nodes at once"
-                if newly
+                if newly and self.modes.acting()
                 else ""
             )
             if why and not self.state.breaker_open and not self.memory.error:
                 await self.gate.open_breaker(why, token)
             self.gate.log_refusals(admission)
+            await self.modes.report(views, would, token)  # what each pool's mode held back
             slurm_groups: dict[tuple[Kind, Cause], list[str]] = defaultdict(list)
             kube_actions: dict[str, tuple[NodeView, list[Action]]] = {}  # per node, in plan order
             for view, plan in zip(views, plans, strict=True):
@@ -200,11 +208,12 @@ class Coordinator(Composition):
                 "pass_ms": self.snapshot.duration_ms,
             }
         self.passes += 1
-        (log.info if slurm_groups or kube_actions else log.debug)(
+        (log.info if slurm_groups or kube_actions or would else log.debug)(
             "coordinator.pass",
             nodes=len(views),
             slurm_calls=len(slurm_groups),
             kube_actions=len(kube_actions),
+            held_back=len(would),  # by the pools' modes (.pool_modes)
             failed_actions=failed,
             slurm_read="poll's" if reused else "own",
             duration_ms=round((time.monotonic() - began) * 1000, 1),

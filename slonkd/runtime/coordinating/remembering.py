@@ -96,7 +96,7 @@ class Memory:
             )
 
     async def watch(self, dirty: asyncio.Event, poll_s: float) -> None:
-        """Start a pass (``dirty``) when an operator pauses, unpauses or resets the breaker."""
+        """Start a pass (``dirty``) on an operator's pause, unpause, reset or mode switch."""
         while True:
             await asyncio.sleep(poll_s)
             try:
@@ -104,12 +104,13 @@ class Memory:
             except SlonkdError as exc:
                 log.debug("coordinator.state_read_failed", error=str(exc)[:200])
                 continue
-            seen = (self.state.paused, self.state.breaker_open)
-            if (stored.paused, stored.breaker_open) != seen:
+            seen = (self.state.paused, self.state.breaker_open, self.state.pool_modes)
+            if (stored.paused, stored.breaker_open, stored.pool_modes) != seen:
                 log.info(
                     "coordinator.operator_change",
                     paused=stored.paused,
                     breaker_open=stored.breaker_open,
+                    pool_modes={k: f"{v.mode} by {v.by}" for k, v in stored.pool_modes.items()},
                     by=stored.paused_by or stored.breaker_reason[:100],
                 )
                 dirty.set()

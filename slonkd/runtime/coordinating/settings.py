@@ -7,6 +7,7 @@ Read by every part of the coordinator: :mod:`.observing`, :mod:`.admitting`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from slonkd.core.budget import BudgetPolicy
 from slonkd.core.config_tree import build, setting
 from slonkd.core.job_blame import BlamePolicy
 from slonkd.core.kube_objects import WORKER_SELECTOR
+from slonkd.core.modes import Mode, check_pool
 from slonkd.core.plan import Policy
 from slonkd.core.rollout import RolloutSettings
 from slonkd.runtime.coordinating.api import ApiTls
@@ -163,7 +165,10 @@ class CoordinatorSettings:
     audit_keep: int = AUDIT_KEEP
     """... keeping this many old files (``<audit_path>.1`` is the newest)."""
     dry_run: bool = False
-    """Decide and log the plans, write nothing."""
+    """Decide and log the plans, write nothing: ``observe`` for every pool."""
+    pool_modes: Mapping[str, Mode] = field(default_factory=dict)
+    """Per pool: ``observe``, ``quarantine`` or ``full`` (absent: ``full``), see
+    :mod:`slonkd.core.modes`; ``slonkd mode POOL MODE`` switches one at run time."""
     api_host: str = "0.0.0.0"  # noqa: S104 - a pod's API listens on the pod's address
     """The status API's address (every interface of the pod)."""
     api_port: int = 8081
@@ -177,6 +182,8 @@ class CoordinatorSettings:
             max_out_percent=self.max_out_percent,
             mass_percent=self.mass_percent,
         )
+        for pool in self.pool_modes:
+            check_pool(pool)
         for name in ("namespace", "identity", "cluster", "lease_name", "state_name", "api_host"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")

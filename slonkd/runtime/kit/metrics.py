@@ -126,6 +126,13 @@ class Metrics:
             "How long quarantined hardware may wait for a person before the alert (leader only)",
             registry=self.registry,
         )
+        self.would_act = Counter(
+            "slonkd_would_act",
+            "Actions a pool's mode held back (observe, quarantine): reported once per node, "
+            "action and cause (coordinator)",
+            ["mode", "action", "cause"],
+            registry=self.registry,
+        )
         self.slurm_reads = Counter(
             "slonkd_slurmctld_reads",
             "Reads slonkd sent to slurmctld (polls and full reads)",

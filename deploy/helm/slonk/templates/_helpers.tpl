@@ -288,6 +288,13 @@ without one then has its hook requeue the jobs, unsignalled, at the end of its g
 {{- $anyCheckpoint = true -}}
 {{- end -}}
 {{- end -}}
+{{- /* Each pool's mode (observe, quarantine, full; docs/operations.md "Adopting slonkd in
+stages"): the initial one, `slonkd mode POOL MODE` switches it at run time. */ -}}
+{{- $modes := dict -}}
+{{- range $pool := .Values.pools -}}
+{{- $_ := set $modes $pool.name (default "full" $pool.mode) -}}
+{{- end -}}
+{{- $_ := set $doc "pool_modes" $modes -}}
 {{- if and .Values.workers.prestop.enabled $anyCheckpoint -}}
 {{- $_ := set $doc "rollout" (dict "requeue_in_prestop" true) -}}
 {{- end -}}
