@@ -2,11 +2,14 @@
 
 Its own configuration, TSDB and log in a private directory; it listens on 127.0.0.1 only and
 scrapes the static targets it is given (job name -> ``host:port`` list, path ``/metrics``)
-every ``scrape_interval_s``. :meth:`Prometheus.query` and :meth:`Prometheus.query_range`
-speak its HTTP API, so the dashboard's queries (:mod:`slonkd_sandbox.dashboard`) are
-evaluated by the same engine Grafana would ask. Used by the sandbox e2e test and by
-``scripts/dashboard-snapshot``; the rules' own unit tests use promtool instead
-(``tests/unit/test_alert_rules.py``).
+every ``scrape_interval_s``. With ``wrap`` (e.g. :meth:`RealNode.nsexec`) it runs inside
+another network namespace, listens on ``host`` there (the real node's address, which the host
+reaches over its veth) and may scrape that namespace's pod addresses
+(``tests/e2e/test_chart_metrics_real.py``). :meth:`Prometheus.query` and
+:meth:`Prometheus.query_range` speak its HTTP API, so the dashboard's queries
+(:mod:`slonkd_sandbox.dashboard`) are evaluated by the same engine Grafana would ask. Used by
+the sandbox e2e test and by ``scripts/dashboard-snapshot``; the rules' own unit tests use
+promtool instead (``tests/unit/test_alert_rules.py``).
 """
 
 from __future__ import annotations
@@ -46,12 +49,16 @@ class Prometheus(procs.StartStop):
     """Scrape job name -> ``host:port`` targets (loopback only)."""
     scrape_interval_s: float = 1.0
     port: int = 0
+    wrap: Sequence[str] = ()
+    """argv prefix that enters another network namespace; (): this one, loopback targets."""
+    host: str = "127.0.0.1"
+    """The address it listens on (in ``wrap``'s namespace) and is asked at."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
         """The HTTP API's base URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -63,7 +70,7 @@ class Prometheus(procs.StartStop):
         for job, addrs in self.targets.items():
             for addr in addrs:
                 host = addr.rsplit(":", 1)[0]
-                if host not in ("127.0.0.1", "localhost"):
+                if host not in ("127.0.0.1", "localhost") and not self.wrap:
                     raise HarnessError(f"prometheus: {job} target {addr} is not on loopback")
         return {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -89,10 +96,11 @@ class Prometheus(procs.StartStop):
             self.port = procs.free_ports(1)[0]
         self._proc = procs.spawn(
             [
+                *self.wrap,
                 str(exe),
                 f"--config.file={config}",
                 f"--storage.tsdb.path={self.root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.listen-address={self.host}:{self.port}",
                 "--storage.tsdb.retention.time=1d",
                 "--log.level=warn",
             ],
@@ -114,7 +122,7 @@ class Prometheus(procs.StartStop):
 
     def _get(self, path: str, *, raw: bool = False, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        url = f"{self.url}{path}{query}"  # always http://127.0.0.1:<port>
+        url = f"{self.url}{path}{query}"  # 127.0.0.1, or a real node's address on this machine
         with urllib.request.urlopen(url, timeout=_HTTP_TIMEOUT_S) as resp:  # noqa: S310
             body = resp.read()
         if raw:

@@ -47,6 +47,7 @@ REAL_MODULES = frozenset(
         "tests/contract/test_image.py",
         "tests/contract/test_realnode.py",
         "tests/e2e/test_chart_accounting_real.py",
+        "tests/e2e/test_chart_metrics_real.py",
         "tests/e2e/test_chart_real.py",
         "tests/e2e/test_sandbox_real.py",
     }

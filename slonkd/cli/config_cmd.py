@@ -44,7 +44,7 @@ CHART_SETS: dict[str, frozenset[str]] = {
         # from the chart's curated values (camelCase, e.g. coordinator.budget.maxOut)
         "cluster", "pod_selector", "lease_name", "lease_duration_s", "renew_deadline_s",
         "retry_period_s", "policy.failure_grace_s", "policy.revalidation", "state_name",
-        "api_port", "audit_path",
+        "api_port", "metrics_port", "audit_path",
         "audit_max_bytes", "audit_keep", "max_out", "max_out_percent", "mass_percent",
         "dry_run", "fleet_metrics", "sdiag_s", "topology", "trigger_program", "job_blame",
         "quarantine_alert_s", "pool_modes",  # pool_modes: each of pools[].mode

@@ -598,9 +598,13 @@ def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: 
         seen.append(CoordinatorState.from_data(data).paused)
     assert seen == [True, False, False]
 
-    # the status API: Service port -> both replicas' api port (a standby answers /readyz too)
+    # the status API: Service port -> both replicas' api port (a standby answers /readyz too),
+    # and /metrics on its own port beside it (tests/unit/test_chart_metrics.py)
     svc = api.request("GET", f"/api/v1/namespaces/{ns}/services/slonk-coordinator")
-    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("api", config["api_port"])]
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [
+        ("api", config["api_port"]),
+        ("metrics", config["metrics_port"]),
+    ]
 
     def api_endpoints() -> bool:
         slices = api.request(
@@ -611,7 +615,7 @@ def test_live_settings_name_what_rbac_grants_and_notes_commands_work(installed: 
         ready = [
             e
             for s in slices
-            if [p["port"] for p in s.get("ports") or []] == [config["api_port"]]
+            if config["api_port"] in [p["port"] for p in s.get("ports") or []]
             for e in s.get("endpoints") or []
             if e.get("conditions", {}).get("ready")
         ]

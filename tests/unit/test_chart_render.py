@@ -361,8 +361,8 @@ def test_multi_pool_values_set_per_pool_grace_network_and_scrape_annotations(hel
     ann = one(objs, "StatefulSet", "rel-h100")["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true"
     coord = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]
-    assert coord["metadata"]["annotations"]["prometheus.io/port"] == "8081"  # /metrics: API port
-    assert [p["name"] for p in coord["spec"]["containers"][0]["ports"]] == ["api"]
+    assert coord["metadata"]["annotations"]["prometheus.io/port"] == "9400"  # its metrics port
+    assert [p["name"] for p in coord["spec"]["containers"][0]["ports"]] == ["api", "metrics"]
     home = {v["name"]: v for v in h100["volumes"]}["home"]
     assert home["nfs"] == {"server": "nfs.storage.svc.cluster.local", "path": "/export/home"}
     default_ann = one(render(helm), "StatefulSet", "rel-gpu")["spec"]["template"]["metadata"]
@@ -1009,7 +1009,11 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert coord[probe]["httpGet"] == {"path": path, "port": "api"}
     svc = one(objs, "Service", "rel-coordinator")
-    assert svc["spec"]["ports"] == [{"name": "api", "port": 9000, "targetPort": "api"}]
+    assert svc["spec"]["ports"] == [
+        {"name": "api", "port": 9000, "targetPort": "api"},
+        {"name": "metrics", "port": 9400, "targetPort": "metrics"},  # test_chart_metrics.py
+    ]
+    assert s.metrics_port == 9400
     assert (
         svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     )
@@ -1097,11 +1101,12 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_the_coordinator_api_takes_ingress_only_from_the_worker_pods(
     helm: Helm, values: tuple[Path, ...]
 ) -> None:
-    """A NetworkPolicy (on by default) admits only worker pods, only to the API port.
+    """A NetworkPolicy (on by default) admits only worker pods to the API port.
 
-    Its pod selector is the coordinator's pods; its one ingress rule names the worker pods of
+    Its pod selector is the coordinator's pods; its API port's rule names the worker pods of
     every pool (their agents fetch credentials there) and nothing broad (no namespace or
-    ipBlock peer, no rule without ``from``); no other pod of the release matches it.
+    ipBlock peer, no rule without ``from``); no other pod of the release matches it. The
+    other rule is the metrics port's, for the monitoring namespace (test_chart_metrics.py).
     """
     objs = render(helm, *values)
     policy = one(objs, "NetworkPolicy", "rel-coordinator")
@@ -1110,8 +1115,10 @@ def test_the_coordinator_api_takes_ingress_only_from_the_worker_pods(
     coordinator_labels = deploy["spec"]["template"]["metadata"]["labels"]
     assert _labels_match(spec["podSelector"]["matchLabels"], coordinator_labels)
     assert spec["policyTypes"] == ["Ingress"]
-    (rule,) = spec["ingress"]
+    rule, metrics = spec["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8081}]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9400}]
+    assert all("from" in r for r in spec["ingress"])
     (peer,) = rule["from"]
     assert set(peer) == {"podSelector"}
     allowed = peer["podSelector"]["matchLabels"]
@@ -1139,8 +1146,9 @@ def test_the_network_policy_can_be_switched_off_or_widened(helm: Helm) -> None:
     wide = render(
         helm, set_json=(f"coordinator.networkPolicy.extraFrom=[{json.dumps(prometheus)}]",)
     )
-    (rule,) = one(wide, "NetworkPolicy", "rel-coordinator")["spec"]["ingress"]
+    rule, metrics = one(wide, "NetworkPolicy", "rel-coordinator")["spec"]["ingress"]
     assert rule["from"][1:] == [prometheus]
+    assert len(metrics["from"]) == 1  # extraFrom widens the API port's rule only
 
 
 def test_credential_limits_from_values_reach_the_coordinators_settings(

@@ -150,7 +150,8 @@ def test_the_coordinator_serves_https_and_trusts_the_ca(helm: Helm, tmp_path: Pa
     assert coord["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert coord["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/scheme"] == "https"
+    assert "prometheus.io/scheme" not in annotations  # its metrics port: plain HTTP
+    assert annotations["prometheus.io/port"] == "9400"
 
     ca = make_ca(tmp_path)
     server = make_server_cert(ca, tmp_path, sans=(f"DNS:{COORD_DNS}", f"DNS:{MQTT_DNS}"))

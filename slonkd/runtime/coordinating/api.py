@@ -128,8 +128,12 @@ class CoordinatorAPI:
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``'s answer (the metrics port's too)."""
+        return self._ready()
+
     async def _readyz(self, _request: web.Request) -> web.Response:
-        ok, why = self._ready()
+        ok, why = self.ready()
         return web.Response(status=200 if ok else 503, text=why + "\n")
 
     async def _metrics(self, _request: web.Request) -> web.Response:

@@ -1,7 +1,9 @@
 """The leader's term and the coordinator process: campaign, lead, stop within a deadline.
 
-``slonkd coordinator`` (:func:`run_coordinator`) serves the API on every replica, campaigns
-for the Lease and, while it holds it, runs one term (:func:`lead`) over a
+``slonkd coordinator`` (:func:`run_coordinator`) serves the API on every replica (and
+``/metrics`` on a port of its own, :func:`metrics_server`, with
+:mod:`slonkd.runtime.kit.http_server`), campaigns for the Lease and, while it holds it,
+runs one term (:func:`lead`) over a
 :class:`~.reconciling.Coordinator`'s parts: the tasks its :class:`~.term.Term` lists, in
 their waves (reads beside the claim of the term's token, writers once it is on record, the
 rest once the lists are in), then the term's passes.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
@@ -27,6 +30,7 @@ from slonkd.runtime.coordinating.credentials import credential_issuer
 from slonkd.runtime.coordinating.reconciling import Coordinator
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.coordinating.term import NotLeading, Term
+from slonkd.runtime.kit.http_server import HttpServer
 from slonkd.runtime.kit.metrics import Metrics
 from slonkd.runtime.kit.process import cancel_within, exit_now, stop_on_signals
 
@@ -89,6 +93,15 @@ def api_readiness(silent_s: float | None, limit_s: float) -> tuple[bool, str]:
     return True, "ready"
 
 
+def metrics_server(
+    s: CoordinatorSettings, metrics: Metrics, *, ready: Callable[[], tuple[bool, str]]
+) -> HttpServer | None:
+    """``/metrics`` on ``metrics_port`` of the API's address (plain HTTP); None when 0."""
+    if not s.metrics_port:
+        return None
+    return HttpServer(host=s.api_host, port=s.metrics_port, registry=metrics.registry, ready=ready)
+
+
 async def run_coordinator(s: CoordinatorSettings) -> int:
     """Campaign for the Lease and lead while holding it, until SIGTERM/SIGINT."""
     try:  # before anything starts: slurm_backend pyslurm that cannot serve ends the start
@@ -118,6 +131,9 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         )
     await api.start(s.api_host, s.api_port, tls=s.api_tls)
     log.info(COORDINATOR_API_LISTENING, host=s.api_host, port=api.port, tls=bool(s.api_tls))
+    scrape = metrics_server(s, metrics, ready=api.ready)
+    if scrape is not None:
+        await scrape.start()  # plain HTTP, Prometheus's own port (the NetworkPolicy's rule)
     stop = stop_on_signals()
 
     async def term(token: int) -> None:
@@ -151,6 +167,8 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
             async with asyncio.timeout(3):
                 await elector.release()
         await api.stop()
+        if scrape is not None:
+            await scrape.stop()
         await transport.close()
         await close_backend(choice.backend)
     log.info("coordinator.stopped", identity=s.identity)

@@ -175,6 +175,11 @@ class CoordinatorSettings:
     """The status API (``slonkd status``); 0: any free port."""
     api_tls: ApiTls | None = field(default=None, metadata=WIRING)
     """The API's certificate and key: it serves HTTPS only (None: plain HTTP)."""
+    metrics_port: int = 0
+    """``/metrics`` (with ``/healthz`` and ``/readyz``) on a port of its own, plain HTTP even
+    with ``api_tls`` (metrics carry no secret: counts, states and node names), so a
+    NetworkPolicy can admit Prometheus there and not to the API; 0: no such port (the chart
+    sets 9400). The API port serves ``/metrics`` too either way."""
 
     def __post_init__(self) -> None:
         BudgetPolicy(  # refuse impossible budgets at start, not at the first pass
@@ -193,6 +198,10 @@ class CoordinatorSettings:
             raise ValueError("change_poll_s must be positive")
         if not 0 <= self.api_port <= 65535:
             raise ValueError("api_port must be between 0 and 65535")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError("metrics_port must be between 0 (none) and 65535")
+        if self.metrics_port and self.metrics_port == self.api_port:
+            raise ValueError("metrics_port must differ from api_port (0: none of its own)")
         for name in ("resync_s", "state_poll_s", "retry_period_s", "renew_deadline_s"):
             if not getattr(self, name) > 0:  # 0: a loop that never sleeps
                 raise ValueError(f"{name} must be a positive number of seconds")

@@ -232,6 +232,7 @@ configuration tree (`slonkd config schema coordinator`). Lease timing keeps clie
   "retry_period_s" (divf (mul $lease 2) 15)
   "state_name" (include "slonk.coordinatorState" .)
   "api_port" (int $c.apiPort)
+  "metrics_port" (int $c.metricsPort)
   "audit_path" "/var/lib/slonkd/audit/audit.jsonl"
   "audit_max_bytes" (int64 $c.audit.maxBytes)
   "audit_keep" (int $c.audit.keep)
