@@ -21,7 +21,9 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from slonkd.cli.refusal import EXIT_BAD_SETTINGS
 from slonkd.core.errors import SlonkdError
@@ -89,6 +91,12 @@ async def _ensure(namespace: str, specs: tuple[SecretSpec, ...], timeout_s: floa
     return code
 
 
+async def _within(limit_s: float, run: Coroutine[Any, Any, int]) -> int:
+    """``run``, cancelled past ``limit_s`` (TimeoutError): ``asyncio.timeout``, not wait_for."""
+    async with asyncio.timeout(limit_s):
+        return await run
+
+
 def main(args: argparse.Namespace) -> int:
     """``slonkd secrets ensure``."""
     try:
@@ -98,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BAD_SETTINGS
     limit = args.timeout * (3 * len(specs) + 1)  # get, create or patch, a get after a 409
     try:
-        return asyncio.run(asyncio.wait_for(_ensure(namespace, specs, args.timeout), limit))
+        return asyncio.run(_within(limit, _ensure(namespace, specs, args.timeout)))
     except TimeoutError:
         print(f"slonkd secrets ensure: not done within {limit:.0f} s", file=sys.stderr)
     except SlonkdError as exc:

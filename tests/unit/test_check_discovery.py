@@ -191,6 +191,16 @@ def test_agent_config_names_the_mounts(tmp_path: Path) -> None:
         discovery.agent_mounts({"agent": {"health": {"mounts": "/scratch"}}}, "tree")
 
 
+@pytest.fixture(autouse=True)
+def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``slonkd check`` configures structlog for its process: not for the test process.
+
+    Configured in a test, structlog prints to pytest's captured stderr, closed once the test
+    ends, and every later test of the worker that logs fails ("I/O operation on closed file").
+    """
+    monkeypatch.setattr("slonkd.cli.main.configure_logging", lambda **_: None)
+
+
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, smi_list: str = "") -> None:
     """A PATH with only ``nvidia-smi`` (printing ``smi_list`` for -L) when given, no config."""
     bin_ = tmp_path / "bin"
