@@ -22,12 +22,12 @@ import os
 import sys
 import time
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
 
 from slonkd.cli.api_client import DEFAULT_URL, base_url, call
-from slonkd.core.coordinator_state import CoordinatorState, PoolMode, StateCorrupt
+from slonkd.cli.state_writes import state_written
+from slonkd.core.coordinator_state import CoordinatorState, PoolMode
 from slonkd.core.errors import SlonkdError
 from slonkd.core.modes import Mode, check_pool, parse_mode
 
@@ -43,22 +43,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--state", default="slonkd-state", help="state ConfigMap (%(default)s)")
     p.add_argument("--by", default="", help="who does it (default: the login name)")
     p.add_argument("--url", help=f"the coordinator's API (default {DEFAULT_URL})")
-
-
-def status_line(body: dict[str, Any]) -> str | None:
-    """``slonkd status``'s line of each pool's mode (None: the leader shows none)."""
-    from slonkd.cli.ops import escape
-
-    modes = body.get("modes")
-    if not isinstance(modes, dict) or not modes:
-        return None
-    return "modes: " + "; ".join(
-        f"{escape(pool)} {escape(m.get('mode'))} ({escape(m.get('source'))}"
-        + (f", {escape(m.get('would'))} held back" if m.get("would") else "")
-        + ")"
-        for pool, m in sorted(modes.items())
-        if isinstance(m, dict)
-    )
 
 
 async def known_pools(url: str) -> set[str]:
@@ -114,20 +98,8 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        state = asyncio.run(_write(args, pool, mode))
-    except ValueError as exc:
-        print(f"slonkd mode: {exc}", file=sys.stderr)
-        return 2
-    except StateCorrupt as exc:
-        print(
-            f"slonkd mode: the state ConfigMap {args.state} is unreadable ({str(exc)[:200]}); "
-            "repair it by hand, or replace it with `slonkd state reset --yes-discard-state`",
-            file=sys.stderr,
-        )
-        return 1
-    except SlonkdError as exc:
-        print(f"slonkd mode: {str(exc)[:300]}", file=sys.stderr)
-        return 1
+    state = state_written("mode", args.state, _write(args, pool, mode))
+    if isinstance(state, int):
+        return state
     print(f"slonkd mode: {pool} is {mode.value} ({json.dumps(state.as_json()['poolModes'])})")
     return 0

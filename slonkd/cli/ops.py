@@ -33,9 +33,8 @@ from urllib.parse import quote
 import aiohttp
 
 from slonkd.cli.api_client import DEFAULT_URL, base_url, call
-from slonkd.cli.mode import status_line
-from slonkd.core.coordinator_state import CoordinatorState, StateCorrupt
-from slonkd.core.errors import SlonkdError
+from slonkd.cli.state_writes import state_written
+from slonkd.core.coordinator_state import CoordinatorState
 
 TIMEOUT_S = 10.0
 COLUMNS = (
@@ -110,6 +109,20 @@ def escape(value: object) -> str:
     or a node label cannot reorder, recolour or split the lines the operator reads.
     """
     return json.dumps(str(value), ensure_ascii=True)[1:-1]
+
+
+def _modes_line(body: dict[str, Any]) -> str | None:
+    """``slonkd status``'s line of each pool's mode (None: the leader shows none)."""
+    modes = body.get("modes")
+    if not isinstance(modes, dict) or not modes:
+        return None
+    return "modes: " + "; ".join(
+        f"{escape(pool)} {escape(m.get('mode'))} ({escape(m.get('source'))}"
+        + (f", {escape(m.get('would'))} held back" if m.get("would") else "")
+        + ")"
+        for pool, m in sorted(modes.items())
+        if isinstance(m, dict)
+    )
 
 
 def _cell(value: Any) -> str:
@@ -258,7 +271,7 @@ def render_table(body: dict[str, Any]) -> str:
             for p in body.get("budget", [])
         ),
     ]
-    if (modes := status_line(body)) is not None:
+    if (modes := _modes_line(body)) is not None:
         lines.append(modes)
     passes = body.get("passes")
     if isinstance(passes, dict) and passes.get("slurm_backend"):
@@ -365,20 +378,8 @@ def operator(args: argparse.Namespace, what: str) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        state = asyncio.run(_operator_update(args, what))
-    except ValueError as exc:
-        print(f"slonkd {what}: {exc}", file=sys.stderr)
-        return 2
-    except StateCorrupt as exc:
-        print(
-            f"slonkd {what}: the state ConfigMap {args.state} is unreadable ({str(exc)[:200]}); "
-            "repair it by hand, or replace it with `slonkd state reset --yes-discard-state`",
-            file=sys.stderr,
-        )
-        return 1
-    except SlonkdError as exc:
-        print(f"slonkd {what}: {str(exc)[:300]}", file=sys.stderr)
-        return 1
+    state = state_written(what, args.state, _operator_update(args, what))
+    if isinstance(state, int):
+        return state
     print(f"slonkd {what}: done ({json.dumps(state.as_json(), sort_keys=True)})")
     return 0
