@@ -289,11 +289,17 @@ def _remediation(data: Mapping[str, str]) -> dict[str, Attempts]:
     return {k: Attempts(attempts=_count(v, "attempts")) for k, v in old.items()}
 
 
+def _mapping(data: Mapping[str, str], key: str) -> dict[str, Any]:
+    """The JSON object under ``key`` (absent: empty); any other JSON is a corrupt state."""
+    raw = json.loads(data.get(key, "{}"))
+    if not isinstance(raw, dict):
+        raise StateCorrupt(f"coordinator state {key} has the wrong shape")
+    return raw
+
+
 def _revalidating(data: Mapping[str, str]) -> dict[str, Pending]:
     """Revalidations in progress (absent in states written before them: none)."""
-    raw = json.loads(data.get("revalidating", "{}"))
-    if not isinstance(raw, dict):
-        raise StateCorrupt("coordinator state revalidating has the wrong shape")
+    raw = _mapping(data, "revalidating")
     done: dict[str, Pending] = {}
     for k, v in raw.items():
         if (
@@ -314,9 +320,7 @@ def _revalidating(data: Mapping[str, str]) -> dict[str, Pending]:
 
 def _pool_modes(data: Mapping[str, str]) -> dict[str, PoolMode]:
     """The operators' modes per pool (absent in states written before them: none)."""
-    raw = json.loads(data.get("poolModes", "{}"))
-    if not isinstance(raw, dict):
-        raise StateCorrupt("coordinator state poolModes has the wrong shape")
+    raw = _mapping(data, "poolModes")
     done: dict[str, PoolMode] = {}
     for k, v in raw.items():
         if not isinstance(v, dict) or v.get("mode") not in MODES:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 import pytest
@@ -46,12 +46,8 @@ def _settings(metrics_port: int) -> CoordinatorSettings:
     )
 
 
-@dataclass(frozen=True)
-class Served:
-    """The HTTPS API (no leader) and the plain metrics port beside it."""
-
-    api_port: int
-    metrics_port: int
+Served = NamedTuple("Served", [("api_port", int), ("metrics_port", int)])  # noqa: UP014
+"""The HTTPS API's port (no leader) and the plain metrics port beside it."""
 
 
 @pytest.fixture

@@ -98,13 +98,8 @@ def test_the_namespace_port_and_prometheus_pods_come_from_values(helm: Helm) -> 
 
 def test_scrape_annotations_name_the_metrics_port_in_plain_http(helm: Helm) -> None:
     """prometheus.io/port is the metrics port, with no https scheme even under tls.enabled."""
-    objs = render(
-        helm,
-        set_json=(
-            "metrics.prometheusAnnotations=true",
-            'tls={"enabled":true,"secretName":"slonk-tls"}',
-        ),
-    )
+    tls_on = 'tls={"enabled":true,"secretName":"slonk-tls"}'
+    objs = render(helm, set_json=("metrics.prometheusAnnotations=true", tls_on))
     ann = one(objs, "Deployment", "rel-coordinator")["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/port"] == str(METRICS)
     assert "prometheus.io/scheme" not in ann

@@ -15,42 +15,35 @@ from typing import cast
 from slonkd.core.coordinator_state import PoolMode
 from slonkd.core.plan import Policy
 from slonkd.runtime.coordinating.reconciling import Coordinator
-from tests.unit.coordinator_fakes import (
-    AuditRecorder,
-    FakeEvents,
-    FakeNodeWriter,
-    FakePodWriter,
-    FakeSlurm,
-    FakeStore,
-    coordinator_with,
-    kube_node,
-    saw,
-    slurm_node,
-)
+from tests.unit import coordinator_fakes as fakes
 
 
-def _switch(store: FakeStore, mode: str, by: str = "ops") -> None:
+def _switch(store: fakes.FakeStore, mode: str, by: str = "ops") -> None:
     """What ``slonkd mode default MODE`` writes to the state ConfigMap."""
     store.state = replace(store.state, pool_modes={"default": PoolMode(mode=mode, by=by, at=1.0)})
 
 
 def _events(c: Coordinator) -> list[str]:
-    return cast(FakeEvents, c.executor.events).reasons
+    return cast(fakes.FakeEvents, c.executor.events).reasons
 
 
 async def test_observe_changes_nothing_and_reports_each_action_once() -> None:
     """Failures and maintenance in an observe pool: nothing written, all audited and counted."""
-    slurm = FakeSlurm(
-        [slurm_node(0), slurm_node(1, "IDLE+FAIL", "Kill task failed"), slurm_node(2)],
+    slurm = fakes.FakeSlurm(
+        [
+            fakes.slurm_node(0),
+            fakes.slurm_node(1, "IDLE+FAIL", "Kill task failed"),
+            fakes.slurm_node(2),
+        ],
         failing=set(),
     )
-    writer, pods, store = FakeNodeWriter(), FakePodWriter(), FakeStore()
+    writer, pods, store = fakes.FakeNodeWriter(), fakes.FakePodWriter(), fakes.FakeStore()
     _switch(store, "observe")
-    c = coordinator_with(
-        slurm, writer, [kube_node(0, cordoned=True), kube_node(1), kube_node(2)],
+    c = fakes.coordinator_with(
+        slurm, writer, [fakes.kube_node(0, cordoned=True), fakes.kube_node(1), fakes.kube_node(2)],
         pods=pods, store=store,
     )  # fmt: skip
-    audit = AuditRecorder()
+    audit = fakes.AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
     await c.reconcile_all()
@@ -75,27 +68,31 @@ async def test_observe_changes_nothing_and_reports_each_action_once() -> None:
 
 async def test_observe_holds_back_the_fast_paths_marks_too() -> None:
     """The poll sees a failure in an observe pool: the fast path marks nothing."""
-    slurm = FakeSlurm([slurm_node(i) for i in range(3)], failing=set())
-    writer, store = FakeNodeWriter(), FakeStore()
+    slurm = fakes.FakeSlurm([fakes.slurm_node(i) for i in range(3)], failing=set())
+    writer, store = fakes.FakeNodeWriter(), fakes.FakeStore()
     _switch(store, "observe")
-    c = coordinator_with(slurm, writer, [kube_node(i) for i in range(3)], store=store)
+    c = fakes.coordinator_with(slurm, writer, [fakes.kube_node(i) for i in range(3)], store=store)
     await c.reconcile_all()
-    saw(c, [slurm_node(0, "IDLE+FAIL", "Kill task failed")])
+    fakes.saw(c, [fakes.slurm_node(0, "IDLE+FAIL", "Kill task failed")])
     await c.fast_path.mark()
     assert writer.calls == []
 
 
 async def test_quarantine_drains_and_marks_but_never_evicts() -> None:
     """A SLURM failure and a failing check in a quarantine pool: marks, drains, no ladder."""
-    slurm = FakeSlurm(
-        [slurm_node(0, "IDLE+FAIL", "Kill task failed"), slurm_node(1)], failing=set()
+    slurm = fakes.FakeSlurm(
+        [fakes.slurm_node(0, "IDLE+FAIL", "Kill task failed"), fakes.slurm_node(1)], failing=set()
     )
-    writer, pods, store = FakeNodeWriter(), FakePodWriter(), FakeStore()
+    writer, pods, store = fakes.FakeNodeWriter(), fakes.FakePodWriter(), fakes.FakeStore()
     _switch(store, "quarantine")
-    c = coordinator_with(
-        slurm, writer, [kube_node(0), kube_node(1, cordoned=True)], pods=pods, store=store
+    c = fakes.coordinator_with(
+        slurm,
+        writer,
+        [fakes.kube_node(0), fakes.kube_node(1, cordoned=True)],
+        pods=pods,
+        store=store,
     )
-    audit = AuditRecorder()
+    audit = fakes.AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
     await c.reconcile_all()
@@ -114,15 +111,15 @@ async def test_switching_to_full_takes_the_standing_failures_within_the_budget()
     Without the modes' standing (the six asking at once in the first full pass) they would be
     a mass event (more than 20 % of 20 = 4): the breaker would open and take none.
     """
-    fails = [slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(6)]
-    slurm = FakeSlurm([*fails, *(slurm_node(i) for i in range(6, 20))], failing=set())
-    writer, store = FakeNodeWriter(), FakeStore()
+    fails = [fakes.slurm_node(i, "IDLE+FAIL", "Kill task failed") for i in range(6)]
+    slurm = fakes.FakeSlurm([*fails, *(fakes.slurm_node(i) for i in range(6, 20))], failing=set())
+    writer, store = fakes.FakeNodeWriter(), fakes.FakeStore()
     _switch(store, "observe")
-    c = coordinator_with(
-        slurm, writer, [kube_node(i) for i in range(20)], store=store,
+    c = fakes.coordinator_with(
+        slurm, writer, [fakes.kube_node(i) for i in range(20)], store=store,
         max_out=2, mass_percent=20, policy=Policy(remediate=False),
     )  # fmt: skip
-    audit = AuditRecorder()
+    audit = fakes.AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
     await c.reconcile_all()
     assert writer.calls == []
@@ -143,14 +140,18 @@ async def test_switching_to_full_takes_the_standing_failures_within_the_budget()
 
 async def test_a_held_back_action_that_ends_and_comes_back_is_reported_again() -> None:
     """Reported once while it stands; gone, then back (a new failure): reported again."""
-    failed = slurm_node(0, "IDLE+FAIL", "Kill task failed")
-    slurm = FakeSlurm([failed, slurm_node(1)], failing=set())
-    writer, store = FakeNodeWriter(), FakeStore()
+    failed = fakes.slurm_node(0, "IDLE+FAIL", "Kill task failed")
+    slurm = fakes.FakeSlurm([failed, fakes.slurm_node(1)], failing=set())
+    writer, store = fakes.FakeNodeWriter(), fakes.FakeStore()
     _switch(store, "observe")
-    c = coordinator_with(
-        slurm, writer, [kube_node(0), kube_node(1)], store=store, policy=Policy(remediate=False)
+    c = fakes.coordinator_with(
+        slurm,
+        writer,
+        [fakes.kube_node(0), fakes.kube_node(1)],
+        store=store,
+        policy=Policy(remediate=False),
     )
-    audit = AuditRecorder()
+    audit = fakes.AuditRecorder()
     c.auditor.log = audit  # type: ignore[assignment]
 
     def cordons() -> int:
@@ -159,9 +160,9 @@ async def test_a_held_back_action_that_ends_and_comes_back_is_reported_again() -
     await c.reconcile_all()
     await c.reconcile_all()
     assert cordons() == 1
-    slurm.nodes = [slurm_node(0), slurm_node(1)]
+    slurm.nodes = [fakes.slurm_node(0), fakes.slurm_node(1)]
     await c.reconcile_all()
-    slurm.nodes = [failed, slurm_node(1)]
+    slurm.nodes = [failed, fakes.slurm_node(1)]
     await c.reconcile_all()
     assert cordons() == 2
     assert writer.calls == []
