@@ -29,7 +29,6 @@ from slonkd.runtime.coordinating.fleet_metrics import FleetExporter
 from slonkd.runtime.coordinating.leading import metrics_server
 from slonkd.runtime.coordinating.settings import CoordinatorSettings
 from slonkd.runtime.kit.metrics import Metrics
-from slonkd_sandbox import prometheus
 from slonkd_sandbox.prometheus import Prometheus
 from slonkd_sandbox.tls import make_ca, make_server_cert
 
@@ -103,7 +102,6 @@ def test_port_zero_starts_no_server_and_the_api_port_is_refused() -> None:
         _settings(70000)
 
 
-@pytest.mark.skipif(prometheus.binary() is None, reason="Debian's prometheus is not installed")
 async def test_a_real_prometheus_scrapes_the_port_with_the_fleets_families(
     tmp_path: Path,
 ) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from slonkd_sandbox import prometheus
 from slonkd_sandbox.chart.release import RELEASE, Obj, Release, install
 from slonkd_sandbox.prometheus import Prometheus
 from tests.e2e.chart_install import reported
@@ -26,7 +25,6 @@ pytestmark = [
     pytest.mark.kube,
     pytest.mark.real,
     pytest.mark.timeout(1500),
-    pytest.mark.skipif(prometheus.binary() is None, reason="Debian's prometheus is not installed"),
 ]
 
 
