@@ -98,6 +98,15 @@ def slonkd_marks(node: Node) -> tuple[str, ...]:
     return tuple(marks)
 
 
+def _has_marks(node: Node) -> bool:
+    """``bool(slonkd_marks(node))`` without building the list (most nodes carry none)."""
+    return bool(
+        node.our_taints
+        or node.slurm_healthy is False
+        or (node.unschedulable and node.cordoned_by_slonkd)
+    )
+
+
 def _stamp(text: str) -> float | None:
     """The epoch of an RFC 3339 time (slonkd's ``...Z`` or the apiserver's); None: unreadable."""
     try:
@@ -164,11 +173,18 @@ def quarantined_node(node: Node, history: Attempts, *, has_pod: bool) -> Quarant
 def quarantined(
     nodes: Iterable[Node], pods: Iterable[Pod], history: Mapping[str, Attempts]
 ) -> list[Quarantined]:
-    """Every K8s node with slonkd's marks and no worker pod (a terminating one counts), by name."""
+    """Every K8s node with slonkd's marks and no worker pod (a terminating one counts), by name.
+
+    Once a pass over every node (the gauges): the marks are asked first, from the fields the
+    node derived once per informer event, and the pods only when some node carries one.
+    """
+    marked = [n for n in nodes if _has_marks(n)]
+    if not marked:
+        return []
     occupied = {p.node_name for p in pods if p.node_name}
     found = (
         quarantined_node(n, history.get(n.name, Attempts()), has_pod=n.name in occupied)
-        for n in nodes
+        for n in marked
     )
     return sorted((q for q in found if q is not None), key=lambda q: q.kube_node)
 

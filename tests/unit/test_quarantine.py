@@ -146,3 +146,17 @@ def test_return_lifts_only_slonkds_own_marks() -> None:
     someone_cordoned = marked(cordon=None)  # cordoned, but not with slonkd's annotation
     kinds = [a.kind for a in return_actions(someone_cordoned, "bob")]
     assert Kind.UNCORDON not in kinds
+
+
+def test_each_single_mark_alone_makes_a_machine_quarantined() -> None:
+    """The pass's quick test for marks (most nodes carry none) misses none of the three kinds."""
+    only_cordon = marked("kn-1", ours=(), condition=False)
+    only_taint = marked("kn-2", cordon=None, unschedulable=False, condition=False)
+    only_condition = marked("kn-3", ours=(), cordon=None, unschedulable=False)
+    foreign_cordon = marked("kn-4", ours=(), cordon=None, condition=False)  # not slonkd's
+    found = quarantined([only_cordon, only_taint, only_condition, foreign_cordon], [], {})
+    assert [(q.kube_node, q.marks) for q in found] == [
+        ("kn-1", ("cordon",)),
+        ("kn-2", (f"taint:{FAILURE_TAINT}",)),
+        ("kn-3", ("condition",)),
+    ]

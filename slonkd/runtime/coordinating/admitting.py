@@ -137,15 +137,18 @@ class Gate:
         task: str,
         read_at: float,
         takes: Collection[str] | None = None,
+        groups: Sequence[str] | None = None,
     ) -> tuple[Admission, int]:
         """Admit as :meth:`admit` does and reserve what ``task`` takes out; the ticket.
 
         Reserved: the admitted nodes this read shows in service and no reservation holds
         (a node out already costs nothing), of ``takes`` only when given (the nodes the
-        task acts on; the fast path marks only the K8s nodes of its failures).
+        task acts on; the fast path marks only the K8s nodes of its failures). ``groups``:
+        :meth:`groups` of ``views`` when the caller has them already (the pool modes' split).
         """
         held = self._held_for(views, read_at)
-        groups = self.groups(views)  # once a pass: the budget's and the ledger's pools
+        if groups is None:  # once a pass: the budget's, the modes' and the ledger's pools
+            groups = self.groups(views)
         admission = self._admit(views, plans, held, groups)
         reserved = {n for nodes in held.values() for n in nodes}
         fresh = [

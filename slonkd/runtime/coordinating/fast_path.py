@@ -92,12 +92,14 @@ class FastPath:
     ) -> None:
         views = self.observer.views(slurm_nodes, time.time(), self.memory.state)
         plans, _ = self.planner(views)
+        groups = self.gate.groups(views)
         if self.modes is not None:
-            plans, _ = self.modes.filter(plans, self.gate.groups(views), self.memory.state)
+            plans, _ = self.modes.filter(plans, groups, self.memory.state)
         token = self.check_valid()
         admission, ticket = self.gate.take(
-            views, plans, task="fast-path", read_at=read_at, takes=_taken(views, plans, failing)
-        )
+            views, plans, task="fast-path", read_at=read_at,
+            takes=_taken(views, plans, failing), groups=groups,
+        )  # fmt: skip
         marked = []
         try:
             for view, plan in zip(views, plans, strict=True):

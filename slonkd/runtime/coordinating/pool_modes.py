@@ -159,6 +159,10 @@ class PoolModes:
                     f" for {a.cause} on {w.node}; nothing changed",
                 )
 
+    def pools(self) -> list[str]:
+        """The pools of the last pass (``slonkd status`` without grouping every node again)."""
+        return list(self._last)
+
     def acting(self) -> bool:
         """Whether a pool of the last pass takes more than it observes.
 

@@ -35,7 +35,6 @@ import structlog
 
 from slonkd.core.budget import Admission
 from slonkd.core.coordinator_state import CoordinatorState
-from slonkd.core.modes import pool_of
 from slonkd.core.plan import Action, Kind, NodeView, Plan, Writer
 from slonkd.core.reasons import Cause
 from slonkd.runtime.coordinating import returning
@@ -93,8 +92,7 @@ class Coordinator(Composition):
         if self.job_outcomes is not None:
             sections["job_blame"] = self.job_outcomes.status()
         sections["quarantined"] = returning.section(self, time.time())
-        groups = self.gate.groups(self.snapshot.views) if self.snapshot else []
-        sections["modes"] = self.modes.status(self.state, [pool_of(g) for g in groups])
+        sections["modes"] = self.modes.status(self.state, self.modes.pools())
         return sections
 
     # -- one pass ----------------------------------------------------------------------------
@@ -123,7 +121,8 @@ class Coordinator(Composition):
         if self.job_outcomes is not None:
             views = self.job_outcomes.annotate(views)
         plans, suspected = self.planner(views)
-        plans, would, standing = self.modes.take(plans, self.gate.groups(views), self.state)
+        groups = self.gate.groups(views)  # once a pass: the modes', the budget's, the ledger's
+        plans, would, standing = self.modes.take(plans, groups, self.state)
         self.gate.add_standing(standing)  # a pool's mode let them go: within the budget
         newly = sorted(str(c) for c in suspected - self.suspected)
         for suspect in newly:
@@ -134,7 +133,9 @@ class Coordinator(Composition):
                 detail="many nodes fail the same check at once: suspecting the check",
             )
         self.suspected = suspected
-        admission, ticket = self.gate.take(views, plans, task="pass", read_at=read_began)
+        admission, ticket = self.gate.take(
+            views, plans, task="pass", read_at=read_began, groups=groups
+        )
         try:
             self.gate.keep_standing(admission)  # still wanted
             token = self.elector.check_valid()  # a paused old leader stops here
