@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     ensure.add_argument("--namespace", help="where (default $POD_NAMESPACE)")
     given = ensure.add_mutually_exclusive_group(required=True)
-    given.add_argument("--spec", help='JSON: {"secrets": [{"name", "labels", "data"}]}')
+    given.add_argument("--spec", help='JSON: {"secrets": [{"name", "labels", "data" or "tls"}]}')
     given.add_argument("--spec-file", type=Path, help="a file holding that JSON")
     ensure.add_argument(
         "--timeout", type=float, default=TIMEOUT_S, help="seconds per API call (%(default)s)"

@@ -31,6 +31,9 @@ SPEC = {
     ]
 }
 
+TLS_BAD = {"secrets": [{"name": "rel-tls", "tls": {"dnsNames": ["Rel-Mosquitto"]}}]}
+"""A TLS entry the command refuses (tests/unit/test_tls_secret.py has the rest of them)."""
+
 
 def test_a_spec_draws_fresh_values_of_each_kind() -> None:
     """Random bytes of the length asked, alphanumeric passwords, fixed values as given."""
@@ -85,6 +88,7 @@ def test_a_bad_spec_is_refused_with_one_line(spec: str, says: str) -> None:
         (["--spec", json.dumps(SPEC)], "no namespace"),
         (["--namespace", "ns", "--spec-file", "/nonexistent/spec.json"], "cannot read"),
         (["--namespace", "ns", "--spec", json.dumps(SPEC), "--timeout", "0"], "--timeout"),
+        (["--namespace", "ns", "--spec", json.dumps(TLS_BAD)], "not a lowercase DNS name"),
     ],
 )
 def test_the_command_refuses_bad_input_with_one_line_and_exit_2(argv: list[str], says: str) -> None:

@@ -1,9 +1,10 @@
 """A Secret made once: created when absent, never replaced, its data never read out.
 
 :func:`ensure_secret` reads the Secret by name; a 404 creates it with fresh values
-(:func:`slonkd.core.secret_spec.make_data`), and a 409 on that create (someone made it
-meanwhile) keeps the one that won. One that exists is kept as it is: only its key names are
-looked at, so that a Secret an operator made without a key the pods need is reported.
+(:func:`slonkd.core.secret_spec.make_data`; a TLS Secret's type is ``kubernetes.io/tls``,
+any other's ``Opaque``), and a 409 on that create (someone made it meanwhile) keeps the one
+that won. One that exists is kept as it is: only its key names are looked at, so that a
+Secret an operator made without a key the pods need is reported.
 
 One exception to "never written": a Secret an older chart rendered itself (Helm's
 ``meta.helm.sh/release-name`` annotation or ``app.kubernetes.io/managed-by: Helm`` label,
@@ -105,7 +106,7 @@ async def ensure_secret(transport: KubeTransport, namespace: str, spec: SecretSp
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": spec.name, "namespace": namespace, "labels": dict(spec.labels)},
-            "type": "Opaque",
+            "type": spec.type,
             "data": make_data(spec),
         }
         try:
