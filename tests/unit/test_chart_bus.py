@@ -45,8 +45,8 @@ def _pods(home: Path, set_json: tuple[str, ...] = ()) -> tuple[Obj, Obj]:
 
 @pytest.fixture(scope="module")
 def pods(tmp_path_factory: pytest.TempPathFactory) -> tuple[Obj, Obj]:
-    """The default values' worker and coordinator pods."""
-    return _pods(tmp_path_factory.mktemp("helm"))
+    """The worker and coordinator pods with the real-node release's ``tls.enabled: false``."""
+    return _pods(tmp_path_factory.mktemp("helm"), ('tls={"enabled": false}',))
 
 
 def test_the_charts_agent_gets_no_secret_and_a_token_for_the_coordinators_audience(
@@ -108,3 +108,5 @@ def test_with_tls_the_ca_secret_reaches_the_agent_and_is_reported(tmp_path: Path
     """tls.enabled mounts the CA's Secret into the agent: reported (the e2e's release has none)."""
     worker, _ = _pods(tmp_path, ('tls={"enabled": true, "secretName": "bus-tls"}',))
     assert secret_sources(worker, AGENT) == ["/etc/slonk/tls: Secret bus-tls"]
+    default, _ = _pods(tmp_path)  # TLS by default: the Secret the secrets Job makes once
+    assert secret_sources(default, AGENT) == ["/etc/slonk/tls: Secret rel-tls"]

@@ -798,8 +798,30 @@ FIELD_VALUES = {
 }
 
 
+TLS_DIR = "/etc/slonk/tls/"
+"""Where the pods mount the TLS Secret (the chart's slonk.tlsDir)."""
+
+
+def _tls_secret_files(config_dir: Path) -> Path:
+    """A TLS Secret as the secrets Job makes it (tls.enabled, the default), in ``config_dir``."""
+    from datetime import UTC, datetime
+
+    from slonkd.core.tls_material import make_tls_data
+
+    where = config_dir / "tls"
+    if not where.exists():
+        where.mkdir()
+        made = make_tls_data(["rel-mosquitto"], 1, now=datetime.now(UTC), label="rel-tls")
+        for key, data in made.items():
+            (where / key).write_bytes(data)
+    return where
+
+
 def _container_env(container: Obj, config_dir: Path) -> dict[str, str]:
-    """The environment the kubelet would give ``container``; mounted files under ``config_dir``."""
+    """The environment the kubelet would give ``container``; mounted files under ``config_dir``.
+
+    The TLS Secret's files (``ca.crt``, ``tls.crt``, ``tls.key``) are real ones made there.
+    """
     env: dict[str, str] = {}
     for item in container["env"]:
         if "value" in item:
@@ -810,6 +832,9 @@ def _container_env(container: Obj, config_dir: Path) -> dict[str, str]:
             env[item["name"]] = f"secret-{item['valueFrom']['secretKeyRef']['key']}"
     if "SLONKD_CONFIG" in env:
         env["SLONKD_CONFIG"] = str(config_dir / Path(env["SLONKD_CONFIG"]).name)
+    for name, value in env.items():
+        if value.startswith(TLS_DIR):
+            env[name] = str(_tls_secret_files(config_dir) / value.removeprefix(TLS_DIR))
     return env
 
 
@@ -906,11 +931,12 @@ def test_agent_settings_render_per_pool_and_load_in_the_real_agent(
     assert cpu.hysteresis.clear_k == 3
     assert h100.cluster == "multi"
     assert (h100.slurm_node, h100.pod_name, h100.kube_node) == ("rel-h100-0",) * 2 + ("gpu-node-a",)
-    # MQTT: its own credentials from the coordinator's API (the status API's port)
+    # MQTT: its own credentials from the coordinator's API (the status API's port), both over
+    # TLS by default (tls.enabled)
     assert h100.bus is not None
-    assert h100.bus.host == "rel-mosquitto.hpc.svc.cluster.local"
+    assert (h100.bus.host, h100.bus.port) == ("rel-mosquitto.hpc.svc.cluster.local", 8883)
     assert h100.bootstrap is not None
-    assert h100.bootstrap.url == "http://rel-coordinator.hpc.svc.cluster.local:8081/v1/credentials"
+    assert h100.bootstrap.url == "https://rel-coordinator.hpc.svc.cluster.local:8081/v1/credentials"
     assert h100.bootstrap.token_file == "/var/run/secrets/slonk.dev/token/token"
     assert h100.metrics_port == 9464
 
@@ -1004,10 +1030,11 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     assert wanted.items() <= labels.items()
     # API: container port, probes and Service all on api_port
     assert s.api_port == 9000
+    assert s.api_tls is not None  # TLS by default: the made-once Secret's certificate and key
     ports = {p["name"]: p["containerPort"] for p in coord["ports"]}
     assert ports["api"] == 9000
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
-        assert coord[probe]["httpGet"] == {"path": path, "port": "api"}
+        assert coord[probe]["httpGet"] == {"path": path, "port": "api", "scheme": "HTTPS"}
     svc = one(objs, "Service", "rel-coordinator")
     assert svc["spec"]["ports"] == [
         {"name": "api", "port": 9000, "targetPort": "api"},
@@ -1019,7 +1046,7 @@ def test_coordinator_settings_match_rbac_service_and_volumes_and_load(
     )
     (agent,) = _pod(one(objs, "StatefulSet", "rel-gpu"))["initContainers"]
     url = next(e["value"] for e in agent["env"] if e["name"] == "SLONKD_COORDINATOR_URL")
-    assert url == "http://rel-coordinator.hpc.svc.cluster.local:9000"
+    assert url == "https://rel-coordinator.hpc.svc.cluster.local:9000"
     # audit log on its volume: the claim, one directory per replica
     mounts = {m["name"]: m for m in coord["volumeMounts"]}
     assert Path(s.audit_path).parent == Path(mounts["audit"]["mountPath"])

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from slonkd.core.secret_spec import parse_spec
+from slonkd.core.tls_material import TLS_KEYS
 from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from tests.unit.test_chart_render import MULTI_POOL, Obj, helm, kinds, one, render
 
@@ -39,6 +40,7 @@ GIVEN = (
     'mosquitto={"admin":{"existingSecret":"my-admin"}}',
     'coordinator={"slurmTriggers":{"enabled":true,"mqttSecret":"my-nudge"}}',
     'accounting={"enabled":true,"database":{"existingSecret":"my-db"}}',
+    'tls={"secretName":"my-tls"}',
 )
 """Every Secret given: the chart makes none, and runs no Job."""
 DRAWN = re.compile(
@@ -57,7 +59,10 @@ def every_feature(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def made_once(objs: list[Obj]) -> dict[str, dict[str, Any]]:
-    """The Secrets the chart's Job makes: name -> its keys and how each is made."""
+    """The Secrets the chart's Job makes: name -> its keys and how each is made.
+
+    A TLS Secret's three keys are made together: each maps to its entry's ``{"tls": ...}``.
+    """
     jobs = kinds(objs, "Job")
     if not jobs:
         return {}
@@ -67,7 +72,10 @@ def made_once(objs: list[Obj]) -> dict[str, dict[str, Any]]:
     assert args[:2] == ["secrets", "ensure"]
     spec = json.loads(args[args.index("--spec") + 1])
     parse_spec(json.dumps(spec))  # what the command accepts
-    return {s["name"]: s["data"] for s in spec["secrets"]}
+    return {
+        s["name"]: s["data"] if "data" in s else {k: {"tls": s["tls"]} for k in TLS_KEYS}
+        for s in spec["secrets"]
+    }
 
 
 def _secret_names(pod: Obj) -> set[str]:
@@ -194,12 +202,12 @@ def test_the_jobs_name_changes_with_what_its_pod_runs_so_kubectl_apply_never_upd
 
 
 def test_given_secrets_are_not_made_and_without_any_to_make_no_job_runs(helm: Helm) -> None:
-    """Each existingSecret (mqttSecret, an external database's) takes its Secret off the Job."""
-    assert set(made_once(render(helm))) == {"rel-munge", "rel-mosquitto-admin"}
+    """Each existingSecret (mqttSecret, the database's, tls.secretName) takes its Secret off."""
+    assert set(made_once(render(helm))) == {"rel-munge", "rel-mosquitto-admin", "rel-tls"}
     some = render(helm, set_json=GIVEN[:1])
-    assert set(made_once(some)) == {"rel-mosquitto-admin"}
+    assert set(made_once(some)) == {"rel-mosquitto-admin", "rel-tls"}
     objs = render(helm, set_json=GIVEN)
     assert not kinds(objs, "Job")
     assert not [o for o in objs if o["metadata"]["name"] == "rel-secrets"]
     named = set().union(*(_secret_names(p) for p in _pods(objs)))
-    assert {"my-munge", "my-admin", "my-nudge", "my-db"} <= named
+    assert {"my-munge", "my-admin", "my-nudge", "my-db", "my-tls"} <= named

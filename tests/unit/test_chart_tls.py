@@ -5,6 +5,10 @@ each pod gets: mosquitto's listener and certificate, the coordinator's HTTPS API
 and broker CA, every agent's https URL and CA (and no private key). The rendered
 environments are then loaded by slonkd's own settings code with the mounted files
 stood in by real ones, so a name the chart and the code spell differently fails here.
+
+TLS is on by default, its Secret ``<release>-tls`` made once by the secrets Job for every
+name the clients dial, unless ``tls.secretName`` (the site's Secret) or ``tls.issuer`` (a
+cert-manager Certificate) says where it comes from; plain only with ``tls.enabled: false``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from slonkd_sandbox.tls import make_ca, make_server_cert
 from tests.unit.test_chart_render import _container_env, helm, kinds, one, render
+from tests.unit.test_chart_secrets import made_once
 
 __all__ = ["helm"]  # the module-scoped fixture, shared with test_chart_render
 
@@ -27,6 +32,13 @@ SECRET = "slonk-tls"
 TLS = (f'tls={{"enabled":true,"secretName":"{SECRET}"}}',)
 COORD_DNS = "rel-coordinator.hpc.svc.cluster.local"
 MQTT_DNS = "rel-mosquitto.hpc.svc.cluster.local"
+PLAIN = ('tls={"enabled":false}',)
+ISSUER = ('tls={"issuer":{"name":"site-ca","kind":"ClusterIssuer"}}',)
+DNS_NAMES = [
+    *("rel-mosquitto", "rel-mosquitto.hpc", "rel-mosquitto.hpc.svc", MQTT_DNS),
+    *("rel-coordinator", "rel-coordinator.hpc", "rel-coordinator.hpc.svc", COORD_DNS),
+]
+"""The names of the TLS Secret's certificate: mosquitto's and the API's, short to full."""
 
 
 def _pod(objs: list[Obj], kind: str, name: str) -> Obj:
@@ -49,17 +61,17 @@ def _agent(pod: Obj) -> Obj:
     return found
 
 
-def _tls_volume(pod: Obj) -> Obj:
+def _tls_volume(pod: Obj, secret: str = SECRET) -> Obj:
     """The pod's one volume from the TLS Secret."""
-    found = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == SECRET]
+    found = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == secret]
     assert len(found) == 1, pod["volumes"]
     volume: Obj = found[0]
     return volume
 
 
-def _file(pod: Obj, container: Obj, path: str) -> str:
+def _file(pod: Obj, container: Obj, path: str, secret: str = SECRET) -> str:
     """The Secret key mounted at ``path`` in ``container`` (fails if none is)."""
-    volume = _tls_volume(pod)
+    volume = _tls_volume(pod, secret)
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["readOnly"] is True
     assert path.startswith(mount["mountPath"].rstrip("/") + "/"), (path, mount)
@@ -68,9 +80,98 @@ def _file(pod: Obj, container: Obj, path: str) -> str:
     return items.get(key, key) if items else key
 
 
-def test_tls_is_off_by_default(helm: Helm) -> None:
-    """By default: plain MQTT on 1883 and an http API; no TLS variable, Secret or scheme."""
+def _dialled(objs: list[Obj]) -> set[str]:
+    """Every host name a rendered container reaches mosquitto or the API by, TLS-checked."""
+    names = set()
+    for obj in kinds(objs, "Deployment") + kinds(objs, "StatefulSet"):
+        pod = obj["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            env = _env(c)
+            names |= {
+                env[k] for k in ("SLONKD_MQTT_HOST", "SLONKD_COORDINATOR_TLS_NAME") if k in env
+            }
+            url = env.get("SLONKD_COORDINATOR_URL", "")
+            host = re.sub(r"^\w+://|:\d+$", "", url)
+            if url and host != "127.0.0.1":  # in the coordinator's pod: checks TLS_NAME
+                names.add(host)
+    return names
+
+
+def test_tls_is_on_by_default_with_a_secret_the_job_makes_once(helm: Helm) -> None:
+    """Default values: mosquitto on 8883 only, an HTTPS API, agents with the CA; ``rel-tls``.
+
+    The secrets Job's spec has the TLS entry for exactly the names the clients dial (and no
+    more than mosquitto's and the API's); no Certificate is rendered, and nothing is drawn
+    at render time (two renders are the same bytes: tests/unit/test_chart_secrets.py).
+    """
     objs = render(helm)
+    conf = one(objs, "ConfigMap", "rel-mosquitto")["data"]["mosquitto.conf"]
+    assert re.findall(r"^listener .*$", conf, re.M) == ["listener 8883"]
+    assert re.search(r"^certfile ", conf, re.M)
+    (broker,) = _pod(objs, "Deployment", "rel-mosquitto")["containers"]
+    assert [p["containerPort"] for p in broker["ports"]] == [8883]
+    pod = _pod(objs, "Deployment", "rel-coordinator")
+    (coord,) = pod["containers"]
+    assert _file(pod, coord, _env(coord)["SLONKD_API_TLS_CERT_FILE"], "rel-tls") == "tls.crt"
+    assert coord["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    for sts in [s for s in kinds(objs, "StatefulSet") if _has_agent(s)]:
+        pod = sts["spec"]["template"]["spec"]
+        env = _env(_agent(pod))
+        assert env["SLONKD_COORDINATOR_URL"] == f"https://{COORD_DNS}:8081"
+        assert "SLONKD_MQTT_TLS_CA_FILE" in env
+        assert [i["key"] for i in _tls_volume(pod, "rel-tls")["secret"]["items"]] == ["ca.crt"]
+    _tls_volume(_pod(objs, "Deployment", "rel-mosquitto"), "rel-tls")
+
+    made = made_once(objs)
+    tls = made["rel-tls"]["tls.crt"]["tls"]
+    assert tls == {"dnsNames": DNS_NAMES}
+    assert set(made["rel-tls"]) == {"ca.crt", "tls.crt", "tls.key"}
+    assert _dialled(objs) <= set(DNS_NAMES)
+    assert {"rel-mosquitto", MQTT_DNS, COORD_DNS} <= _dialled(objs)
+    assert not kinds(objs, "Certificate")
+
+
+def test_the_certificates_names_follow_the_namespace_and_cluster_domain(helm: Helm) -> None:
+    """Another namespace and clusterDomain: the names the clients dial, and the Job's, move."""
+    objs = render(helm, set_json=('clusterDomain="k8s.example"',), ns="batch")
+    names = made_once(objs)["rel-tls"]["tls.crt"]["tls"]["dnsNames"]
+    assert "rel-mosquitto.batch.svc.k8s.example" in names
+    assert "rel-coordinator.batch.svc.k8s.example" in names
+    assert _dialled(objs) <= set(names)
+
+
+def test_an_issuer_gets_a_certificate_and_the_job_makes_no_tls_secret(helm: Helm) -> None:
+    """tls.issuer: a cert-manager Certificate writes rel-tls for the same names; the Job not."""
+    objs = render(helm, set_json=ISSUER)
+    cert = one(objs, "Certificate", "rel-tls")
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    assert cert["spec"]["secretName"] == "rel-tls"
+    assert cert["spec"]["dnsNames"] == DNS_NAMES
+    assert cert["spec"]["issuerRef"] == {
+        "name": "site-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    assert "server auth" in cert["spec"]["usages"]
+    assert "rel-tls" not in made_once(objs)
+    assert set(made_once(objs)) == {"rel-munge", "rel-mosquitto-admin"}
+    _tls_volume(_pod(objs, "Deployment", "rel-coordinator"), "rel-tls")
+
+
+def test_a_secret_name_means_neither_a_certificate_nor_a_made_secret(helm: Helm) -> None:
+    """tls.secretName: the pods mount the site's Secret; no Certificate, no TLS entry."""
+    objs = render(helm, set_json=TLS)
+    assert not kinds(objs, "Certificate")
+    assert set(made_once(objs)) == {"rel-munge", "rel-mosquitto-admin"}
+    assert not [o for o in objs if o["metadata"]["name"] == "rel-tls"]
+    _tls_volume(_pod(objs, "Deployment", "rel-coordinator"))
+
+
+def test_tls_enabled_false_is_plain(helm: Helm) -> None:
+    """``tls.enabled: false``: plain MQTT on 1883 and an http API; no TLS variable or Secret."""
+    objs = render(helm, set_json=PLAIN)
+    assert "rel-tls" not in made_once(objs)
+    assert not kinds(objs, "Certificate")
     conf = one(objs, "ConfigMap", "rel-mosquitto")["data"]["mosquitto.conf"]
     assert re.search(r"^listener 1883$", conf, re.M)
     assert "certfile" not in conf
@@ -78,6 +179,7 @@ def test_tls_is_off_by_default(helm: Helm) -> None:
     assert "SLONKD_MQTT_TLS_CA_FILE" not in text
     assert "SLONKD_API_TLS" not in text
     assert "HTTPS" not in text
+    assert "rel-tls" not in text
     for sts in [s for s in kinds(objs, "StatefulSet") if _has_agent(s)]:
         url = _env(_agent(sts["spec"]["template"]["spec"]))["SLONKD_COORDINATOR_URL"]
         assert url == f"http://{COORD_DNS}:8081"
@@ -89,11 +191,20 @@ def test_lint_is_clean_with_tls(helm: Helm) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
 
 
-def test_tls_needs_a_secret_name(helm: Helm) -> None:
-    """``tls.enabled`` without ``tls.secretName`` is refused, naming the value to set."""
-    proc = helm.template("rel", namespace="hpc", set_json=('tls={"enabled":true}',), check=False)
+@pytest.mark.parametrize(
+    ("tls", "says"),
+    [
+        ('{"secretName":"x","issuer":{"name":"ca"}}', "tls.issuer.name: set tls.secretName"),
+        ('{"enabled":false,"issuer":{"name":"ca"}}', "tls.issuer.name: set with tls.enabled"),
+        ('{"issuer":{"name":"ca","kind":"Bogus"}}', "/tls/issuer/kind"),
+        ('{"issuer":{"nmae":"ca"}}', "nmae"),
+    ],
+)
+def test_a_bad_tls_combination_is_refused_naming_the_key(helm: Helm, tls: str, says: str) -> None:
+    """A Secret and an issuer both, an issuer with TLS off, or a bad issuer: one line, the key."""
+    proc = helm.template("rel", namespace="hpc", set_json=(f"tls={tls}",), check=False)
     assert proc.returncode != 0
-    assert "tls.secretName" in proc.stderr
+    assert says in proc.stderr
 
 
 def test_the_schema_refuses_unknown_tls_keys(helm: Helm) -> None:

@@ -91,6 +91,22 @@ prometheus.io/scheme: {{ . }}
 {{- define "slonk.tlsDir" -}}/etc/slonk/tls{{- end -}}
 {{- define "slonk.coordinatorHost" -}}{{ printf "%s.%s.svc.%s" (include "slonk.coordinator" .) .Release.Namespace .Values.clusterDomain }}{{- end -}}
 
+{{/* The TLS Secret (ca.crt, tls.crt, tls.key): the site's tls.secretName, else <release>-tls,
+which the secrets Job makes once (a new CA and its server certificate) or, with tls.issuer,
+cert-manager's Certificate writes. */}}
+{{- define "slonk.tlsSecret" -}}{{ .Values.tls.secretName | default (printf "%s-tls" .Release.Name) }}{{- end -}}
+{{/* The host names that certificate must carry (JSON list): every name a client may dial
+mosquitto and the coordinator's API by. The coordinator dials the broker by its short name,
+the agents and slurmctld by its full one; `slonkd status` checks the API's full name. */}}
+{{- define "slonk.tlsDnsNames" -}}
+{{- $names := list -}}
+{{- range $svc := list (include "slonk.mosquitto" .) (include "slonk.coordinator" .) -}}
+{{- $ns := printf "%s.%s" $svc $.Release.Namespace -}}
+{{- $names = concat $names (list $svc $ns (printf "%s.svc" $ns) (printf "%s.svc.%s" $ns $.Values.clusterDomain)) -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
 {{- define "slonk.topologyConfigMap" -}}{{ printf "%s-topology" .Release.Name }}{{- end -}}
 
 {{/* Volumes every SLURM pod mounts: the config (with the coordinator's topology.conf once

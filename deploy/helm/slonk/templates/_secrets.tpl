@@ -1,7 +1,13 @@
 {{/* The Secrets made once (secrets.yaml): each one the chart needs that no existingSecret (or
-mqttSecret, or external database) names, as the JSON spec of `slonkd secrets ensure`
-(slonkd/core/secret_spec.py): {"secrets": [{name, labels, data: {key: how}}]}. No value is
-drawn here: the Job draws them, once, when the Secret is absent. */}}
+mqttSecret, or external database, or tls.secretName or tls.issuer) names, as the JSON spec of
+`slonkd secrets ensure` (slonkd/core/secret_spec.py): {"secrets": [{name, labels, data: {key:
+how}}]}, and for TLS {name, labels, tls: {dnsNames}} (a new CA and its server certificate).
+No value is drawn here: the Job draws them, once, when the Secret is absent. */}}
+{{/* "true" when the Job makes the TLS Secret: TLS on, and neither a Secret nor an issuer. */}}
+{{- define "slonk.tlsMadeOnce" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) (not .Values.tls.issuer.name) }}true{{ end -}}
+{{- end -}}
+
 {{- define "slonk.secretsMadeOnce" -}}
 {{- $labels := dict "app.kubernetes.io/name" "slonk" "app.kubernetes.io/managed-by" "slonkd" "slonk.dev/release" .Release.Name -}}
 {{- $list := list -}}
@@ -18,6 +24,9 @@ drawn here: the Job draws them, once, when the Secret is absent. */}}
 {{- $db := .Values.accounting.database -}}
 {{- if and .Values.accounting.enabled (not $db.host) (not $db.existingSecret) -}}
 {{- $list = append $list (dict "name" (include "slonk.accountingSecret" .) "labels" $labels "data" (dict "password" (dict "randomAlphanumeric" 32))) -}}
+{{- end -}}
+{{- if include "slonk.tlsMadeOnce" . -}}
+{{- $list = append $list (dict "name" (include "slonk.tlsSecret" .) "labels" $labels "tls" (dict "dnsNames" (include "slonk.tlsDnsNames" . | fromJsonArray))) -}}
 {{- end -}}
 {{- toJson (dict "secrets" $list) -}}
 {{- end -}}

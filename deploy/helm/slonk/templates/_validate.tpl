@@ -42,8 +42,11 @@
 {{- if hasKey .Values.slurm.config "TopologyPlugin" -}}
 {{- fail "slurm.config: set the topology plugin with topology.plugin (none, tree or block), not slurm.config.TopologyPlugin: the coordinator's topology settings and the seed topology.conf follow it" -}}
 {{- end -}}
-{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
-{{- fail "tls.secretName: tls.enabled needs the name of a Secret with ca.crt, tls.crt and tls.key (a cert-manager Certificate's)" -}}
+{{- if and .Values.tls.secretName .Values.tls.issuer.name -}}
+{{- fail "tls.issuer.name: set tls.secretName (a Secret you bring) or tls.issuer (cert-manager writes one), not both" -}}
+{{- end -}}
+{{- if and .Values.tls.issuer.name (not .Values.tls.enabled) -}}
+{{- fail "tls.issuer.name: set with tls.enabled false, where nothing would use the certificate; unset it, or turn TLS on" -}}
 {{- end -}}
 {{- if gt (len .Release.Name) 30 -}}
 {{- fail (printf "release name %q is longer than 30 characters: it prefixes every pod and SLURM node name" .Release.Name) -}}
