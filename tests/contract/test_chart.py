@@ -657,7 +657,7 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         inst.with_secrets_job("upgrade", inst.release, str(CHART_DIR), *inst.helm_args())
         inst.wait_all_running({**EXPECTED, "slonk-gpu": 3})
         made, kept = inst.job_outputs
-        for name in ("slonk-munge", "slonk-mosquitto-admin"):
+        for name in ("slonk-munge", "slonk-mosquitto-admin", "slonk-tls"):
             assert f"secret {inst.ns}/{name}: created " in made
             assert f"secret {inst.ns}/{name}: kept " in kept
 
@@ -675,7 +675,7 @@ def test_upgrade_keeps_workers_and_secrets_and_uninstall_leaves_nothing(
         node_events = f"{inst.ns}-slonk-node-events"
         assert f"{NODE_EVENT_NAMESPACED[0]}/{node_events}" in _leftovers(inst)
         inst.helm.run("uninstall", inst.release, f"--namespace={inst.ns}")
-        made_once = {f"{secret_path}/slonk-munge", f"{secret_path}/slonk-mosquitto-admin"}
+        made_once = {f"{secret_path}/slonk-{n}" for n in ("munge", "mosquitto-admin", "tls")}
         wait_for(
             f"nothing of {inst.release} left but the Secrets made once",
             lambda: set(_leftovers(inst)) == made_once,

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.kube
 
 Obj = dict[str, Any]
 FEATURES = ('coordinator={"slurmTriggers":{"enabled":true}}', 'accounting={"enabled":true}')
-MADE = ("rel-munge", "rel-mosquitto-admin", "rel-slurmctld-mqtt", "rel-accounting-db")
+MADE = ("rel-munge", "rel-mosquitto-admin", "rel-slurmctld-mqtt", "rel-accounting-db", "rel-tls")
 
 
 def _render(kube: KubeCluster, tmp_path: Path, namespace: str) -> list[Obj]:
@@ -108,6 +108,11 @@ def test_the_job_creates_once_changes_nothing_after_and_keeps_an_existing_secret
     obj = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rel-munge")
     assert obj["metadata"]["labels"]["slonk.dev/release"] == "rel"
     assert "app.kubernetes.io/instance" not in obj["metadata"]["labels"]
+    # TLS by default: a kubernetes.io/tls Secret (the apiserver checks tls.crt and tls.key)
+    tls = kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rel-tls")
+    assert tls["type"] == "kubernetes.io/tls"
+    assert sorted(tls["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    assert b"PRIVATE KEY" not in base64.b64decode(tls["data"]["ca.crt"])
 
     second = _run(args, config)
     assert second.returncode == 0, second.stderr
