@@ -186,9 +186,10 @@ def test_tls_enabled_false_is_plain(helm: Helm) -> None:
 
 
 def test_lint_is_clean_with_tls(helm: Helm) -> None:
-    """``helm lint --strict`` passes with ``tls.enabled``."""
-    proc = helm.run("lint", "--strict", str(CHART_DIR), f"--set-json={TLS[0]}")
-    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+    """``helm lint --strict`` passes with the site's Secret, and with a cert-manager issuer."""
+    for tls in (TLS[0], ISSUER[0]):
+        proc = helm.run("lint", "--strict", str(CHART_DIR), f"--set-json={tls}")
+        assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
 
 
 @pytest.mark.parametrize(
