@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from slonkd.core.tls_material import TLS_KEYS, make_tls_data
-
 KINDS: Final = ("randomBytes", "randomAlphanumeric", "value")
 MAX_RANDOM: Final = 65536
 """The most random bytes or characters one key may ask for."""
@@ -48,6 +46,8 @@ KEY: Final = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 ALPHANUMERIC: Final = string.ascii_letters + string.digits
 TLS_KIND: Final = "tls"
 """The kind of a TLS Secret's keys: made together, not one by one."""
+TLS_KEYS: Final = ("ca.crt", "tls.crt", "tls.key")
+"""A TLS Secret's keys, the ones :func:`slonkd.core.tls_material.make_tls_data` returns."""
 TLS_DAYS: Final = 3650
 """How long a made-once certificate (and its CA) is valid unless the spec says ``days``."""
 MAX_DAYS: Final = 36500
@@ -186,10 +186,23 @@ def make_data(spec: SecretSpec, *, now: datetime | None = None) -> dict[str, str
     A TLS Secret's certificates start from ``now`` (default: this moment).
     """
     if spec.tls is not None:
+        # Imported here: only the secrets Job makes a certificate, and `slonkd --help`, which
+        # imports every command's module, need not load cryptography for it.
+        from slonkd.core.tls_material import make_tls_data
+
         when = now if now is not None else datetime.now(UTC)
         made = make_tls_data(spec.tls.dns_names, spec.tls.days, now=when, label=spec.name)
         return {k: base64.b64encode(v).decode() for k, v in made.items()}
     return {k.key: base64.b64encode(_raw(k)).decode() for k in spec.keys}
 
 
-__all__ = ["KINDS", "TLS_DAYS", "KeySpec", "SecretSpec", "TlsSpec", "make_data", "parse_spec"]
+__all__ = [
+    "KINDS",
+    "TLS_DAYS",
+    "TLS_KEYS",
+    "KeySpec",
+    "SecretSpec",
+    "TlsSpec",
+    "make_data",
+    "parse_spec",
+]

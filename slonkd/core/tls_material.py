@@ -36,9 +36,8 @@ BACKDATE: Final = timedelta(hours=1)
 CA_FILE: Final = "ca.crt"
 CERT_FILE: Final = "tls.crt"
 KEY_FILE: Final = "tls.key"
-TLS_KEYS: Final = (CA_FILE, CERT_FILE, KEY_FILE)
-"""The Secret's keys, as a cert-manager Certificate writes them (and a ``kubernetes.io/tls``
-Secret has, with ``ca.crt``)."""
+"""The Secret's keys, as a cert-manager Certificate writes them (a ``kubernetes.io/tls``
+Secret's two, and ``ca.crt``): :data:`slonkd.core.secret_spec.TLS_KEYS`."""
 
 
 def _name(common_name: str) -> x509.Name:
@@ -121,4 +120,4 @@ def make_tls_data(
     return {CA_FILE: _pem(ca), CERT_FILE: _pem(leaf), KEY_FILE: key_pem}
 
 
-__all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "TLS_KEYS", "make_tls_data"]
+__all__ = ["CA_FILE", "CERT_FILE", "KEY_FILE", "make_tls_data"]

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonkd.core.secret_spec import parse_spec
-from slonkd.core.tls_material import TLS_KEYS
+from slonkd.core.secret_spec import TLS_KEYS, parse_spec
 from slonkd_sandbox.chart.helm import CHART_DIR, Helm
 from tests.unit.test_chart_render import MULTI_POOL, Obj, helm, kinds, one, render
 
