@@ -70,3 +70,8 @@ CA file given); warning level, once at start."""
 API_PLAIN_TEXT: Final = "api.plain_text"
 """The coordinator serves its API as plain HTTP, or the agent asks it for credentials over
 plain HTTP (``role``, ``detail``); warning level, once at start."""
+
+TLS_SIGNALLED: Final = "tls.signalled"
+"""``slonkd tls-reload`` saw a new certificate and key that load and signalled the process
+that serves them (``process``, ``pids``, ``signal``, ``sha256``); with ``error``, one process
+could not be signalled (warning level)."""
