@@ -13,6 +13,10 @@ the files; a pair that loads logs ``tls.reloaded`` with the files and the new ce
 SHA-256 fingerprint. A CA bundle needs none of this: every client reads its CA when it
 connects (:func:`slonkd.adapters.bus.client.tls_context`).
 
+Plain text is a choice someone made, and the log says so: :func:`warn_plain_text` is the one
+warning per channel a role logs at start when it talks without TLS (``bus.plain_text``,
+``api.plain_text``).
+
 Neighbours: :mod:`slonkd.runtime.coordinating.api` (the coordinator's HTTPS API, which runs a
 reloader), :mod:`slonkd.cli.tls_reload` (the broker pod's sidecar: SIGHUP to mosquitto when
 the stamp of its files changes), :mod:`slonkd.core.log_events` (the event names).
@@ -30,7 +34,12 @@ from pathlib import Path
 
 import structlog
 
-from slonkd.core.log_events import TLS_RELOAD_FAILED, TLS_RELOADED
+from slonkd.core.log_events import (
+    API_PLAIN_TEXT,
+    BUS_PLAIN_TEXT,
+    TLS_RELOAD_FAILED,
+    TLS_RELOADED,
+)
 
 log = structlog.get_logger("slonkd.tls")
 
@@ -138,3 +147,15 @@ class CertReloader:
         while True:
             await asyncio.sleep(self.period_s)
             self.check()
+
+
+def warn_plain_text(role: str, *, mqtt: str | None = None, http: str | None = None) -> None:
+    """At start, one warning per channel ``role`` talks over in the clear.
+
+    ``mqtt`` (the broker) and ``http`` (the API) are each the detail that says why; None: TLS,
+    or not used.
+    """
+    if mqtt is not None:
+        log.warning(BUS_PLAIN_TEXT, role=role, detail=mqtt)
+    if http is not None:
+        log.warning(API_PLAIN_TEXT, role=role, detail=http)
