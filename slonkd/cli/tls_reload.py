@@ -83,7 +83,8 @@ class Watcher:
                 log.warning(TLS_SIGNALLED, pid=pid, error=exc.strerror)
                 continue
             signalled.append(pid)
-        log.info(
+        said = log.info if signalled else log.warning  # none: it loads the files when it starts
+        said(
             TLS_SIGNALLED, process=self.name, pids=signalled, signal=self.signum.name,
             sha256=fingerprint(cert),
         )  # fmt: skip

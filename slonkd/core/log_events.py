@@ -73,5 +73,6 @@ plain HTTP (``role``, ``detail``); warning level, once at start."""
 
 TLS_SIGNALLED: Final = "tls.signalled"
 """``slonkd tls-reload`` saw a new certificate and key that load and signalled the process
-that serves them (``process``, ``pids``, ``signal``, ``sha256``); with ``error``, one process
-could not be signalled (warning level)."""
+that serves them (``process``, ``pids``, ``signal``, ``sha256``); warning level when no
+process of the name was found (``pids`` empty), or with ``error`` when one could not be
+signalled."""

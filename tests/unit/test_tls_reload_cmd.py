@@ -168,3 +168,15 @@ def test_the_command_is_registered() -> None:
     args = parser.parse_args(["tls-reload", "--cert", "c", "--key", "k", "--process-name", "m"])
     assert isinstance(args, argparse.Namespace)
     assert (args.signal, args.period) == ("HUP", 10.0)
+
+
+def test_no_process_of_the_name_is_a_warning(pki: Pki) -> None:
+    """A new pair and nobody to signal (the broker restarting): one warning, no pid."""
+    watcher = Watcher(
+        str(pki.mount / "tls.crt"), str(pki.mount / "tls.key"), f"{NAME}-no", signal.SIGHUP
+    )
+    with capture_logs() as logs:
+        _rotate(pki, "v2")
+        assert watcher.check() == []
+    (line,) = logs
+    assert (line["event"], line["log_level"], line["pids"]) == ("tls.signalled", "warning", [])
