@@ -2,8 +2,9 @@
 
 Subcommands: ``agent``, ``prestop``, ``check``, ``coordinator``, and the operator's ``status``,
 ``explain``, ``pause``, ``unpause``, ``mode``, ``budget reset``, ``state reset``, ``recheck`` and
-``return``, and the chart Job's ``secrets ensure``; those other distributions add
-(``sandbox``, from the harness) come through :mod:`slonkd.cli.commands`.
+``return``, the chart Job's ``secrets ensure`` and the broker pod's ``tls-reload``; those
+other distributions add (``sandbox``, from the harness) come through
+:mod:`slonkd.cli.commands`.
 
 Only the named subcommand's module is imported (:data:`MODULES`): ``slonkd check``, which
 the kubelet and operators run often, does not pay for the agent's bus and HTTP clients
@@ -33,10 +34,11 @@ MODULES: dict[str, str] = {
     "recheck": "recheck",
     "return": "quarantine",
     "secrets": "secrets_cmd",
+    "tls-reload": "tls_reload",
 }
 """Each built-in subcommand's module under ``slonkd.cli``, in the help's order."""
 
-LOGGING = frozenset({"agent", "check", "coordinator", "prestop"})
+LOGGING = frozenset({"agent", "check", "coordinator", "prestop", "tls-reload"})
 """The daemons and checks, which log as JSON lines from the start."""
 
 

@@ -54,3 +54,25 @@ setting, ``slurm_version``, ``why``): once per process."""
 
 COORDINATOR_CHANGE_POLL_LOADED: Final = "coordinator.change_poll_loaded"
 """The change poll's libslurm child is ready (``library``, ``load_s``): polls ask it now."""
+
+TLS_RELOADED: Final = "tls.reloaded"
+"""A server's certificate and key changed on disk and were loaded again in place
+(``cert_file``, ``key_file``, ``sha256``: the new certificate's fingerprint)."""
+
+TLS_RELOAD_FAILED: Final = "tls.reload_failed"
+"""A server's certificate or key changed but the new pair did not load (``error``): the old
+certificate is kept; warning level, once per change of the files."""
+
+BUS_PLAIN_TEXT: Final = "bus.plain_text"
+"""A role connects to the broker without TLS (``role``, ``detail``: plain MQTT was chosen, no
+CA file given); warning level, once at start."""
+
+API_PLAIN_TEXT: Final = "api.plain_text"
+"""The coordinator serves its API as plain HTTP, or the agent asks it for credentials over
+plain HTTP (``role``, ``detail``); warning level, once at start."""
+
+TLS_SIGNALLED: Final = "tls.signalled"
+"""``slonkd tls-reload`` saw a new certificate and key that load and signalled the process
+that serves them (``process``, ``pids``, ``signal``, ``sha256``); warning level when no
+process of the name was found (``pids`` empty), or with ``error`` when one could not be
+signalled."""

@@ -222,7 +222,7 @@ def test_mosquitto_listens_only_with_tls_from_the_secret(helm: Helm) -> None:
     conf = one(objs, "ConfigMap", "rel-mosquitto")["data"]["mosquitto.conf"]
     assert re.findall(r"^listener .*$", conf, re.M) == ["listener 8883"]
     pod = _pod(objs, "Deployment", "rel-mosquitto")
-    (broker,) = pod["containers"]
+    (broker,) = [c for c in pod["containers"] if c["name"] == "mosquitto"]
     cert = re.search(r"^certfile (\S+)$", conf, re.M)
     key = re.search(r"^keyfile (\S+)$", conf, re.M)
     assert cert is not None

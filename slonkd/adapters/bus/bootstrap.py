@@ -4,7 +4,8 @@ The agent reads its projected, pod-bound ServiceAccount token (fresh on every at
 kubelet rotates it) and POSTs it to the coordinator's ``/v1/credentials``. The answer is
 its own MQTT username and password (see :mod:`slonkd.runtime.coordinating.credentials`). Connection
 errors, timeouts, 429 and 5xx are transient and retried with jittered backoff (tenacity,
-capped in attempts and total time); 401/403 or a malformed answer are terminal. The token
+capped in attempts and total time); 401/403 or a malformed answer are terminal. The CA
+bundle is read again for every attempt, as the token is (a rotated bundle counts at once). The token
 and the password are never logged; aiohttp objects stop here.
 """
 
@@ -74,13 +75,25 @@ def _read_token(path: str) -> str:
     return token
 
 
+def _ca_context(path: str | None) -> ssl.SSLContext | bool:
+    """A context trusting the bundle at ``path``, read now (no bundle: aiohttp's default)."""
+    if not path:
+        return True
+    try:
+        return ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as exc:
+        raise TransientError(f"cannot load the CA bundle {path}: {exc}") from None
+
+
 async def _fetch_once(s: BootstrapSettings, session: aiohttp.ClientSession) -> IssuedCredentials:
     token = await asyncio.to_thread(_read_token, s.token_file)
+    verify = await asyncio.to_thread(_ca_context, s.ca_file)
     try:
         async with session.post(
             s.url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=aiohttp.ClientTimeout(total=s.timeout_s),
+            ssl=verify,
         ) as response:
             raw = await response.read()
             status = response.status
@@ -118,10 +131,7 @@ async def fetch_credentials(s: BootstrapSettings) -> IssuedCredentials:
         ),
         reraise=True,
     )
-    connector = None
-    if s.ca_file:
-        connector = aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=s.ca_file))
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession() as session:
         creds: IssuedCredentials = await retrying(_fetch_once, s, session)
     log.info("bus.bootstrap_done", username=creds.username, cluster=creds.cluster)
     return creds

@@ -5,7 +5,10 @@ QoS 1 message published while this client is away is kept by the broker and deli
 it is back), subscribe, read messages, and on any connection error reconnect with jittered
 exponential backoff. With ``ca_file`` set the connection is TLS and the broker's certificate
 must chain to that CA and name the host dialled (:func:`tls_context`); there is no fallback
-to plain MQTT. Every received message is validated by :mod:`slonkd.core.messages`;
+to plain MQTT. The CA file is read again for every connection attempt, so a bundle rotated
+with an overlapping CA (old and new in one file, then the broker's new certificate) is
+trusted from the next reconnect on; a bundle that does not load then is an attempt that
+failed, retried like one. Every received message is validated by :mod:`slonkd.core.messages`;
 malformed, forged or oversized ones are dropped, counted by reason and logged, never handed
 on. aiomqtt objects and exceptions stop here: callers see core payloads and slonkd errors.
 """
@@ -132,7 +135,7 @@ class Bus:
             keepalive=s.keepalive_s,
             timeout=s.connect_timeout_s,
             will=will,
-            tls_context=tls_context(s.ca_file),
+            tls_context=_attempt_context(s.ca_file),
         )
 
     async def run(self) -> None:
@@ -241,10 +244,12 @@ class Bus:
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext | None:
-    """A client TLS context trusting only ``ca_file`` (None: no TLS).
+    """A client TLS context trusting only ``ca_file`` (None: no TLS), the file read now.
 
-    Verifies the certificate chain and the host name (or IP address) dialled; TLS 1.2 at
-    least. An unreadable or malformed bundle raises ValueError naming the file.
+    Every client builds one per connection (the bus per attempt, the dynsec admin per
+    call), never once for its life. Verifies the certificate chain and the host name (or IP
+    address) dialled; TLS 1.2 at least. An unreadable or malformed bundle raises ValueError
+    naming the file.
     """
     if ca_file is None:
         return None
@@ -254,6 +259,14 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext | None:
         raise ValueError(f"cannot load the CA bundle {ca_file}: {exc}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+def _attempt_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """:func:`tls_context` for one connection attempt: a bundle that will not load is transient."""
+    try:
+        return tls_context(ca_file)
+    except ValueError as exc:
+        raise TransientError(str(exc)) from None
 
 
 def _auth_refused(exc: Exception) -> bool:

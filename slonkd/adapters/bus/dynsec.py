@@ -118,14 +118,12 @@ class DynSecAdmin:
         timeout_s: float = 10.0,
         ca_file: str | None = None,
     ) -> None:
-        """``ca_file``: connect with TLS, verifying the broker against this CA bundle."""
-        self._args = {
-            "hostname": host,
-            "port": port,
-            "username": username,
-            "password": password,
-            "tls_context": tls_context(ca_file),
-        }
+        """``ca_file``: connect with TLS, verifying the broker against this CA bundle.
+
+        The bundle is read again for every connection: a rotated one counts from the next call.
+        """
+        self._args = {"hostname": host, "port": port, "username": username, "password": password}
+        self._ca_file = ca_file
         self._secret = password
         self._timeout_s = timeout_s
         self._lock = asyncio.Lock()
@@ -140,8 +138,16 @@ class DynSecAdmin:
         answer in under 1 ms): what one decision needs (check, then change) goes over one
         connection.
         """
-        async with self._lock, open_link(self._args, self._timeout_s) as link:
+        async with self._lock, open_link(self._connection(), self._timeout_s) as link:
             yield link
+
+    def _connection(self) -> dict[str, object]:
+        """aiomqtt's arguments for one connection, the CA bundle read now."""
+        try:
+            context = tls_context(self._ca_file)
+        except ValueError as exc:
+            raise TransientError(str(exc)) from None
+        return {**self._args, "tls_context": context}
 
     async def _call(self, commands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send one batch of commands on a connection of its own; the broker's responses."""
@@ -305,7 +311,7 @@ class DynSecAdmin:
             async with (
                 asyncio.timeout(self._timeout_s),
                 aiomqtt.Client(
-                    **self._args,  # type: ignore[arg-type]
+                    **self._connection(),  # type: ignore[arg-type]
                     identifier=client_id,
                     protocol=aiomqtt.ProtocolVersion.V5,
                     clean_start=True,

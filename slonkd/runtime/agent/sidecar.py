@@ -66,6 +66,7 @@ from slonkd.runtime.kit.http_server import HttpServer, ServeError
 from slonkd.runtime.kit.metrics import Metrics
 from slonkd.runtime.kit.process import stop_on_signals
 from slonkd.runtime.kit.reconcile import run_worker
+from slonkd.runtime.kit.tls_files import warn_plain_text
 from slonkd.runtime.kit.workqueue import WorkQueue
 
 log = structlog.get_logger("slonkd.agent")
@@ -279,6 +280,7 @@ class Agent:
             namespace=self.s.namespace,
             kube_node=self.s.kube_node,
         )
+        say_plain_text(self.s)
         self.queue.add(self.s.slurm_node)
         if self.http is not None:
             await self.http.start()  # before anything else: a port taken fails at once
@@ -314,6 +316,19 @@ class Agent:
             if self.http is not None:
                 await self.http.stop()
         log.info("agent.stopped", node=self.s.slurm_node, actions=self.actions)
+
+
+def say_plain_text(s: AgentSettings) -> None:
+    """Warn once, at start, of a bus or a credentials request without TLS (tls.enabled false)."""
+    mqtt = http = None
+    if s.bus is not None and s.bus.ca_file is None:
+        mqtt = (
+            f"plain MQTT to {s.bus.host}:{s.bus.port} was chosen: no CA file "
+            "(SLONKD_MQTT_TLS_CA_FILE unset, the chart's tls.enabled false)"
+        )
+    if s.bus is not None and s.bootstrap is not None and s.bootstrap.url.startswith("http://"):
+        http = f"the credentials are requested over plain HTTP: {s.bootstrap.url}"
+    warn_plain_text("agent", mqtt=mqtt, http=http)
 
 
 class _Stop(Exception):

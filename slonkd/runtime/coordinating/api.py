@@ -12,11 +12,15 @@ state ConfigMap) so that RBAC, not this API, decides who may.
 
 With :class:`ApiTls` it serves HTTPS only (the chart's ``tls.enabled``): the port then
 answers no plain HTTP, so agents fetching MQTT credentials verify the coordinator with the
-CA and a token never crosses the network in the clear.
+CA and a token never crosses the network in the clear. The certificate and key are loaded
+again when their files change (a rotated Secret), without a restart and without closing the
+port (:class:`~slonkd.runtime.kit.tls_files.CertReloader`, a task of the server's).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from slonkd.core.status import explain, node_row
 from slonkd.runtime.coordinating.commands import recheck_endpoint
 from slonkd.runtime.coordinating.returning import return_endpoint
 from slonkd.runtime.kit.metrics import Metrics
+from slonkd.runtime.kit.tls_files import RELOAD_PERIOD_S, CertReloader
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body any handler may read (none needs more)."""
@@ -43,18 +48,16 @@ class ApiTls:
 
     cert_file: str
     key_file: str
+    reload_period_s: float = RELOAD_PERIOD_S
+    """How often the files are looked at for a new certificate."""
+
+    def reloader(self) -> CertReloader:
+        """The server's TLS context, kept current; ValueError naming a file that will not load."""
+        return CertReloader(self.cert_file, self.key_file, period_s=self.reload_period_s)
 
     def context(self) -> ssl.SSLContext:
         """A server TLS context (TLS 1.2 at least); ValueError naming a file that will not load."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(
-                f"cannot load the certificate {self.cert_file} with the key {self.key_file}: {exc}"
-            ) from None
-        return context
+        return self.reloader().context
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -77,6 +80,9 @@ class CoordinatorAPI:
         self.leader: Any = None
         """The leading :class:`~slonkd.runtime.coordinating.reconciling.Coordinator`, or None."""
         self._runner: web.AppRunner | None = None
+        self._reloading: asyncio.Task[None] | None = None
+        self.tls: CertReloader | None = None
+        """The HTTPS certificate's reloader while serving with TLS."""
         self.port = 0
         self.credentials: Any = None
         """A :class:`~slonkd.runtime.coordinating.credentials.CredentialIssuer` (any replica), or
@@ -109,15 +115,22 @@ class CoordinatorAPI:
             max_headers=MAX_HEADERS,
         )
         await self._runner.setup()
+        self.tls = tls.reloader() if tls is not None else None
         site = web.TCPSite(
-            self._runner, host, port, ssl_context=tls.context() if tls is not None else None
+            self._runner, host, port, ssl_context=self.tls.context if self.tls else None
         )
         await site.start()
+        if self.tls is not None:
+            self._reloading = asyncio.create_task(self.tls.run(), name="api-tls-reload")
         addresses = self._runner.addresses
         self.port = int(addresses[0][1]) if addresses else port
 
     async def stop(self) -> None:
         """Stop listening (and log the credentials' pending refusal summary)."""
+        if self._reloading is not None:
+            self._reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloading
         if self._runner is not None:
             await self._runner.cleanup()
         if self.credentials is not None:

@@ -33,6 +33,7 @@ from slonkd.runtime.coordinating.term import NotLeading, Term
 from slonkd.runtime.kit.http_server import HttpServer
 from slonkd.runtime.kit.metrics import Metrics
 from slonkd.runtime.kit.process import cancel_within, exit_now, stop_on_signals
+from slonkd.runtime.kit.tls_files import warn_plain_text
 
 EXIT_CANNOT_SERVE = 1
 """``slurm_backend: pyslurm`` named and pyslurm cannot serve (the log's one line says why)."""
@@ -77,6 +78,23 @@ async def _lead(term: Term) -> None:
         for job in term.after_sync():
             group.create_task(job)
         await term.passes()
+
+
+def say_plain_text(s: CoordinatorSettings) -> None:
+    """Warn once, at start, of the bus (or the dynsec admin) or the API without TLS."""
+    mqtt = http = None
+    admin = s.credentials
+    if (s.bus is not None and s.bus.ca_file is None) or (admin and admin.admin_ca_file is None):
+        mqtt = (
+            "plain MQTT for the bus and the dynsec admin was chosen: no CA file "
+            "(SLONKD_MQTT_TLS_CA_FILE unset, the chart's tls.enabled false)"
+        )
+    if s.api_tls is None:
+        http = (
+            f"the API serves plain HTTP on port {s.api_port}: no certificate "
+            "(SLONKD_API_TLS_CERT_FILE unset, the chart's tls.enabled false)"
+        )
+    warn_plain_text("coordinator", mqtt=mqtt, http=http)
 
 
 def api_readiness(silent_s: float | None, limit_s: float) -> tuple[bool, str]:
@@ -131,6 +149,7 @@ async def run_coordinator(s: CoordinatorSettings) -> int:
         )
     await api.start(s.api_host, s.api_port, tls=s.api_tls)
     log.info(COORDINATOR_API_LISTENING, host=s.api_host, port=api.port, tls=bool(s.api_tls))
+    say_plain_text(s)
     scrape = metrics_server(s, metrics, ready=api.ready)
     if scrape is not None:
         await scrape.start()  # plain HTTP, Prometheus's own port (the NetworkPolicy's rule)

@@ -7,6 +7,7 @@
 - :mod:`.metrics`: Prometheus metrics of one process, in a registry of its own.
 - :mod:`.http_server`: the process's small HTTP server (health, ``/metrics``, routes added).
 - :mod:`.logging`: structlog configured once per process.
+- :mod:`.tls_files`: a server's TLS certificate loaded again in place when its files change.
 - :mod:`.heap`: a bulk load with the cyclic collector off, what it made frozen until released.
 
 Its users: :mod:`slonkd.runtime.agent`, :mod:`slonkd.runtime.coordinating` and
