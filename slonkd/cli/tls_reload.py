@@ -107,27 +107,26 @@ def named(name: str, proc: Path = Path("/proc")) -> list[int]:
     return sorted(found)
 
 
-def _watcher(args: argparse.Namespace) -> tuple[Watcher, float]:
-    """The watcher the flags describe; ValueError naming the flag that is wrong."""
-    try:
-        signum = signal.Signals[f"SIG{str(args.signal).upper().removeprefix('SIG')}"]
-    except KeyError:
-        raise ValueError(f"--signal {args.signal}: no such signal") from None
+def _watcher(args: argparse.Namespace) -> tuple[Watcher, float] | str:
+    """The watcher the flags describe and its period, or the line naming the wrong flag."""
+    signum = getattr(signal.Signals, f"SIG{str(args.signal).upper().removeprefix('SIG')}", None)
+    if not isinstance(signum, signal.Signals):
+        return f"--signal {args.signal}: no such signal"
     if not 0 < args.period <= 3600:
-        raise ValueError(f"--period {args.period}: give 0 to 3600 seconds")
+        return f"--period {args.period}: give 0 to 3600 seconds"
     name = str(args.process_name)
     if not name or "/" in name or "\0" in name:
-        raise ValueError(f"--process-name {name!r}: a process name, no path")
+        return f"--process-name {name!r}: a process name, no path"
     return Watcher(args.cert, args.key, name, signum), float(args.period)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``slonkd tls-reload`` until SIGTERM."""
-    try:
-        watcher, period = _watcher(args)
-    except ValueError as exc:
-        print(f"slonkd tls-reload: {exc}", file=sys.stderr)
+    made = _watcher(args)
+    if isinstance(made, str):  # a wrong flag: one line, before anything is watched
+        print(f"slonkd tls-reload: {made}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    watcher, period = made
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(0)

@@ -44,19 +44,17 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
 
 
+_UNUSED: Final = dict.fromkeys(
+    ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+     "encipher_only", "decipher_only"),
+    False,
+)  # fmt: skip
+"""The key usages neither certificate has."""
+
+
 def _usage(*, sign: bool) -> x509.KeyUsage:
     """keyCertSign and cRLSign for the CA, digitalSignature (ECDHE handshakes) for the server."""
-    return x509.KeyUsage(
-        digital_signature=not sign,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=sign,
-        crl_sign=sign,
-        encipher_only=False,
-        decipher_only=False,
-    )
+    return x509.KeyUsage(digital_signature=not sign, key_cert_sign=sign, crl_sign=sign, **_UNUSED)
 
 
 def _pem(cert: x509.Certificate) -> bytes:

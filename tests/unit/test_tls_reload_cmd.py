@@ -143,14 +143,15 @@ def test_the_command_signals_when_the_files_change(pki: Pki, children: dict[str,
     assert children["decoy"].hups() == 0
 
 
-@pytest.mark.parametrize(
-    ("flags", "says"),
-    [
-        (["--signal", "NOPE"], "--signal NOPE: no such signal"),
-        (["--period", "0"], "--period 0.0: give 0 to 3600 seconds"),
-        (["--process-name", "/usr/sbin/mosquitto"], "a process name, no path"),
-    ],
-)
+BAD_FLAGS = [
+    (["--signal", "NOPE"], "--signal NOPE: no such signal"),
+    (["--period", "0"], "--period 0.0: give 0 to 3600 seconds"),
+    (["--process-name", "/usr/sbin/mosquitto"], "a process name, no path"),
+]
+"""A wrong flag and what the one line says of it."""
+
+
+@pytest.mark.parametrize(("flags", "says"), BAD_FLAGS)
 def test_bad_flags_exit_2_with_one_line(
     flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
