@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import tempfile
+from pathlib import Path
 
 from slonkd_sandbox.chart.release import RELEASE, Obj, Release
+from slonkd_sandbox.kube.api import ApiError
 from slonkd_sandbox.procs import HarnessError
 
 STATIC_MQTT_ENV = ("SLONKD_MQTT_USER", "SLONKD_MQTT_PASSWORD", "SLONKD_MQTT_PASSWORD_FILE")
@@ -35,6 +38,31 @@ def retained(release: Release, topic: str, *, wait_s: int = 5) -> bytes:
     secret = f"/api/v1/namespaces/{release.ns}/secrets/{RELEASE}-mosquitto-admin"
     data = release.kube.api.request("GET", secret)["data"]
     user, password = (base64.b64decode(data[key]).decode() for key in ("username", "password"))
+    with tempfile.TemporaryDirectory(prefix="slonkd-bus-") as tmp:
+        tls = _tls_args(release, Path(tmp))
+        return _sub(release, topic, wait_s, [*tls, "-u", user, "-P", password])
+
+
+def _tls_args(release: Release, tmp: Path) -> list[str]:
+    """mosquitto_sub's TLS flags when the release's broker speaks TLS (the chart's default).
+
+    The CA is the release's own (``ca.crt`` of its TLS Secret); the broker is dialled by its
+    pod's address, which the certificate does not name (it names the Services): the chain is
+    verified, the host name not (``--insecure``). [] when the release turned TLS off.
+    """
+    path = f"/api/v1/namespaces/{release.ns}/secrets/{RELEASE}-tls"
+    try:
+        data = release.kube.api.request("GET", path)["data"]
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return []  # no TLS Secret: the release runs plain MQTT
+    ca = tmp / "ca.crt"
+    ca.write_bytes(base64.b64decode(data["ca.crt"]))
+    return ["--cafile", str(ca), "--insecure"]
+
+
+def _sub(release: Release, topic: str, wait_s: int, auth: list[str]) -> bytes:
     broker = release.pods(**{"app.kubernetes.io/component": "mosquitto"})[0]
     port = next(
         p["containerPort"]
@@ -43,8 +71,7 @@ def retained(release: Release, topic: str, *, wait_s: int = 5) -> bytes:
         if p.get("name") == "mqtt"
     )
     argv = release.node.nsexec(
-        "mosquitto_sub", "-h", broker["status"]["podIP"], "-p", str(port),
-        "-u", user, "-P", password, "-t", topic,
+        "mosquitto_sub", "-h", broker["status"]["podIP"], "-p", str(port), *auth, "-t", topic,
         "-C", "1", "-W", str(wait_s), "--retained-only", "-N",
     )  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, timeout=wait_s + 30, check=False)

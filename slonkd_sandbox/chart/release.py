@@ -283,9 +283,6 @@ def chart_values(
         "agent": {
             "health": {"nvidiaVisibleDevices": "", "checks": {"dcgm": False, "fabric": False}}
         },
-        # Plain MQTT and HTTP, said explicitly (the chart's default is TLS): the broker reads
-        # of chart/bus.py and the tests of tests/e2e/test_chart_real.py speak plain MQTT.
-        "tls": {"enabled": False},
     }
     path = tmp / "node-values.yaml"
     path.write_text(yaml.safe_dump(values))

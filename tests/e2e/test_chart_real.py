@@ -71,6 +71,8 @@ WORKERS = workers(2)
 CLUSTER = "slonk"
 """The chart's default ``clusterName``: the agents' topics are ``slonk/v1/slonk/...``."""
 AGENT = "slonkd-agent"
+TLS_DIR = "/etc/slonk/tls"
+"""Where the chart mounts the TLS Secret ("slonk.tlsDir"): for the agent, the CA alone."""
 GRACE_S = 24
 MARGIN_S = 8
 FAILURE_GRACE_S = 10
@@ -284,7 +286,8 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Rel
     """Each agent sidecar logged bus.bootstrap_done: /v1/credentials took its projected token.
 
     No password file: no Secret and no static MQTT credential reaches the slonkd-agent
-    container (env, envFrom, mounted volumes; this release has no TLS CA either), and its
+    container (env, envFrom, mounted volumes) but the release's TLS Secret, and of it only
+    ``ca.crt`` (TLS is on by default: no private key reaches a worker), and its
     SLONKD_TOKEN_FILE is a projected ServiceAccount token for the audience the coordinators
     review agent tokens for.
     """
@@ -297,7 +300,9 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Rel
     assert sorted(p["metadata"]["name"] for p in pods) == list(WORKERS)
     for spec in pods:
         name = spec["metadata"]["name"]
-        assert secret_sources(spec, AGENT) == [], name
+        assert secret_sources(spec, AGENT) == [f"{TLS_DIR}: Secret {RELEASE}-tls"], name
+        (ca,) = [v for v in spec["spec"]["volumes"] if v.get("secret", {}).get("secretName")]
+        assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}], (name, ca)
         token_file = env_value(container(spec, AGENT), "SLONKD_TOKEN_FILE")
         assert token_file, name
         token = projected_token(spec, AGENT, token_file)
