@@ -28,37 +28,42 @@ _SUB_TIMED_OUT = 27
 """mosquitto_sub's exit status when ``-W`` ran out: connected and subscribed, no message."""
 
 
-def retained(release: Release, topic: str, *, wait_s: int = 5) -> bytes:
+def retained(
+    release: Release, topic: str, *, wait_s: int = 5, ca_pem: bytes | None = None
+) -> bytes:
     """The message the release's broker retains on ``topic`` now (b"": none within ``wait_s``).
 
     Read as the chart's dynsec admin (``mosquitto_ctrl dynsec init`` gives that role
     ``subscribePattern #``) with the host's ``mosquitto_sub`` entered into the node's network
     namespace. A refused or failed connection raises: it never reads as "nothing retained".
+    ``ca_pem``: trust only this CA (default: the release's TLS Secret's ``ca.crt``).
     """
     secret = f"/api/v1/namespaces/{release.ns}/secrets/{RELEASE}-mosquitto-admin"
     data = release.kube.api.request("GET", secret)["data"]
     user, password = (base64.b64decode(data[key]).decode() for key in ("username", "password"))
     with tempfile.TemporaryDirectory(prefix="slonkd-bus-") as tmp:
-        tls = _tls_args(release, Path(tmp))
+        tls = _tls_args(release, Path(tmp), ca_pem)
         return _sub(release, topic, wait_s, [*tls, "-u", user, "-P", password])
 
 
-def _tls_args(release: Release, tmp: Path) -> list[str]:
+def _tls_args(release: Release, tmp: Path, ca_pem: bytes | None) -> list[str]:
     """mosquitto_sub's TLS flags when the release's broker speaks TLS (the chart's default).
 
     The CA is the release's own (``ca.crt`` of its TLS Secret); the broker is dialled by its
     pod's address, which the certificate does not name (it names the Services): the chain is
     verified, the host name not (``--insecure``). [] when the release turned TLS off.
     """
-    path = f"/api/v1/namespaces/{release.ns}/secrets/{RELEASE}-tls"
-    try:
-        data = release.kube.api.request("GET", path)["data"]
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        return []  # no TLS Secret: the release runs plain MQTT
+    if ca_pem is None:
+        path = f"/api/v1/namespaces/{release.ns}/secrets/{RELEASE}-tls"
+        try:
+            data = release.kube.api.request("GET", path)["data"]
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return []  # no TLS Secret: the release runs plain MQTT
+        ca_pem = base64.b64decode(data["ca.crt"])
     ca = tmp / "ca.crt"
-    ca.write_bytes(base64.b64decode(data["ca.crt"]))
+    ca.write_bytes(ca_pem)
     return ["--cafile", str(ca), "--insecure"]
 
 

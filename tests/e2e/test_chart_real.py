@@ -29,9 +29,11 @@ failure that cordons the only node. About 8 minutes with the images cached.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -704,6 +706,90 @@ def test_slurmctld_restarting_ends_no_coordinator_and_the_change_poll_comes_back
         interval_s=2,
     )
     assert not _node_obj(deployed)["spec"].get("unschedulable"), "marked by the restart"
+
+
+def _events(deployed: Release, pod: str, container: str, event: str) -> list[Obj]:
+    return [e for e in json_lines(deployed.logs(pod, container)) if e.get("event") == event]
+
+
+def test_a_certificate_rotation_keeps_every_agent_on_the_bus_and_loses_no_command(
+    deployed: Release,
+) -> None:
+    """A rotation to a new CA's certificate: no agent leaves the bus, no command is lost.
+
+    The TLS Secret the Job made gets a new CA's certificate and key, its CA bundle
+    overlapping (old and new CA). The kubelet updates the mounted files (syncFrequency 10 s);
+    the broker pod's tls-reload sidecar sends mosquitto SIGHUP (it keeps its connections) and
+    the coordinator's API loads the new pair in place. Shown: every agent's count of bus
+    connections is the same after (no reconnect at all); a new connection that trusts only the
+    NEW CA reads the broker (it serves the new certificate) and one trusting only the old CA
+    is refused; a ``recheck`` sent after the rotation through the leader's HTTPS API (verified
+    with the bundle) is obeyed by the agent, whose answering status is read through a new
+    connection.
+    """
+    from cryptography import x509  # the product's own dependency (core.tls_material)
+
+    from slonkd.core.tls_material import make_tls_data
+
+    path = f"/api/v1/namespaces/{deployed.ns}/secrets/{RELEASE}-tls"
+    old = deployed.kube.api.request("GET", path)
+    old_ca = base64.b64decode(old["data"]["ca.crt"])
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(old["data"]["tls.crt"]))
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    new = make_tls_data(
+        names.get_values_for_type(x509.DNSName), 30, now=datetime.now(UTC), label="rotated"
+    )
+    agents = [
+        p["metadata"]["name"] for p in deployed.pods(**{"app.kubernetes.io/component": "slurmd"})
+    ]
+
+    def bus_lines() -> dict[str, tuple[int, int]]:
+        """Per agent: how many bus.connected and bus.reconnecting lines its log has."""
+        return {
+            a: (
+                len(_events(deployed, a, AGENT, "bus.connected")),
+                len(_events(deployed, a, AGENT, "bus.reconnecting")),
+            )
+            for a in agents
+        }
+
+    connects = bus_lines()
+    assert all(c for c, _ in connects.values()), connects
+    leader = _leader(deployed)
+    (broker,) = [
+        p["metadata"]["name"] for p in deployed.pods(**{"app.kubernetes.io/component": "mosquitto"})
+    ]
+    data = {"ca.crt": old_ca + new["ca.crt"], "tls.crt": new["tls.crt"], "tls.key": new["tls.key"]}
+    deployed.kube.api.request(
+        "PATCH", path, {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}},
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    wait_for(
+        "mosquitto signalled",
+        lambda: bool(_events(deployed, broker, "tls-reload", "tls.signalled")),
+        timeout_s=120,
+        interval_s=2,
+    )
+    wait_for(
+        "the API's new certificate loaded",
+        lambda: bool(_events(deployed, leader, "coordinator", "tls.reloaded")),
+        timeout_s=60,
+        interval_s=2,
+    )
+    node = agents[0]
+    topic = node_topic(CLUSTER, node, Channel.STATUS)
+    assert retained(deployed, str(topic), ca_pem=new["ca.crt"])  # the new certificate is served
+    with pytest.raises(HarnessError):  # control: the old CA alone no longer verifies it
+        retained(deployed, str(topic), ca_pem=old_ca)
+    sent = json.loads(deployed.exec(leader, "coordinator", "slonkd", "recheck", node))
+
+    def answered() -> bool:
+        raw = retained(deployed, str(topic), ca_pem=new["ca.crt"])
+        status = decode(topic, raw) if raw else None
+        return isinstance(status, AgentStatus) and status.answers == sent["id"]
+
+    wait_for("the recheck answered on the bus", answered, timeout_s=60, interval_s=1)
+    assert bus_lines() == connects, "an agent reconnected during the rotation"
 
 
 def test_a_slurm_failure_on_a_worker_marks_the_real_node_with_at_most_one_eviction(
