@@ -108,8 +108,10 @@ def test_tls_is_on_by_default_with_a_secret_the_job_makes_once(helm: Helm) -> No
     conf = one(objs, "ConfigMap", "rel-mosquitto")["data"]["mosquitto.conf"]
     assert re.findall(r"^listener .*$", conf, re.M) == ["listener 8883"]
     assert re.search(r"^certfile ", conf, re.M)
-    (broker,) = _pod(objs, "Deployment", "rel-mosquitto")["containers"]
+    containers = _pod(objs, "Deployment", "rel-mosquitto")["containers"]
+    (broker,) = [c for c in containers if c["name"] == "mosquitto"]
     assert [p["containerPort"] for p in broker["ports"]] == [8883]
+    assert sorted(c["name"] for c in containers) == ["mosquitto", "tls-reload"]
     pod = _pod(objs, "Deployment", "rel-coordinator")
     (coord,) = pod["containers"]
     assert _file(pod, coord, _env(coord)["SLONKD_API_TLS_CERT_FILE"], "rel-tls") == "tls.crt"
