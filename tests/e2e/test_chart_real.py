@@ -303,7 +303,11 @@ def test_every_agent_got_its_mqtt_credentials_from_the_coordinator(deployed: Rel
     for spec in pods:
         name = spec["metadata"]["name"]
         assert secret_sources(spec, AGENT) == [f"{TLS_DIR}: Secret {RELEASE}-tls"], name
-        (ca,) = [v for v in spec["spec"]["volumes"] if v.get("secret", {}).get("secretName")]
+        (ca,) = [
+            v
+            for v in spec["spec"]["volumes"]
+            if v.get("secret", {}).get("secretName") == f"{RELEASE}-tls"
+        ]
         assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}], (name, ca)
         token_file = env_value(container(spec, AGENT), "SLONKD_TOKEN_FILE")
         assert token_file, name
